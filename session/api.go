@@ -81,7 +81,11 @@ type Surface struct {
 // target of a tool/result replace.
 type Lookup func(seq int64) (Event, error)
 
-// InspectResult is the oracle's output object (oracle.mjs), field for field.
+// InspectResult is the oracle's output object (oracle.mjs), field for field. Its MarshalJSON
+// writes exactly the fields the oracle writes, in the oracle's order: ok, then the fields computed
+// before a failure (events, nodes, replaceGeneration, messages, transcript, openTurn, repair), then
+// error and acceptedEvents on a refusal, or forks; empty lists print as [] and an absent open turn
+// as null.
 type InspectResult struct {
 	OK                bool              `json:"ok"`
 	Error             string            `json:"error,omitempty"`
@@ -94,6 +98,13 @@ type InspectResult struct {
 	OpenTurn          *int64            `json:"openTurn,omitempty"`
 	Repair            []Event           `json:"repair,omitempty"`
 	Forks             []ForkOutcome     `json:"forks,omitempty"`
+
+	// stage counts the oracle's output fields that were assigned (events .. repair) before the
+	// log was refused; openTurnJSON is the openTurn to print when it is not an integer (nil and
+	// openTurnUndefined false: print OpenTurn, or null).
+	stage             int
+	openTurnJSON      []byte
+	openTurnUndefined bool
 }
 
 // ForkOutcome is one entry of InspectResult.Forks. Boundary is nil for the omitted boundary.

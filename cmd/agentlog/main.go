@@ -1,0 +1,67 @@
+// Command agentlog is the agentlog binary: it runs an embedded nats-server with the agentlog services
+// for local use (`agentlog dev`), runs the services against a real NATS cluster (`agentlog
+// projector`, `agentlog forker`), and gives operators a CLI over session logs (import, events,
+// messages, fork, inspect, provision, demo).
+//
+// Every command that talks to NATS takes --nats URL (or AGENTLOG_NATS_URL; default
+// nats://127.0.0.1:4222). Exit status: 0 on success, 1 when the operation was refused or failed
+// (the reason is on stderr), 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries a process exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// run executes the CLI with args and returns the process exit status. It is the testable entry point.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdin, stdout, stderr)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(stderr, "agentlog:", ee.err)
+		}
+		return ee.code
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "agentlog:", ue.err)
+		return 2
+	}
+	fmt.Fprintln(stderr, "agentlog:", err)
+	return 1
+}
+
+// usageError marks a command-line mistake (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }

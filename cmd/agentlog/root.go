@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+// DefaultNATSURL is used when neither --nats nor AGENTLOG_NATS_URL is set.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// globals holds the persistent flags shared by every command.
+type globals struct {
+	natsURL string
+	timeout time.Duration
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "agentlog",
+		Short: "agentlog: an event-sourced session log for AI agents, on NATS JetStream",
+		Long: `agentlog stores every agent session as one JetStream subject: the durable, append-only log of
+its turns, steps, messages, streamed chunks, tool calls and results, and compactions. Projectors fold
+sessions into the message history the model sees; the forker branches a session from a prefix.
+
+Quick start:
+  agentlog demo                      # everything, end to end, on an embedded server
+  agentlog dev --data ./data         # a local server with the services, for the other commands`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	envURL := os.Getenv("AGENTLOG_NATS_URL")
+	if envURL == "" {
+		envURL = DefaultNATSURL
+	}
+	root.PersistentFlags().StringVar(&g.natsURL, "nats", envURL, "NATS server URL(s), comma separated (env AGENTLOG_NATS_URL)")
+	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline for one command's requests to NATS")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
+	})
+	root.AddCommand(
+		newDevCmd(g),
+		newProvisionCmd(g),
+		newProjectorCmd(g),
+		newForkerCmd(g),
+		newImportCmd(g),
+		newEventsCmd(g),
+		newMessagesCmd(g),
+		newForkCmd(g),
+		newInspectCmd(g),
+		newDemoCmd(g),
+	)
+	return root
+}
+
+// args returns a cobra.PositionalArgs that reports a usage error unless exactly n args are given.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return &usageError{fmt.Errorf("%s takes %s (got %d arguments)", c.CommandPath(), what, len(args))}
+		}
+		return nil
+	}
+}
+
+// connect dials the configured NATS server and attaches to a provisioned agentlog.
+func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.Store, error) {
+	nc, js, err := ajs.Connect(g.natsURL, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", g.natsURL, err)
+	}
+	store, err := ajs.Open(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
+	}
+	return nc, store, nil
+}
+
+// withTimeout bounds one command's requests by --timeout.
+func (g *globals) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}

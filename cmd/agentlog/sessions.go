@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/agentlog/agentlog/forker"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/publisher"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+func newImportCmd(g *globals) *cobra.Command {
+	var id string
+	c := &cobra.Command{
+		Use:   "import FILE [--session ID]",
+		Short: "Append a dsh JSONL session log to a new session through the publisher",
+		Long: `import reads a dsh JSONL file (optional header line, events, packed chunk rows), validates the
+whole log first, and only then creates the session and appends its events through the publisher. A log
+that breaks a rule is refused with the seq and the rule, and nothing is written. The session id
+defaults to the one in the file's header; importing onto an existing session is refused.`,
+		Args: exactArgs(1, "one FILE argument"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			h, events, err := readLogFile(args[0], id)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			nc, store, err := g.connect(ctx, "agentlog-import")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			n, err := importLog(ctx, store, nc, h, events)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", n, h.ID)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&id, "session", "", "session id (default: the file header's id)")
+	return c
+}
+
+// readLogFile reads and validates a dsh JSONL file. idOverride, when set, replaces the header's id.
+// The returned header always carries the session id; a file without header gets a fresh one.
+func readLogFile(path, idOverride string) (session.Header, []session.Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return session.Header{}, nil, err
+	}
+	defer f.Close()
+	return readLog(bufio.NewReader(f), path, idOverride)
+}
+
+func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Event, error) {
+	nameInErrors := idOverride
+	if nameInErrors == "" {
+		nameInErrors = "session"
+	}
+	hp, events, err := session.ReadJSONL(r, nameInErrors)
+	if err != nil {
+		return session.Header{}, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	var h session.Header
+	if hp != nil {
+		h = *hp
+	} else {
+		h = session.Header{Version: 0, CreatedAt: time.Now().UnixMilli()}
+	}
+	if idOverride != "" {
+		h.ID = idOverride
+		h.Raw = nil
+	}
+	if h.ID == "" {
+		return session.Header{}, nil, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
+	}
+	if _, err := session.Load(h.ID, events); err != nil {
+		return session.Header{}, nil, fmt.Errorf("%s: session %q refused, nothing written: %w", name, h.ID, err)
+	}
+	return h, events, nil
+}
+
+// importLog creates the session and appends events through the publisher, returning once they are
+// durable. It returns the number of events written.
+func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (int, error) {
+	pub := publisher.New(store, nc, publisher.Options{})
+	w, err := pub.Create(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	for _, ev := range events {
+		if err := w.Append(ev); err != nil {
+			_ = w.Close(ctx)
+			return 0, fmt.Errorf("session %q: %w", h.ID, err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		return 0, fmt.Errorf("session %q: %w", h.ID, err)
+	}
+	return len(events), nil
+}
+
+func newEventsCmd(g *globals) *cobra.Command {
+	var packed, noHeader bool
+	c := &cobra.Command{
+		Use:   "events ID",
+		Short: "Print a session's log as dsh JSONL (header line, then one event per line)",
+		Args:  exactArgs(1, "one session ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			nc, store, err := g.connect(ctx, "agentlog-events")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return printEvents(ctx, store, args[0], g.stdout, session.WriteOptions{Pack: packed}, !noHeader)
+		},
+	}
+	c.Flags().BoolVar(&packed, "packed", false, "write runs of 3+ streaming deltas as packed chunk rows")
+	c.Flags().BoolVar(&noHeader, "no-header", false, "omit the session header line")
+	return c
+}
+
+func printEvents(ctx context.Context, store *ajs.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
+	var hp *session.Header
+	h, herr := store.GetSession(ctx, id)
+	switch {
+	case herr == nil:
+		hp = &h
+	case !errors.Is(herr, ajs.ErrSessionNotFound):
+		return herr
+	}
+	events, _, err := store.Read(ctx, id)
+	if err != nil {
+		return err
+	}
+	if hp == nil && len(events) == 0 {
+		return fmt.Errorf("session %q not found", id)
+	}
+	if !withHeader {
+		hp = nil
+	}
+	bw := bufio.NewWriter(out)
+	if err := session.WriteJSONL(bw, hp, events, opts); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func newMessagesCmd(g *globals) *cobra.Command {
+	var minSeq int64
+	var pretty bool
+	c := &cobra.Command{
+		Use:   "messages ID",
+		Short: "Print a session's derived messages (deriveMessages) as a JSON array, from the projector",
+		Long: `messages asks the projector's query service for the message history the model sees. By default it
+waits (up to --timeout) until the projection has applied the last event in the log, so it reads its own
+writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projection as it is.`,
+		Args: exactArgs(1, "one session ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			nc, store, err := g.connect(ctx, "agentlog-messages")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			msgs, err := queryMessages(ctx, store, nc, args[0], minSeq)
+			if err != nil {
+				return err
+			}
+			return writeJSON(g.stdout, msgs, pretty)
+		},
+	}
+	c.Flags().Int64Var(&minSeq, "min-seq", -2, "wait until the projection has applied this seq (-2: the log's last seq; -1: don't wait)")
+	c.Flags().BoolVar(&pretty, "pretty", false, "indent the JSON")
+	return c
+}
+
+// queryMessages asks the projector for id's messages, waiting for minSeq (-2: the current tail).
+func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id string, minSeq int64) ([]json.RawMessage, error) {
+	if minSeq == -2 {
+		tail, err := store.GetTail(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		minSeq = tail.NextSeq - 1
+	}
+	reply, err := projector.QueryMessages(ctx, nc, id, minSeq)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Messages == nil {
+		return []json.RawMessage{}, nil
+	}
+	return reply.Messages, nil
+}
+
+func writeJSON(w io.Writer, v any, pretty bool) error {
+	var b []byte
+	var err error
+	if pretty {
+		b, err = json.MarshalIndent(v, "", "  ")
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func newForkCmd(g *globals) *cobra.Command {
+	var at int64
+	var child string
+	c := &cobra.Command{
+		Use:   "fork ID [--at SEQ] [--child ID]",
+		Short: "Start a new session from a prefix of ID (through the fork service)",
+		Long: `fork copies events 0..SEQ (default: the last event) of session ID to a new session and appends a
+session/end-seed marker. It prints {"child":…,"seedLength":…,"parentSession":…}. A refused fork exits 1
+and prints the reference's code and exact text on stderr, e.g.
+  OPEN_TURN: fork boundary 2 in session "parent" ends inside open turn 1`,
+		Args: exactArgs(1, "one source session ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			nc, _, err := g.connect(ctx, "agentlog-fork")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			req := forker.Request{Source: args[0], Child: child}
+			if cmd.Flags().Changed("at") {
+				req.Boundary = &at
+			}
+			res, err := forker.Fork(ctx, nc, req)
+			if err != nil {
+				return forkExit(err)
+			}
+			return writeJSON(g.stdout, res, false)
+		},
+	}
+	c.Flags().Int64Var(&at, "at", 0, "fork boundary: the last source seq to copy (inclusive; default: the last event)")
+	c.Flags().StringVar(&child, "child", "", "child session id (default: a fresh unique id)")
+	return c
+}
+
+// forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr.
+func forkExit(err error) error {
+	var fe *session.ForkError
+	if errors.As(err, &fe) {
+		if fe.Code != "" {
+			return &exitError{code: 1, err: fmt.Errorf("%s: %s", fe.Code, fe.Msg)}
+		}
+		return &exitError{code: 1, err: errors.New(fe.Msg)}
+	}
+	return err
+}
+
+func newInspectCmd(g *globals) *cobra.Command {
+	var allForks bool
+	c := &cobra.Command{
+		Use:   "inspect [--all-forks] < FILE",
+		Short: "Judge a dsh JSONL log offline, printing the same fields as the conformance oracle",
+		Long: `inspect reads a dsh JSONL log on stdin and prints one JSON object: ok, error, acceptedEvents, events,
+nodes, replaceGeneration, messages, transcript, openTurn, repair and forks — the fields of
+../shared/conformance/oracle.mjs. With --all-forks it tries every fork boundary (omitted, every seq, one
+past the end, and -1). It needs no server. It exits 0 whether or not the log is accepted.`,
+		Args: exactArgs(0, "no arguments (the log comes on stdin)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res := session.Inspect(bufio.NewReader(g.stdin), allForks)
+			return writeJSON(g.stdout, res, false)
+		},
+	}
+	c.Flags().BoolVar(&allForks, "all-forks", false, "try every fork boundary, not only the omitted one")
+	return c
+}

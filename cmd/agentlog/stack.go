@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/agentlog/agentlog/forker"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/projector"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// stackOptions configure an in-process stack: an embedded nats-server plus the agentlog services.
+type stackOptions struct {
+	DataDir    string // JetStream file storage directory
+	Listen     string // host:port for the server; port 0 picks a free one
+	Projectors int    // projector instances to run (0: none)
+	Forker     bool   // run a forker
+	SyncAlways bool   // fsync every write (design.md §5)
+	Logger     *slog.Logger
+}
+
+// stack is a running embedded server with its services. Close stops everything in reverse order and
+// leaves the data directory intact.
+type stack struct {
+	srv        *server.Server
+	nc         *nats.Conn
+	store      *ajs.Store
+	projectors []*projector.Projector
+	forker     *forker.Forker
+	url        string
+}
+
+// startStack starts the embedded server, provisions the stream and buckets (idempotently), and
+// starts the requested services. On error everything already started is stopped.
+func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
+	host, portStr, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("--listen %q: want HOST:PORT: %w", o.Listen, err)}
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, &usageError{fmt.Errorf("--listen %q: port must be 0..65535", o.Listen)}
+	}
+	if port == 0 {
+		port = -1 // nats-server's "pick a random port"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev"})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats-server (data %s, listen %s): %w", o.DataDir, o.Listen, err)
+	}
+	s := &stack{srv: srv, url: srv.ClientURL()}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	nc, js, err := ajs.Connect(s.url, "agentlog-dev")
+	if err != nil {
+		return nil, err
+	}
+	s.nc = nc
+	if s.store, err = ajs.Provision(ctx, js, ajs.Config{}); err != nil {
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	for i := 0; i < o.Projectors; i++ {
+		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		if err := p.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start projector %d: %w", i+1, err)
+		}
+		s.projectors = append(s.projectors, p)
+	}
+	if o.Forker {
+		f := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		if err := f.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start forker: %w", err)
+		}
+		s.forker = f
+	}
+	return s, nil
+}
+
+// Close stops the services, drains the connection and shuts the server down, waiting for it.
+func (s *stack) Close() error {
+	var errs []error
+	if s.forker != nil {
+		errs = append(errs, s.forker.Stop())
+	}
+	for _, p := range s.projectors {
+		errs = append(errs, p.Stop())
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,197 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+var clusterFiles = []string{"cluster-3-node/n1.conf", "cluster-3-node/n2.conf", "cluster-3-node/n3.conf"}
+
+func load(t *testing.T, path string) *server.Options {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return opts
+}
+
+func TestSingleNodeConfigParses(t *testing.T) {
+	o := load(t, "single-node.conf")
+	if !o.JetStream || o.StoreDir == "" || o.ServerName == "" || o.MaxPayload != 1<<20 || o.SyncAlways || o.SyncInterval != 2*time.Minute {
+		t.Fatalf("single-node.conf: jetstream %v store %q name %q max_payload %d sync always %v interval %s",
+			o.JetStream, o.StoreDir, o.ServerName, o.MaxPayload, o.SyncAlways, o.SyncInterval)
+	}
+	if o.Cluster.Port != 0 || len(o.Routes) != 0 {
+		t.Errorf("single-node.conf has a cluster: %+v", o.Cluster)
+	}
+}
+
+func TestClusterConfigsParse(t *testing.T) {
+	names, dirs, ports := map[string]bool{}, map[string]bool{}, map[int]string{}
+	for _, f := range clusterFiles {
+		o := load(t, f)
+		if !o.JetStream || o.StoreDir == "" || o.MaxPayload != 1<<20 {
+			t.Errorf("%s: jetstream %v store %q max_payload %d", f, o.JetStream, o.StoreDir, o.MaxPayload)
+		}
+		if o.Cluster.Name != "agentlog" || len(o.Routes) != 3 {
+			t.Errorf("%s: cluster %q with %d routes, want agentlog with 3", f, o.Cluster.Name, len(o.Routes))
+		}
+		if names[o.ServerName] || dirs[o.StoreDir] {
+			t.Errorf("%s: server name %q or store dir %q shared with another node", f, o.ServerName, o.StoreDir)
+		}
+		names[o.ServerName], dirs[o.StoreDir] = true, true
+		for _, p := range []int{o.Port, o.Cluster.Port, o.HTTPPort} {
+			if other, dup := ports[p]; dup || p <= 0 {
+				t.Errorf("%s: port %d invalid or also used by %s", f, p, other)
+			}
+			ports[p] = f
+		}
+		// Every node routes to every cluster listen port.
+		for _, g := range clusterFiles {
+			want := fmt.Sprintf("127.0.0.1:%d", load(t, g).Cluster.Port)
+			found := false
+			for _, r := range o.Routes {
+				found = found || r.Host == want
+			}
+			if !found {
+				t.Errorf("%s: no route to %s (%s)", f, want, g)
+			}
+		}
+	}
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func start(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	o.NoLog, o.NoSigs = os.Getenv("DEPLOY_TEST_LOGS") == "", true
+	o.HTTPPort = 0
+	srv, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.NoLog {
+		srv.ConfigureLogger()
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		t.Fatalf("server %s not ready", o.ServerName)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv
+}
+
+func TestSingleNodeRuns(t *testing.T) {
+	o := load(t, "single-node.conf")
+	o.Port, o.StoreDir, o.JetStreamMaxStore = -1, t.TempDir(), 1<<30
+	srv := start(t, o)
+	nc, js, err := ajs.Connect(srv.ClientURL(), "deploy-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := ajs.Provision(ctx, js, ajs.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxMsgSize != 1<<20 {
+		t.Errorf("max msg size %d, want 1 MiB", s.MaxMsgSize)
+	}
+}
+
+// TestClusterRunsR3 starts the three nodes (on free ports, temp dirs) and provisions agentlog with
+// replicas 3, as deploy/README.md describes.
+func TestClusterRunsR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster; skipped with -short")
+	}
+	opts := make([]*server.Options, 3)
+	routes := ""
+	for i, f := range clusterFiles {
+		o := load(t, f)
+		o.Port, o.Cluster.Port = freePort(t), freePort(t)
+		o.StoreDir, o.JetStreamMaxStore = filepath.Join(t.TempDir(), o.ServerName), 1<<30
+		opts[i] = o
+		if i > 0 {
+			routes += ","
+		}
+		routes += fmt.Sprintf("nats-route://127.0.0.1:%d", o.Cluster.Port)
+	}
+	var urls string
+	for i, o := range opts {
+		o.Routes = server.RoutesFromStr(routes)
+		srv := start(t, o)
+		if i > 0 {
+			urls += ","
+		}
+		urls += srv.ClientURL()
+	}
+	nc, js, err := ajs.Connect(urls, "deploy-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Wait (bounded by ctx) until the cluster has a JetStream meta leader and takes the R3 stream;
+	// each try has its own short deadline, as a request to a cluster still forming may get no answer.
+	var s *ajs.Store
+	for {
+		try, cancelTry := context.WithTimeout(ctx, 2*time.Second)
+		s, err = ajs.Provision(try, js, ajs.Config{Replicas: 3})
+		cancelTry()
+		if err == nil || errors.Is(err, ajs.ErrIncompatible) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		t.Fatalf("provision --replicas 3: %v", err)
+	}
+	info, err := s.Stream.Info(ctx)
+	if err != nil || info.Config.Replicas != 3 {
+		t.Fatalf("AGENTLOG replicas: %+v, %v", info, err)
+	}
+	if kv, err := js.Stream(ctx, "KV_"+ajs.SessionsBucket); err != nil || kv.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("sessions bucket replicas: %v", err)
+	}
+	// A guarded append and a read on the replicated stream.
+	ev := session.Event{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: []byte(`{"turn":1}`)}
+	r, err := s.Append(ctx, "r3", 0, "r3-1", []session.Event{ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "r3", 0, "r3-other", []session.Event{ev}); !errors.Is(err, ajs.ErrConflict) {
+		t.Fatalf("second writer on R3: %v, want ErrConflict", err)
+	}
+	got, last, err := s.Read(ctx, "r3")
+	if err != nil || len(got) != 1 || last != r.StreamSeq {
+		t.Fatalf("Read on R3: %d events, last %d, %v", len(got), last, err)
+	}
+}

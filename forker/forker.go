@@ -1,0 +1,499 @@
+package forker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
+)
+
+// The fork micro service: name, version, endpoint name and subject.
+const (
+	Service        = "agentlog-fork"
+	ServiceVersion = "0.1.0"
+	Endpoint       = "fork"
+	Subject        = "agentlog.fork"
+)
+
+// Micro error codes of the fork service besides the reference's fork codes (session.Code*), which
+// are sent as they are.
+const (
+	// CodeInvalidSeed carries a seed-validation refusal, which the reference raises without a code
+	// (session.ForkError.Code ""); Fork maps it back to Code "".
+	CodeInvalidSeed = "INVALID_SEED"
+	CodeBadRequest  = "400" // malformed request or invalid child id
+	CodeInternal    = "500" // the log or the KV bucket could not be read or written
+	CodeUnavailable = "503" // the forker is stopping
+)
+
+// ChildSuffix separates the source id from the unique part of a default child id:
+// "<source>~fork~<nuid>" (the source cut at a UTF-8 boundary so the id stays within
+// ajs.MaxSessionIDBytes bytes).
+const ChildSuffix = "~fork~"
+
+// Options configure a Forker. Logger defaults to slog.Default(); Now (the clock that stamps the
+// end-seed marker and the child's createdAt, in Unix ms) defaults to time.Now.
+type Options struct {
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Request is a fork request: the source session id, the fork boundary (an inclusive source event
+// seq; nil = the source's last event) and the child id (empty = a fresh unique id).
+type Request struct {
+	Source   string `json:"source"`
+	Boundary *int64 `json:"boundary,omitempty"`
+	Child    string `json:"child,omitempty"`
+}
+
+// Result is a committed fork: the child id, the seed length (events copied from the source,
+// excluding the end-seed marker) and the parent session id.
+type Result struct {
+	Child         string `json:"child"`
+	SeedLength    int    `json:"seedLength"`
+	ParentSession string `json:"parentSession"`
+}
+
+// Forker serves the agentlog-fork micro service (reference SessionStore.fork / _forkSeed).
+//
+// A fork runs in this order:
+//  1. child given and exists (metadata in agentlog_sessions, or events in the log) →
+//     SESSION_ALREADY_EXISTS `session "<child>" already exists`;
+//  2. source has neither metadata nor events → SESSION_NOT_FOUND `session "<source>" not found`;
+//  3. the source is read from the log; seed = session.ForkSeed (INVALID_BOUNDARY, OPEN_TURN); child
+//     events = session.ForkChild(seed, now) (seed + session/end-seed; seed-validation refusals);
+//  4. the child's metadata (version 0, id, createdAt now ms, the parent's cwd if set,
+//     parentSession, seedLength) is created in agentlog_sessions with a KV create;
+//  5. the child's events are written as one record guarded with expected last subject sequence 0
+//     (ajs.Store.Append; split into one atomic batch when too large).
+//
+// Why metadata first: the KV create is the claim on the child id. Every creator of a session
+// (CreateSession, another fork) goes through that same KV create, so exactly one of two racing
+// forks (or a fork and a create) wins the id; the loser is refused before it writes any event.
+// The guarded record then cannot conflict unless events were written on the child's subject
+// without metadata; in that case the fork deletes the metadata it created (a revision-guarded KV
+// delete) and answers SESSION_ALREADY_EXISTS. The reverse order would be worse: a record, once
+// written, cannot be removed (the stream denies deletes), so losing the KV race after writing it
+// would leave events under someone else's metadata.
+//
+// What remains: between steps 4 and 5 (and forever, if the forker dies there or the record write
+// fails and the rollback fails too) the child has metadata and no events; readers see a session
+// that is created but not yet written, whose header already names parentSession and seedLength.
+// A header with seedLength > 0 and no events is therefore an incomplete fork.
+type Forker struct {
+	store  *ajs.Store
+	nc     *nats.Conn
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	svc     micro.Service
+	reqs    sync.WaitGroup
+	closing bool
+	slots   chan struct{}
+
+	beforeRecord func(child string) // test hook: runs between the KV create and the record
+}
+
+// New returns a Forker over a provisioned store, serving on nc.
+func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, slots: make(chan struct{}, 16)}
+}
+
+// Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
+// returns once it is subscribed. ctx is not retained.
+func (f *Forker) Start(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started {
+		return errors.New("forker: already started")
+	}
+	if f.store == nil || f.nc == nil {
+		return errors.New("forker: New needs a store and a connection")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	svc, err := micro.AddService(f.nc, micro.Config{
+		Name:        Service,
+		Version:     ServiceVersion,
+		Description: "agentlog fork: starts a new session from a prefix of another",
+	})
+	if err != nil {
+		return fmt.Errorf("forker: starting service %s: %w", Service, err)
+	}
+	if err := svc.AddEndpoint(Endpoint, micro.HandlerFunc(f.serve), micro.WithEndpointSubject(Subject)); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("forker: adding endpoint %s: %w", Endpoint, err)
+	}
+	f.svc, f.started = svc, true
+	f.logger.Info("forker started", "service", Service, "subject", Subject)
+	return nil
+}
+
+// Stop drains the service's subscription and waits for forks in flight to finish; requests that
+// arrive while it stops are answered "503". Stop is idempotent.
+func (f *Forker) Stop() error {
+	f.mu.Lock()
+	if !f.started || f.stopped {
+		f.mu.Unlock()
+		return nil
+	}
+	f.stopped = true
+	f.mu.Unlock()
+	err := f.svc.Stop()
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
+	f.reqs.Wait()
+	f.logger.Info("forker stopped")
+	if err != nil {
+		return fmt.Errorf("forker: stopping service %s: %w", Service, err)
+	}
+	return nil
+}
+
+// serve runs one fork request in its own goroutine (at most cap(f.slots) at once).
+func (f *Forker) serve(req micro.Request) {
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		_ = req.Error(CodeUnavailable, "forker is stopping", nil)
+		return
+	}
+	f.reqs.Add(1)
+	f.mu.Unlock()
+	f.slots <- struct{}{}
+	go func() {
+		defer func() { <-f.slots; f.reqs.Done() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := f.handle(ctx, req.Data())
+		if err != nil {
+			code, desc := wireError(err)
+			if code == CodeInternal {
+				f.logger.Error("fork failed", "err", err)
+			}
+			_ = req.Error(code, desc, nil)
+			return
+		}
+		_ = req.RespondJSON(res)
+	}()
+}
+
+// requestError is a bad request (code 400).
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+// wireError maps an error to a micro error code and description.
+func wireError(err error) (string, string) {
+	var fe *session.ForkError
+	var re *requestError
+	switch {
+	case errors.As(err, &fe):
+		if fe.Code == "" {
+			return CodeInvalidSeed, fe.Msg
+		}
+		return fe.Code, fe.Msg
+	case errors.As(err, &re):
+		return CodeBadRequest, re.msg
+	default:
+		return CodeInternal, err.Error()
+	}
+}
+
+// wireRequest is the request as read from the wire; boundary is kept raw so that a boundary that
+// is not an int64 (1.5, 1e300, "3") is refused with the reference's INVALID_BOUNDARY text.
+type wireRequest struct {
+	Source   string          `json:"source"`
+	Boundary json.RawMessage `json:"boundary"`
+	Child    string          `json:"child"`
+}
+
+// parseRequest decodes a request. The boundary error texts follow the reference's
+// `fork boundary for session "<id>" must be a non-negative safe integer, got <value>`.
+func parseRequest(data []byte) (Request, error) {
+	var w wireRequest
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Request{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
+	}
+	if w.Source == "" {
+		return Request{}, &requestError{"bad request: \"source\" is required"}
+	}
+	r := Request{Source: w.Source, Child: w.Child}
+	raw := bytes.TrimSpace(w.Boundary)
+	if len(raw) == 0 || string(raw) == "null" {
+		return r, nil
+	}
+	var n json.Number
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return Request{}, &requestError{fmt.Sprintf("bad request: boundary: %v", err)}
+	}
+	var got string
+	switch x := v.(type) {
+	case json.Number:
+		n = x
+		if b, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
+			r.Boundary = &b
+			return r, nil
+		}
+		fl, err := strconv.ParseFloat(n.String(), 64)
+		if err == nil && fl == math.Trunc(fl) && math.Abs(fl) < 1<<62 {
+			b := int64(fl) // e.g. 3.0 or 3e0: an integer in JavaScript
+			r.Boundary = &b
+			return r, nil
+		}
+		got = jsNumber(fl)
+	case string:
+		got = x
+	case bool:
+		got = strconv.FormatBool(x)
+	default:
+		return Request{}, &requestError{fmt.Sprintf("bad request: boundary %s is not a number", raw)}
+	}
+	return Request{}, &session.ForkError{Code: session.CodeInvalidBoundary,
+		Msg: fmt.Sprintf("fork boundary for session %q must be a non-negative safe integer, got %s", w.Source, got)}
+}
+
+// jsNumber formats f as JavaScript's String(number) does for the values that reach it here
+// (non-integers and integers too large for int64).
+func jsNumber(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	case math.IsNaN(f):
+		return "NaN"
+	}
+	abs := math.Abs(f)
+	if abs != 0 && (abs >= 1e21 || abs < 1e-6) {
+		s := strconv.FormatFloat(f, 'e', -1, 64) // 1e+21, 1.5e-7
+		return s
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// handle performs one fork.
+func (f *Forker) handle(ctx context.Context, data []byte) (Result, error) {
+	req, err := parseRequest(data)
+	if err != nil {
+		return Result{}, err
+	}
+	return f.Fork(ctx, req)
+}
+
+// exists reports whether session id has metadata or events.
+func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, events bool, err error) {
+	h, err := f.store.GetSession(ctx, id)
+	switch {
+	case err == nil:
+		hdr = &h
+	case errors.Is(err, ajs.ErrSessionNotFound):
+	default:
+		return nil, false, fmt.Errorf("session %q: reading metadata: %w", id, err)
+	}
+	tail, err := f.store.GetTail(ctx, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("session %q: reading the log tail: %w", id, err)
+	}
+	return hdr, tail.LastStreamSeq > 0, nil
+}
+
+// DefaultChildID returns a fresh child id for source: "<source>~fork~<nuid>", with source cut at a
+// UTF-8 boundary so that the id is at most ajs.MaxSessionIDBytes (256) bytes.
+func DefaultChildID(source string) string {
+	u := nuid.Next()
+	keep := ajs.MaxSessionIDBytes - len(ChildSuffix) - len(u)
+	if len(source) > keep {
+		source = source[:keep]
+		for len(source) > 0 && !utf8.ValidString(source) {
+			source = source[:len(source)-1]
+		}
+	}
+	return source + ChildSuffix + u
+}
+
+// Fork performs a fork in-process (the service handler calls it): the same checks, order, codes
+// and texts as the service. Refusals are *session.ForkError; a malformed request is an error
+// naming the field; anything else is a failure to read or write the store.
+func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
+	if req.Source == "" {
+		return Result{}, &requestError{"bad request: \"source\" is required"}
+	}
+	if req.Child != "" {
+		if _, err := ajs.Token(req.Child); err != nil {
+			return Result{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
+		}
+		hdr, evs, err := f.exists(ctx, req.Child)
+		if err != nil {
+			return Result{}, err
+		}
+		if hdr != nil || evs {
+			return Result{}, alreadyExists(req.Child)
+		}
+	}
+	if _, err := ajs.Token(req.Source); err != nil {
+		// An id that has no subject token cannot name a stored session.
+		return Result{}, notFound(req.Source)
+	}
+	srcHdr, _, err := f.exists(ctx, req.Source)
+	if err != nil {
+		return Result{}, err
+	}
+	events, _, err := f.store.Read(ctx, req.Source)
+	if err != nil {
+		return Result{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
+	}
+	if srcHdr == nil && len(events) == 0 {
+		return Result{}, notFound(req.Source)
+	}
+	seed, ferr := session.ForkSeed(req.Source, events, req.Boundary)
+	if ferr != nil {
+		return Result{}, ferr
+	}
+	nowMs := f.now().UnixMilli()
+	childEvents, ferr := session.ForkChild(seed, nowMs)
+	if ferr != nil {
+		return Result{}, ferr
+	}
+	child := req.Child
+	if child == "" {
+		child = DefaultChildID(req.Source)
+	}
+	seedLength := int64(len(seed))
+	hdr := session.Header{Version: 0, ID: child, CreatedAt: nowMs, ParentSession: req.Source, SeedLength: &seedLength}
+	if srcHdr != nil && srcHdr.Cwd != "" {
+		hdr.Cwd = srcHdr.Cwd
+	}
+
+	// Step 4: the KV create claims the child id.
+	if err := f.store.CreateSession(ctx, hdr); err != nil {
+		if errors.Is(err, ajs.ErrSessionExists) {
+			return Result{}, alreadyExists(child)
+		}
+		return Result{}, fmt.Errorf("fork of session %q onto %q: creating the child's metadata: %w", req.Source, child, err)
+	}
+	if f.beforeRecord != nil {
+		f.beforeRecord(child)
+	}
+	// Step 5: one record guarded with expected last subject sequence 0.
+	msgID := "fork:" + nuid.Next()
+	_, err = f.store.Append(ctx, child, 0, msgID, childEvents)
+	if err == nil {
+		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
+		return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+	}
+	if !errors.Is(err, ajs.ErrConflict) {
+		// The outcome may be unknown (a lost ack): if our record is the child's tail, it is written.
+		if tail, terr := f.store.GetTail(ctx, child); terr == nil && tail.LastStreamSeq > 0 && tail.LastMsgID == msgID {
+			return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+		}
+	}
+	if rerr := f.rollback(ctx, child, hdr); rerr != nil {
+		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
+	}
+	if errors.Is(err, ajs.ErrConflict) {
+		return Result{}, alreadyExists(child)
+	}
+	return Result{}, fmt.Errorf("fork of session %q onto %q: writing the child's record: %w", req.Source, child, err)
+}
+
+func alreadyExists(id string) *session.ForkError {
+	return &session.ForkError{Code: session.CodeSessionAlreadyExists, Msg: fmt.Sprintf("session %q already exists", id)}
+}
+
+func notFound(id string) *session.ForkError {
+	return &session.ForkError{Code: session.CodeSessionNotFound, Msg: fmt.Sprintf("session %q not found", id)}
+}
+
+// Fork asks the agentlog-fork service to fork req.Source. A refusal comes back as
+// *session.ForkError with the reference's code (Code "" for a seed-validation refusal) and exact
+// text; other failures are plain errors. Without a deadline on ctx it waits at most 30 s.
+func Fork(ctx context.Context, nc *nats.Conn, req Request) (Result, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return Result{}, err
+	}
+	msg, err := nc.RequestWithContext(ctx, Subject, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return Result{}, fmt.Errorf("%s: no instance is serving %s (is a forker running?): %w", Service, Subject, err)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: fork of session %q: %w", Service, req.Source, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		desc := msg.Header.Get(micro.ErrorHeader)
+		switch code {
+		case session.CodeOpenTurn, session.CodeInvalidBoundary, session.CodeSessionNotFound, session.CodeSessionAlreadyExists:
+			return Result{}, &session.ForkError{Code: code, Msg: desc}
+		case CodeInvalidSeed:
+			return Result{}, &session.ForkError{Code: "", Msg: desc}
+		}
+		return Result{}, fmt.Errorf("%s: fork of session %q: %s (code %s)", Service, req.Source, desc, code)
+	}
+	var res Result
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return Result{}, fmt.Errorf("%s: fork of session %q: malformed reply: %w", Service, req.Source, err)
+	}
+	return res, nil
+}
+
+// rollback removes the child metadata this fork created (step 4) after its record could not be
+// written: a KV delete guarded by the revision read, and only when the stored header is still the
+// one this fork wrote (same parentSession, seedLength and createdAt).
+func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header) error {
+	key, err := ajs.Token(child)
+	if err != nil {
+		return err
+	}
+	e, err := f.store.Sessions.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("session %q: reading the metadata to roll back: %w", child, err)
+	}
+	var got session.Header
+	if err := json.Unmarshal(e.Value(), &got); err != nil {
+		return fmt.Errorf("session %q: metadata to roll back does not decode: %w", child, err)
+	}
+	if got.ID != hdr.ID || got.ParentSession != hdr.ParentSession || got.CreatedAt != hdr.CreatedAt ||
+		got.SeedLength == nil || *got.SeedLength != *hdr.SeedLength {
+		return fmt.Errorf("session %q: metadata is no longer the one this fork created; left as is", child)
+	}
+	if err := f.store.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("session %q: deleting the metadata: %w", child, err)
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package integration_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/agentlog/agentlog/session"
+)
+
+// expected is the part of the oracle's output these tests compare.
+type expected struct {
+	OK             bool              `json:"ok"`
+	AcceptedEvents int               `json:"acceptedEvents"`
+	Events         int               `json:"events"`
+	Messages       []json.RawMessage `json:"messages"`
+}
+
+func recordedLogs(t *testing.T) []string {
+	t.Helper()
+	dir := filepath.Join(dataDir, "dsh-sessions")
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Skipf("no recorded sessions at %s (the shared data sits beside the repository; absent on a bare clone)", dir)
+	}
+	return files
+}
+
+func readExpected(t *testing.T, logPath string) expected {
+	t.Helper()
+	b, err := os.ReadFile(strings.TrimSuffix(logPath, ".jsonl") + ".expected.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e expected
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// jsonEqual compares two JSON texts as values (numbers as float64, as the reference reads them).
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatalf("decode %s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// TestRecordedSessionsEndToEnd imports every recorded log through the publisher (agentlog import),
+// reads it back (agentlog events), and reads the derived messages through the projector's query
+// service (agentlog messages), comparing with the reference's expected output. Logs the reference
+// refuses must be refused by import, with nothing written.
+func TestRecordedSessionsEndToEnd(t *testing.T) {
+	for _, path := range recordedLogs(t) {
+		name := strings.TrimSuffix(filepath.Base(path), ".jsonl")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			exp := readExpected(t, path)
+			id := "it/" + name
+			r := agentlog(t, nil, "import", path, "--session", id)
+			if !exp.OK {
+				if r.code != 1 {
+					t.Fatalf("import of a log the reference refuses: exit %d, want 1\nstdout: %s", r.code, r.stdout)
+				}
+				if !strings.Contains(r.stderr, "seq") {
+					t.Errorf("refusal does not name the seq: %s", r.stderr)
+				}
+				if ev := agentlog(t, nil, "events", id); ev.code == 0 {
+					t.Errorf("refused import left a session behind:\n%s", ev.stdout)
+				}
+				return
+			}
+			if r.code != 0 {
+				t.Fatalf("import: exit %d\nstderr: %s", r.code, r.stderr)
+			}
+
+			// The events read back equal the events imported, data bytes included.
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, want, err := session.ReadJSONL(f, id)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := mustAgentlog(t, nil, "events", id)
+			h, got, err := session.ReadJSONL(strings.NewReader(out), id)
+			if err != nil {
+				t.Fatalf("events output does not parse: %v", err)
+			}
+			if h == nil || h.ID != id {
+				t.Errorf("events header = %+v, want id %q", h, id)
+			}
+			if len(got) != len(want) || len(got) != exp.Events {
+				t.Fatalf("events: got %d, imported %d, reference %d", len(got), len(want), exp.Events)
+			}
+			for i := range want {
+				if !sameEvent(want[i], got[i]) {
+					t.Fatalf("event %d differs:\nimported %s\nread     %s", i, mustJSON(want[i]), mustJSON(got[i]))
+				}
+			}
+
+			// The projector's messages equal the reference's.
+			msgs := mustAgentlog(t, nil, "messages", id)
+			wantMsgs, _ := json.Marshal(exp.Messages)
+			if exp.Messages == nil {
+				wantMsgs = []byte("[]")
+			}
+			if !jsonEqual(t, []byte(msgs), wantMsgs) {
+				t.Fatalf("messages differ from the reference:\ngot  %s\nwant %s", clip(msgs), clip(string(wantMsgs)))
+			}
+		})
+	}
+}
+
+// sameEvent compares two events field by field, data and surface metadata byte for byte (compacted).
+func sameEvent(a, b session.Event) bool {
+	return a.Type == b.Type && a.Seq == b.Seq && a.Time == b.Time && a.Ignorable == b.Ignorable &&
+		compactEqual(a.Data, b.Data) && compactEqual(a.SurfaceOp, b.SurfaceOp) && compactEqual(a.SourceEventSeqs, b.SourceEventSeqs)
+}
+
+func compactEqual(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func clip(s string) string {
+	if len(s) > 2000 {
+		return s[:2000] + "…"
+	}
+	return s
+}
+
+// TestForkExample runs the seed's fork example through the live services.
+func TestForkExample(t *testing.T) {
+	path := filepath.Join(dataDir, "examples", "fork-parent.jsonl")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("fork example absent at %s (the shared data sits beside the repository)", path)
+	}
+	mustAgentlog(t, nil, "import", path) // the header names it "parent"
+
+	type forkOut struct {
+		Child         string `json:"child"`
+		SeedLength    int    `json:"seedLength"`
+		ParentSession string `json:"parentSession"`
+	}
+	check := func(t *testing.T, args []string, child string, wantEvents, wantSeed, wantMsgs int) {
+		t.Helper()
+		out := mustAgentlog(t, nil, append([]string{"fork", "parent", "--child", child}, args...)...)
+		var fo forkOut
+		if err := json.Unmarshal([]byte(out), &fo); err != nil {
+			t.Fatalf("fork output %q: %v", out, err)
+		}
+		if fo != (forkOut{Child: child, SeedLength: wantSeed, ParentSession: "parent"}) {
+			t.Fatalf("fork = %+v, want child %q seedLength %d parent \"parent\"", fo, child, wantSeed)
+		}
+		_, events, err := session.ReadJSONL(strings.NewReader(mustAgentlog(t, nil, "events", child)), child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) != wantEvents || events[len(events)-1].Type != "session/end-seed" {
+			t.Fatalf("child has %d events ending %q, want %d ending session/end-seed", len(events), events[len(events)-1].Type, wantEvents)
+		}
+		var msgs []json.RawMessage
+		if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "messages", child)), &msgs); err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != wantMsgs {
+			t.Fatalf("child has %d messages, want %d", len(msgs), wantMsgs)
+		}
+	}
+	t.Run("default boundary", func(t *testing.T) { check(t, nil, "child-default", 9, 8, 2) })
+	t.Run("at 4", func(t *testing.T) { check(t, []string{"--at", "4"}, "child-at-4", 6, 5, 1) })
+	t.Run("at 2 inside open turn", func(t *testing.T) {
+		r := agentlog(t, nil, "fork", "parent", "--at", "2", "--child", "child-at-2")
+		if r.code != 1 {
+			t.Fatalf("exit %d, want 1; stdout %s", r.code, r.stdout)
+		}
+		want := `fork boundary 2 in session "parent" ends inside open turn 1`
+		if !strings.Contains(r.stderr, "OPEN_TURN") || !strings.Contains(r.stderr, want) {
+			t.Fatalf("stderr %q, want OPEN_TURN and %q", r.stderr, want)
+		}
+	})
+	t.Run("onto an existing child", func(t *testing.T) {
+		r := agentlog(t, nil, "fork", "parent", "--child", "child-default")
+		if r.code != 1 || !strings.Contains(r.stderr, "SESSION_ALREADY_EXISTS") ||
+			!strings.Contains(r.stderr, `session "child-default" already exists`) {
+			t.Fatalf("exit %d stderr %q, want 1 and SESSION_ALREADY_EXISTS", r.code, r.stderr)
+		}
+	})
+	t.Run("unknown source", func(t *testing.T) {
+		r := agentlog(t, nil, "fork", "no-such-session")
+		if r.code != 1 || !strings.Contains(r.stderr, "SESSION_NOT_FOUND") {
+			t.Fatalf("exit %d stderr %q, want 1 and SESSION_NOT_FOUND", r.code, r.stderr)
+		}
+	})
+}

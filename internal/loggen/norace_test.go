@@ -1,0 +1,5 @@
+//go:build !race
+
+package loggen
+
+const raceEnabled = false

@@ -1,0 +1,219 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// ErrConflict is returned (wrapped) when the Nats-Expected-Last-Subject-Sequence guard fails
+// (JetStream error 10071, or 10164 on replicated streams).
+var ErrConflict = errors.New("agentlog: session log changed under this writer (guard conflict)")
+
+// ErrEventTooLarge is returned (wrapped) by Append when one event alone, encoded with its record
+// headers, does not fit in the store's MaxMsgSize: it cannot be split. The message names the
+// session, the event's seq, its encoded size and the limit, in bytes.
+var ErrEventTooLarge = errors.New("agentlog: event larger than the max message size")
+
+// JetStream API error codes that Append maps to ErrConflict.
+const (
+	ErrCodeWrongLastSequence         = 10071 // Nats-Expected-Last-Subject-Sequence mismatch
+	ErrCodeWrongLastSequenceConstant = 10164 // guarded publish while the subject has a message in flight (R>1)
+	errCodeBatchDuplicateMsgID       = 10201 // an atomic batch contains an already stored Nats-Msg-Id
+)
+
+// MaxBatchRecords is the most records one split Append may need: nats-server's default limit on
+// the messages of one atomic batch (ADR-50).
+const MaxBatchRecords = 1000
+
+// AppendResult reports a committed record.
+type AppendResult struct {
+	StreamSeq uint64 // stream sequence of the (last) record written
+	Duplicate bool   // the server deduplicated it by Nats-Msg-Id: an earlier try was stored
+}
+
+// Append writes events (consecutive seqs of session id) as one record guarded with
+// expectedLastStreamSeq (0 for a new session), with Nats-Msg-Id msgID. When the encoded record is
+// larger than MaxMsgSize it is split into several records committed as one atomic batch.
+//
+// expectedLastStreamSeq is a STREAM sequence (Tail.LastStreamSeq: the stream seq of the session's
+// last record, 0 when it has none), not an event seq; the header
+// Nats-Expected-Last-Subject-Sequence is sent for 0 as well, so two writers both creating a
+// session cannot both succeed. A failed guard (JetStream 10071 or 10164) is a wrapped ErrConflict
+// naming the session and the expected sequence; nothing is written. With expectedLastStreamSeq 0
+// the first event must have seq 0 (rule record-continue); otherwise continuity with the stored
+// tail is the caller's (guard-protected) responsibility and Read verifies it.
+//
+// msgID (optional; "" sends none) becomes Nats-Msg-Id; it must be unique per append. A retry of
+// an append whose ack was lost is reported as Duplicate true with the stream seq of the stored
+// record, and stores nothing, when either the server finds msgID in its duplicate window (2 min by
+// default) or the guard fails and the session's last record carries msgID (the retry "finds its
+// own record at the tail"; read with a direct get, so on R>1 a lagging follower can only turn that
+// into ErrConflict). A split append gives its records the ids msgID+"~1", msgID+"~2", ... and the
+// last one msgID itself, so Tail.LastMsgID of a committed split append is msgID; a retried split
+// append whose msg ids are stored but are no longer at the tail is ErrConflict.
+//
+// Size: a record (headers plus body, bytes) must fit in s.MaxMsgSize. A window that does not fit is
+// cut into records of consecutive events, each within the limit, published as one ADR-50 atomic
+// batch (all or nothing) with the guard on the first message; at most MaxBatchRecords records. A
+// single event that cannot fit is a wrapped ErrEventTooLarge. Codec errors are *session.Error.
+func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, msgID string, events []session.Event) (AppendResult, error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	tok, _ := Token(id)
+	if err := checkMsgID(id, msgID); err != nil {
+		return AppendResult{}, err
+	}
+	lines, err := encodeLines(id, events)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if expectedLastStreamSeq == 0 && events[0].Seq != 0 {
+		return AppendResult{}, recordErr(id, events[0].Seq, 0, RuleRecordContinue,
+			"the first record of a session (expected last stream seq 0) must start at seq 0")
+	}
+	limit := int(s.MaxMsgSize)
+	if limit <= 0 {
+		return AppendResult{}, fmt.Errorf("agentlog: append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
+	}
+
+	// One record when it fits.
+	h := recordHeader(tok, events[0].Seq, len(events))
+	h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expectedLastStreamSeq, 10))
+	if msgID != "" {
+		h.Set(natsjs.MsgIDHeader, msgID)
+	}
+	body := bytes.Join(lines, []byte{'\n'})
+	if headerWireSize(h)+len(body) <= limit {
+		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
+		if err != nil {
+			return s.appendErr(ctx, id, subject, expectedLastStreamSeq, msgID, err)
+		}
+		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	}
+	return s.appendSplit(ctx, id, tok, subject, expectedLastStreamSeq, msgID, events, lines, limit)
+}
+
+// appendSplit cuts lines into records within limit and commits them as one atomic batch.
+func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, msgID string, events []session.Event, lines [][]byte, limit int) (AppendResult, error) {
+	// Worst-case headers of any part: every number takes at most as many digits as its largest
+	// possible value, plus the batch headers that jetstreamext adds.
+	n := len(events)
+	worst := recordHeader(tok, events[n-1].Seq, n)
+	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	if msgID != "" {
+		worst.Set(natsjs.MsgIDHeader, partMsgID(msgID, n))
+	}
+	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22)) // a nuid
+	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(n))
+	worst.Set(jetstreamext.BatchCommitHeader, "1")
+	budget := limit - headerWireSize(worst) // bytes of body per record
+
+	type part struct{ from, to int } // events[from:to]
+	var parts []part
+	from, size := 0, 0
+	for i, line := range lines {
+		if len(line) > budget {
+			return AppendResult{}, fmt.Errorf("%w: session %q seq %d: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
+				ErrEventTooLarge, id, events[i].Seq, len(line), limit-budget, limit)
+		}
+		add := len(line)
+		if i > from {
+			add++ // the "\n" separator
+		}
+		if i > from && size+add > budget {
+			parts = append(parts, part{from, i})
+			from, size, add = i, 0, len(line)
+		}
+		size += add
+	}
+	parts = append(parts, part{from, n})
+	if len(parts) == 1 {
+		// Cannot happen (the whole record did not fit), but never publish an unguarded shape.
+		return AppendResult{}, fmt.Errorf("agentlog: session %q seq %d: record of %d events does not fit in %d bytes but did not split", id, events[0].Seq, n, limit)
+	}
+	if len(parts) > MaxBatchRecords {
+		return AppendResult{}, fmt.Errorf("agentlog: session %q seq %d..%d: the window needs %d records of at most %d bytes, more than the %d an atomic batch may hold; append fewer events at a time",
+			id, events[0].Seq, events[n-1].Seq, len(parts), limit, MaxBatchRecords)
+	}
+
+	bp, err := jetstreamext.NewBatchPublisher(s.JS)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("agentlog: session %q: start atomic batch: %w", id, err)
+	}
+	var lastMsg *nats.Msg
+	for k, p := range parts {
+		h := recordHeader(tok, events[p.from].Seq, p.to-p.from)
+		if k == 0 {
+			h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+		}
+		last := k == len(parts)-1
+		if msgID != "" {
+			if last {
+				h.Set(natsjs.MsgIDHeader, msgID)
+			} else {
+				h.Set(natsjs.MsgIDHeader, partMsgID(msgID, k+1))
+			}
+		}
+		m := &nats.Msg{Subject: subject, Header: h, Data: bytes.Join(lines[p.from:p.to], []byte{'\n'})}
+		if last {
+			lastMsg = m
+			break
+		}
+		if err := bp.AddMsg(m); err != nil {
+			_ = bp.Discard()
+			return s.appendErr(ctx, id, subject, expected, msgID, err)
+		}
+	}
+	ack, err := bp.CommitMsg(ctx, lastMsg)
+	if err != nil {
+		return s.appendErr(ctx, id, subject, expected, msgID, err)
+	}
+	return AppendResult{StreamSeq: ack.Sequence}, nil
+}
+
+// partMsgID is the Nats-Msg-Id of record k (1-based) of a split append that is not the last.
+func partMsgID(msgID string, k int) string { return msgID + "~" + strconv.Itoa(k) }
+
+// appendErr maps a failed publish or atomic batch. When the append carries a msg id and failed
+// on the guard (the session moved on) or as an atomic batch holding an already stored msg id, it
+// may be the retry of an append that was committed but whose ack was lost: if the session's last
+// record carries msgID, that is reported as Duplicate with its stream seq (design.md §2: a retry
+// "must either dedupe or find its own record at the tail").
+func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint64, msgID string, err error) (AppendResult, error) {
+	var apiErr *natsjs.APIError
+	isAPI := errors.As(err, &apiErr)
+	conflict := isAPI && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)
+	dupInBatch := isAPI && apiErr.ErrorCode == errCodeBatchDuplicateMsgID
+	if msgID != "" && (conflict || dupInBatch) {
+		last, gerr := s.Stream.GetLastMsgForSubject(ctx, subject)
+		if gerr == nil && last.Header.Get(natsjs.MsgIDHeader) == msgID {
+			return AppendResult{StreamSeq: last.Sequence, Duplicate: true}, nil
+		}
+	}
+	switch {
+	case conflict:
+		return AppendResult{}, fmt.Errorf("%w: session %q: expected last stream seq %d: %w", ErrConflict, id, expected, err)
+	case dupInBatch:
+		return AppendResult{}, fmt.Errorf("%w: session %q: split append with msg id %q was stored before, but the session's last record is no longer it (expected last stream seq %d): %w",
+			ErrConflict, id, msgID, expected, err)
+	}
+	return AppendResult{}, fmt.Errorf("agentlog: append to session %q (expected last stream seq %d): %w", id, expected, err)
+}
+
+func checkMsgID(id, msgID string) error {
+	if strings.TrimSpace(msgID) != msgID || strings.ContainsAny(msgID, "\r\n") {
+		return fmt.Errorf("agentlog: session %q: msg id %q has surrounding space or a line break", id, msgID)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// testServer starts an embedded server in a temp dir and connects to it; both are stopped at cleanup.
+func testServer(t testing.TB, opts EmbeddedOptions) (*nats.Conn, natsjs.JetStream) {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	srv, err := RunEmbedded(opts)
+	if err != nil {
+		t.Fatalf("RunEmbedded: %v", err)
+	}
+	nc, js, err := Connect(srv.ClientURL(), t.Name())
+	if err != nil {
+		srv.Shutdown()
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return nc, js
+}
+
+// testStore provisions a store with cfg on a fresh embedded server.
+func testStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	_, js := testServer(t, EmbeddedOptions{})
+	s, err := Provision(testCtx(t), js, cfg)
+	if err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	return s
+}
+
+// testCtx is a context bounded generously: it only guards against a hang, no timing is asserted.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ev builds a log-only event with seq and a small payload.
+func ev(seq int64, payload string) session.Event {
+	data, _ := json.Marshal(map[string]any{"turn": 1, "note": payload})
+	return session.Event{Type: "test/note", Seq: seq, Time: json.Number(strconv.FormatInt(1785000000000+seq, 10)), Data: data}
+}
+
+// evs builds events from..to-1.
+func evs(from, to int64, payload string) []session.Event {
+	out := make([]session.Event, 0, to-from)
+	for s := from; s < to; s++ {
+		out = append(out, ev(s, fmt.Sprintf("%s-%d", payload, s)))
+	}
+	return out
+}
+
+// mustJSON returns the compact JSON of v for comparisons.
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := marshalCompact(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

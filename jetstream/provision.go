@@ -1,0 +1,461 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of what Provision creates (design.md §3).
+const (
+	StreamName        = "AGENTLOG"
+	SubjectPrefix     = "agentlog.session" // agentlog.session.<partition>.<token>
+	SessionsBucket    = "agentlog_sessions"
+	ProjectionsBucket = "agentlog_projections"
+	ErrorsStream      = "AGENTLOG_ERRORS"
+	ErrorsPrefix      = "agentlog.errors" // agentlog.errors.<token>
+	DefaultPartitions = 16
+)
+
+// Stream metadata keys written at creation and read by Open, and the defaults Provision applies.
+const (
+	MetaPartitions = "agentlog.partitions" // partition count, decimal; fixed at creation
+	MetaFormat     = "agentlog.format"     // record format of the stream: StoreFormat
+	StoreFormat    = "1"
+
+	DefaultReplicas        = 1
+	DefaultMaxMsgSize      = int32(1 << 20) // bytes (1 MiB), headers plus body of one record
+	DefaultDuplicateWindow = 2 * time.Minute
+	MaxPartitions          = 1 << 16
+
+	// Limits of the AGENTLOG_ERRORS stream (agent/error reports, kept for inspection only).
+	ErrorsMaxAge            = 7 * 24 * time.Hour
+	ErrorsMaxMsgsPerSubject = 1000
+	ErrorsMaxBytes          = 256 << 20 // bytes
+)
+
+// ErrIncompatible is returned (wrapped) when an existing stream or KV bucket has a setting that
+// agentlog cannot work with. The message names the stream or bucket, the setting, the value found
+// and the value wanted. agentlog never updates an existing stream or bucket by itself.
+var ErrIncompatible = errors.New("agentlog: existing stream or bucket cannot be used")
+
+// ErrNotProvisioned is returned (wrapped) by Open when the stream or a bucket does not exist.
+var ErrNotProvisioned = errors.New("agentlog: not provisioned")
+
+// Config is the provisioning configuration. Zero values take defaults: Partitions 16, Replicas 1,
+// MaxMsgSize 1 MiB (bytes), DuplicateWindow 2 min.
+//
+// A non-zero value is "asked explicitly": an existing stream or bucket with a different value is
+// refused (ErrIncompatible) rather than silently used. With a zero value the existing setting is
+// taken as it is.
+type Config struct {
+	Partitions      int
+	Replicas        int
+	MaxMsgSize      int32
+	DuplicateWindow time.Duration
+}
+
+// Store is a provisioned agentlog on one JetStream account. Get one from Provision or Open. It holds
+// no mutable state of its own and is safe for concurrent use.
+type Store struct {
+	JS          natsjs.JetStream
+	Stream      natsjs.Stream
+	Sessions    natsjs.KeyValue
+	Projections natsjs.KeyValue
+	Partitions  int
+	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
+}
+
+// Provision creates what is missing and checks what exists. It refuses, with an error naming the
+// setting, an existing stream or bucket whose config it cannot use (wrong subjects, storage,
+// partition count, DenyDelete off, ...).
+//
+// It creates (design.md §3):
+//   - stream AGENTLOG on agentlog.session.>: file storage, S2 compression, AllowDirect, DenyDelete,
+//     AllowAtomicPublish (for split records, ADR-50), limits retention with no limits, Duplicates =
+//     cfg.DuplicateWindow, MaxMsgSize = cfg.MaxMsgSize, Replicas, and metadata agentlog.partitions
+//     (fixed at creation) and agentlog.format = "1";
+//   - KV buckets agentlog_sessions and agentlog_projections: file storage, history 1, same replicas;
+//   - stream AGENTLOG_ERRORS on agentlog.errors.>: file storage, max age 7 days, 1000 messages per
+//     subject, 256 MiB.
+//
+// An existing AGENTLOG is refused (ErrIncompatible) when its subjects are not exactly
+// agentlog.session.>, its storage is not file, its retention is not limits, it has an age, message
+// or byte limit, DenyDelete or AllowAtomicPublish is off, it is sealed, a mirror, a counter stream,
+// has no-ack or a subject transform, its metadata lacks a valid partition count or format "1", or a
+// setting asked explicitly in cfg (partitions, replicas, max message size, duplicate window)
+// differs. A session bucket with memory storage or a TTL is refused, as is a bucket with memory
+// storage or replicas other than asked. An explicit MaxMsgSize above the server's max payload is
+// refused; the default is capped at it.
+func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, error) {
+	w, err := wantFromConfig(js, cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	stream, err := ensureStream(ctx, js, StreamName, w.sessionStreamConfig(), func(c natsjs.StreamConfig) error {
+		_, err := checkSessionStream(c, w)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	found, err := checkSessionStream(stream.CachedInfo().Config, w)
+	if err != nil {
+		return nil, err
+	}
+
+	sessions, err := ensureBucket(ctx, js, SessionsBucket, w, "agentlog session metadata (header per session token)")
+	if err != nil {
+		return nil, err
+	}
+	projections, err := ensureBucket(ctx, js, ProjectionsBucket, w, "agentlog projection states and checkpoints (<unit>.<token>)")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ensureStream(ctx, js, ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
+		return nil, err
+	}
+	return &Store{
+		JS:          js,
+		Stream:      stream,
+		Sessions:    sessions,
+		Projections: projections,
+		Partitions:  found.partitions,
+		MaxMsgSize:  found.maxMsgSize,
+	}, nil
+}
+
+// Open attaches to an already provisioned agentlog (reading the partition count from the stream
+// metadata); it fails with a clear error if it is not provisioned.
+//
+// A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
+// Provision would refuse is ErrIncompatible (wrapped). Open creates and changes nothing.
+func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
+	w, err := wantFromConfig(js, Config{})
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, StreamName)
+		}
+		return nil, fmt.Errorf("agentlog: look up stream %s: %w", StreamName, err)
+	}
+	found, err := checkSessionStream(stream.CachedInfo().Config, w)
+	if err != nil {
+		return nil, err
+	}
+	kvs := make([]natsjs.KeyValue, 2)
+	for i, bucket := range []string{SessionsBucket, ProjectionsBucket} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			if errors.Is(err, natsjs.ErrBucketNotFound) {
+				return nil, fmt.Errorf("%w: KV bucket %s does not exist (run `agentlog provision`)", ErrNotProvisioned, bucket)
+			}
+			return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", bucket, err)
+		}
+		if err := checkBucket(ctx, js, bucket, w); err != nil {
+			return nil, err
+		}
+		kvs[i] = kv
+	}
+	es, err := js.Stream(ctx, ErrorsStream)
+	if err != nil {
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, ErrorsStream)
+		}
+		return nil, fmt.Errorf("agentlog: look up stream %s: %w", ErrorsStream, err)
+	}
+	if err := checkErrorsStream(es.CachedInfo().Config); err != nil {
+		return nil, err
+	}
+	return &Store{
+		JS:          js,
+		Stream:      stream,
+		Sessions:    kvs[0],
+		Projections: kvs[1],
+		Partitions:  found.partitions,
+		MaxMsgSize:  found.maxMsgSize,
+	}, nil
+}
+
+// want is the resolved configuration plus which settings were asked explicitly.
+type want struct {
+	partitions, replicas int
+	maxMsgSize           int32
+	dupWindow            time.Duration
+	maxPayload           int64 // the server's max payload, bytes
+	explicitPartitions   bool
+	explicitReplicas     bool
+	explicitMaxMsgSize   bool
+	explicitDupWindow    bool
+}
+
+func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
+	w := want{
+		partitions: cfg.Partitions, replicas: cfg.Replicas, maxMsgSize: cfg.MaxMsgSize, dupWindow: cfg.DuplicateWindow,
+		explicitPartitions: cfg.Partitions != 0, explicitReplicas: cfg.Replicas != 0,
+		explicitMaxMsgSize: cfg.MaxMsgSize != 0, explicitDupWindow: cfg.DuplicateWindow != 0,
+	}
+	if js == nil || js.Conn() == nil {
+		return w, errors.New("agentlog: provision: no JetStream connection")
+	}
+	w.maxPayload = js.Conn().MaxPayload()
+	if w.maxPayload <= 0 {
+		return w, errors.New("agentlog: provision: the connection has no server max payload yet (not connected?)")
+	}
+	switch {
+	case cfg.Partitions < 0 || cfg.Partitions > MaxPartitions:
+		return w, fmt.Errorf("agentlog: provision: partitions %d, want 1..%d (0 for the default %d)", cfg.Partitions, MaxPartitions, DefaultPartitions)
+	case cfg.Replicas < 0 || cfg.Replicas > 5:
+		return w, fmt.Errorf("agentlog: provision: replicas %d, want 1..5 (0 for the default %d)", cfg.Replicas, DefaultReplicas)
+	case cfg.MaxMsgSize < 0:
+		return w, fmt.Errorf("agentlog: provision: max message size %d bytes, want > 0 (0 for the default %d)", cfg.MaxMsgSize, DefaultMaxMsgSize)
+	case cfg.MaxMsgSize > 0 && int64(cfg.MaxMsgSize) > w.maxPayload:
+		return w, fmt.Errorf("agentlog: provision: max message size %d bytes is above the server's max_payload %d bytes", cfg.MaxMsgSize, w.maxPayload)
+	case cfg.MaxMsgSize > 0 && cfg.MaxMsgSize < minMaxMsgSize:
+		return w, fmt.Errorf("agentlog: provision: max message size %d bytes, want at least %d", cfg.MaxMsgSize, minMaxMsgSize)
+	case cfg.DuplicateWindow < 0:
+		return w, fmt.Errorf("agentlog: provision: duplicate window %s, want > 0 (0 for the default %s)", cfg.DuplicateWindow, DefaultDuplicateWindow)
+	}
+	if w.partitions == 0 {
+		w.partitions = DefaultPartitions
+	}
+	if w.replicas == 0 {
+		w.replicas = DefaultReplicas
+	}
+	if w.maxMsgSize == 0 {
+		w.maxMsgSize = DefaultMaxMsgSize
+		if int64(w.maxMsgSize) > w.maxPayload {
+			w.maxMsgSize = int32(w.maxPayload)
+		}
+	}
+	if w.dupWindow == 0 {
+		w.dupWindow = DefaultDuplicateWindow
+	}
+	return w, nil
+}
+
+// minMaxMsgSize keeps room for the record headers plus at least a small event.
+const minMaxMsgSize = 1024
+
+func (w want) sessionStreamConfig() natsjs.StreamConfig {
+	return natsjs.StreamConfig{
+		Name:               StreamName,
+		Description:        "agentlog session logs: one subject per session, one record (1..K events) per message",
+		Subjects:           []string{SubjectPrefix + ".>"},
+		Retention:          natsjs.LimitsPolicy,
+		MaxConsumers:       -1,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		MaxMsgsPerSubject:  -1,
+		Discard:            natsjs.DiscardOld,
+		MaxMsgSize:         w.maxMsgSize,
+		Storage:            natsjs.FileStorage,
+		Replicas:           w.replicas,
+		Duplicates:         w.dupWindow,
+		AllowDirect:        true,
+		DenyDelete:         true,
+		Compression:        natsjs.S2Compression,
+		AllowAtomicPublish: true,
+		Metadata: map[string]string{
+			MetaPartitions: strconv.Itoa(w.partitions),
+			MetaFormat:     StoreFormat,
+		},
+	}
+}
+
+func (w want) errorsStreamConfig() natsjs.StreamConfig {
+	return natsjs.StreamConfig{
+		Name:              ErrorsStream,
+		Description:       "agentlog agent/error reports (kept for inspection, never session events)",
+		Subjects:          []string{ErrorsPrefix + ".>"},
+		Retention:         natsjs.LimitsPolicy,
+		MaxConsumers:      -1,
+		MaxMsgs:           -1,
+		MaxBytes:          ErrorsMaxBytes,
+		MaxAge:            ErrorsMaxAge,
+		MaxMsgsPerSubject: ErrorsMaxMsgsPerSubject,
+		Discard:           natsjs.DiscardOld,
+		Storage:           natsjs.FileStorage,
+		Replicas:          w.replicas,
+		AllowDirect:       true,
+	}
+}
+
+// foundStream is what Open and Provision read back from an acceptable AGENTLOG stream.
+type foundStream struct {
+	partitions int
+	maxMsgSize int32 // effective limit, bytes
+}
+
+func incompatible(what, setting string, found, wanted any) error {
+	return fmt.Errorf("%w: %s: setting %s is %v, want %v (agentlog never changes an existing stream or bucket: fix it with the nats CLI, or remove it)",
+		ErrIncompatible, what, setting, found, wanted)
+}
+
+// checkSessionStream validates an existing AGENTLOG config against w.
+func checkSessionStream(c natsjs.StreamConfig, w want) (foundStream, error) {
+	what := "stream " + StreamName
+	var f foundStream
+	wantSubj := []string{SubjectPrefix + ".>"}
+	switch {
+	case !slices.Equal(c.Subjects, wantSubj):
+		return f, incompatible(what, "subjects", c.Subjects, wantSubj)
+	case c.Storage != natsjs.FileStorage:
+		return f, incompatible(what, "storage", c.Storage, natsjs.FileStorage)
+	case c.Retention != natsjs.LimitsPolicy:
+		return f, incompatible(what, "retention", c.Retention, natsjs.LimitsPolicy)
+	case !c.DenyDelete:
+		return f, incompatible(what, "deny_delete", false, true)
+	case !c.AllowAtomicPublish:
+		return f, incompatible(what, "allow_atomic (atomic batch publish, needed for split records)", false, true)
+	case c.MaxAge != 0:
+		return f, incompatible(what, "max_age (would expire session events)", c.MaxAge, "0 (unlimited)")
+	case c.MaxMsgs > 0:
+		return f, incompatible(what, "max_msgs (would drop session events)", c.MaxMsgs, "-1 (unlimited)")
+	case c.MaxBytes > 0:
+		return f, incompatible(what, "max_bytes (would drop session events)", c.MaxBytes, "-1 (unlimited)")
+	case c.MaxMsgsPerSubject > 0:
+		return f, incompatible(what, "max_msgs_per_subject (would drop session events)", c.MaxMsgsPerSubject, "-1 (unlimited)")
+	case c.Sealed:
+		return f, incompatible(what, "sealed", true, false)
+	case c.NoAck:
+		return f, incompatible(what, "no_ack", true, false)
+	case c.Mirror != nil:
+		return f, incompatible(what, "mirror", c.Mirror.Name, "none")
+	case c.AllowMsgCounter:
+		return f, incompatible(what, "allow_msg_counter", true, false)
+	case c.SubjectTransform != nil:
+		return f, incompatible(what, "subject_transform", c.SubjectTransform.Source+" -> "+c.SubjectTransform.Destination, "none")
+	}
+	ps, ok := c.Metadata[MetaPartitions]
+	n, err := strconv.Atoi(ps)
+	if !ok || err != nil || n < 1 || n > MaxPartitions || strconv.Itoa(n) != ps {
+		return f, incompatible(what, "metadata "+MetaPartitions, strconv.Quote(ps), fmt.Sprintf("a partition count 1..%d", MaxPartitions))
+	}
+	if w.explicitPartitions && n != w.partitions {
+		return f, incompatible(what, "metadata "+MetaPartitions+" (fixed at creation)", n, w.partitions)
+	}
+	if got := c.Metadata[MetaFormat]; got != StoreFormat {
+		return f, incompatible(what, "metadata "+MetaFormat, strconv.Quote(got), strconv.Quote(StoreFormat))
+	}
+	if w.explicitReplicas && c.Replicas != w.replicas {
+		return f, incompatible(what, "replicas", c.Replicas, w.replicas)
+	}
+	if w.explicitMaxMsgSize && c.MaxMsgSize != w.maxMsgSize {
+		return f, incompatible(what, "max_msg_size (bytes)", c.MaxMsgSize, w.maxMsgSize)
+	}
+	if w.explicitDupWindow && c.Duplicates != w.dupWindow {
+		return f, incompatible(what, "duplicate_window", c.Duplicates, w.dupWindow)
+	}
+	f.partitions = n
+	limit := w.maxPayload
+	if c.MaxMsgSize > 0 && int64(c.MaxMsgSize) < limit {
+		limit = int64(c.MaxMsgSize)
+	}
+	if limit < minMaxMsgSize {
+		return f, incompatible(what, "max_msg_size (bytes, or the server's max_payload)", limit, fmt.Sprintf("at least %d", minMaxMsgSize))
+	}
+	f.maxMsgSize = int32(limit)
+	return f, nil
+}
+
+func checkErrorsStream(c natsjs.StreamConfig) error {
+	what := "stream " + ErrorsStream
+	wantSubj := []string{ErrorsPrefix + ".>"}
+	switch {
+	case !slices.Equal(c.Subjects, wantSubj):
+		return incompatible(what, "subjects", c.Subjects, wantSubj)
+	case c.Sealed:
+		return incompatible(what, "sealed", true, false)
+	case c.NoAck:
+		return incompatible(what, "no_ack", true, false)
+	case c.Mirror != nil:
+		return incompatible(what, "mirror", c.Mirror.Name, "none")
+	}
+	return nil
+}
+
+// ensureStream returns the stream name, creating it from create when it does not exist. An
+// existing stream (including one created concurrently) is checked with check, never updated.
+func ensureStream(ctx context.Context, js natsjs.JetStream, name string, create natsjs.StreamConfig, check func(natsjs.StreamConfig) error) (natsjs.Stream, error) {
+	s, err := js.Stream(ctx, name)
+	if err == nil {
+		if err := check(s.CachedInfo().Config); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if !errors.Is(err, natsjs.ErrStreamNotFound) {
+		return nil, fmt.Errorf("agentlog: look up stream %s: %w", name, err)
+	}
+	s, err = js.CreateStream(ctx, create)
+	if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+		// Created concurrently by someone else, with another config: check theirs.
+		if s, err = js.Stream(ctx, name); err == nil {
+			if err := check(s.CachedInfo().Config); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentlog: create stream %s (subjects %v): %w", name, create.Subjects, err)
+	}
+	return s, nil
+}
+
+// ensureBucket returns the KV bucket, creating it when missing; an existing one is checked.
+func ensureBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want, desc string) (natsjs.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket:      bucket,
+			Description: desc,
+			History:     1,
+			Storage:     natsjs.FileStorage,
+			Replicas:    w.replicas,
+		})
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // created concurrently: check theirs below
+		}
+		if err != nil {
+			return nil, fmt.Errorf("agentlog: create KV bucket %s: %w", bucket, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", bucket, err)
+	}
+	if err := checkBucket(ctx, js, bucket, w); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+// checkBucket validates the stream behind a KV bucket.
+func checkBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want) error {
+	what := "KV bucket " + bucket
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return fmt.Errorf("agentlog: look up the stream of KV bucket %s: %w", bucket, err)
+	}
+	c := s.CachedInfo().Config
+	switch {
+	case c.Storage != natsjs.FileStorage:
+		return incompatible(what, "storage", c.Storage, natsjs.FileStorage)
+	case bucket == SessionsBucket && c.MaxAge != 0:
+		return incompatible(what, "ttl (would expire session metadata)", c.MaxAge, "0 (none)")
+	case w.explicitReplicas && c.Replicas != w.replicas:
+		return incompatible(what, "replicas", c.Replicas, w.replicas)
+	case c.Sealed:
+		return incompatible(what, "sealed", true, false)
+	}
+	return nil
+}

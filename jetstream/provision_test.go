@@ -1,0 +1,212 @@
+package jetstream
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+func TestProvisionCreatesWhatDesignSays(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	if s.Partitions != DefaultPartitions || s.MaxMsgSize != DefaultMaxMsgSize {
+		t.Errorf("store partitions %d max msg size %d, want %d and %d", s.Partitions, s.MaxMsgSize, DefaultPartitions, DefaultMaxMsgSize)
+	}
+	info, err := s.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := info.Config
+	if len(c.Subjects) != 1 || c.Subjects[0] != "agentlog.session.>" || c.Storage != natsjs.FileStorage ||
+		c.Compression != natsjs.S2Compression || !c.AllowDirect || !c.DenyDelete || !c.AllowAtomicPublish ||
+		c.Duplicates != 2*time.Minute || c.MaxMsgSize != 1<<20 || c.Replicas != 1 || c.Retention != natsjs.LimitsPolicy ||
+		c.Metadata[MetaPartitions] != "16" || c.Metadata[MetaFormat] != "1" {
+		t.Errorf("AGENTLOG config not as designed: %+v", c)
+	}
+	for _, b := range []string{SessionsBucket, ProjectionsBucket} {
+		st, err := s.JS.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bc := st.CachedInfo().Config; bc.Storage != natsjs.FileStorage || bc.MaxMsgsPerSubject != 1 || bc.Replicas != 1 {
+			t.Errorf("bucket %s config: storage %v history %d replicas %d", b, bc.Storage, bc.MaxMsgsPerSubject, bc.Replicas)
+		}
+	}
+	es, err := s.JS.Stream(ctx, ErrorsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ec := es.CachedInfo().Config; ec.Subjects[0] != "agentlog.errors.>" || ec.MaxAge != 7*24*time.Hour || ec.MaxMsgsPerSubject != 1000 || ec.MaxBytes != 256<<20 {
+		t.Errorf("errors stream config: %+v", ec)
+	}
+}
+
+func TestProvisionIdempotentAndOpen(t *testing.T) {
+	_, js := testServer(t, EmbeddedOptions{})
+	ctx := testCtx(t)
+	if _, err := Open(ctx, js); !errors.Is(err, ErrNotProvisioned) || !strings.Contains(err.Error(), StreamName) {
+		t.Fatalf("Open before Provision: %v, want ErrNotProvisioned naming %s", err, StreamName)
+	}
+	cfg := Config{Partitions: 8, MaxMsgSize: 64 << 10, DuplicateWindow: time.Minute}
+	s1, err := Provision(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Append(ctx, "x", 0, "m1", evs(0, 3, "a")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s1.Stream.Info(ctx)
+	// Again with the same config, and with zero values (existing settings are taken as they are).
+	for _, c := range []Config{cfg, {}} {
+		s2, err := Provision(ctx, js, c)
+		if err != nil {
+			t.Fatalf("Provision again with %+v: %v", c, err)
+		}
+		if s2.Partitions != 8 || s2.MaxMsgSize != 64<<10 {
+			t.Errorf("Provision again: partitions %d max msg size %d, want 8 and %d", s2.Partitions, s2.MaxMsgSize, 64<<10)
+		}
+	}
+	after, _ := s1.Stream.Info(ctx)
+	if after.State.Msgs != before.State.Msgs || after.Created != before.Created {
+		t.Errorf("Provision again changed the stream: %+v -> %+v", before.State, after.State)
+	}
+	s3, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s3.Partitions != 8 || s3.MaxMsgSize != 64<<10 {
+		t.Errorf("Open: partitions %d max msg size %d", s3.Partitions, s3.MaxMsgSize)
+	}
+	// Same subject mapping through Open: the session written through s1 is read through s3.
+	got, last, err := s3.Read(ctx, "x")
+	if err != nil || len(got) != 3 || last != 1 {
+		t.Errorf("Read through Open: %d events, last %d, %v", len(got), last, err)
+	}
+	// Asked explicitly and different: refused, naming the setting, the found and the wanted value.
+	for _, c := range []struct {
+		cfg     Config
+		setting string
+	}{
+		{Config{Partitions: 4}, "agentlog.partitions"},
+		{Config{MaxMsgSize: 32 << 10}, "max_msg_size"},
+		{Config{DuplicateWindow: 2 * time.Minute}, "duplicate_window"},
+	} {
+		_, err := Provision(ctx, js, c.cfg)
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), StreamName) {
+			t.Errorf("Provision(%+v): %v, want ErrIncompatible naming %s", c.cfg, err, c.setting)
+		}
+	}
+	if _, err := Provision(ctx, js, Config{Partitions: 4}); err == nil || !strings.Contains(err.Error(), "is 8, want 4") {
+		t.Errorf("partition refusal does not give found and wanted values: %v", err)
+	}
+}
+
+func TestProvisionRefusesUnusableStream(t *testing.T) {
+	base := func() natsjs.StreamConfig {
+		return natsjs.StreamConfig{
+			Name: StreamName, Subjects: []string{"agentlog.session.>"}, Storage: natsjs.FileStorage,
+			DenyDelete: true, AllowAtomicPublish: true, AllowDirect: true,
+			Metadata: map[string]string{MetaPartitions: "16", MetaFormat: "1"},
+		}
+	}
+	cases := []struct {
+		name    string
+		edit    func(c *natsjs.StreamConfig)
+		setting string
+	}{
+		{"usable", func(c *natsjs.StreamConfig) {}, ""},
+		{"other subjects", func(c *natsjs.StreamConfig) { c.Subjects = []string{"agentlog.session.>", "other.>"} }, "subjects"},
+		{"memory", func(c *natsjs.StreamConfig) { c.Storage = natsjs.MemoryStorage }, "storage"},
+		{"deny delete off", func(c *natsjs.StreamConfig) { c.DenyDelete = false }, "deny_delete"},
+		{"no atomic", func(c *natsjs.StreamConfig) { c.AllowAtomicPublish = false }, "allow_atomic"},
+		{"max age", func(c *natsjs.StreamConfig) { c.MaxAge = time.Hour }, "max_age"},
+		{"per subject limit", func(c *natsjs.StreamConfig) { c.MaxMsgsPerSubject = 10 }, "max_msgs_per_subject"},
+		{"work queue", func(c *natsjs.StreamConfig) { c.Retention = natsjs.WorkQueuePolicy }, "retention"},
+		{"no partitions", func(c *natsjs.StreamConfig) { delete(c.Metadata, MetaPartitions) }, MetaPartitions},
+		{"bad partitions", func(c *natsjs.StreamConfig) { c.Metadata[MetaPartitions] = "0" }, MetaPartitions},
+		{"other format", func(c *natsjs.StreamConfig) { c.Metadata[MetaFormat] = "2" }, MetaFormat},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, js := testServer(t, EmbeddedOptions{})
+			ctx := testCtx(t)
+			sc := base()
+			c.edit(&sc)
+			if _, err := js.CreateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Provision(ctx, js, Config{})
+			if c.setting == "" {
+				if err != nil || s.Partitions != 16 {
+					t.Fatalf("usable stream refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), "stream "+StreamName) {
+				t.Fatalf("Provision over %s: %v, want ErrIncompatible naming stream %s and %s", c.name, err, StreamName, c.setting)
+			}
+			if _, err := Open(ctx, js); !errors.Is(err, ErrIncompatible) {
+				t.Errorf("Open over %s: %v, want ErrIncompatible", c.name, err)
+			}
+			// Never silently updated: the user's stream is as they made it.
+			st, err := js.Stream(ctx, StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := st.CachedInfo().Config
+			if got.Storage != sc.Storage || got.DenyDelete != sc.DenyDelete || len(got.Subjects) != len(sc.Subjects) ||
+				got.Metadata[MetaPartitions] != sc.Metadata[MetaPartitions] || got.MaxAge != sc.MaxAge {
+				t.Errorf("stream changed by a refused Provision: %+v", got)
+			}
+			// And nothing else was created after the refusal.
+			if _, err := js.KeyValue(ctx, SessionsBucket); !errors.Is(err, natsjs.ErrBucketNotFound) {
+				t.Errorf("bucket created after a refusal: %v", err)
+			}
+		})
+	}
+}
+
+func TestProvisionRefusesUnusableBucket(t *testing.T) {
+	_, js := testServer(t, EmbeddedOptions{})
+	ctx := testCtx(t)
+	if _, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: SessionsBucket, Storage: natsjs.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Provision(ctx, js, Config{})
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "KV bucket "+SessionsBucket) || !strings.Contains(err.Error(), "storage") {
+		t.Fatalf("Provision over a memory sessions bucket: %v", err)
+	}
+}
+
+func TestProvisionRefusesOverlappingStream(t *testing.T) {
+	_, js := testServer(t, EmbeddedOptions{})
+	ctx := testCtx(t)
+	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "OTHER", Subjects: []string{"agentlog.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Provision(ctx, js, Config{})
+	if err == nil || !strings.Contains(err.Error(), "create stream "+StreamName) {
+		t.Fatalf("Provision with an overlapping stream: %v", err)
+	}
+}
+
+func TestProvisionChecksConfig(t *testing.T) {
+	_, js := testServer(t, EmbeddedOptions{MaxPayload: 256 << 10})
+	ctx := testCtx(t)
+	for _, c := range []Config{{Partitions: -1}, {Replicas: 6}, {MaxMsgSize: -5}, {MaxMsgSize: 512}, {MaxMsgSize: 1 << 20}, {DuplicateWindow: -time.Second}} {
+		if _, err := Provision(ctx, js, c); err == nil {
+			t.Errorf("Provision(%+v) accepted", c)
+		}
+	}
+	// The default max message size is capped at the server's max payload.
+	s, err := Provision(ctx, js, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxMsgSize != 256<<10 {
+		t.Errorf("MaxMsgSize %d, want the server max payload %d", s.MaxMsgSize, 256<<10)
+	}
+}

@@ -1,0 +1,154 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Tail is the end of a session's log: the stream sequence of its last record (0 when the session
+// has none) and the next event seq.
+type Tail struct {
+	LastStreamSeq uint64
+	NextSeq       int64
+	LastEvents    []session.Event // the events of the last record
+	LastMsgID     string          // Nats-Msg-Id of the last record
+}
+
+// GetTail reads the last record of the session (direct get of the last message for its subject).
+//
+// A session without records gives the zero Tail (LastStreamSeq 0, NextSeq 0). The record is
+// decoded and checked (DecodeRecord, and its Agentlog-Session must be the session's token); a bad
+// record is a *session.Error naming the session, the seq, the stream seq and the rule.
+//
+// Staleness: the stream has AllowDirect, so on R>1 the direct get may be answered by a follower
+// that lags the leader, and the tail may be stale. That is acceptable where GetTail is used (to
+// find the guard for the next Append, and whether a retried record is already stored): a stale tail
+// only ever produces a guard conflict (ErrConflict) on the next Append, never a bad write. Use Read
+// for a leader-consistent view.
+func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return Tail{}, err
+	}
+	msg, err := s.Stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return Tail{}, nil
+	}
+	if err != nil {
+		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s): %w", id, subject, err)
+	}
+	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
+	if err != nil {
+		return Tail{}, err
+	}
+	return Tail{
+		LastStreamSeq: msg.Sequence,
+		NextSeq:       evs[len(evs)-1].Seq + 1,
+		LastEvents:    evs,
+		LastMsgID:     msg.Header.Get(natsjs.MsgIDHeader),
+	}, nil
+}
+
+// Read returns all events of session id in order, and the stream sequence of its last record.
+// A record that does not decode is an error naming the session, the stream sequence and the rule.
+//
+// It reads through an ordered consumer filtered on the session's subject (DeliverAll, served by
+// the stream leader, so it is not stale on R>1) and stops at the last record present when the
+// consumer reached it (NumPending 0). A session without records gives no events and stream seq 0.
+// Every record is decoded (DecodeRecord), must carry the session's token, and its first seq must
+// continue the previous record (0 for the first one): otherwise a *session.Error naming the
+// session, the seq, the stream seq and the rule (RuleRecordSession, RuleRecordContinue, ...).
+// The ephemeral consumer is deleted before Read returns.
+func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, error) {
+	var events []session.Event
+	last, err := s.ReadRecords(ctx, id, func(streamSeq uint64, evs []session.Event) error {
+		events = append(events, evs...)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return events, last, nil
+}
+
+// ReadRecords is Read without collecting: it calls fn for each record of session id in order with
+// its stream seq and its (checked) events, and returns the stream seq of the last record (0 when
+// there is none). An error from fn stops the read and is returned as is.
+func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return 0, err
+	}
+	cons, err := s.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  natsjs.DeliverAllPolicy,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("agentlog: read session %q: create ordered consumer on %s: %w", id, subject, err)
+	}
+	info := cons.CachedInfo()
+	defer func() {
+		// Best effort: an ordered consumer is ephemeral and goes away by itself when inactive.
+		if info != nil && info.Name != "" {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.JS.Options().DefaultTimeout)
+			_ = s.Stream.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
+	if info == nil || info.NumPending == 0 {
+		return 0, nil
+	}
+	// Bound the client-side buffer by bytes: records are up to MaxMsgSize each.
+	iter, err := cons.Messages(natsjs.PullMaxBytes(4 * int(s.MaxMsgSize)))
+	if err != nil {
+		return 0, fmt.Errorf("agentlog: read session %q: %w", id, err)
+	}
+	defer iter.Stop()
+
+	var lastStreamSeq uint64
+	nextSeq := int64(0)
+	for {
+		msg, err := iter.Next(natsjs.NextContext(ctx))
+		if err != nil {
+			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d: %w", id, lastStreamSeq, err)
+		}
+		streamSeq := meta.Sequence.Stream
+		evs, err := s.decodeStored(id, msg.Headers(), msg.Data(), streamSeq)
+		if err != nil {
+			return 0, err
+		}
+		if evs[0].Seq != nextSeq {
+			return 0, recordErr(id, evs[0].Seq, streamSeq, RuleRecordContinue,
+				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
+		}
+		if err := fn(streamSeq, evs); err != nil {
+			return 0, err
+		}
+		nextSeq = evs[len(evs)-1].Seq + 1
+		lastStreamSeq = streamSeq
+		if meta.NumPending == 0 {
+			return lastStreamSeq, nil
+		}
+	}
+}
+
+// decodeStored decodes a stored record of session id and checks that it belongs to it.
+func (s *Store) decodeStored(id string, h nats.Header, body []byte, streamSeq uint64) ([]session.Event, error) {
+	recID, evs, err := decodeRecord(h, body, streamSeq)
+	if err != nil {
+		return nil, err
+	}
+	if recID != id {
+		return nil, recordErr(id, evs[0].Seq, streamSeq, RuleRecordSession, "record names session %q", recID)
+	}
+	return evs, nil
+}

@@ -1,0 +1,234 @@
+package jetstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/textproto"
+	"strconv"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+)
+
+// Record headers (design.md §2). A record is one JetStream message holding 1..K consecutive events
+// of one session, one compact JSON event per line (lines joined by "\n", no trailing newline).
+const (
+	HeaderSession  = "Agentlog-Session"   // the session's subject token (see Token)
+	HeaderFirstSeq = "Agentlog-First-Seq" // seq of the record's first event (decimal, ≥ 0)
+	HeaderCount    = "Agentlog-Count"     // number of events in the record (decimal, ≥ 1)
+	HeaderFormat   = "Agentlog-Format"    // record format version: RecordFormat
+	RecordFormat   = "1"
+)
+
+// Rules named by record errors (the Rule field of the *session.Error that the codec returns).
+const (
+	RuleRecordEmpty    = "record-empty"    // a record must carry at least one event
+	RuleRecordSeq      = "record-seq"      // events of a record have consecutive seqs from Agentlog-First-Seq
+	RuleRecordCount    = "record-count"    // the body has exactly Agentlog-Count lines
+	RuleRecordEvent    = "record-event"    // each line is one JSON event object with type, seq, time and data
+	RuleRecordHeader   = "record-header"   // the Agentlog-* headers are present, single and well-formed
+	RuleRecordFormat   = "record-format"   // Agentlog-Format is RecordFormat
+	RuleRecordSession  = "record-session"  // Agentlog-Session is the token of the session the record is stored under
+	RuleRecordContinue = "record-continue" // a record's first seq continues the previous record (0 for the first)
+)
+
+// EncodeRecord encodes events as a record: headers (first seq, count, session id) and body (one
+// JSON event per line).
+//
+// The events must be non-empty and have consecutive seqs (≥ 0); each is written as compact JSON
+// (no HTML escaping, no insignificant whitespace), so a line never contains a newline. The headers
+// are exactly Agentlog-Session (Token(id)), Agentlog-First-Seq, Agentlog-Count and
+// Agentlog-Format: 1; never any Nats-* header (a fork must not copy control headers, design.md §2).
+// Errors are *session.Error naming the session, the seq and the rule (RuleRecord*), or Token's
+// error for a bad id.
+func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	lines, err := encodeLines(id, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	return recordHeader(tok, events[0].Seq, len(events)), bytes.Join(lines, []byte{'\n'}), nil
+}
+
+// DecodeRecord decodes a record's headers and body, checking the count and seq headers.
+//
+// It checks Agentlog-Format, that Agentlog-Session is a canonical token, that Agentlog-First-Seq
+// and Agentlog-Count are single decimal values (≥ 0 and ≥ 1), that the body has exactly Count
+// lines, that each line is a JSON event object (type, seq, time and data present) and that the seqs
+// run from First-Seq without gaps. Other headers (Nats-* added by the server) are ignored. Errors
+// are *session.Error naming the session, the seq and the rule (RuleRecord*).
+func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
+	_, evs, err := decodeRecord(h, body, 0)
+	return evs, err
+}
+
+// recordErr builds a codec error. streamSeq 0 means "not stored yet / unknown".
+func recordErr(id string, seq int64, streamSeq uint64, rule, format string, args ...any) *session.Error {
+	where := fmt.Sprintf("session %q", id)
+	if seq >= 0 {
+		where += fmt.Sprintf(" seq %d", seq)
+	}
+	if streamSeq > 0 {
+		where += fmt.Sprintf(" (record at stream seq %d)", streamSeq)
+	}
+	return &session.Error{
+		Session: id,
+		Seq:     seq,
+		Rule:    rule,
+		Msg:     fmt.Sprintf("agentlog: %s: %s (rule %s)", where, fmt.Sprintf(format, args...), rule),
+	}
+}
+
+// encodeLines checks that events are non-empty and consecutive and returns one compact JSON line each.
+func encodeLines(id string, events []session.Event) ([][]byte, error) {
+	if len(events) == 0 {
+		return nil, recordErr(id, -1, 0, RuleRecordEmpty, "no events to encode")
+	}
+	lines := make([][]byte, len(events))
+	for i := range events {
+		ev := &events[i]
+		if ev.Seq < 0 {
+			return nil, recordErr(id, ev.Seq, 0, RuleRecordSeq, "seq is negative")
+		}
+		if i > 0 && ev.Seq != events[i-1].Seq+1 {
+			return nil, recordErr(id, ev.Seq, 0, RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
+		}
+		if ev.Type == "" {
+			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "event has an empty type")
+		}
+		line, err := marshalCompact(ev)
+		if err != nil {
+			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "cannot encode event: %v", err)
+		}
+		lines[i] = line
+	}
+	return lines, nil
+}
+
+// marshalCompact encodes v as compact JSON without HTML escaping and without a trailing newline.
+func marshalCompact(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func recordHeader(token string, firstSeq int64, count int) nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderSession, token)
+	h.Set(HeaderFirstSeq, strconv.FormatInt(firstSeq, 10))
+	h.Set(HeaderCount, strconv.Itoa(count))
+	h.Set(HeaderFormat, RecordFormat)
+	return h
+}
+
+// headerWireSize is the number of bytes nats.go writes for h (mirrors nats.Msg.headerSize): the
+// stream's max message size and the server's max payload count headers plus body.
+func headerWireSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(textproto.TrimString(v)) + 4
+		}
+	}
+	return n
+}
+
+// singleHeader returns the only value of key, or an error naming the rule.
+func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, error) {
+	vs := h.Values(key)
+	switch len(vs) {
+	case 0:
+		return "", recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s is missing", key)
+	case 1:
+		return vs[0], nil
+	default:
+		return "", recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s has %d values, want 1", key, len(vs))
+	}
+}
+
+// eventProbe checks the envelope fields that every stored event carries.
+type eventProbe struct {
+	Type *string         `json:"type"`
+	Seq  *json.Number    `json:"seq"`
+	Time *json.Number    `json:"time"`
+	Data json.RawMessage `json:"data"`
+}
+
+// decodeRecord decodes a record. streamSeq (0 when unknown) is named in errors. It returns the
+// session id from the Agentlog-Session header.
+func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, error) {
+	id := "?"
+	tok, err := singleHeader(h, HeaderSession, id, streamSeq)
+	if err != nil {
+		return "", nil, err
+	}
+	if id, err = IDFromToken(tok); err != nil {
+		return "", nil, recordErr(tok, -1, streamSeq, RuleRecordSession, "header %s: %v", HeaderSession, err)
+	}
+	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
+	if err != nil {
+		return id, nil, err
+	}
+	if format != RecordFormat {
+		return id, nil, recordErr(id, -1, streamSeq, RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
+	}
+	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
+	if err != nil {
+		return id, nil, err
+	}
+	first, perr := strconv.ParseInt(fs, 10, 64)
+	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
+		return id, nil, recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+	}
+	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
+	if err != nil {
+		return id, nil, err
+	}
+	count, perr := strconv.Atoi(cs)
+	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
+		return id, nil, recordErr(id, first, streamSeq, RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+	}
+	nlines := 0
+	if len(body) > 0 {
+		nlines = bytes.Count(body, []byte{'\n'}) + 1
+	}
+	if nlines != count {
+		return id, nil, recordErr(id, first, streamSeq, RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+	}
+	events := make([]session.Event, 0, count)
+	rest := body
+	for i := 0; i < count; i++ {
+		want := first + int64(i)
+		line := rest
+		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+			line, rest = rest[:j], rest[j+1:]
+		}
+		var p eventProbe
+		if err := json.Unmarshal(line, &p); err != nil {
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d is not a JSON event object: %v", i+1, err)
+		}
+		if p.Type == nil || *p.Type == "" || p.Seq == nil || p.Time == nil || p.Data == nil {
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+		}
+		var ev session.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d is not an event: %v", i+1, err)
+		}
+		if ev.Seq != want {
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordSeq, "line %d has seq %s, want %d (first seq %d)", i+1, p.Seq.String(), want, first)
+		}
+		events = append(events, ev)
+	}
+	return id, events, nil
+}

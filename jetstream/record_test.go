@@ -1,0 +1,151 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	in := []session.Event{
+		{Type: "user/message", Seq: 5, Time: "1785000000020", Data: json.RawMessage(`{ "id": "m1", "text": "a <b> & c\nd" }`), SurfaceOp: json.RawMessage(`"append"`)},
+		{Type: "assistant/message", Seq: 6, Time: "1785000000030.5", Data: json.RawMessage(`{"message":{}}`), SurfaceOp: json.RawMessage(`{"op":"replace","start":5,"end":5}`), SourceEventSeqs: json.RawMessage(`[5]`)},
+		{Type: "plugin/x", Seq: 7, Time: "1785000000040", Data: json.RawMessage(`{}`), Ignorable: true},
+	}
+	h, body, err := EncodeRecord("a.b", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exactly the four agentlog headers, never a Nats-* header.
+	want := map[string]string{HeaderSession: "a_2Eb", HeaderFirstSeq: "5", HeaderCount: "3", HeaderFormat: "1"}
+	if len(h) != len(want) {
+		t.Errorf("headers %v, want exactly %v", h, want)
+	}
+	for k, v := range want {
+		if got := h.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("header %s = %v, want %q", k, got, v)
+		}
+	}
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			t.Errorf("record carries control header %s", k)
+		}
+	}
+	lines := strings.Split(string(body), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("body has %d lines, want 3:\n%s", len(lines), body)
+	}
+	// Compact, no HTML escaping, the newline inside a string stays escaped.
+	if want := `{"type":"user/message","seq":5,"time":1785000000020,"data":{"id":"m1","text":"a <b> & c\nd"},"surfaceOp":"append"}`; lines[0] != want {
+		t.Errorf("line 1 = %s\nwant     %s", lines[0], want)
+	}
+	out, err := DecodeRecord(h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("decoded %d events, want %d", len(out), len(in))
+	}
+	for i := range in {
+		if a, b := mustJSON(t, in[i]), mustJSON(t, out[i]); a != b {
+			t.Errorf("event %d: got %s, want %s", i, b, a)
+		}
+	}
+}
+
+func TestEncodeRecordRefuses(t *testing.T) {
+	cases := []struct {
+		name string
+		id   string
+		evs  []session.Event
+		rule string
+		seq  int64
+	}{
+		{"empty", "s", nil, RuleRecordEmpty, -1},
+		{"gap", "s", []session.Event{ev(0, "a"), ev(2, "b")}, RuleRecordSeq, 2},
+		{"backwards", "s", []session.Event{ev(3, "a"), ev(3, "b")}, RuleRecordSeq, 3},
+		{"negative", "s", []session.Event{ev(-1, "a")}, RuleRecordSeq, -1},
+		{"no type", "s", []session.Event{{Seq: 0, Time: "1", Data: json.RawMessage(`{}`)}}, RuleRecordEvent, 0},
+		{"bad data", "s", []session.Event{{Type: "x", Seq: 0, Time: "1", Data: json.RawMessage(`{`)}}, RuleRecordEvent, 0},
+	}
+	for _, c := range cases {
+		_, _, err := EncodeRecord(c.id, c.evs)
+		var se *session.Error
+		if !errors.As(err, &se) || se.Rule != c.rule || se.Session != c.id || se.Seq != c.seq {
+			t.Errorf("%s: err %v (%#v), want rule %s seq %d", c.name, err, se, c.rule, c.seq)
+		}
+	}
+	if _, _, err := EncodeRecord("", []session.Event{ev(0, "a")}); err == nil || !strings.Contains(err.Error(), "id-empty") {
+		t.Errorf("empty id: %v", err)
+	}
+}
+
+func TestDecodeRecordRefusesCorrupt(t *testing.T) {
+	good := []session.Event{ev(3, "a"), ev(4, "b")}
+	h0, body0, err := EncodeRecord("sess", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := func() nats.Header {
+		h := nats.Header{}
+		for k, v := range h0 {
+			h[k] = append([]string(nil), v...)
+		}
+		return h
+	}
+	line := func(i int) string { return strings.Split(string(body0), "\n")[i] }
+	cases := []struct {
+		name string
+		edit func(h nats.Header) []byte
+		rule string
+		seq  int64
+	}{
+		{"count too high", func(h nats.Header) []byte { h.Set(HeaderCount, "3"); return body0 }, RuleRecordCount, 3},
+		{"count too low", func(h nats.Header) []byte { h.Set(HeaderCount, "1"); return body0 }, RuleRecordCount, 3},
+		{"count zero", func(h nats.Header) []byte { h.Set(HeaderCount, "0"); return body0 }, RuleRecordHeader, 3},
+		{"count not a number", func(h nats.Header) []byte { h.Set(HeaderCount, "two"); return body0 }, RuleRecordHeader, 3},
+		{"count missing", func(h nats.Header) []byte { h.Del(HeaderCount); return body0 }, RuleRecordHeader, -1},
+		{"count twice", func(h nats.Header) []byte { h.Add(HeaderCount, "2"); return body0 }, RuleRecordHeader, -1},
+		{"first seq off", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "2"); return body0 }, RuleRecordSeq, 2},
+		{"first seq negative", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "-1"); return body0 }, RuleRecordHeader, -1},
+		{"first seq padded", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "03"); return body0 }, RuleRecordHeader, -1},
+		{"format", func(h nats.Header) []byte { h.Set(HeaderFormat, "2"); return body0 }, RuleRecordFormat, -1},
+		{"format missing", func(h nats.Header) []byte { h.Del(HeaderFormat); return body0 }, RuleRecordHeader, -1},
+		{"session missing", func(h nats.Header) []byte { h.Del(HeaderSession); return body0 }, RuleRecordHeader, -1},
+		{"session not canonical", func(h nats.Header) []byte { h.Set(HeaderSession, "a.b"); return body0 }, RuleRecordSession, -1},
+		{"trailing newline", func(h nats.Header) []byte { return append(append([]byte(nil), body0...), '\n') }, RuleRecordCount, 3},
+		{"empty body", func(h nats.Header) []byte { return nil }, RuleRecordCount, 3},
+		{"not json", func(h nats.Header) []byte { return []byte(line(0) + "\n{oops") }, RuleRecordEvent, 4},
+		{"not an object", func(h nats.Header) []byte { return []byte(line(0) + "\n[1,2]") }, RuleRecordEvent, 4},
+		{"no type", func(h nats.Header) []byte { return []byte(line(0) + `\n{"seq":4,"time":1,"data":{}}`) }, RuleRecordEvent, 4},
+		{"no data", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":4,"time":1}`) }, RuleRecordEvent, 4},
+		{"seq as string", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":"4","time":1,"data":{}}`) }, RuleRecordEvent, 4},
+		{"swapped lines", func(h nats.Header) []byte { return []byte(line(1) + "\n" + line(0)) }, RuleRecordSeq, 3},
+	}
+	for _, c := range cases {
+		h := clone()
+		body := c.edit(h)
+		// Undo the \n escapes of the raw strings above into real newlines.
+		body = []byte(strings.ReplaceAll(string(body), `\n{`, "\n{"))
+		_, err := DecodeRecord(h, body)
+		var se *session.Error
+		if !errors.As(err, &se) {
+			t.Errorf("%s: err %v, want a *session.Error", c.name, err)
+			continue
+		}
+		if se.Rule != c.rule || se.Seq != c.seq || !strings.Contains(se.Error(), c.rule) {
+			t.Errorf("%s: rule %s seq %d (%v), want rule %s seq %d", c.name, se.Rule, se.Seq, err, c.rule, c.seq)
+		}
+		if c.rule != RuleRecordSession && c.name != "session missing" && (se.Session != "sess" || !strings.Contains(se.Error(), `"sess"`)) {
+			t.Errorf("%s: error does not name the session: %v", c.name, err)
+		}
+	}
+	// The untouched record still decodes (the cases above edited copies).
+	if _, err := DecodeRecord(h0, body0); err != nil {
+		t.Fatal(err)
+	}
+}

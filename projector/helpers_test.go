@@ -1,0 +1,220 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// env is one embedded nats-server with a provisioned store and a connection.
+type env struct {
+	t     *testing.T
+	url   string
+	nc    *nats.Conn
+	store *ajs.Store
+	tails map[string]uint64 // session id -> stream seq of its last record written by the test
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("RunEmbedded: %v", err)
+	}
+	nc, js, err := ajs.Connect(srv.ClientURL(), t.Name())
+	if err != nil {
+		srv.Shutdown()
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	store, err := ajs.Provision(ctx(t), js, ajs.Config{Partitions: 4})
+	if err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	return &env{t: t, url: srv.ClientURL(), nc: nc, store: store, tails: map[string]uint64{}}
+}
+
+// ctx guards against a hang only; no timing is asserted.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// startProjector starts a projector on its own connection; it is stopped at cleanup.
+func (e *env) startProjector(name string) *Projector {
+	e.t.Helper()
+	nc, js, err := ajs.Connect(e.url, name)
+	if err != nil {
+		e.t.Fatalf("Connect: %v", err)
+	}
+	store, err := ajs.Open(ctx(e.t), js)
+	if err != nil {
+		e.t.Fatalf("Open: %v", err)
+	}
+	p := New(store, nc, Options{Name: name, Logger: quietLogger()})
+	if err := p.Start(ctx(e.t)); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+	e.t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			e.t.Errorf("Stop: %v", err)
+		}
+		nc.Close()
+	})
+	return p
+}
+
+// create registers a session's metadata.
+func (e *env) create(id string) {
+	e.t.Helper()
+	if err := e.store.CreateSession(ctx(e.t), session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+		e.t.Fatalf("CreateSession %q: %v", id, err)
+	}
+}
+
+// appendRecord writes events as one record guarded by the session's last record.
+func (e *env) appendRecord(id string, events []session.Event) {
+	e.t.Helper()
+	res, err := e.store.Append(ctx(e.t), id, e.tails[id], "", events)
+	if err != nil {
+		e.t.Fatalf("Append %q seqs %d..: %v", id, events[0].Seq, err)
+	}
+	e.tails[id] = res.StreamSeq
+}
+
+// appendChunked writes events in records of 1, 2, 3, ... max events, cycling.
+func (e *env) appendChunked(id string, events []session.Event, max int) {
+	e.t.Helper()
+	n := 1
+	for len(events) > 0 {
+		k := min(n, len(events))
+		e.appendRecord(id, events[:k])
+		events = events[k:]
+		n = n%max + 1
+	}
+}
+
+// stored reads the stored projection and its revision.
+func (e *env) stored(id string) (Projection, uint64) {
+	e.t.Helper()
+	tok, err := ajs.Token(id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ent, err := e.store.Projections.Get(ctx(e.t), Key(tok))
+	if err != nil {
+		e.t.Fatalf("projection of %q: %v", id, err)
+	}
+	var p Projection
+	if err := json.Unmarshal(ent.Value(), &p); err != nil {
+		e.t.Fatalf("projection of %q: %v", id, err)
+	}
+	return p, ent.Revision()
+}
+
+// waitStored blocks until the stored projection of id satisfies ok (watching the KV key).
+func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
+	e.t.Helper()
+	tok, _ := ajs.Token(id)
+	w, err := e.store.Projections.Watch(ctx(e.t), Key(tok))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case ent := <-w.Updates():
+			if ent == nil || ent.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var p Projection
+			if err := json.Unmarshal(ent.Value(), &p); err != nil {
+				e.t.Fatal(err)
+			}
+			if ok(p) {
+				return p
+			}
+		case <-ctx(e.t).Done():
+			e.t.Fatalf("projection of %q never reached the expected state", id)
+		}
+	}
+}
+
+// ev builds an event from its JSON parts; op is "" (none), "append" or a replace object.
+func ev(seq int64, typ, data, op, sources string) session.Event {
+	e := session.Event{Type: typ, Seq: seq, Time: json.Number(strconv.FormatInt(1785000000000+seq, 10)), Data: json.RawMessage(data)}
+	switch {
+	case op == "append":
+		e.SurfaceOp = json.RawMessage(`"append"`)
+	case op != "":
+		e.SurfaceOp = json.RawMessage(op)
+	}
+	if sources != "" {
+		e.SourceEventSeqs = json.RawMessage(sources)
+	}
+	return e
+}
+
+func userMsg(seq int64, id, text string) session.Event {
+	return ev(seq, "user/message", fmt.Sprintf(`{"id":%q,"role":"user","content":[{"type":"text","text":%q}],"source":{"kind":"user"}}`, id, text), "append", "")
+}
+
+func toolResult(seq int64, text, op, sources string) session.Event {
+	return ev(seq, "tool/result", fmt.Sprintf(`{"turn":1,"step":1,"message":{"id":"r1","role":"user","content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":%q}]}],"source":{"kind":"tool","callId":"c1"}}}`, text), op, sources)
+}
+
+// toolSession is an 11-event log with a tool/result replace and an open turn. The reference
+// (oracle.mjs) gives: nodes [2,3,7,10], replaceGeneration 1, transcript [2,3,5,10], openTurn 2,
+// 4 messages, the third with the replaced result "[elided]".
+func toolSession() []session.Event {
+	return []session.Event{
+		ev(0, "turn/start", `{"turn":1}`, "", ""),
+		ev(1, "step/start", `{"turn":1,"step":1}`, "", ""),
+		userMsg(2, "m1", "list files"),
+		ev(3, "assistant/message", `{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","content":[{"type":"tool-call","id":"c1","name":"ls","arguments":"{}"}],"source":{"kind":"model","provider":"p","model":"m"}}}`, "append", ""),
+		ev(4, "tool/call", `{"turn":1,"step":1,"callId":"c1","name":"ls","arguments":"{}"}`, "", ""),
+		toolResult(5, "a b c", "append", ""),
+		ev(6, "step/end", `{"turn":1,"step":1}`, "", ""),
+		toolResult(7, "[elided]", `{"op":"replace","start":5,"end":5}`, "[5]"),
+		ev(8, "turn/end", `{"turn":1,"reason":{"kind":"completed"}}`, "", ""),
+		ev(9, "turn/start", `{"turn":2}`, "", ""),
+		userMsg(10, "m2", "thanks"),
+	}
+}
+
+// queryErr asserts err is a *QueryError with code and a description naming the session.
+func queryErr(t *testing.T, err error, code, id string) *QueryError {
+	t.Helper()
+	var qe *QueryError
+	if !errors.As(err, &qe) {
+		t.Fatalf("want a *QueryError %s, got %T %v", code, err, err)
+	}
+	if qe.Code != code {
+		t.Fatalf("want code %s, got %s (%s)", code, qe.Code, qe.Description)
+	}
+	if id != "" && !strings.Contains(qe.Description, strconv.Quote(id)) {
+		t.Fatalf("description %q does not name session %q", qe.Description, id)
+	}
+	return qe
+}
+
+func int64s(a []int64) string { b, _ := json.Marshal(a); return string(b) }

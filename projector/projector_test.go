@@ -1,0 +1,395 @@
+package projector
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+)
+
+// The reference's view of toolSession (oracle.mjs output).
+const (
+	toolNodes      = "[2,3,7,10]"
+	toolTranscript = "[2,3,5,10]"
+)
+
+func TestFoldsMultiRecordSession(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("s1")
+	events := toolSession()
+	// Records of 3, 1, 4 and 3 events: the replace (seq 7) and its target (seq 5) are in
+	// different records, so its lookup reads the log.
+	e.appendRecord("s1", events[0:3])
+	e.appendRecord("s1", events[3:4])
+	e.appendRecord("s1", events[4:7])
+	e.appendRecord("s1", events[7:11])
+
+	r, err := QueryMessages(ctx(t), e.nc, "s1", 10)
+	if err != nil {
+		t.Fatalf("QueryMessages: %v", err)
+	}
+	if r.Session != "s1" || r.AsOfSeq != 10 || r.ReplaceGeneration != 1 || int64s(r.Nodes) != toolNodes {
+		t.Fatalf("reply: session %q asOfSeq %d replaceGeneration %d nodes %s; want s1 10 1 %s", r.Session, r.AsOfSeq, r.ReplaceGeneration, int64s(r.Nodes), toolNodes)
+	}
+	if len(r.Messages) != 4 {
+		t.Fatalf("want 4 messages, got %d", len(r.Messages))
+	}
+	if !strings.Contains(string(r.Messages[2]), `"[elided]"`) || !strings.Contains(string(r.Messages[3]), `"thanks"`) {
+		t.Fatalf("messages do not follow the surface: %s", r.Messages)
+	}
+	p, _ := e.stored("s1")
+	if p.StateVersion != 1 || p.AsOfSeq != 10 || p.Error != nil || int64s(p.State.Transcript) != toolTranscript ||
+		p.State.OpenTurn == nil || *p.State.OpenTurn != 2 {
+		t.Fatalf("stored projection %+v", p)
+	}
+	sp, err := QuerySurface(ctx(t), e.nc, "s1", -1)
+	if err != nil {
+		t.Fatalf("QuerySurface: %v", err)
+	}
+	if sp.AsOfSeq != 10 || int64s(sp.State.Nodes) != toolNodes || sp.State.ReplaceGeneration != 1 {
+		t.Fatalf("surface endpoint: %+v", sp)
+	}
+	// The stored value has exactly the documented shape.
+	tok, _ := ajs.Token("s1")
+	ent, err := e.store.Projections.Get(ctx(t), Key(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"stateVersion":1,"asOfSeq":10,"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2}}`
+	if string(ent.Value()) != want {
+		t.Fatalf("stored value\n got %s\nwant %s", ent.Value(), want)
+	}
+}
+
+func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.startProjector("p1")
+	e.create("s1")
+	events := toolSession()
+	e.appendRecord("s1", events[0:6])
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 5 })
+
+	// A record repeating seqs 3..5 with different content must not be applied: seq 5 would
+	// otherwise append a second tool/result node.
+	dup := []session.Event{events[3], events[4], toolResult(5, "DUPLICATE", "append", "")}
+	e.appendRecord("s1", dup)
+	// The next record continues at seq 6: it is applied once, on top of the original 0..5.
+	// (It holds no replace: a replace's lookup reads the log, which ajs.Store.Read refuses
+	// once it holds a duplicate-range record, rule record-continue.)
+	e.appendRecord("s1", []session.Event{
+		events[6],
+		ev(7, "turn/end", `{"turn":1,"reason":{"kind":"completed"}}`, "", ""),
+		userMsg(8, "m3", "after"),
+	})
+	got := e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 8 || p.Error != nil })
+	if got.Error != nil {
+		t.Fatalf("projection stopped: %+v", got.Error)
+	}
+	if int64s(got.State.Nodes) != "[2,3,5,8]" || got.State.ReplaceGeneration != 0 || int64s(got.State.Transcript) != "[2,3,5,8]" {
+		t.Fatalf("after a duplicate-range record: %+v", got.State)
+	}
+	_, rev := e.stored("s1")
+
+	// Restart with the consumer deleted: every record is delivered again, from the start of
+	// the stream. None may change the projection (not even its revision).
+	if err := p1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.JS.DeleteConsumer(ctx(t), ajs.StreamName, ConsumerName); err != nil {
+		t.Fatal(err)
+	}
+	e.startProjector("p2")
+	// A marker session written after everything else: once it is projected, every earlier
+	// record has been redelivered (one instance folds in stream order).
+	e.create("marker")
+	e.appendRecord("marker", []session.Event{userMsg(0, "x", "marker")})
+	if _, err := QueryMessages(ctx(t), e.nc, "marker", 0); err != nil {
+		t.Fatalf("marker: %v", err)
+	}
+	again, rev2 := e.stored("s1")
+	if rev2 != rev || again.AsOfSeq != 8 || int64s(again.State.Nodes) != "[2,3,5,8]" {
+		t.Fatalf("redelivery changed the projection: revision %d -> %d, %+v", rev, rev2, again)
+	}
+	cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := cons.Info(ctx(t)); err != nil {
+		t.Fatal(err)
+	} else if ci.Delivered.Stream != 4 || ci.NumPending != 0 {
+		t.Fatalf("consumer did not redeliver the 4 records: delivered %+v, pending %d, %v", ci.Delivered, ci.NumPending, err)
+	}
+}
+
+func TestGapRereadsTheLog(t *testing.T) {
+	e := newEnv(t)
+	e.create("s1")
+	events := toolSession()
+	e.appendRecord("s1", events[0:4])
+	e.appendRecord("s1", events[4:8])
+	e.appendRecord("s1", events[8:11])
+	// Simulate a lost fold: the stored projection is at seq 1 while the consumer starts at the
+	// third record (seq 8 > asOfSeq+1), which is a gap.
+	s := session.NewSurface()
+	for _, ev := range events[:2] {
+		if err := s.Apply("s1", ev, nil); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+	}
+	tok, _ := ajs.Token("s1")
+	b, _ := json.Marshal(fromSurface(s))
+	if _, err := e.store.Projections.Create(ctx(t), Key(tok), b); err != nil {
+		t.Fatal(err)
+	}
+	p := New(e.store, e.nc, Options{Logger: quietLogger()})
+	sub, _ := e.store.Subject("s1")
+	msg, err := e.store.Stream.GetLastMsgForSubject(ctx(t), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progressed := false
+	if err := p.process(ctx(t), msg.Subject, msg.Header, msg.Data, func() { progressed = true }); err != nil {
+		t.Fatalf("process: %v", err)
+	}
+	got, _ := e.stored("s1")
+	if !progressed || got.AsOfSeq != 10 || int64s(got.State.Nodes) != toolNodes || got.State.ReplaceGeneration != 1 {
+		t.Fatalf("after a gap: progressed %v, %+v", progressed, got)
+	}
+}
+
+func TestBadSessionStopsOnlyItself(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	for _, id := range []string{"good", "bad", "garbage"} {
+		e.create(id)
+	}
+	events := toolSession()
+	noOp := ev(2, "user/message", `{"id":"m1","role":"user","content":[{"type":"text","text":"x"}],"source":{"kind":"user"}}`, "", "")
+
+	e.appendRecord("good", events[0:2])
+	e.appendRecord("bad", events[0:2])
+	e.appendRecord("bad", []session.Event{noOp, events[3]}) // seq 2 lacks its surfaceOp
+	e.appendRecord("good", events[2:6])
+	// A record whose body is not events, published with valid headers.
+	sub, _ := e.store.Subject("garbage")
+	h, _, err := ajs.EncodeRecord("garbage", events[0:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
+		t.Fatal(err)
+	}
+	e.appendRecord("bad", []session.Event{userMsg(4, "m9", "later")}) // acked and ignored
+	e.appendRecord("good", events[6:11])
+
+	r, err := QueryMessages(ctx(t), e.nc, "good", 10)
+	if err != nil {
+		t.Fatalf("the good session stopped too: %v", err)
+	}
+	if int64s(r.Nodes) != toolNodes || len(r.Messages) != 4 {
+		t.Fatalf("good session: nodes %s, %d messages", int64s(r.Nodes), len(r.Messages))
+	}
+	bad, _ := e.stored("bad")
+	if bad.Error == nil || bad.Error.Seq != 2 || bad.Error.Rule == "" || bad.AsOfSeq != 1 || !strings.Contains(bad.Error.Message, "bad") {
+		t.Fatalf("bad session: %+v (error %+v)", bad, bad.Error)
+	}
+	_, err = QueryMessages(ctx(t), e.nc, "bad", -1)
+	qe := queryErr(t, err, CodeStopped, "bad")
+	if !strings.Contains(qe.Description, "seq 2") || !strings.Contains(qe.Description, bad.Error.Rule) {
+		t.Fatalf("409 description does not name the seq and rule: %q", qe.Description)
+	}
+	// minSeq on a stopped projection answers 409 at once rather than waiting.
+	_, err = QueryMessages(ctx(t), e.nc, "bad", 4)
+	queryErr(t, err, CodeStopped, "bad")
+
+	garbage, _ := e.stored("garbage")
+	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != ajs.RuleRecordEvent || garbage.AsOfSeq != -1 {
+		t.Fatalf("garbage session: %+v (error %+v)", garbage, garbage.Error)
+	}
+	// The surface endpoint shows a stopped projection with its error.
+	sp, err := QuerySurface(ctx(t), e.nc, "garbage", -1)
+	if err != nil || sp.Error == nil || *sp.Error != *garbage.Error {
+		t.Fatalf("surface of a stopped projection: %+v %v", sp, err)
+	}
+}
+
+func TestQueryWaitsForMinSeq(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s1")
+	events := toolSession()
+	e.appendRecord("s1", events[0:3])
+	if r, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil || r.AsOfSeq != 2 {
+		t.Fatalf("QueryMessages minSeq 2: %+v %v", r, err)
+	}
+
+	type result struct {
+		r   MessagesReply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := QueryMessages(ctx(t), e.nc, "s1", 8)
+		done <- result{r, err}
+	}()
+	// Append only once the query is known to be waiting on the KV key.
+	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	select {
+	case res := <-done:
+		t.Fatalf("query answered before seq 8 was written: %+v %v", res.r, res.err)
+	default:
+	}
+	e.appendRecord("s1", events[3:9])
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("QueryMessages minSeq 8: %v", res.err)
+	}
+	if res.r.AsOfSeq < 8 || int64s(res.r.Nodes) != "[2,3,7]" || len(res.r.Messages) != 3 {
+		t.Fatalf("reply after waiting: %+v", res.r)
+	}
+}
+
+func TestQueryErrors(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("s1")
+	e.appendRecord("s1", toolSession()[0:3])
+	if _, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := QueryMessages(ctx(t), e.nc, "nobody", -1)
+	queryErr(t, err, CodeNotFound, "nobody")
+
+	// minSeq never reached within timeoutMs: 408 naming the session and where it stands.
+	body, _ := json.Marshal(map[string]any{"session": "s1", "minSeq": 50, "timeoutMs": 100})
+	msg, err := e.nc.RequestWithContext(ctx(t), MessagesSubject, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, desc := msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"); code != CodeTimeout ||
+		!strings.Contains(desc, `"s1"`) || !strings.Contains(desc, "asOfSeq 2") {
+		t.Fatalf("want 408 naming s1 at asOfSeq 2, got %s %q", code, desc)
+	}
+
+	for _, bad := range []string{`not json`, `{}`, `{"session":""}`, `{"session":5}`} {
+		msg, err := e.nc.RequestWithContext(ctx(t), MessagesSubject, []byte(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != CodeBadRequest {
+			t.Fatalf("request %s: want 400, got %q (%s)", bad, code, msg.Data)
+		}
+	}
+	long := strings.Repeat("x", 300)
+	_, err = QueryMessages(ctx(t), e.nc, long, -1)
+	queryErr(t, err, CodeBadRequest, "")
+}
+
+func TestStopIsGraceful(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s1")
+	e.appendRecord("s1", toolSession()[0:3])
+	if _, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := QueryMessages(ctx(t), e.nc, "s1", 99)
+		done <- err
+	}()
+	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	if err := p.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	queryErr(t, <-done, CodeUnavailable, "s1")
+	if err := p.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	// Nothing serves the query subject any more.
+	_, err := QueryMessages(ctx(t), e.nc, "s1", -1)
+	if err == nil || !strings.Contains(err.Error(), "no instance") {
+		t.Fatalf("after Stop: %v", err)
+	}
+}
+
+// waitFor polls cond (a state change the test waits for, not a timing assertion).
+func (e *env) waitFor(cond func() bool) {
+	e.t.Helper()
+	c := ctx(e.t)
+	for !cond() {
+		select {
+		case <-c.Done():
+			e.t.Fatal("condition never held")
+		default:
+		}
+		// Yield to the service goroutines.
+		if _, err := e.nc.RTT(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func TestStaleStateVersionIsRebuilt(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("s1")
+	events := toolSession()
+	e.appendRecord("s1", events[0:4])
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 3 })
+	// A state of another stateVersion (wrong on purpose) must be discarded and rebuilt from
+	// the log, not folded onto.
+	tok, _ := ajs.Token("s1")
+	_, rev := e.stored("s1")
+	stale := `{"stateVersion":0,"asOfSeq":3,"state":{"nodes":[99],"replaceGeneration":7,"transcript":[99],"openTurn":null}}`
+	if _, err := e.store.Projections.Update(ctx(t), Key(tok), []byte(stale), rev); err != nil {
+		t.Fatal(err)
+	}
+	e.appendRecord("s1", events[4:11])
+	r, err := QueryMessages(ctx(t), e.nc, "s1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AsOfSeq != 10 || int64s(r.Nodes) != toolNodes || r.ReplaceGeneration != 1 || len(r.Messages) != 4 {
+		t.Fatalf("after a stale stateVersion: %+v", r)
+	}
+}
+
+func TestTwoInstancesOnOneConsumer(t *testing.T) {
+	// Two instances pulling from the same durable consumer see records out of per-session
+	// order; revision CAS, skip-by-seq and gap re-reads must still give every session the
+	// reference's projection.
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.startProjector("p2")
+	events := toolSession()
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	for _, id := range ids {
+		e.create(id)
+	}
+	for i := 0; i < len(events); {
+		k := min(2, len(events)-i)
+		for _, id := range ids {
+			e.appendRecord(id, events[i:i+k])
+		}
+		i += k
+	}
+	for _, id := range ids {
+		r, err := QueryMessages(ctx(t), e.nc, id, 10)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if r.AsOfSeq != 10 || int64s(r.Nodes) != toolNodes || r.ReplaceGeneration != 1 || len(r.Messages) != 4 {
+			t.Fatalf("%s: %+v", id, r)
+		}
+		p, _ := e.stored(id)
+		if int64s(p.State.Transcript) != toolTranscript || p.Error != nil {
+			t.Fatalf("%s: stored %+v", id, p)
+		}
+	}
+}

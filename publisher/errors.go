@@ -1,0 +1,78 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrSessionExists is returned (wrapped) by Publisher.Create for an id already registered in the
+	// agentlog_sessions KV bucket. It wraps jetstream.ErrSessionExists. The reference's fork code for
+	// the same condition is SESSION_ALREADY_EXISTS.
+	ErrSessionExists = fmt.Errorf("publisher: %w", jetstream.ErrSessionExists)
+
+	// ErrClosed is returned by Writer.Append/Emit after Writer.Close (or Publisher.Close) began, and by
+	// Publisher.Create/Open after Publisher.Close.
+	ErrClosed = errors.New("publisher: writer closed")
+
+	// ErrConflict is returned (wrapped, inside a *WriteError) when the
+	// Nats-Expected-Last-Subject-Sequence guard of a write fails and the session's tail record is not
+	// this writer's own: another writer appended to the session. It wraps jetstream.ErrConflict.
+	// The writer is fenced from then on.
+	ErrConflict = fmt.Errorf("publisher: %w", jetstream.ErrConflict)
+
+	// ErrFenced is returned (wrapped) by every call on a Writer after one of its writes hit
+	// ErrConflict. Its pending events are not written; reopen the session with Publisher.Open to
+	// continue from the stored log.
+	ErrFenced = errors.New("publisher: writer fenced after a guard conflict")
+
+	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
+	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
+	// never repeat).
+	ErrAlreadyOpen = errors.New("publisher: session already has an open writer in this publisher")
+)
+
+// WriteError is a failed write of one record: the session, the seq range [FirstSeq, LastSeq] of the
+// events it carried (they stay pending, in order, unless Err is ErrConflict), and the cause.
+// It is what Writer.Errors delivers and what Writer.Flush/Close return for a write failure.
+type WriteError struct {
+	Session  string
+	FirstSeq int64
+	LastSeq  int64
+	Err      error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("publisher: session %q: write of seqs %d..%d failed: %v", e.Session, e.FirstSeq, e.LastSeq, e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// transient reports whether a store error is worth retrying inside the same write: no responders
+// (503), request timeouts, "duplicate message id is in process" (10158) and "too many requests"
+// (429). A guard conflict is never transient.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, jetstream.ErrConflict) {
+		return false
+	}
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, njs.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, njs.ErrAsyncPublishTimeout) {
+		return true
+	}
+	var apiErr *njs.APIError
+	if errors.As(err, &apiErr) && apiErr != nil {
+		switch {
+		case apiErr.Code == 503, apiErr.Code == 429, apiErr.Code == 408:
+			return true
+		case apiErr.ErrorCode == 10158:
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,387 @@
+package publisher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// DefaultWindow is the batching window used when Options.Window is zero: 200 ms, the reference's
+// writeBatchMaxDelayMs (vectors.json "batching-window").
+const DefaultWindow = 200 * time.Millisecond
+
+// Bounds of the retry of transient errors inside one write (design.md §2). Each try of
+// store.Append gets attemptTimeout; the whole write gives up after maxRetryElapsed.
+const (
+	attemptTimeout  = 5 * time.Second
+	maxRetryElapsed = 30 * time.Second
+	// lookupTimeout bounds the store.Read that a tool/result replace falls back to.
+	lookupTimeout = 30 * time.Second
+	// errorsBuffer is the capacity of each Writer.Errors channel.
+	errorsBuffer = 64
+)
+
+// Options configure a Publisher. Zero values take the defaults noted per field.
+type Options struct {
+	Window   time.Duration    // fixed batching window; default 200 ms
+	WriterID string           // identifies this publisher in Nats-Msg-Id; default a nuid
+	Now      func() time.Time // clock for event times; default time.Now
+	Logger   *slog.Logger     // default slog.Default()
+}
+
+// afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
+// Tests replace it to drive the batching window by hand.
+type afterFunc func(d time.Duration, f func()) (stop func() bool)
+
+func realAfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// Publisher creates and opens sessions for writing on one provisioned agentlog (a jetstream.Store).
+// It owns one Writer per open session. It is safe for concurrent use.
+type Publisher struct {
+	store *jetstream.Store
+	nc    *nats.Conn
+	opts  Options
+	log   *slog.Logger
+	// optErr refuses Create/Open when Options are unusable (e.g. a WriterID with whitespace).
+	optErr error
+
+	// test hooks (unexported): the window timer, the retry budget, and a hook run by the write
+	// goroutine before each record is written.
+	after       afterFunc
+	retryBudget time.Duration
+	beforeWrite func(id string, firstSeq int64)
+
+	mu      sync.Mutex
+	writers map[string]*Writer
+	closed  bool
+}
+
+// New returns a Publisher writing to store. nc is the connection on which agent/error reports are
+// published to agentlog.errors.<token> (nil disables the reports; the Errors channels still work).
+func New(store *jetstream.Store, nc *nats.Conn, opts Options) *Publisher {
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.WriterID == "" {
+		opts.WriterID = nuid.Next()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Publisher{
+		store:       store,
+		nc:          nc,
+		opts:        opts,
+		log:         opts.Logger,
+		after:       realAfterFunc,
+		retryBudget: maxRetryElapsed,
+		writers:     map[string]*Writer{},
+	}
+	if strings.IndexFunc(opts.WriterID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		p.optErr = fmt.Errorf("publisher: Options.WriterID %q must not contain whitespace or control characters (it goes into the Nats-Msg-Id header)", opts.WriterID)
+	}
+	if store == nil {
+		p.optErr = errors.New("publisher: nil *jetstream.Store")
+	}
+	return p
+}
+
+// WriterID returns the id that prefixes this publisher's Nats-Msg-Id values.
+func (p *Publisher) WriterID() string { return p.opts.WriterID }
+
+// Create registers a new session's metadata (a KV create in agentlog_sessions) and returns its
+// Writer, positioned at seq 0 with guard 0 (no record yet). It writes NO event: a session that is
+// created but never written leaves nothing in the log (design.md §1, "Create").
+// An id that already exists gives an error wrapping ErrSessionExists (and jetstream.ErrSessionExists).
+func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
+	if p.optErr != nil {
+		return nil, p.optErr
+	}
+	token, err := jetstream.Token(h.ID)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+	}
+	if err := p.reserve(h.ID); err != nil {
+		return nil, err
+	}
+	if err := p.store.CreateSession(ctx, h); err != nil {
+		p.release(h.ID, nil)
+		if errors.Is(err, jetstream.ErrSessionExists) {
+			return nil, fmt.Errorf("publisher: create session %q: %w (%v)", h.ID, ErrSessionExists, err)
+		}
+		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+	}
+	w := newWriter(p, h.ID, token, session.NewSurface(), 0)
+	if err := p.install(w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Open resumes a stored session for writing (the reference's resume, design.md §1):
+//
+//  1. read its log (store.Read) and validate it with session.Load; a log that breaks a rule is
+//     refused with that *session.Error (naming the session, seq and rule);
+//  2. if the last turn is open, append the crash-repair closers (session.Repair, the oracle's
+//     `repair`: same seqs, times and ids);
+//  3. then append `session/end-seed` (data {}, time from Options.Now) unless the log, after the
+//     closers, already ends with one;
+//  4. write those events as ONE record guarded by the stream seq of the last stored record, and wait
+//     for it to be durable before returning.
+//
+// An id with neither metadata nor events gives an error wrapping jetstream.ErrSessionNotFound.
+// A session with metadata but no events gets an end-seed at seq 0 (reference: Session.create(id, [])).
+func (p *Publisher) Open(ctx context.Context, id string) (*Writer, error) {
+	if p.optErr != nil {
+		return nil, p.optErr
+	}
+	token, err := jetstream.Token(id)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
+	}
+	if err := p.reserve(id); err != nil {
+		return nil, err
+	}
+	w, err := p.open(ctx, id, token)
+	if err != nil {
+		p.release(id, nil)
+		return nil, err
+	}
+	if err := p.install(w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
+	events, lastStreamSeq, err := p.store.Read(ctx, id)
+	if errors.Is(err, jetstream.ErrSessionNotFound) {
+		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
+	}
+	if err != nil {
+		return nil, fmt.Errorf("publisher: open session %q: read log: %w", id, err)
+	}
+	if len(events) == 0 {
+		if _, err := p.store.GetSession(ctx, id); err != nil {
+			if errors.Is(err, jetstream.ErrSessionNotFound) {
+				return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, err)
+			}
+			return nil, fmt.Errorf("publisher: open session %q: read metadata: %w", id, err)
+		}
+	}
+	sess, err := session.Load(id, events)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: open session %q: stored log refused: %w", id, err)
+	}
+	events = nil // the Writer keeps only the Surface
+
+	// Closers first, then the marker, so the closers' seqs equal the oracle's repair.
+	tail := sess.Repair()
+	for _, ev := range tail {
+		if err := sess.Append(ev); err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: crash-repair closer refused: %w", id, err)
+		}
+	}
+	all := sess.Events()
+	if len(all) == 0 || all[len(all)-1].Type != "session/end-seed" {
+		marker := session.EndSeed(sess.NextSeq(), p.opts.Now().UnixMilli())
+		if err := sess.Append(marker); err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: end-seed marker refused: %w", id, err)
+		}
+		tail = append(tail, marker)
+	}
+	surface := sess.Surface()
+	if len(tail) > 0 {
+		msgID := p.msgID(token, tail[0].Seq)
+		res, err := p.writeRecord(ctx, id, lastStreamSeq, msgID, tail)
+		if err != nil {
+			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
+			p.publishReport(token, we)
+			return nil, fmt.Errorf("publisher: open session %q: resume record: %w", id, we)
+		}
+		lastStreamSeq = res
+	}
+	return newWriter(p, id, token, &surface, lastStreamSeq), nil
+}
+
+// Close flushes and closes every open Writer, then refuses further Create/Open with ErrClosed.
+// It returns the joined errors of the writers that could not be flushed (their events stay pending;
+// calling Close again retries them).
+func (p *Publisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	ws := make([]*Writer, 0, len(p.writers))
+	for _, w := range p.writers {
+		if w != nil {
+			ws = append(ws, w)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		if err := w.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reserve claims id for a writer being created/opened (nil placeholder in the map).
+func (p *Publisher) reserve(id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("publisher: session %q: %w", id, ErrClosed)
+	}
+	if _, ok := p.writers[id]; ok {
+		return fmt.Errorf("publisher: session %q: %w", id, ErrAlreadyOpen)
+	}
+	p.writers[id] = nil
+	return nil
+}
+
+// install turns the reservation of w.id into w; when Close ran meanwhile, w is stopped (it has
+// nothing pending yet) and ErrClosed returned.
+func (p *Publisher) install(w *Writer) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		delete(p.writers, w.id)
+		w.mu.Lock()
+		w.closing, w.closed = true, true
+		w.mu.Unlock()
+		w.cancel()
+		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
+	}
+	p.writers[w.id] = w
+	return nil
+}
+
+// release forgets id if it is still held by w (nil: the reservation).
+func (p *Publisher) release(id string, w *Writer) {
+	p.mu.Lock()
+	if cur, ok := p.writers[id]; ok && cur == w {
+		delete(p.writers, id)
+	}
+	p.mu.Unlock()
+}
+
+// msgID is the Nats-Msg-Id of the record starting at firstSeq: <WriterID>.<token>.<firstSeq>.
+// A retry of the same record reuses it (so the server dedupes it); another writer never collides.
+func (p *Publisher) msgID(token string, firstSeq int64) string {
+	return fmt.Sprintf("%s.%s.%d", p.opts.WriterID, token, firstSeq)
+}
+
+// writeRecord writes events as one record guarded with guard (the stream seq of the session's
+// previous record, 0 for none) and returns the stream seq of the record. Transient errors are
+// retried with exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved
+// by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
+// write succeeded; otherwise the error wraps ErrConflict.
+func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, error) {
+	last := events[len(events)-1].Seq
+	var lastErr error
+	op := func() (uint64, error) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		res, err := p.store.Append(actx, id, guard, msgID, events)
+		cancel()
+		if err == nil {
+			if res.Duplicate && res.StreamSeq <= guard {
+				// The server deduplicated against a record older than our guard: not ours.
+				return 0, backoff.Permanent(fmt.Errorf("%w: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
+					ErrConflict, msgID, res.StreamSeq, guard))
+			}
+			return res.StreamSeq, nil
+		}
+		lastErr = err
+		if errors.Is(err, jetstream.ErrConflict) {
+			tail, terr := p.store.GetTail(ctx, id)
+			if terr != nil {
+				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
+				if transient(terr) && ctx.Err() == nil {
+					return 0, lastErr
+				}
+				return 0, backoff.Permanent(lastErr)
+			}
+			if ownTail(tail, msgID, last) {
+				return tail.LastStreamSeq, nil
+			}
+			return 0, backoff.Permanent(fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d): %v",
+				ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq, err))
+		}
+		if transient(err) && ctx.Err() == nil {
+			p.log.Debug("agentlog publisher: transient write error, retrying", "session", id, "msgID", msgID, "error", err)
+			return 0, err
+		}
+		return 0, backoff.Permanent(err)
+	}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(p.retryBudget),
+	)
+	seq, err := backoff.RetryWithData(op, backoff.WithContext(b, ctx))
+	if err != nil && lastErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
+		err = fmt.Errorf("%w (last try: %v)", err, lastErr)
+	}
+	return seq, err
+}
+
+// ownTail reports whether the tail record is the one this writer meant to write: its Nats-Msg-Id
+// is msgID (or msgID plus a split-part suffix) and it ends at lastSeq.
+func ownTail(t jetstream.Tail, msgID string, lastSeq int64) bool {
+	if t.NextSeq != lastSeq+1 {
+		return false
+	}
+	if t.LastMsgID == msgID {
+		return true
+	}
+	if strings.HasPrefix(t.LastMsgID, msgID) {
+		c := t.LastMsgID[len(msgID)]
+		return c < '0' || c > '9'
+	}
+	return false
+}
+
+// ErrorReport is the agent/error report published to agentlog.errors.<token> when a write fails
+// (design.md §3). Time is Unix ms. FirstSeq..LastSeq is the seq range of the failed record.
+// It is a report only: a failure is never written as a session event.
+type ErrorReport struct {
+	Type     string `json:"type"` // always "agent/error"
+	Session  string `json:"session"`
+	FirstSeq int64  `json:"firstSeq"`
+	LastSeq  int64  `json:"lastSeq"`
+	Error    string `json:"error"`
+	Time     int64  `json:"time"`
+	WriterID string `json:"writerId"`
+}
+
+func (p *Publisher) publishReport(token string, we *WriteError) {
+	if p.nc == nil {
+		return
+	}
+	body, err := json.Marshal(ErrorReport{
+		Type: "agent/error", Session: we.Session, FirstSeq: we.FirstSeq, LastSeq: we.LastSeq,
+		Error: we.Err.Error(), Time: p.opts.Now().UnixMilli(), WriterID: p.opts.WriterID,
+	})
+	if err != nil {
+		return
+	}
+	if err := p.nc.Publish(jetstream.ErrorsPrefix+"."+token, body); err != nil {
+		p.log.Warn("agentlog publisher: cannot publish agent/error report", "session", we.Session, "error", err)
+	}
+}

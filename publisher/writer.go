@@ -1,0 +1,432 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agentlog/agentlog/session"
+)
+
+// Writer appends the events of one session. Append validates synchronously and admits the event
+// into the current batching window; a background write turns each ended window into one guarded
+// record (design.md §2). Flush is the durability checkpoint. It is safe for concurrent use.
+//
+// Batching (the reference's fixed, non-resetting window, vectors.json "batching-window"): the
+// first pending event opens a window of Options.Window; later events join it without extending
+// it. When it ends, the events pending at that moment are written as one record. At most one
+// record per session is in flight; events arriving during a write open their own window, and if
+// that window ends before the write does, the next write starts right after it.
+//
+// Failure: a failed write puts its events back ahead of newer pending ones, in order, reports a
+// *WriteError once on Errors and as an agent/error report, and pauses automatic retry; the next
+// new event opens a fresh window, and Flush/Close retry at once. A guard conflict with another
+// writer fences the Writer (ErrConflict once, ErrFenced on every later call).
+//
+// Memory: the Writer keeps the session.Surface and the not-yet-durable events only. A tool/result
+// replace whose target is already durable is looked up with store.Read.
+type Writer struct {
+	p     *Publisher
+	id    string
+	token string
+
+	errs    chan error
+	dropped atomic.Uint64
+	ctx     context.Context // lives until Close; bounds background writes
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the write goroutine in flight
+
+	mu            sync.Mutex
+	surface       *session.Surface // fold state including every admitted event
+	nextSeq       int64            // seq of the next admitted event
+	durableNext   int64            // every event with seq < durableNext is durable
+	lastStreamSeq uint64           // stream seq of the session's last record: the next guard
+	pending       []session.Event  // admitted, not in flight, in seq order
+	due           int              // pending[:due] belong to ended windows and wait for a write
+	inflight      []session.Event  // the record being written (nil when none)
+	stopTimer     func() bool      // stops the open window's timer; nil when no window is open
+	windowGen     uint64           // identifies the open window (a stale timer fire is ignored)
+	paused        bool             // automatic writes paused after a failure
+	failGen       uint64           // bumped on every failed write
+	lastErr       error            // the latest write failure
+	fenced        error            // the conflict that fenced this writer, nil otherwise
+	closing       bool             // Close began: Append/Emit refused
+	closed        bool             // Close finished
+	changed       chan struct{}    // closed and replaced on every state change
+}
+
+func newWriter(p *Publisher, id, token string, surface *session.Surface, lastStreamSeq uint64) *Writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	next := surface.AsOfSeq + 1
+	return &Writer{
+		p: p, id: id, token: token,
+		errs:   make(chan error, errorsBuffer),
+		ctx:    ctx,
+		cancel: cancel,
+
+		surface:       surface,
+		nextSeq:       next,
+		durableNext:   next,
+		lastStreamSeq: lastStreamSeq,
+		changed:       make(chan struct{}),
+	}
+}
+
+// ID returns the session id.
+func (w *Writer) ID() string { return w.id }
+
+// NextSeq returns the seq the next appended event must carry (the number of admitted events).
+func (w *Writer) NextSeq() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nextSeq
+}
+
+// DurableSeq returns the number of events known durable: every event with seq below it is stored.
+func (w *Writer) DurableSeq() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.durableNext
+}
+
+// Errors delivers each write failure once, as a *WriteError. The channel is buffered (64); when it
+// is full the oldest report is dropped (counted by DroppedErrors) so the writer never blocks.
+// It is never closed.
+func (w *Writer) Errors() <-chan error { return w.errs }
+
+// DroppedErrors is the number of reports dropped from a full Errors channel.
+func (w *Writer) DroppedErrors() uint64 { return w.dropped.Load() }
+
+// EmitOptions are the optional envelope fields of Writer.Emit (raw JSON, kept byte for byte).
+type EmitOptions struct {
+	SurfaceOp       json.RawMessage
+	SourceEventSeqs json.RawMessage
+	Ignorable       bool
+}
+
+// Emit builds the next event — seq NextSeq(), time Options.Now() in Unix ms — and appends it.
+// It returns the event as admitted, or the Append error.
+func (w *Writer) Emit(typ string, data json.RawMessage, opt EmitOptions) (session.Event, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return session.Event{}, err
+	}
+	ev := session.Event{
+		Type:            typ,
+		Seq:             w.nextSeq,
+		Time:            json.Number(strconv.FormatInt(w.p.opts.Now().UnixMilli(), 10)),
+		Data:            data,
+		SurfaceOp:       opt.SurfaceOp,
+		SourceEventSeqs: opt.SourceEventSeqs,
+		Ignorable:       opt.Ignorable,
+	}
+	ev, err := w.appendLocked(ev)
+	if err != nil {
+		return session.Event{}, err
+	}
+	return ev, nil
+}
+
+// Append validates ev synchronously as the next event of the session (ev.Seq must equal NextSeq();
+// the reference's rules via session.Surface.Apply) and admits it into the batching window. It does
+// not wait for durability (use Flush). A refused event never enters the window; the error is a
+// *session.Error naming the session, the seq and the rule. After Close it returns ErrClosed, after
+// a guard conflict ErrFenced. The event's raw JSON fields are copied, so the caller may reuse them.
+func (w *Writer) Append(ev session.Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	_, err := w.appendLocked(ev)
+	return err
+}
+
+func (w *Writer) usableLocked() error {
+	if w.fenced != nil {
+		return w.fencedErrLocked()
+	}
+	if w.closing || w.closed {
+		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
+	}
+	return nil
+}
+
+func (w *Writer) fencedErrLocked() error {
+	return fmt.Errorf("publisher: session %q: %w (%v)", w.id, ErrFenced, w.fenced)
+}
+
+func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
+	if ev.Seq != w.nextSeq {
+		return ev, &session.Error{Session: w.id, Seq: ev.Seq, Rule: "seq-contiguous",
+			Msg: fmt.Sprintf("session %q: event seq %d is not the next seq %d", w.id, ev.Seq, w.nextSeq)}
+	}
+	if err := checkEnvelope(w.id, ev); err != nil {
+		return ev, err
+	}
+	ev = cloneEvent(ev)
+	if err := w.surface.Apply(w.id, ev, w.lookupLocked); err != nil {
+		return ev, err
+	}
+	w.pending = append(w.pending, ev)
+	w.nextSeq++
+	if true {
+		w.closeWindowLocked()
+		// The first pending event of a window opens it; a new event also ends a pause.
+		w.paused = false
+		w.openWindowLocked()
+	}
+	w.broadcastLocked()
+	return ev, nil
+}
+
+// checkEnvelope refuses what would not even encode as an event line. The reference's full rules
+// are session.Surface.Apply's.
+func checkEnvelope(id string, ev session.Event) error {
+	bad := func(rule, msg string) error {
+		return &session.Error{Session: id, Seq: ev.Seq, Rule: rule, Msg: fmt.Sprintf("session %q seq %d: %s", id, ev.Seq, msg)}
+	}
+	if ev.Type == "" {
+		return bad("envelope-type", "event type is empty")
+	}
+	if _, err := strconv.ParseFloat(string(ev.Time), 64); err != nil || !json.Valid([]byte(ev.Time)) {
+		return bad("envelope-time", fmt.Sprintf("time %q is not a JSON number of Unix ms", string(ev.Time)))
+	}
+	if !json.Valid(ev.Data) {
+		return bad("envelope-data", "data is not valid JSON")
+	}
+	if len(ev.SurfaceOp) > 0 && !json.Valid(ev.SurfaceOp) {
+		return bad("envelope-surfaceOp", "surfaceOp is not valid JSON")
+	}
+	if len(ev.SourceEventSeqs) > 0 && !json.Valid(ev.SourceEventSeqs) {
+		return bad("envelope-sourceEventSeqs", "sourceEventSeqs is not valid JSON")
+	}
+	return nil
+}
+
+func cloneEvent(ev session.Event) session.Event {
+	ev.Data = bytes.Clone(ev.Data)
+	ev.SurfaceOp = bytes.Clone(ev.SurfaceOp)
+	ev.SourceEventSeqs = bytes.Clone(ev.SourceEventSeqs)
+	return ev
+}
+
+// lookupLocked finds an earlier event for a tool/result replace: in flight or pending first, else
+// in the stored log (store.ReadRecords, stopping at the target's record; the target is durable
+// then). Called with w.mu held.
+func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
+	for _, evs := range [][]session.Event{w.inflight, w.pending} {
+		if len(evs) > 0 && seq >= evs[0].Seq && seq <= evs[len(evs)-1].Seq {
+			return evs[seq-evs[0].Seq], nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, lookupTimeout)
+	defer cancel()
+	var found *session.Event
+	_, err := w.p.store.ReadRecords(ctx, w.id, func(_ uint64, evs []session.Event) error {
+		if last := evs[len(evs)-1].Seq; seq >= evs[0].Seq && seq <= last {
+			x := evs[seq-evs[0].Seq]
+			found = &x
+			return errFound
+		}
+		return nil
+	})
+	if found != nil {
+		return *found, nil
+	}
+	if err != nil {
+		return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: %w", w.id, seq, err)
+	}
+	return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: not in the stored log", w.id, seq)
+}
+
+// errFound stops ReadRecords once lookupLocked has its event.
+var errFound = errors.New("found")
+
+func (w *Writer) openWindowLocked() {
+	w.windowGen++
+	gen := w.windowGen
+	w.stopTimer = w.p.after(w.p.opts.Window, func() { w.windowEnded(gen) })
+}
+
+func (w *Writer) closeWindowLocked() {
+	if w.stopTimer != nil {
+		w.stopTimer()
+		w.stopTimer = nil
+	}
+	w.windowGen++
+}
+
+// windowEnded runs when the window gen ends: its events become due and are written as soon as no
+// other write is in flight.
+func (w *Writer) windowEnded(gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if gen != w.windowGen || w.stopTimer == nil {
+		return // stale: the window was closed by Flush, a failure or Close
+	}
+	w.stopTimer = nil
+	w.windowGen++
+	w.due = len(w.pending)
+	w.kickLocked()
+}
+
+// kickLocked starts the write of the due events if none is in flight.
+func (w *Writer) kickLocked() {
+	if w.inflight != nil || w.due == 0 || w.paused || w.fenced != nil || w.closed {
+		return
+	}
+	batch := w.pending[:w.due:w.due]
+	w.pending = append([]session.Event(nil), w.pending[w.due:]...)
+	w.due = 0
+	w.inflight = batch
+	guard := w.lastStreamSeq
+	w.wg.Add(1)
+	go w.write(batch, guard)
+}
+
+func (w *Writer) write(batch []session.Event, guard uint64) {
+	defer w.wg.Done()
+	first, last := batch[0].Seq, batch[len(batch)-1].Seq
+	if h := w.p.beforeWrite; h != nil {
+		h(w.id, first)
+	}
+	streamSeq, err := w.p.writeRecord(w.ctx, w.id, guard, w.p.msgID(w.token, first), batch)
+
+	w.mu.Lock()
+	w.inflight = nil
+	if err == nil {
+		w.lastStreamSeq = streamSeq
+		w.durableNext = last + 1
+		w.broadcastLocked()
+		w.kickLocked()
+		w.mu.Unlock()
+		return
+	}
+	we := &WriteError{Session: w.id, FirstSeq: first, LastSeq: last, Err: err}
+	if isConflict(err) {
+		w.fenced = we
+		w.closeWindowLocked()
+		w.pending, w.due = nil, 0
+		w.p.log.Error("agentlog publisher: guard conflict, writer fenced", "session", w.id,
+			"firstSeq", first, "lastSeq", last, "lostEvents", w.nextSeq-first, "error", err)
+	} else {
+		// Put the events back ahead of newer pending ones, in order; pause automatic retry.
+		w.pending = append(batch[:len(batch):len(batch)], w.pending...)
+		w.due = 0
+		w.closeWindowLocked()
+		w.paused = true
+		w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
+			"firstSeq", first, "lastSeq", last, "error", err)
+	}
+	w.failGen++
+	w.lastErr = we
+	w.reportLocked(we)
+	w.broadcastLocked()
+	w.mu.Unlock()
+	w.p.publishReport(w.token, we)
+}
+
+func isConflict(err error) bool {
+	return err != nil && errors.Is(err, ErrConflict)
+}
+
+// reportLocked delivers we on Errors without ever blocking: drop-oldest when full.
+func (w *Writer) reportLocked(we *WriteError) {
+	for {
+		select {
+		case w.errs <- we:
+			return
+		default:
+		}
+		select {
+		case <-w.errs:
+			n := w.dropped.Add(1)
+			w.p.log.Warn("agentlog publisher: Errors channel full, dropped the oldest report", "session", w.id, "dropped", n)
+		default:
+		}
+	}
+}
+
+func (w *Writer) broadcastLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Flush skips the batching wait: it writes everything pending now (retrying at once after an
+// earlier failure) and returns once every event admitted before the call is durable. It returns
+// the *WriteError of a write that fails meanwhile (the events stay pending), an error wrapping
+// ErrConflict when the writer gets fenced meanwhile, ErrFenced when it already was, or ctx.Err().
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fenced != nil {
+		return w.fencedErrLocked()
+	}
+	target := w.nextSeq
+	if w.durableNext >= target {
+		return nil
+	}
+	w.closeWindowLocked()
+	w.due = len(w.pending)
+	w.paused = false
+	startFail := w.failGen
+	w.kickLocked()
+	for {
+		switch {
+		case w.durableNext >= target:
+			return nil
+		case w.fenced != nil:
+			return w.fenced
+		case w.failGen != startFail:
+			return w.lastErr
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+			w.mu.Lock()
+		case <-ctx.Done():
+			w.mu.Lock()
+			return fmt.Errorf("publisher: session %q: flush up to seq %d: %w", w.id, target-1, ctx.Err())
+		}
+	}
+}
+
+// Close flushes (see Flush) and then stops the Writer: later Append/Emit return ErrClosed. If the
+// flush fails, Close returns its error and the events stay pending; calling Close again retries.
+// A fenced writer is released and Close returns ErrFenced.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closing = true
+	fenced := w.fenced != nil
+	w.mu.Unlock()
+
+	var err error
+	if fenced {
+		w.mu.Lock()
+		err = w.fencedErrLocked()
+		w.mu.Unlock()
+	} else if err = w.Flush(ctx); err != nil && !isConflict(err) {
+		return err
+	}
+	w.mu.Lock()
+	w.closed = true
+	w.closeWindowLocked()
+	w.broadcastLocked()
+	w.mu.Unlock()
+	w.cancel()
+	w.wg.Wait()
+	w.p.release(w.id, w)
+	return err
+}

@@ -1,0 +1,215 @@
+package session
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// MarshalJSON writes the event as one compact JSON object with the fields in the reference's
+// order: type, seq, time, data, then surfaceOp, sourceEventSeqs and ignorable when present
+// (SurfaceOp/SourceEventSeqs nil = absent; Ignorable false = absent). Data, SurfaceOp and
+// SourceEventSeqs are written byte for byte when they are already compact (insignificant
+// whitespace is removed otherwise) and strings are not HTML-escaped.
+//
+// It fails when Time is not one JSON number literal or when Data is absent or not valid JSON.
+// Note: json.Marshal(ev) HTML-escapes '<', '>' and '&' after calling this; use ev.MarshalJSON()
+// or a json.Encoder with SetEscapeHTML(false) to keep the bytes.
+func (ev Event) MarshalJSON() ([]byte, error) {
+	return appendEventJSON(nil, &ev, false)
+}
+
+// appendEventJSON appends ev's JSON; lenientTime lets a repair closer carry "null" as the
+// reference's JSON.stringify(Infinity) does.
+func appendEventJSON(dst []byte, ev *Event, lenientTime bool) ([]byte, error) {
+	t := string(ev.Time)
+	if !validNumberLiteral(t) && !(lenientTime && t == "null") {
+		return nil, fmt.Errorf("session event seq %d: time %q is not a JSON number", ev.Seq, t)
+	}
+	if len(ev.Data) == 0 {
+		return nil, fmt.Errorf("session event seq %d: data is absent", ev.Seq)
+	}
+	dst = append(dst, `{"type":`...)
+	dst = appendJSString(dst, ev.Type)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendInt(dst, ev.Seq, 10)
+	dst = append(dst, `,"time":`...)
+	dst = append(dst, t...)
+	dst = append(dst, `,"data":`...)
+	var err error
+	if dst, err = appendCompact(dst, ev.Data); err != nil {
+		return nil, fmt.Errorf("session event seq %d: data: %w", ev.Seq, err)
+	}
+	if ev.SurfaceOp != nil {
+		dst = append(dst, `,"surfaceOp":`...)
+		if dst, err = appendCompact(dst, ev.SurfaceOp); err != nil {
+			return nil, fmt.Errorf("session event seq %d: surfaceOp: %w", ev.Seq, err)
+		}
+	}
+	if ev.SourceEventSeqs != nil {
+		dst = append(dst, `,"sourceEventSeqs":`...)
+		if dst, err = appendCompact(dst, ev.SourceEventSeqs); err != nil {
+			return nil, fmt.Errorf("session event seq %d: sourceEventSeqs: %w", ev.Seq, err)
+		}
+	}
+	if ev.Ignorable {
+		dst = append(dst, `,"ignorable":true`...)
+	}
+	return append(dst, '}'), nil
+}
+
+func appendCompact(dst, raw []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return append(dst, buf.Bytes()...), nil
+}
+
+// UnmarshalJSON reads one event object with the same rules as ReadJSONL: the last of repeated
+// keys wins, unknown keys are dropped, ignorable is kept only when it is true, a time that is not a
+// JSON number is left empty (Session.Append then stamps the current time). It fails when the
+// value is not an object, type is not a string, seq is not a non-negative safe integer, or data
+// is absent. A packed chunk row is refused (use ReadJSONL to expand rows).
+func (ev *Event) UnmarshalJSON(b []byte) error {
+	buf := append([]byte(nil), b...)
+	v, err := parseJSON(buf)
+	if err != nil {
+		return err
+	}
+	if isObjectLike(v) {
+		if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
+			return errors.New("session: a packed " + t.s + " row holds several events; read it with ReadJSONL")
+		}
+	}
+	out, _, rerr := decodeEvent(v, "session")
+	if rerr != nil {
+		return rerr
+	}
+	*ev = out
+	return nil
+}
+
+// parsedEvent holds an event's parsed JSON parts; nil means absent (undefined).
+type parsedEvent struct {
+	data *jval
+	op   *jval
+	srcs *jval
+}
+
+// decodeEvent turns one parsed JSONL value into an Event, as the oracle reads it: ev.type,
+// ev.seq, ev.time (a number, or empty), ev.data, ev.surfaceOp and ev.sourceEventSeqs when not
+// undefined, ignorable when true; everything else is dropped.
+func decodeEvent(v *jval, session string) (Event, parsedEvent, *Error) {
+	var ev Event
+	var p parsedEvent
+	if v == nil || v.kind != jObj {
+		what := "a JSON array"
+		switch {
+		case v == nil || v.kind == jNull:
+			what = "null"
+		case v.kind == jStr:
+			what = "a JSON string"
+		case v.kind == jNum:
+			what = "a JSON number"
+		case v.kind == jBool:
+			what = "a JSON boolean"
+		}
+		return ev, p, newError(session, -1, 0, RuleRecord, "line is "+what+", not an event object")
+	}
+	seq := int64(-1)
+	sv := v.field("seq")
+	if sv != nil && sv.kind == jNum && isSafeInteger(sv.n) && sv.n >= 0 {
+		seq = int64(sv.n)
+	}
+	tv := v.field("type")
+	if tv == nil || tv.kind != jStr {
+		return ev, p, newError(session, seq, 0, RuleEnvelope, "event type must be a string, got "+describe(tv))
+	}
+	if seq < 0 {
+		return ev, p, newError(session, -1, 0, RuleEnvelope,
+			fmt.Sprintf("event %q: seq must be a non-negative safe integer, got %s", tv.s, describe(sv)))
+	}
+	ev.Type = tv.s
+	ev.Seq = seq
+	if t := v.field("time"); t != nil && t.kind == jNum {
+		ev.Time = json.Number(t.raw)
+	}
+	p.data = v.field("data")
+	if p.data == nil {
+		return ev, p, newError(session, seq, 0, RuleData, fmt.Sprintf("session event %q has no data", ev.Type))
+	}
+	ev.Data = json.RawMessage(p.data.raw)
+	if p.op = v.field("surfaceOp"); p.op != nil {
+		ev.SurfaceOp = json.RawMessage(p.op.raw)
+	}
+	if p.srcs = v.field("sourceEventSeqs"); p.srcs != nil {
+		ev.SourceEventSeqs = json.RawMessage(p.srcs.raw)
+	}
+	if ig := v.field("ignorable"); ig != nil && ig.kind == jBool && ig.b {
+		ev.Ignorable = true
+	}
+	return ev, p, nil
+}
+
+// describe renders a value briefly for an error message.
+func describe(v *jval) string {
+	if v == nil {
+		return "nothing"
+	}
+	s := stringify(v)
+	if len(s) > 60 {
+		return string(s[:57]) + "..."
+	}
+	return string(s)
+}
+
+// parseEvent parses the JSON parts of a programmatic Event. The returned *Error has no line.
+func parseEvent(session string, ev *Event) (parsedEvent, *Error) {
+	var p parsedEvent
+	if len(ev.Data) == 0 {
+		return p, newError(session, ev.Seq, 0, RuleData, fmt.Sprintf("session event %q has no data", ev.Type))
+	}
+	var err error
+	if p.data, err = parseJSON(ev.Data); err != nil {
+		return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q data: %v", ev.Type, err))
+	}
+	if ev.SurfaceOp != nil {
+		if p.op, err = parseJSON(ev.SurfaceOp); err != nil {
+			return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q surfaceOp: %v", ev.Type, err))
+		}
+	}
+	if ev.SourceEventSeqs != nil {
+		if p.srcs, err = parseJSON(ev.SourceEventSeqs); err != nil {
+			return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q sourceEventSeqs: %v", ev.Type, err))
+		}
+	}
+	return p, nil
+}
+
+// nowMillis is the current Unix time in milliseconds (the reference's Date.now()).
+func nowMillis() int64 { return time.Now().UnixMilli() }
+
+// EndSeed returns a session/end-seed event at seq with time nowMs and data {}: the marker a fork
+// or a resume appends where the lifecycle's own writes begin.
+func EndSeed(seq int64, nowMs int64) Event {
+	return Event{
+		Type: "session/end-seed",
+		Seq:  seq,
+		Time: json.Number(strconv.FormatInt(nowMs, 10)),
+		Data: json.RawMessage(`{}`),
+	}
+}
+
+// timeValue parses Time as the JavaScript number the reference holds: ok false when Time is not
+// a JSON number literal.
+func timeValue(t json.Number) (float64, bool) {
+	s := string(t)
+	if !validNumberLiteral(s) {
+		return 0, false
+	}
+	return parseNumberLiteral([]byte(s)), true
+}

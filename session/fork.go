@@ -1,0 +1,311 @@
+package session
+
+// Forks: the reference's SessionStore._forkSeed (seed selection and its refusals) and the seed
+// validation of Session.create(child, seed, header) (assertSessionEventEnvelope,
+// assertCurrentLlmShape, assertMessageEventShape, assertSupportedRequestHeader, contiguity and
+// surface rules), with the reference's exact texts.
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// ForkSeed selects the seed for forking events (the session named id) at boundary (nil = the
+// last event's seq), as the reference's _forkSeed: the events 0..boundary inclusive (a copy of the
+// slice; the Event values share their bytes). Refusals, with the reference's exact texts:
+//   - INVALID_BOUNDARY `fork boundary for session "<id>" must be a non-negative safe integer, got <b>`
+//   - INVALID_BOUNDARY `fork boundary <b> does not exist in session "<id>" (last seq: <last|none>)`
+//   - INVALID_BOUNDARY `fork boundary <b> does not match a contiguous event seq in session "<id>"`
+//   - OPEN_TURN `fork boundary <b> in session "<id>" ends inside open turn <turn>` when the last
+//     turn/start or turn/end at or before the boundary is a turn/start.
+//
+// A nil boundary on an empty session gives an empty seed. The seed excludes the end-seed marker
+// (ForkChild adds it).
+func ForkSeed(id string, events []Event, boundary *int64) ([]Event, *ForkError) {
+	end, ferr := forkBoundary(id, events, boundary, func(i int64) (*jval, error) {
+		return parseJSON(events[i].Data)
+	})
+	if ferr != nil {
+		return nil, ferr
+	}
+	return append([]Event{}, events[:end]...), nil
+}
+
+// forkBoundary checks a fork boundary as _forkSeed does and returns the seed length. dataOf
+// returns the parsed data of events[i] (read only for the turn/start that makes a turn open).
+func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int64) (*jval, error)) (int, *ForkError) {
+	var b int64
+	if boundary != nil {
+		b = *boundary
+	} else {
+		if len(events) == 0 {
+			return 0, nil
+		}
+		b = events[len(events)-1].Seq
+	}
+	q := jsQuote(id)
+	if b < 0 || b > maxSafeInteger {
+		return 0, &ForkError{Code: CodeInvalidBoundary,
+			Msg: "fork boundary for session " + q + " must be a non-negative safe integer, got " + jsNumberString(float64(b))}
+	}
+	if b >= int64(len(events)) {
+		last := "none"
+		if len(events) > 0 {
+			last = jsNumberString(float64(events[len(events)-1].Seq))
+		}
+		return 0, &ForkError{Code: CodeInvalidBoundary,
+			Msg: fmt.Sprintf("fork boundary %d does not exist in session %s (last seq: %s)", b, q, last)}
+	}
+	if events[b].Seq != b {
+		return 0, &ForkError{Code: CodeInvalidBoundary,
+			Msg: fmt.Sprintf("fork boundary %d does not match a contiguous event seq in session %s", b, q)}
+	}
+	for i := b; i >= 0; i-- {
+		switch events[i].Type {
+		case "turn/end":
+			return int(b + 1), nil
+		case "turn/start":
+			data, err := dataOf(i)
+			if err != nil {
+				return 0, &ForkError{Msg: fmt.Sprintf("turn/start at seq %d has data that is not JSON: %v", events[i].Seq, err)}
+			}
+			turn, terr := get(data, "turn")
+			if terr != nil {
+				return 0, &ForkError{Msg: terr.Error()}
+			}
+			return 0, &ForkError{Code: CodeOpenTurn,
+				Msg: fmt.Sprintf("fork boundary %d in session %s ends inside open turn %s", b, q, jsToString(turn))}
+		}
+	}
+	return int(b + 1), nil
+}
+
+// ForkChild returns the child's full event list: seed plus a session/end-seed marker (data {},
+// time nowMs) at seq len(seed), or no marker when the seed already ends with one. It validates the
+// seed as the reference's Session.create does, refusing with its exact, code-less texts (Code ""):
+//   - `seed event at index <i> is not losslessly JSON-serializable`
+//   - `seed event at index <i> uses unsupported legacy request/header-delta format`
+//   - `seed event at index <i> has an invalid event envelope` (time not a safe integer, ...)
+//   - `seed request/header at index <i> lacks provider/model` (and the other request/header checks)
+//   - `seed <type> at index <i> lacks an identified message` (and the other message-shape checks)
+//   - `seed event at index <i> uses unsupported legacy request/header reason "fallback"`
+//   - `seed event at index <i> has seq <s> (expected <i>); seed must be contiguous from 0`
+//   - `invalid seed event at index <i>: <surface rule text>`
+func ForkChild(seed []Event, nowMs int64) ([]Event, *ForkError) {
+	surf := NewSurface()
+	datas := make([]*jval, len(seed))
+	for i := range seed {
+		ev := &seed[i]
+		p, ok := parseSeedEvent(ev)
+		if !ok {
+			return nil, &ForkError{Msg: "seed event at index " + strconv.Itoa(i) + " is not losslessly JSON-serializable"}
+		}
+		datas[i] = p.data
+		if msg := seedEventProblem(ev, &p, i); msg != "" {
+			return nil, &ForkError{Msg: msg}
+		}
+		lookup := func(seq int64) (string, *jval, error) {
+			if seq < 0 || seq >= int64(i) {
+				return "", nil, fmt.Errorf("seq %d is not in the seed", seq)
+			}
+			return seed[seq].Type, datas[seq], nil
+		}
+		plan, r := planSurface(surf.Nodes, ev, &p, lookup)
+		if r != nil {
+			return nil, &ForkError{Msg: "invalid seed event at index " + strconv.Itoa(i) + ": " + r.msg}
+		}
+		surf.commit(ev, &validated{plan: plan, p: p})
+	}
+	child := make([]Event, len(seed), len(seed)+1)
+	copy(child, seed)
+	if len(seed) == 0 || seed[len(seed)-1].Type != "session/end-seed" {
+		child = append(child, EndSeed(int64(len(seed)), nowMs))
+	}
+	return child, nil
+}
+
+// parseSeedEvent parses an event's JSON parts; ok is false when one is not valid JSON (the
+// reference's snapshot of such an event fails).
+func parseSeedEvent(ev *Event) (parsedEvent, bool) {
+	var p parsedEvent
+	var err error
+	if len(ev.Data) > 0 {
+		if p.data, err = parseJSON(ev.Data); err != nil {
+			return p, false
+		}
+	}
+	if ev.SurfaceOp != nil {
+		if p.op, err = parseJSON(ev.SurfaceOp); err != nil {
+			return p, false
+		}
+	}
+	if ev.SourceEventSeqs != nil {
+		if p.srcs, err = parseJSON(ev.SourceEventSeqs); err != nil {
+			return p, false
+		}
+	}
+	return p, true
+}
+
+// seedEventProblem runs, for one seed event at index, the reference constructor's checks before
+// the surface: snapshotJsonValue, assertSessionEventEnvelope (with assertCurrentLlmShape),
+// assertSupportedRequestHeader and the contiguity check. "" when the event passes.
+func seedEventProblem(ev *Event, p *parsedEvent, index int) string {
+	at := "seed event at index " + strconv.Itoa(index)
+	tf, tok := timeValue(ev.Time)
+	if (p.data != nil && p.data.lossy) || (p.op != nil && p.op.lossy) || (p.srcs != nil && p.srcs.lossy) ||
+		(tok && !losslessNumber(tf)) {
+		return at + " is not losslessly JSON-serializable"
+	}
+	if ev.Type == "request/header-delta" {
+		return at + " uses unsupported legacy request/header-delta format"
+	}
+	if ev.Seq < 0 || ev.Seq > maxSafeInteger || !tok || !isSafeInteger(tf) || p.data == nil {
+		return at + " has an invalid event envelope"
+	}
+	switch ev.Type {
+	case "request/header", "user/message", "assistant/message", "tool/result":
+		if msg := currentLLMShape(ev.Type, p.data, index); msg != "" {
+			return msg
+		}
+	}
+	if msg := legacyRequestHeader(ev.Type, p.data, at); msg != "" {
+		return msg
+	}
+	if ev.Seq != int64(index) {
+		return fmt.Sprintf("%s has seq %s (expected %d); seed must be contiguous from 0", at, jsNumberString(float64(ev.Seq)), index)
+	}
+	return ""
+}
+
+// currentLLMShape is the reference's assertCurrentLlmShape.
+func currentLLMShape(typ string, data *jval, index int) string {
+	idx := strconv.Itoa(index)
+	if typ == "request/header" {
+		var header *jval
+		if isObjectLike(data) {
+			header, _ = get(data, "header")
+		}
+		var headerRecord, config *jval
+		if isPlainObject(header) {
+			headerRecord = header
+			config = header.field("config")
+		}
+		if !hasProviderModel(config) {
+			return "seed request/header at index " + idx + " lacks provider/model"
+		}
+		if re, _ := get(config, "reasoningEffort"); re != nil && !isNonEmptyString(re) {
+			return "seed request/header at index " + idx + " has an invalid reasoningEffort"
+		}
+		if !adapterDefaultsValid(headerRecord.field("adapterDefaults"), config) {
+			return "seed request/header at index " + idx + " has invalid adapterDefaults"
+		}
+	}
+	if typ != "user/message" && typ != "assistant/message" && typ != "tool/result" {
+		return ""
+	}
+	return messageEventShape(typ, data, "seed "+typ+" at index "+idx)
+}
+
+// hasProviderModel: an object with non-empty string provider and model.
+func hasProviderModel(v *jval) bool {
+	if !isObjectLike(v) {
+		return false
+	}
+	p, _ := get(v, "provider")
+	m, _ := get(v, "model")
+	return isNonEmptyString(p) && isNonEmptyString(m)
+}
+
+// adapterDefaultsValid is the reference's assertAdapterDefaults.
+func adapterDefaultsValid(v, config *jval) bool {
+	if v == nil {
+		return true
+	}
+	if !isPlainObject(v) {
+		return false
+	}
+	for i, k := range v.keys {
+		if k != "reasoningEffort" && k != "maxTokens" {
+			return false
+		}
+		if x := v.vals[i]; x.kind != jBool || !x.b {
+			return false
+		}
+	}
+	re, _ := get(config, "reasoningEffort")
+	mt, _ := get(config, "maxTokens")
+	if v.field("reasoningEffort") != nil && re == nil {
+		return false
+	}
+	if v.field("maxTokens") != nil && mt == nil {
+		return false
+	}
+	return true
+}
+
+// messageEventShape is the reference's assertMessageEventShape; subject prefixes the text.
+func messageEventShape(typ string, data *jval, subject string) string {
+	var record *jval
+	if isObjectLike(data) {
+		record = data
+	}
+	message := record
+	if typ != "user/message" {
+		message = nil
+		if record != nil {
+			message, _ = get(record, "message")
+		}
+	}
+	if !isObjectLike(message) {
+		return subject + " lacks an identified message"
+	}
+	if id, _ := get(message, "id"); !isNonEmptyString(id) {
+		return subject + " lacks an identified message"
+	}
+	expectedRole := "user"
+	if typ == "assistant/message" {
+		expectedRole = "assistant"
+	}
+	if role, _ := get(message, "role"); !isString(role, expectedRole) {
+		return subject + ` message must have role "` + expectedRole + `"`
+	}
+	source, _ := get(message, "source")
+	kind, _ := get(source, "kind")
+	if !isObjectLike(source) || !isNonEmptyString(kind) {
+		return subject + " message has invalid source"
+	}
+	content, _ := get(message, "content")
+	if content == nil || content.kind != jArr {
+		return subject + " message has invalid content"
+	}
+	if typ == "assistant/message" {
+		if !isString(kind, "model") || !hasProviderModel(source) {
+			return subject + " message must have model source"
+		}
+		return ""
+	}
+	if typ != "tool/result" {
+		return ""
+	}
+	callID, _ := get(source, "callId")
+	if !isString(kind, "tool") || !isNonEmptyString(callID) {
+		return subject + " message must have tool source"
+	}
+	if len(content.arr) != 1 {
+		return subject + " message must contain one tool-result block"
+	}
+	block := content.arr[0]
+	if !isObjectLike(block) {
+		return subject + " message must contain one tool-result block"
+	}
+	bt, _ := get(block, "type")
+	bc, _ := get(block, "content")
+	if !isString(bt, "tool-result") || bc == nil || bc.kind != jArr {
+		return subject + " message must contain one tool-result block"
+	}
+	if tc, _ := get(block, "toolCallId"); !strictEqual(tc, callID) {
+		return subject + " message has mismatched tool call ids"
+	}
+	return ""
+}

@@ -1,0 +1,294 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// MaxLineBytes is the longest JSONL line (64 MiB, without its newline) that ReadJSONL and Inspect
+// accept; a longer line is refused with rule "line-length" so that memory stays bounded. The
+// longest line in the recorded sessions is about 62 KiB.
+const MaxLineBytes = 64 << 20
+
+// lineReader splits a stream on '\n' like the oracle's input.split('\n'), skipping lines that
+// String.prototype.trim() would empty. Line numbers are 1-based and count every line.
+type lineReader struct {
+	r    *bufio.Reader
+	line int
+}
+
+func newLineReader(r io.Reader) *lineReader { return &lineReader{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// next returns the next non-blank line (a fresh copy) and its number, io.EOF at the end, or an
+// *Error (rule line-length) for an over-long line.
+func (lr *lineReader) next(session string) ([]byte, int, error) {
+	for {
+		var buf []byte
+		tooLong := false
+		for {
+			chunk, err := lr.r.ReadSlice('\n')
+			if !tooLong {
+				if len(buf)+len(chunk) > MaxLineBytes+1 { // +1: the newline itself
+					tooLong = true
+					buf = nil
+				} else {
+					buf = append(buf, chunk...)
+				}
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil && err != io.EOF {
+				return nil, lr.line + 1, err
+			}
+			if err == io.EOF && len(chunk) == 0 && len(buf) == 0 && !tooLong {
+				return nil, lr.line, io.EOF
+			}
+			break
+		}
+		lr.line++
+		if tooLong {
+			return nil, lr.line, newError(session, -1, lr.line, RuleLineLength,
+				fmt.Sprintf("line is longer than %d bytes", MaxLineBytes))
+		}
+		buf = bytes.TrimSuffix(buf, []byte("\n"))
+		if isJSWhitespaceOnly(buf) {
+			continue
+		}
+		return buf, lr.line, nil
+	}
+}
+
+// item is one decoded event of a JSONL stream, or the error that stops it at that position.
+type item struct {
+	line int
+	ev   Event
+	p    parsedEvent
+	err  *Error // the line cannot become an event (not an object, bad envelope, no data)
+}
+
+// jsonlDoc is a fully read JSONL stream.
+type jsonlDoc struct {
+	header     *jval // nil when the first line is not {"type":"session",...}
+	headerLine int
+	id         string // the header's id when it is a string, else the caller's default
+	items      []item
+}
+
+// readJSONLDoc reads a whole stream the way the oracle does: every line is parsed first, then the
+// header is dropped, then packed rows are validated and expanded. A line that is not JSON, an
+// over-long line, or a malformed row is fatal (the oracle fails before appending anything); a line
+// that parses but is not a usable event becomes an item carrying its error.
+func readJSONLDoc(r io.Reader, defaultID string) (*jsonlDoc, *Error) {
+	doc := &jsonlDoc{id: defaultID}
+	lr := newLineReader(r)
+	first := true
+	for {
+		line, n, err := lr.next(doc.id)
+		if err == io.EOF {
+			return doc, nil
+		}
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return doc, e
+			}
+			return doc, newError(doc.id, -1, n, RuleJSON, "read failed: "+err.Error())
+		}
+		v, perr := parseJSON(line)
+		if perr != nil {
+			return doc, newError(doc.id, -1, n, RuleJSON, perr.Error())
+		}
+		if first {
+			first = false
+			if isPlainObject(v) && isString(v.field("type"), "session") {
+				doc.header, doc.headerLine = v, n
+				if id := v.field("id"); id != nil && id.kind == jStr {
+					doc.id = id.s
+				}
+				continue
+			}
+		}
+		if isObjectLike(v) {
+			if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
+				seq := int64(-1)
+				if s0 := v.field("seq0"); s0 != nil && s0.kind == jNum && isSafeInteger(s0.n) && s0.n >= 0 {
+					seq = int64(s0.n)
+				}
+				evs, why := expandChunkRow(v, t.s)
+				if why != "" {
+					return doc, newError(doc.id, seq, n, RuleChunkRow, why)
+				}
+				for _, ev := range evs {
+					it := item{line: n, ev: ev}
+					var perr *Error
+					if it.p, perr = parseEvent(doc.id, &it.ev); perr != nil {
+						it.err = perr.withLine(n)
+					}
+					doc.items = append(doc.items, it)
+				}
+				continue
+			}
+		}
+		ev, p, derr := decodeEvent(v, doc.id)
+		doc.items = append(doc.items, item{line: n, ev: ev, p: p, err: derr.withLine(n)})
+	}
+}
+
+// ReadJSONL reads a dsh JSONL stream: an optional header line ({"type":"session",...} on the
+// first non-blank line), then events and packed chunk rows, expanded to events. Blank lines are
+// skipped as the oracle skips them. It does not validate session rules (use Session.Append or
+// Load for that), only that each line is one JSON value of a recognised shape: an event object with
+// a string type, a non-negative safe-integer seq and data, or a well-formed packed row. Lines are
+// at most MaxLineBytes long.
+//
+// Errors are *Error naming the line (rules json, line-length, chunk-row, record, envelope, data);
+// on an error ReadJSONL returns the header and the events before the bad line.
+// sessionID names the session in errors when the file has no header with a string id.
+// Event.Time is empty for an event whose time is not a JSON number; Data, SurfaceOp and
+// SourceEventSeqs keep the exact bytes of the line.
+func ReadJSONL(r io.Reader, sessionID string) (*Header, []Event, error) {
+	doc, fatal := readJSONLDoc(r, sessionID)
+	var h *Header
+	if doc.header != nil {
+		h = headerFromValue(doc.header)
+	}
+	events := make([]Event, 0, len(doc.items))
+	for _, it := range doc.items {
+		if it.err != nil {
+			return h, events, it.err
+		}
+		events = append(events, it.ev)
+	}
+	if fatal != nil {
+		return h, events, fatal
+	}
+	return h, events, nil
+}
+
+// headerFromValue fills a Header from a parsed header line, taking each known field only when it
+// has the right JSON type (the oracle reads nothing but a string id from it). Raw keeps the line.
+func headerFromValue(v *jval) *Header {
+	h := &Header{Raw: json.RawMessage(v.raw)}
+	intField := func(key string) (int64, bool) {
+		x := v.field(key)
+		if x == nil || x.kind != jNum || !isSafeInteger(x.n) {
+			return 0, false
+		}
+		return int64(x.n), true
+	}
+	strField := func(key string) string {
+		if x := v.field(key); x != nil && x.kind == jStr {
+			return x.s
+		}
+		return ""
+	}
+	if n, ok := intField("version"); ok && n >= -1<<31 && n < 1<<31 {
+		h.Version = int(n)
+	}
+	h.ID = strField("id")
+	if n, ok := intField("createdAt"); ok {
+		h.CreatedAt = n
+	}
+	h.Cwd = strField("cwd")
+	h.ParentSession = strField("parentSession")
+	if n, ok := intField("seedLength"); ok {
+		h.SeedLength = &n
+	}
+	h.Origin = strField("origin")
+	if n, ok := intField("delegationDepth"); ok {
+		h.DelegationDepth = &n
+	}
+	h.AgentPreset = strField("agentPreset")
+	return h
+}
+
+// headerLine returns the JSONL header line for h: Raw (compacted) when set, which must be a JSON
+// object whose type is "session"; otherwise {"type":"session"} followed by the fields in the
+// reference's order (version, id, createdAt, cwd?, parentSession?, seedLength?, origin?,
+// delegationDepth?, agentPreset?).
+func headerLine(h *Header) ([]byte, error) {
+	if len(h.Raw) > 0 {
+		v, err := parseJSON(h.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("session header: Raw is not JSON: %w", err)
+		}
+		if !isPlainObject(v) || !isString(v.field("type"), "session") {
+			return nil, errors.New(`session header: Raw must be a JSON object with "type":"session"`)
+		}
+		return appendCompact(nil, h.Raw)
+	}
+	b := []byte(`{"type":"session","version":`)
+	b = strconv.AppendInt(b, int64(h.Version), 10)
+	b = append(b, `,"id":`...)
+	b = appendJSString(b, h.ID)
+	b = append(b, `,"createdAt":`...)
+	b = strconv.AppendInt(b, h.CreatedAt, 10)
+	str := func(key, val string) {
+		if val != "" {
+			b = append(b, `,"`+key+`":`...)
+			b = appendJSString(b, val)
+		}
+	}
+	num := func(key string, val *int64) {
+		if val != nil {
+			b = append(b, `,"`+key+`":`...)
+			b = strconv.AppendInt(b, *val, 10)
+		}
+	}
+	str("cwd", h.Cwd)
+	str("parentSession", h.ParentSession)
+	num("seedLength", h.SeedLength)
+	str("origin", h.Origin)
+	num("delegationDepth", h.DelegationDepth)
+	str("agentPreset", h.AgentPreset)
+	return append(b, '}'), nil
+}
+
+// WriteJSONL writes the header (when non-nil) and the events as dsh JSONL, one line each, each
+// line ending in '\n'. With opts.Pack, every run of three or more consecutive delta chunks of one
+// block (the reference's packChunkRuns) is written as one packed chunk row; ReadJSONL expands it
+// back to the same events, byte for byte. It validates every line before writing anything, so an
+// error (an event without data or with a time that is not a number, a bad header Raw) writes
+// nothing; the output is handed to w in one Write call.
+func WriteJSONL(w io.Writer, h *Header, events []Event, opts WriteOptions) error {
+	var out bytes.Buffer
+	if h != nil {
+		line, err := headerLine(h)
+		if err != nil {
+			return err
+		}
+		out.Write(line)
+		out.WriteByte('\n')
+	}
+	if opts.Pack {
+		lines, err := packChunkRuns(events)
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			out.Write(l)
+			out.WriteByte('\n')
+		}
+	} else {
+		var line []byte
+		for i := range events {
+			var err error
+			if line, err = appendEventJSON(line[:0], &events[i], false); err != nil {
+				return err
+			}
+			out.Write(line)
+			out.WriteByte('\n')
+		}
+	}
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+// WriteOptions controls WriteJSONL. Pack writes runs of 3+ streaming deltas as packed chunk rows.
+type WriteOptions struct{ Pack bool }
