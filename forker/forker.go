@@ -36,6 +36,7 @@ const (
 	// (session.ForkError.Code ""); Fork maps it back to Code "".
 	CodeInvalidSeed = "INVALID_SEED"
 	CodeBadRequest  = "400" // malformed request or invalid child id
+	CodeBadSource   = "422" // the source's stored log breaks a record rule (names the seq and rule)
 	CodeInternal    = "500" // the log or the KV bucket could not be read or written
 	CodeUnavailable = "503" // the forker is stopping
 )
@@ -106,7 +107,6 @@ type Forker struct {
 	svc     micro.Service
 	reqs    sync.WaitGroup
 	closing bool
-	slots   chan struct{}
 
 	beforeRecord func(child string) // test hook: runs between the KV create and the record
 }
@@ -121,7 +121,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, slots: make(chan struct{}, 16)}
+	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now}
 }
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
@@ -155,8 +155,8 @@ func (f *Forker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop drains the service's subscription and waits for forks in flight to finish; requests that
-// arrive while it stops are answered "503". Stop is idempotent.
+// Stop drains the service's subscription and waits for the fork in flight to finish; requests
+// that arrive while it stops are answered "503". Stop is idempotent.
 func (f *Forker) Stop() error {
 	f.mu.Lock()
 	if !f.started || f.stopped {
@@ -177,7 +177,9 @@ func (f *Forker) Stop() error {
 	return nil
 }
 
-// serve runs one fork request in its own goroutine (at most cap(f.slots) at once).
+// serve answers one fork request. It runs synchronously in the endpoint's subscription (micro
+// keeps per-endpoint stats from the handler's own answer), so one instance forks one request at
+// a time; more instances share the load through the queue group.
 func (f *Forker) serve(req micro.Request) {
 	f.mu.Lock()
 	if f.closing {
@@ -187,33 +189,39 @@ func (f *Forker) serve(req micro.Request) {
 	}
 	f.reqs.Add(1)
 	f.mu.Unlock()
-	f.slots <- struct{}{}
-	go func() {
-		defer func() { <-f.slots; f.reqs.Done() }()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		res, err := f.handle(ctx, req.Data())
-		if err != nil {
-			code, desc := wireError(err)
-			if code == CodeInternal {
-				f.logger.Error("fork failed", "err", err)
-			}
-			_ = req.Error(code, desc, nil)
-			return
+	defer f.reqs.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), forkTimeout)
+	defer cancel()
+	res, err := f.handle(ctx, req.Data())
+	if err != nil {
+		code, desc := wireError(err)
+		if code == CodeInternal {
+			f.logger.Error("fork failed", "err", err)
 		}
-		_ = req.RespondJSON(res)
-	}()
+		_ = req.Error(code, desc, nil)
+		return
+	}
+	_ = req.RespondJSON(res)
 }
+
+// forkTimeout bounds one fork (reads, KV create, record write) in the service.
+const forkTimeout = 30 * time.Second
 
 // requestError is a bad request (code 400).
 type requestError struct{ msg string }
 
 func (e *requestError) Error() string { return e.msg }
 
+// badSourceError is a source whose stored log breaks a record rule (code 422).
+type badSourceError struct{ msg string }
+
+func (e *badSourceError) Error() string { return e.msg }
+
 // wireError maps an error to a micro error code and description.
 func wireError(err error) (string, string) {
 	var fe *session.ForkError
 	var re *requestError
+	var bs *badSourceError
 	switch {
 	case errors.As(err, &fe):
 		if fe.Code == "" {
@@ -222,6 +230,8 @@ func wireError(err error) (string, string) {
 		return fe.Code, fe.Msg
 	case errors.As(err, &re):
 		return CodeBadRequest, re.msg
+	case errors.As(err, &bs):
+		return CodeBadSource, bs.msg
 	default:
 		return CodeInternal, err.Error()
 	}
@@ -342,9 +352,11 @@ func DefaultChildID(source string) string {
 	return source + ChildSuffix + u
 }
 
-// Fork performs a fork in-process (the service handler calls it): the same checks, order, codes
-// and texts as the service. Refusals are *session.ForkError; a malformed request is an error
-// naming the field; anything else is a failure to read or write the store.
+// Fork performs a fork in-process (the service handler calls it; it does not need Start): the
+// same checks, order, codes and texts as the service. Refusals are *session.ForkError; a
+// malformed request is an error naming the field; a source log that cannot be read back is an
+// error naming the session, the seq and the rule; anything else is a failure to read or write the
+// store.
 func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 	if req.Source == "" {
 		return Result{}, &requestError{"bad request: \"source\" is required"}
@@ -365,12 +377,18 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 		// An id that has no subject token cannot name a stored session.
 		return Result{}, notFound(req.Source)
 	}
-	srcHdr, _, err := f.exists(ctx, req.Source)
-	if err != nil {
-		return Result{}, err
+	var srcHdr *session.Header
+	if h, err := f.store.GetSession(ctx, req.Source); err == nil {
+		srcHdr = &h
+	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
+		return Result{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
 	}
 	events, _, err := f.store.Read(ctx, req.Source)
 	if err != nil {
+		var se *session.Error
+		if errors.As(err, &se) {
+			return Result{}, &badSourceError{fmt.Sprintf("fork of session %q: the source log cannot be read back: %v", req.Source, err)}
+		}
 		return Result{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
 	}
 	if srcHdr == nil && len(events) == 0 {

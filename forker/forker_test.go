@@ -92,6 +92,7 @@ func (e *env) loadParent() []session.Event {
 	}
 	hdr := *h
 	hdr.Cwd = "/work/project"
+	hdr.Raw = nil // store the fields, with the cwd set above
 	if err := e.store.CreateSession(ctx(e.t), hdr); err != nil {
 		e.t.Fatal(err)
 	}
@@ -389,4 +390,32 @@ func TestForkOfEmptySource(t *testing.T) {
 	}
 	_, err = Fork(ctx(t), e.nc, Request{Source: "empty", Boundary: ptr(0), Child: "e-0"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary 0 does not exist in session "empty" (last seq: none)`)
+}
+
+func TestForkOfUnreadableSource(t *testing.T) {
+	e := newEnv(t)
+	if err := e.store.CreateSession(ctx(t), session.Header{ID: "broken", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A record with valid headers and a body that is not events.
+	sub, _ := e.store.Subject("broken")
+	h, _, err := ajs.EncodeRecord("broken", []session.Event{{Type: "turn/start", Seq: 0, Time: "1", Data: json.RawMessage(`{"turn":1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Fork(ctx(t), e.nc, Request{Source: "broken", Child: "b-child"})
+	if err == nil || !strings.Contains(err.Error(), `"broken"`) || !strings.Contains(err.Error(), "code "+CodeBadSource) ||
+		!strings.Contains(err.Error(), ajs.RuleRecordEvent) {
+		t.Fatalf("fork of an unreadable source: %v", err)
+	}
+	var fe *session.ForkError
+	if errors.As(err, &fe) {
+		t.Fatalf("an unreadable source is not a reference refusal: %v", err)
+	}
+	if _, err := e.store.GetSession(ctx(t), "b-child"); !errors.Is(err, ajs.ErrSessionNotFound) {
+		t.Fatalf("failed fork left metadata: %v", err)
+	}
 }

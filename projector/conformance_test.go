@@ -35,6 +35,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 	}
 	var wants []want
 	pending := map[string][]session.Event{}
+	raws := map[string][]byte{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -49,6 +50,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 			t.Fatalf("%s: oracle output: %v", f, err)
 		}
 		id := filepath.Base(strings.TrimSuffix(f, ".jsonl"))
+		raws[id] = raw
 		_, events, err := session.ReadJSONL(bytes.NewReader(raw), id)
 		if err != nil || len(events) == 0 {
 			if exp.OK {
@@ -132,6 +134,33 @@ func TestRealSessionsMatchReference(t *testing.T) {
 			t.Errorf("%s: openTurn %v, reference %v", w.id, p.State.OpenTurn, w.exp.OpenTurn)
 		}
 		checked++
+	}
+	// Every unit's view, as the snapshot endpoint serves it, equals what the unit's definition
+	// gives for the session's events (Fold), at the same asOfSeq.
+	reg, _ := NewRegistry()
+	for _, w := range wants {
+		_, events, _ := session.ReadJSONL(bytes.NewReader(raws[w.id]), w.id)
+		want, err := Fold(reg, w.id, events)
+		if err != nil {
+			t.Fatalf("%s: Fold: %v", w.id, err)
+		}
+		got, err := QuerySnapshot(ctx(t), e.nc, w.id, -1)
+		if err != nil {
+			t.Errorf("%s: snapshot: %v", w.id, err)
+			continue
+		}
+		if len(got.Units) != 7 {
+			t.Errorf("%s: snapshot has %d units", w.id, len(got.Units))
+		}
+		for k, wu := range want.Units {
+			gu := got.Units[k]
+			if !jsonEqual(gu.View, wu.View) || gu.AsOfSeq != wu.AsOfSeq || (gu.Error == nil) != (wu.Error == nil) {
+				t.Errorf("%s: unit %s: got asOfSeq %d view %s error %+v\nwant asOfSeq %d view %s error %+v", w.id, k, gu.AsOfSeq, gu.View, gu.Error, wu.AsOfSeq, wu.View, wu.Error)
+			}
+		}
+		if w.exp.OK && string(want.Units[UnitTranscript].View) != `{"seqs":`+int64s(w.exp.Transcript)+`}` {
+			t.Errorf("%s: transcript unit %s, reference %s", w.id, want.Units[UnitTranscript].View, int64s(w.exp.Transcript))
+		}
 	}
 	if checked == 0 {
 		t.Fatal("no session was checked")

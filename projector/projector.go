@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,52 +17,76 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// ConsumerName is the durable pull consumer the projector reads the AGENTLOG stream with
-// (filter "agentlog.session.>", explicit ack, DeliverAll).
+// ConsumerName is the prefix of the projector's durable consumers: partition p is consumed
+// by "agentlog-projector-<p>" (PartitionConsumer).
 const ConsumerName = "agentlog-projector"
 
-// casRetries bounds the reload-and-retry loop on a KV revision conflict for one record; after
-// that the record is negatively acknowledged and redelivered.
+// casRetries bounds the reload-and-retry loop on KV revision conflicts of one checkpoint.
 const casRetries = 16
 
-// nakDelay is how long a record waits before redelivery after a transient failure (KV or log
-// read unavailable).
-const nakDelay = time.Second
-
-// Options configure a Projector. Name is the instance name (default "<hostname>-<pid>"), used in
-// logs and in the query service's metadata. Logger defaults to slog.Default().
+// Options configure a Projector. Zero values take defaults.
 type Options struct {
+	// Name is the instance name (default "<hostname>-<pid>"): its member key, and in logs and
+	// in the query service's metadata. Two live instances must not share a name.
 	Name   string
-	Logger *slog.Logger
+	Logger *slog.Logger // default slog.Default()
+	// Registry holds the projection units to maintain (default: NewRegistry(), the built-ins).
+	Registry *Registry
+	// CacheSessions bounds the hot session states kept in memory (all partitions together;
+	// default 10000). Evicted sessions are read back from the KV bucket.
+	CacheSessions int
+	// FlushInterval is the longest a folded record waits for its checkpoint (default 50 ms).
+	FlushInterval time.Duration
+	// MemberTTL is the member lease: an instance that stops renewing it (killed) loses its
+	// partitions after this (default 3 s; renewed every MemberTTL/3).
+	MemberTTL time.Duration
 }
 
-// Projector folds every session of the AGENTLOG stream into its "messages" projection (the
-// session's surface, replaceGeneration, transcript and open turn) in the agentlog_projections KV
-// bucket, and serves the agentlog-query micro service.
+// Projector folds the sessions of the AGENTLOG stream into their projection units' states in the
+// agentlog_projections KV bucket, and serves the agentlog-query micro service.
 //
-// Folding is idempotent by (session, seq): events at or below the stored asOfSeq are skipped, a
-// record that starts after asOfSeq+1 makes the projector re-read the session from the log, and
-// every write is a revision compare-and-swap, so a redelivered record is never applied twice.
-// A session whose log breaks a rule stops only its own projection (Projection.Error).
+// Instances divide the stream's partitions among themselves (design.md §4): each holds a lease
+// in the MembersBucket KV bucket, and partition p is consumed, in stream order, by the member
+// Assign gives it, through the durable consumer agentlog-projector-<p> whose pinned-client
+// priority group lets only one instance be served at a time.
+//
+// Folding is idempotent by (session, seq): events at or below a unit's stored asOfSeq are
+// skipped, a record that starts after asOfSeq+1 makes the projector re-read the session from the
+// log, and every write is a revision compare-and-swap, so a redelivered record is never applied
+// twice. A session whose log breaks a rule stops only its own projection (its values' "error").
 type Projector struct {
-	store  *ajs.Store
-	nc     *nats.Conn
-	name   string
-	logger *slog.Logger
+	store         *ajs.Store
+	nc            *nats.Conn
+	name          string
+	memberKey     string
+	logger        *slog.Logger
+	registry      *Registry
+	defs          []*Definition
+	cacheSessions int
+	flushInterval time.Duration
+	memberTTL     time.Duration
+	startedAt     time.Time
 
 	mu      sync.Mutex
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
-	iter    jetstream.MessagesContext
+	mcancel context.CancelFunc // stops the membership loop
 	svc     micro.Service
-	loop    sync.WaitGroup // the consume loop
-	reqs    sync.WaitGroup // in-flight query handlers
+	members jetstream.KeyValue
+	loop    sync.WaitGroup // the membership loop
+	reqs    sync.WaitGroup // query handlers in flight, including those waiting for minSeq
 	reqMu   sync.Mutex     // guards closing and reqs.Add
 	closing bool
 	runCtx  context.Context
-	slots   chan struct{} // bounds concurrent query handlers
+	slots   chan struct{} // bounds the queries waiting for minSeq
 	waiting atomic.Int64  // queries waiting for minSeq (observed by tests)
+	applied atomic.Int64  // events folded (all partitions)
+
+	wmu         sync.Mutex
+	workers     map[int]*worker
+	wstopped    bool
+	lastMembers []string
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
@@ -81,18 +104,48 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Projector{
-		store:  store,
-		nc:     nc,
-		name:   name,
-		logger: logger.With("component", "projector", "instance", name),
-		slots:  make(chan struct{}, 64),
+	reg := opts.Registry
+	if reg == nil {
+		reg, _ = NewRegistry() // the built-ins always register
 	}
+	memberKey, err := ajs.Token(name)
+	if err != nil {
+		memberKey = fmt.Sprintf("projector-%d", os.Getpid())
+	}
+	p := &Projector{
+		store:         store,
+		nc:            nc,
+		name:          name,
+		memberKey:     memberKey,
+		logger:        logger.With("component", "projector", "instance", name),
+		registry:      reg,
+		cacheSessions: opts.CacheSessions,
+		flushInterval: opts.FlushInterval,
+		memberTTL:     opts.MemberTTL,
+		slots:         make(chan struct{}, 256),
+		workers:       map[int]*worker{},
+	}
+	if p.cacheSessions <= 0 {
+		p.cacheSessions = DefaultCacheSessions
+	}
+	if p.flushInterval <= 0 {
+		p.flushInterval = DefaultFlushInterval
+	}
+	if p.memberTTL <= 0 {
+		p.memberTTL = DefaultMemberTTL
+	}
+	return p
 }
 
-// Start creates (or updates) the durable consumer agentlog-projector, starts folding records in
-// stream order, and starts the agentlog-query micro service. It returns once both are running.
-// ctx bounds only the start-up; the projector runs until Stop.
+// Name returns the instance name.
+func (p *Projector) Name() string { return p.name }
+
+// Applied returns the number of events this instance has folded (all partitions, all units).
+func (p *Projector) Applied() int64 { return p.applied.Load() }
+
+// Start joins the projector group (a lease in MembersBucket), starts the partition workers this
+// instance is assigned, and starts the agentlog-query micro service. It returns once both are
+// running. ctx bounds only the start-up; the projector runs until Stop.
 func (p *Projector) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -102,41 +155,39 @@ func (p *Projector) Start(ctx context.Context) error {
 	if p.store == nil || p.nc == nil {
 		return errors.New("projector: New needs a store and a connection")
 	}
-	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, ajs.StreamName, jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
-		Description:   "agentlog projector: folds session records into agentlog_projections",
-		FilterSubject: ajs.SubjectPrefix + ".>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       30 * time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("projector: creating consumer %s on stream %s: %w", ConsumerName, ajs.StreamName, err)
+	p.defs = p.registry.list()
+	if len(p.defs) == 0 || !p.defs[0].gate {
+		return errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(256))
+	members, err := openMembers(ctx, p.store.JS, p.memberTTL)
 	if err != nil {
-		return fmt.Errorf("projector: consuming with %s: %w", ConsumerName, err)
+		return err
 	}
+	p.members = members
 	runCtx, cancel := context.WithCancel(context.Background())
-	p.runCtx = runCtx
+	p.runCtx, p.cancel = runCtx, cancel
+	p.startedAt = time.Now()
 	svc, err := p.addService()
 	if err != nil {
-		iter.Stop()
 		cancel()
 		return err
 	}
-	p.iter, p.svc, p.cancel = iter, svc, cancel
+	p.svc = svc
 	p.started = true
+	p.rebalance(ctx)
+	mctx, mcancel := context.WithCancel(runCtx)
+	p.mcancel = mcancel
 	p.loop.Add(1)
-	go p.consume(runCtx, iter)
-	p.logger.Info("projector started", "consumer", ConsumerName, "service", QueryService)
+	go p.membership(mctx)
+	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", QueryService)
 	return nil
 }
 
-// Stop is graceful: it stops consuming (the record being folded is finished and acknowledged;
-// buffered, unacknowledged records are redelivered to the next instance), then stops the query
-// service (its subscriptions are drained) and waits for in-flight queries; queries still waiting
-// for minSeq are answered "503". Stop is idempotent.
+// Stop is graceful: it leaves the group (deletes its lease, so the survivors take over its
+// partitions at their next rebalance), hands over every partition (buffered records are folded,
+// checkpointed and acknowledged, the pin is released), then stops the query service (its
+// subscriptions are drained) and waits for in-flight queries; queries still waiting for minSeq
+// are answered "503". Stop is idempotent.
 func (p *Projector) Stop() error {
 	p.mu.Lock()
 	if !p.started || p.stopped {
@@ -146,8 +197,23 @@ func (p *Projector) Stop() error {
 	p.stopped = true
 	p.mu.Unlock()
 
-	p.iter.Stop()
+	p.mcancel()
 	p.loop.Wait()
+	p.wmu.Lock()
+	p.wstopped = true
+	workers := p.workers
+	p.workers = map[int]*worker{}
+	p.wmu.Unlock()
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = p.members.Delete(dctx, p.memberKey)
+	dcancel()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.stop() }()
+	}
+	wg.Wait()
+
 	err := p.svc.Stop()
 	p.reqMu.Lock()
 	p.closing = true // handler callbacks still draining answer "503" from here on
@@ -161,47 +227,6 @@ func (p *Projector) Stop() error {
 	return nil
 }
 
-// consume folds records one at a time, in delivery (stream) order.
-func (p *Projector) consume(ctx context.Context, iter jetstream.MessagesContext) {
-	defer p.loop.Done()
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
-				return
-			}
-			p.logger.Warn("projector: fetching records", "err", err)
-			select { // do not spin on a persistent error
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		p.handle(ctx, msg)
-	}
-}
-
-// handle folds one record and settles it: ack when applied, skipped or recorded as a session
-// error; nak (redelivery after nakDelay) on a transient failure; term for a subject that names
-// no session.
-func (p *Projector) handle(ctx context.Context, msg jetstream.Msg) {
-	err := p.process(ctx, msg.Subject(), msg.Headers(), msg.Data(), func() { _ = msg.InProgress() })
-	var bad *badSubjectError
-	switch {
-	case err == nil:
-		if aerr := msg.Ack(); aerr != nil {
-			p.logger.Warn("projector: ack failed; the record will be redelivered and skipped", "subject", msg.Subject(), "err", aerr)
-		}
-	case errors.As(err, &bad):
-		p.logger.Error("projector: record on a subject that names no session; terminated", "subject", msg.Subject(), "err", err)
-		_ = msg.TermWithReason(err.Error())
-	default:
-		p.logger.Warn("projector: transient failure; record will be redelivered", "subject", msg.Subject(), "err", err)
-		_ = msg.NakWithDelay(nakDelay)
-	}
-}
-
 // badSubjectError is a record whose subject does not map back to a session id.
 type badSubjectError struct{ msg string }
 
@@ -212,158 +237,6 @@ type transientError struct{ err error }
 
 func (e *transientError) Error() string { return e.err.Error() }
 func (e *transientError) Unwrap() error { return e.err }
-
-// sessionOf maps a record subject agentlog.session.<partition>.<token> to (token, id).
-func sessionOf(subject string, partitions int) (string, string, error) {
-	_, token, id, err := ajs.ParseSubject(subject, partitions)
-	if err != nil {
-		return "", "", &badSubjectError{err.Error()}
-	}
-	return token, id, nil
-}
-
-// process folds one record into its session's projection. A nil return means the record is done
-// with (applied, skipped, or its session error stored); a non-nil error is transient, or a
-// *badSubjectError.
-func (p *Projector) process(ctx context.Context, subject string, h nats.Header, body []byte, progress func()) error {
-	token, id, err := sessionOf(subject, p.store.Partitions)
-	if err != nil {
-		return err
-	}
-	key := Key(token)
-	events, decodeErr := ajs.DecodeRecord(h, body)
-
-	for attempt := 0; attempt < casRetries; attempt++ {
-		cur, rev, err := p.load(ctx, key)
-		if err != nil {
-			return &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, key, err)}
-		}
-		if cur.Error != nil {
-			p.logger.Debug("projector: record of a stopped session ignored", "session", id, "subject", subject)
-			return nil
-		}
-		next, changed, err := p.fold(ctx, id, cur, events, decodeErr, progress)
-		if err != nil {
-			return err
-		}
-		if !changed {
-			return nil
-		}
-		err = p.write(ctx, key, rev, next)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // someone else wrote the projection: reload and fold again
-		}
-		if err != nil {
-			return &transientError{fmt.Errorf("session %q: writing projection %s: %w", id, key, err)}
-		}
-		if next.Error != nil {
-			p.logger.Error("projector: session log breaks a rule; its projection is stopped",
-				"session", id, "seq", next.Error.Seq, "rule", next.Error.Rule, "message", next.Error.Message, "asOfSeq", next.AsOfSeq)
-		}
-		return nil
-	}
-	return &transientError{fmt.Errorf("session %q: projection %s kept changing under this projector (%d revision conflicts)", id, key, casRetries)}
-}
-
-// load reads the stored projection: (newProjection(), 0) when the key is absent; a value of
-// another stateVersion loads as a fresh projection with its revision, so that it is rebuilt.
-func (p *Projector) load(ctx context.Context, key string) (Projection, uint64, error) {
-	e, err := p.store.Projections.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return newProjection(), 0, nil
-	}
-	if err != nil {
-		return Projection{}, 0, err
-	}
-	proj, _, err := decodeProjection(e.Value())
-	if err != nil {
-		// An unreadable stored value is rebuilt from the log, like a stale stateVersion.
-		p.logger.Warn("projector: stored projection unreadable; rebuilding from the log", "key", key, "err", err)
-		return newProjection(), e.Revision(), nil
-	}
-	return proj, e.Revision(), nil
-}
-
-// write stores proj with a revision compare-and-swap: a KV create when rev is 0, else an update.
-func (p *Projector) write(ctx context.Context, key string, rev uint64, proj Projection) error {
-	b, err := json.Marshal(proj)
-	if err != nil {
-		return err
-	}
-	if rev == 0 {
-		_, err = p.store.Projections.Create(ctx, key, b)
-	} else {
-		_, err = p.store.Projections.Update(ctx, key, b, rev)
-	}
-	return err
-}
-
-// fold applies the record's events above cur.AsOfSeq. It returns the new projection and whether
-// it differs from cur. A rule broken by the log yields a projection with Error set (not an error).
-func (p *Projector) fold(ctx context.Context, id string, cur Projection, events []session.Event, decodeErr error, progress func()) (Projection, bool, error) {
-	if decodeErr != nil {
-		seq, rule := cur.AsOfSeq+1, "record-decode"
-		var se *session.Error
-		if errors.As(decodeErr, &se) {
-			if se.Seq >= 0 {
-				seq = se.Seq
-			}
-			if se.Rule != "" {
-				rule = se.Rule
-			}
-		}
-		next := cur
-		next.Error = &ProjectionError{Seq: seq, Rule: rule, Message: fmt.Sprintf("session %q: record does not decode: %v", id, decodeErr)}
-		return next, true, nil
-	}
-	// Skip what is already applied (idempotent by seq).
-	todo := events[:0:0]
-	for _, ev := range events {
-		if ev.Seq > cur.AsOfSeq {
-			todo = append(todo, ev)
-		}
-	}
-	if len(todo) == 0 {
-		return cur, false, nil
-	}
-	lk := &logLookup{ctx: ctx, store: p.store, id: id, batch: todo}
-	if todo[0].Seq > cur.AsOfSeq+1 {
-		// A gap: an earlier record was not folded (yet). Re-read the session from the log and
-		// fold everything after asOfSeq from it.
-		progress()
-		if err := lk.loadLog(); err != nil {
-			var te *transientError
-			if errors.As(err, &te) {
-				return Projection{}, false, err
-			}
-			next := cur
-			next.Error = &ProjectionError{Seq: cur.AsOfSeq + 1, Rule: "log-read", Message: err.Error()}
-			return next, true, nil
-		}
-		todo = todo[:0]
-		for _, ev := range lk.log {
-			if ev.Seq > cur.AsOfSeq {
-				todo = append(todo, ev)
-			}
-		}
-		lk.batch = todo
-		p.logger.Debug("projector: gap; folded from the log", "session", id, "asOfSeq", cur.AsOfSeq, "events", len(todo))
-	}
-	s := cur.surface()
-	for _, ev := range todo {
-		if err := s.Apply(id, ev, lk.lookup); err != nil {
-			if lk.transient != nil {
-				// The lookup could not read the log (Apply reports that as rule "lookup"):
-				// retry the record rather than stop the session.
-				return Projection{}, false, lk.transient
-			}
-			next := fromSurface(s)
-			next.Error = sessionError(id, ev.Seq, err)
-			return next, true, nil
-		}
-	}
-	return fromSurface(s), true, nil
-}
 
 // sessionError turns a refusal from Surface.Apply into the stored error.
 func sessionError(id string, seq int64, err error) *ProjectionError {
@@ -397,6 +270,10 @@ type logLookup struct {
 
 func (l *logLookup) loadLog() error {
 	if l.loaded {
+		return nil
+	}
+	if l.store == nil { // Fold: the events given are the whole log
+		l.log, l.loaded = l.batch, true
 		return nil
 	}
 	events, _, err := l.store.Read(l.ctx, l.id)

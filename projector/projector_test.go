@@ -99,29 +99,27 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	if err := p1.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.JS.DeleteConsumer(ctx(t), ajs.StreamName, ConsumerName); err != nil {
-		t.Fatal(err)
+	for part := 0; part < e.store.Partitions; part++ {
+		if err := e.store.JS.DeleteConsumer(ctx(t), ajs.StreamName, PartitionConsumer(part)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.startProjector("p2")
-	// A marker session written after everything else: once it is projected, every earlier
-	// record has been redelivered (one instance folds in stream order).
-	e.create("marker")
-	e.appendRecord("marker", []session.Event{userMsg(0, "x", "marker")})
-	if _, err := QueryMessages(ctx(t), e.nc, "marker", 0); err != nil {
-		t.Fatalf("marker: %v", err)
-	}
-	again, rev2 := e.stored("s1")
-	if rev2 != rev || again.AsOfSeq != 8 || int64s(again.State.Nodes) != "[2,3,5,8]" {
-		t.Fatalf("redelivery changed the projection: revision %d -> %d, %+v", rev, rev2, again)
-	}
-	cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, ConsumerName)
+	// Wait until the consumer of s1's partition has redelivered and acknowledged every record
+	// of s1 (3 records: they are the only ones on the stream).
+	sub, _ := e.store.Subject("s1")
+	part, _, _, _ := ajs.ParseSubject(sub, e.store.Partitions)
+	cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ci, err := cons.Info(ctx(t)); err != nil {
-		t.Fatal(err)
-	} else if ci.Delivered.Stream != 4 || ci.NumPending != 0 {
-		t.Fatalf("consumer did not redeliver the 4 records: delivered %+v, pending %d, %v", ci.Delivered, ci.NumPending, err)
+	e.waitFor(func() bool {
+		ci, err := cons.Info(ctx(t))
+		return err == nil && ci.Delivered.Stream == 3 && ci.NumPending == 0 && ci.NumAckPending == 0
+	})
+	again, rev2 := e.stored("s1")
+	if rev2 != rev || again.AsOfSeq != 8 || int64s(again.State.Nodes) != "[2,3,5,8]" {
+		t.Fatalf("redelivery changed the projection: revision %d -> %d, %+v", rev, rev2, again)
 	}
 }
 
@@ -145,19 +143,41 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if _, err := e.store.Projections.Create(ctx(t), Key(tok), b); err != nil {
 		t.Fatal(err)
 	}
-	p := New(e.store, e.nc, Options{Logger: quietLogger()})
+	reg, _ := NewRegistry()
 	sub, _ := e.store.Subject("s1")
 	msg, err := e.store.Stream.GetLastMsgForSubject(ctx(t), sub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	progressed := false
-	if err := p.process(ctx(t), msg.Subject, msg.Header, msg.Data, func() { progressed = true }); err != nil {
-		t.Fatalf("process: %v", err)
+	recEvents, err := ajs.DecodeRecord(msg.Header, msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := loadSession(ctx(t), e.store.Projections, reg.list(), tok, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss.gate().asOfSeq != 1 || ss.units[1].asOfSeq != -1 {
+		t.Fatalf("loaded: gate at %d, transcript at %d", ss.gate().asOfSeq, ss.units[1].asOfSeq)
+	}
+	if err := foldEvents(ctx(t), e.store, ss, recEvents); err != nil {
+		t.Fatalf("fold: %v", err)
+	}
+	if conflicts, err := writeSessions(ctx(t), e.store.JS, []*sessState{ss}); err != nil || len(conflicts) != 0 {
+		t.Fatalf("write: %v (conflicts %d)", err, len(conflicts))
 	}
 	got, _ := e.stored("s1")
-	if !progressed || got.AsOfSeq != 10 || int64s(got.State.Nodes) != toolNodes || got.State.ReplaceGeneration != 1 {
-		t.Fatalf("after a gap: progressed %v, %+v", progressed, got)
+	if got.AsOfSeq != 10 || int64s(got.State.Nodes) != toolNodes || got.State.ReplaceGeneration != 1 {
+		t.Fatalf("after a gap: %+v", got)
+	}
+	// Every other unit was folded from seq 0 (it had no state): the transcript is complete.
+	var tr storedValue
+	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTranscript, tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(ent.Value(), &tr); err != nil || tr.AsOfSeq != 10 || string(tr.State) != `{"seqs":[2,3,5,10]}` {
+		t.Fatalf("transcript after a gap: %s", ent.Value())
 	}
 }
 
@@ -184,6 +204,16 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.appendRecord("bad", []session.Event{userMsg(4, "m9", "later")}) // acked and ignored
+	// A record of session "good" stored under the subject of session "alien".
+	e.create("alien")
+	asub, _ := e.store.Subject("alien")
+	gh, gbody, err := ajs.EncodeRecord("good", events[0:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: asub, Header: gh, Data: gbody}); err != nil {
+		t.Fatal(err)
+	}
 	e.appendRecord("good", events[6:11])
 
 	r, err := QueryMessages(ctx(t), e.nc, "good", 10)
@@ -209,6 +239,10 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	garbage, _ := e.stored("garbage")
 	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != ajs.RuleRecordEvent || garbage.AsOfSeq != -1 {
 		t.Fatalf("garbage session: %+v (error %+v)", garbage, garbage.Error)
+	}
+	alien := e.waitStored("alien", func(p Projection) bool { return p.Error != nil })
+	if alien.Error.Rule != ajs.RuleRecordSession || alien.Error.Seq != 0 || alien.AsOfSeq != -1 {
+		t.Fatalf("alien session: %+v", alien.Error)
 	}
 	// The surface endpoint shows a stopped projection with its error.
 	sp, err := QuerySurface(ctx(t), e.nc, "garbage", -1)

@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +47,8 @@ type QueryRequest struct {
 	Session   string `json:"session"`
 	MinSeq    *int64 `json:"minSeq,omitempty"`
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+	// Unit is the projection unit's key (projection endpoint only).
+	Unit string `json:"unit,omitempty"`
 }
 
 // MessagesReply is the reply of the messages endpoint: the session, the projection's asOfSeq and
@@ -83,77 +84,181 @@ func (p *Projector) addService() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: starting service %s: %w", QueryService, err)
 	}
-	if err := svc.AddEndpoint("messages", p.async(p.handleMessages), micro.WithEndpointSubject(MessagesSubject)); err != nil {
+	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(MessagesSubject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
 	}
-	if err := svc.AddEndpoint("surface", p.async(p.handleSurface), micro.WithEndpointSubject(SurfaceSubject)); err != nil {
+	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(SurfaceSubject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
+	}
+	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(ProjectionSubject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
+	}
+	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(SnapshotSubject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
 	}
 	return svc, nil
 }
 
-// async runs a handler in its own goroutine (at most cap(p.slots) at once), so that a request
-// waiting for minSeq does not hold up the others.
-func (p *Projector) async(h func(context.Context, micro.Request)) micro.HandlerFunc {
+// responder answers one request: through micro while the handler runs (so the endpoint's stats
+// count it), or, for a request handed to a goroutine to wait for minSeq, by publishing the same
+// reply (micro's error headers) to its reply subject.
+type responder interface {
+	respond(data []byte)
+	fail(code, desc string)
+}
+
+type syncResponder struct{ req micro.Request }
+
+func (r syncResponder) respond(b []byte)       { _ = r.req.Respond(b) }
+func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil) }
+
+type replyResponder struct {
+	nc    *nats.Conn
+	reply string
+}
+
+func (r replyResponder) respond(b []byte) {
+	if r.reply != "" {
+		_ = r.nc.Publish(r.reply, b)
+	}
+}
+
+func (r replyResponder) fail(code, desc string) {
+	if r.reply != "" {
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
+			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{code}}})
+	}
+}
+
+// answerFunc answers a request from a projection that satisfies it (raw is the stored value).
+type answerFunc func(ctx context.Context, r responder, q QueryRequest, proj Projection, raw []byte)
+
+// readStatus is the outcome of readNow.
+type readStatus int
+
+const (
+	answered readStatus = iota // an error reply was sent
+	ready                      // the projection satisfies the request
+	mustWait                   // minSeq is not reached yet
+)
+
+// endpoint builds a handler. A request that the stored projection satisfies now is answered in
+// the handler; one that must wait for minSeq is handed to a goroutine (at most cap(p.slots) at
+// once; beyond that "503"), so that it does not hold up the endpoint.
+func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
+		r := syncResponder{req}
+		q, token, ok := parseQuery(r, req.Data())
+		if !ok {
+			return
+		}
 		p.reqMu.Lock()
 		if p.closing {
 			p.reqMu.Unlock()
-			respondErr(req, CodeUnavailable, fmt.Sprintf("projector %s is stopping", p.name))
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 			return
 		}
 		p.reqs.Add(1)
 		p.reqMu.Unlock()
-		p.slots <- struct{}{}
+		ctx := p.runCtx
+		proj, raw, st := p.readNow(ctx, r, q, token, allowStopped)
+		switch st {
+		case answered:
+			p.reqs.Done()
+			return
+		case ready:
+			answer(ctx, r, q, proj, raw)
+			p.reqs.Done()
+			return
+		}
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			p.reqs.Done()
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
+			return
+		}
+		ar := replyResponder{nc: p.nc, reply: req.Reply()}
 		go func() {
 			defer func() { <-p.slots; p.reqs.Done() }()
-			h(p.runCtx, req)
+			if proj, raw, ok := p.waitProjection(ctx, ar, q, token, allowStopped); ok {
+				answer(ctx, ar, q, proj, raw)
+			}
 		}()
 	}
 }
 
-func respondErr(req micro.Request, code, desc string) {
-	_ = req.Error(code, desc, nil)
-}
-
 // parseQuery decodes and checks a request; on failure it has already answered "400".
-func parseQuery(req micro.Request) (QueryRequest, string, bool) {
+func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
 	var q QueryRequest
-	dec := json.NewDecoder(bytes.NewReader(req.Data()))
-	if err := dec.Decode(&q); err != nil {
-		respondErr(req, CodeBadRequest, fmt.Sprintf("bad request: not a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?}: %v", err))
+	if err := json.Unmarshal(data, &q); err != nil {
+		r.fail(CodeBadRequest, fmt.Sprintf("bad request: not a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?}: %v", err))
 		return q, "", false
 	}
 	if q.Session == "" {
-		respondErr(req, CodeBadRequest, "bad request: \"session\" is required")
+		r.fail(CodeBadRequest, "bad request: \"session\" is required")
 		return q, "", false
 	}
 	token, err := ajs.Token(q.Session)
 	if err != nil {
-		respondErr(req, CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
+		r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
 		return q, "", false
 	}
 	return q, token, true
 }
 
-// readProjection reads the stored projection, waiting for minSeq when the request gives one.
-// On failure it has already answered. It returns the raw stored value too.
-func (p *Projector) readProjection(ctx context.Context, req micro.Request, q QueryRequest, token string, allowStopped bool) (Projection, []byte, bool) {
+// waits reports whether q asks to wait for a seq.
+func (q QueryRequest) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
+
+// readNow reads the stored projection once.
+func (p *Projector) readNow(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, readStatus) {
 	key := Key(token)
-	if q.MinSeq == nil || *q.MinSeq < 0 {
-		e, err := p.store.Projections.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			respondErr(req, CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
-			return Projection{}, nil, false
+	e, err := p.store.Projections.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if q.waits() {
+			return Projection{}, nil, mustWait
 		}
-		if err != nil {
-			respondErr(req, CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
-			return Projection{}, nil, false
-		}
-		return p.checkStored(req, q, e.Value(), allowStopped)
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
+		return Projection{}, nil, answered
 	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
+		return Projection{}, nil, answered
+	}
+	proj, current, err := decodeProjection(e.Value())
+	switch {
+	case err != nil:
+		r.fail(CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
+		return Projection{}, nil, answered
+	case !current && q.waits():
+		return Projection{}, nil, mustWait
+	case !current:
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
+		return Projection{}, nil, answered
+	case proj.Error != nil && allowStopped:
+		return proj, e.Value(), ready
+	case proj.Error != nil:
+		r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+		return Projection{}, nil, answered
+	case q.waits() && proj.AsOfSeq < *q.MinSeq:
+		return Projection{}, nil, mustWait
+	}
+	return proj, e.Value(), ready
+}
+
+func stoppedText(id string, pe *ProjectionError) string {
+	return fmt.Sprintf("session %q: projection stopped at seq %d (rule %s): %s", id, pe.Seq, pe.Rule, pe.Message)
+}
+
+// waitProjection watches the projection's KV key until asOfSeq >= minSeq (or the projection
+// stops), for at most timeoutMs. On failure it has already answered: "408" on timeout, "409" for a
+// stopped projection (unless allowStopped), "503" when the projector stops meanwhile.
+func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, bool) {
+	key := Key(token)
 	minSeq := *q.MinSeq
 	timeoutMs := int64(DefaultTimeoutMs)
 	if q.TimeoutMs != nil && *q.TimeoutMs > 0 {
@@ -163,7 +268,7 @@ func (p *Projector) readProjection(ctx context.Context, req micro.Request, q Que
 	defer cancel()
 	w, err := p.store.Projections.Watch(wctx, key)
 	if err != nil {
-		respondErr(req, CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
+		r.fail(CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
 		return Projection{}, nil, false
 	}
 	defer func() { _ = w.Stop() }()
@@ -174,68 +279,49 @@ func (p *Projector) readProjection(ctx context.Context, req micro.Request, q Que
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				respondErr(req, CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
+				r.fail(CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
 				return Projection{}, nil, false
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			proj, _, err := decodeProjection(e.Value())
-			if err != nil {
+			proj, current, err := decodeProjection(e.Value())
+			if err != nil || !current {
 				continue
 			}
 			last = &proj
-			if proj.Error != nil || proj.AsOfSeq >= minSeq {
-				return p.checkStored(req, q, e.Value(), allowStopped)
+			if proj.Error != nil {
+				if allowStopped {
+					return proj, e.Value(), true
+				}
+				r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+				return Projection{}, nil, false
+			}
+			if proj.AsOfSeq >= minSeq {
+				return proj, e.Value(), true
 			}
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				respondErr(req, CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+				r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 				return Projection{}, nil, false
 			}
 			at := "no projection yet"
 			if last != nil {
 				at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
 			}
-			respondErr(req, CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
+			r.fail(CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
 			return Projection{}, nil, false
 		}
 	}
 }
 
-// checkStored decodes a stored value and, unless allowStopped, answers "409" for a stopped
-// projection.
-func (p *Projector) checkStored(req micro.Request, q QueryRequest, raw []byte, allowStopped bool) (Projection, []byte, bool) {
-	proj, ok, err := decodeProjection(raw)
-	if err != nil {
-		respondErr(req, CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
-		return Projection{}, nil, false
-	}
-	if !ok {
-		respondErr(req, CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
-		return Projection{}, nil, false
-	}
-	if proj.Error != nil && !allowStopped {
-		respondErr(req, CodeStopped, fmt.Sprintf("session %q: projection stopped at seq %d (rule %s): %s", q.Session, proj.Error.Seq, proj.Error.Rule, proj.Error.Message))
-		return Projection{}, nil, false
-	}
-	return proj, raw, true
-}
-
-// handleMessages serves MessagesSubject: the stored projection's nodes, and their messages derived
-// (session.DeriveMessages) from the session's events read from the log. It does not refold the log.
-func (p *Projector) handleMessages(ctx context.Context, req micro.Request) {
-	q, token, ok := parseQuery(req)
-	if !ok {
-		return
-	}
-	proj, _, ok := p.readProjection(ctx, req, q, token, false)
-	if !ok {
-		return
-	}
+// answerMessages serves MessagesSubject: the stored projection's nodes, and their messages
+// derived (session.DeriveMessages) from the session's events read from the log. It does not
+// refold the log.
+func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
 	events, _, err := p.store.Read(ctx, q.Session)
 	if err != nil {
-		respondErr(req, CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
 		return
 	}
 	byseq := func(seq int64) (session.Event, error) {
@@ -251,34 +337,31 @@ func (p *Projector) handleMessages(ctx context.Context, req micro.Request) {
 	}
 	msgs, err := session.DeriveMessages(proj.State.Nodes, byseq)
 	if err != nil {
-		respondErr(req, CodeInternal, fmt.Sprintf("session %q: deriving messages at asOfSeq %d: %v", q.Session, proj.AsOfSeq, err))
+		r.fail(CodeInternal, fmt.Sprintf("session %q: deriving messages at asOfSeq %d: %v", q.Session, proj.AsOfSeq, err))
 		return
 	}
 	if msgs == nil {
 		msgs = []json.RawMessage{}
 	}
-	_ = req.RespondJSON(MessagesReply{
+	b, err := json.Marshal(MessagesReply{
 		Session:           q.Session,
 		AsOfSeq:           proj.AsOfSeq,
 		ReplaceGeneration: proj.State.ReplaceGeneration,
 		Nodes:             proj.State.Nodes,
 		Messages:          msgs,
 	})
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		return
+	}
+	r.respond(b)
 }
 
-// handleSurface serves SurfaceSubject: the stored projection JSON, as stored (Projection),
+// answerSurface serves SurfaceSubject: the stored projection JSON, as stored (Projection),
 // including its "error" when the projection is stopped (no "409" here: this endpoint is how a
 // stopped projection is inspected).
-func (p *Projector) handleSurface(ctx context.Context, req micro.Request) {
-	q, token, ok := parseQuery(req)
-	if !ok {
-		return
-	}
-	_, raw, ok := p.readProjection(ctx, req, q, token, true)
-	if !ok {
-		return
-	}
-	_ = req.Respond(raw)
+func (p *Projector) answerSurface(_ context.Context, r responder, _ QueryRequest, _ Projection, raw []byte) {
+	r.respond(raw)
 }
 
 // request sends q to subject and returns the reply body, or a *QueryError for an error reply.
@@ -357,4 +440,189 @@ func QuerySurface(ctx context.Context, nc *nats.Conn, id string, minSeq int64) (
 		return Projection{}, fmt.Errorf("%s: session %q: malformed reply: %w", QueryService, id, err)
 	}
 	return pr, nil
+}
+
+// Endpoints of the projection units.
+const (
+	ProjectionSubject = "agentlog.query.projection" // one unit's view: ProjectionReply
+	SnapshotSubject   = "agentlog.query.snapshot"   // every unit's view at one asOfSeq: SnapshotReply
+)
+
+// UnitView is one unit's part of a snapshot: its stateVersion, its asOfSeq (the snapshot's, or
+// lower for a stopped unit), its view (Def.View of its state) and, for a stopped unit, its error.
+type UnitView struct {
+	StateVersion int              `json:"stateVersion"`
+	AsOfSeq      int64            `json:"asOfSeq"`
+	View         json.RawMessage  `json:"view"`
+	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// SnapshotReply is the reply of the snapshot endpoint: the views of every registered unit of a
+// session at one consistent asOfSeq (units stopped by an error may stand lower, with their error).
+type SnapshotReply struct {
+	Session string              `json:"session"`
+	AsOfSeq int64               `json:"asOfSeq"`
+	Units   map[string]UnitView `json:"units"`
+}
+
+// ProjectionReply is the reply of the projection endpoint: one unit's view of a session.
+type ProjectionReply struct {
+	Session string `json:"session"`
+	Unit    string `json:"unit"`
+	UnitView
+}
+
+// ErrNoProjection is returned (wrapped) by ReadSnapshot for a session with no stored projection.
+var ErrNoProjection = errors.New("no projection (unknown session, or none of its events projected yet)")
+
+// ReadSnapshot reads the stored states of every unit of reg for session id and returns their
+// views at one consistent asOfSeq. The states of one checkpoint are written together but not
+// atomically, so a read that sees them at different seqs is repeated; units still behind after
+// that (a unit registered since, or one whose stored stateVersion differs) are folded from the
+// log here, to the end of the log, and written back with a revision compare-and-swap (the
+// rebuild in place of a new stateVersion). Errors: ErrNoProjection (wrapped), a log or KV failure.
+func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (SnapshotReply, error) {
+	token, err := ajs.Token(id)
+	if err != nil {
+		return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+	}
+	defs := reg.list()
+	var ss *sessState
+	for attempt := 0; ; attempt++ {
+		var consistent bool
+		ss, consistent, err = loadAll(ctx, store.Projections, defs, token, id)
+		if err != nil {
+			return SnapshotReply{}, err
+		}
+		if ss.gate().rev == 0 {
+			return SnapshotReply{}, fmt.Errorf("session %q: %w", id, ErrNoProjection)
+		}
+		if consistent {
+			break
+		}
+		if attempt == 10 {
+			if err := catchUp(ctx, store, ss); err != nil {
+				return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+			}
+			_, _ = writeSessions(ctx, store.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return SnapshotReply{}, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
+		}
+	}
+	rep := SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]UnitView{}}
+	for _, u := range ss.units {
+		var st any = u.state
+		if u.def.gate {
+			st = fromSurface(u.state.(*session.Surface)).State
+		}
+		b, err := json.Marshal(u.def.view(st))
+		if err != nil {
+			return SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+		}
+		rep.Units[u.def.Key] = UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
+		if u.err == nil {
+			rep.AsOfSeq = max(rep.AsOfSeq, u.asOfSeq)
+		}
+	}
+	return rep, nil
+}
+
+// loadAll reads every unit's stored state; consistent reports whether they all stand at the
+// messages unit's asOfSeq (units stopped by an error excepted) with the registered stateVersion.
+func loadAll(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, token, id string) (*sessState, bool, error) {
+	ss := &sessState{token: token, id: id}
+	consistent := true
+	for _, d := range defs {
+		u := newUnitState(d)
+		ss.units = append(ss.units, u)
+		e, err := kv.Get(ctx, UnitKey(d.Key, token))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			consistent = false
+			continue
+		}
+		if err != nil {
+			return nil, false, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
+		}
+		if !decodeUnit(u, e.Value(), e.Revision()) {
+			consistent = false
+		}
+	}
+	g := ss.gate()
+	for _, u := range ss.units[1:] {
+		if u.err == nil && u.asOfSeq != g.asOfSeq || u.err != nil && g.err == nil && u.asOfSeq > g.asOfSeq {
+			consistent = false
+		}
+	}
+	return ss, consistent, nil
+}
+
+// answerSnapshot serves SnapshotSubject (and ProjectionSubject when q.Unit is set).
+func (p *Projector) answerSnapshot(ctx context.Context, r responder, q QueryRequest, _ Projection, _ []byte) {
+	if q.Unit != "" && p.registry.get(q.Unit) == nil {
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
+		return
+	}
+	snap, err := ReadSnapshot(ctx, p.store, p.registry, q.Session)
+	if errors.Is(err, ErrNoProjection) {
+		r.fail(CodeNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the snapshot: %v", q.Session, err))
+		return
+	}
+	var b []byte
+	if q.Unit != "" {
+		b, err = json.Marshal(ProjectionReply{Session: q.Session, Unit: q.Unit, UnitView: snap.Units[q.Unit]})
+	} else {
+		b, err = json.Marshal(snap)
+	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		return
+	}
+	r.respond(b)
+}
+
+// QuerySnapshot asks the agentlog-query service for the views of every unit of session id at one
+// consistent asOfSeq; minSeq as in QueryMessages. Stopped units come back with their error.
+func QuerySnapshot(ctx context.Context, nc *nats.Conn, id string, minSeq int64) (SnapshotReply, error) {
+	q := QueryRequest{Session: id}
+	if minSeq >= 0 {
+		q.MinSeq = &minSeq
+	}
+	body, err := request(ctx, nc, SnapshotSubject, q)
+	if err != nil {
+		return SnapshotReply{}, err
+	}
+	var r SnapshotReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		return SnapshotReply{}, fmt.Errorf("%s: session %q: malformed reply: %w", QueryService, id, err)
+	}
+	return r, nil
+}
+
+// QueryProjection asks the agentlog-query service for the view of one unit of session id; minSeq
+// as in QueryMessages. An unknown unit is a *QueryError "404".
+func QueryProjection(ctx context.Context, nc *nats.Conn, id, unit string, minSeq int64) (ProjectionReply, error) {
+	if unit == "" {
+		return ProjectionReply{}, errors.New("agentlog-query: unit is empty")
+	}
+	q := QueryRequest{Session: id, Unit: unit}
+	if minSeq >= 0 {
+		q.MinSeq = &minSeq
+	}
+	body, err := request(ctx, nc, ProjectionSubject, q)
+	if err != nil {
+		return ProjectionReply{}, err
+	}
+	var r ProjectionReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		return ProjectionReply{}, fmt.Errorf("%s: session %q: malformed reply: %w", QueryService, id, err)
+	}
+	return r, nil
 }

@@ -294,3 +294,16 @@ func mustAs[T error](t *testing.T, err error) T {
 	}
 	return target
 }
+
+// recv takes the next value from ch; it fails the test (instead of hanging) when none comes within
+// 30 s, which only happens when the code under test is broken.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing arrived (the expected write never started)")
+		panic("unreachable")
+	}
+}

@@ -96,6 +96,9 @@ func TestAppendFlushDurable(t *testing.T) {
 				if got := w.DurableSeq(); got != int64(i+1) {
 					t.Fatalf("%s durable seq %d after Flush, want %d", w.ID(), got, i+1)
 				}
+				if n := clk.Active(); n != 0 && w == wb {
+					t.Fatalf("%d windows still open after Flush, want 0 (Flush consumes the window)", n)
+				}
 			}
 		}
 	}
@@ -171,7 +174,7 @@ func TestWindowBatching(t *testing.T) {
 		t.Fatalf("%d windows open, want 1 (later events join without extending it)", clk.Active())
 	}
 	clk.Advance(10 * time.Millisecond) // t = 200 ms: the window ends
-	if s := <-started; s != 0 {
+	if s := recv(t, started); s != 0 {
 		t.Fatalf("first write starts at seq %d", s)
 	}
 	if err := w.Flush(ctx); err != nil {
@@ -222,7 +225,7 @@ func TestWindowDuringWrite(t *testing.T) {
 	emit(0)
 	emit(1)
 	clk.Advance(200 * time.Millisecond)
-	if s := <-started; s != 0 {
+	if s := recv(t, started); s != 0 {
 		t.Fatalf("write 1 starts at %d", s)
 	}
 	emit(2) // during write 1: opens its own window
@@ -237,11 +240,11 @@ func TestWindowDuringWrite(t *testing.T) {
 	default:
 	}
 	close(gate)
-	if s := <-started; s != 2 {
+	if s := recv(t, started); s != 2 {
 		t.Fatalf("write 2 starts at seq %d, want 2", s)
 	}
 	clk.Advance(200 * time.Millisecond)
-	if s := <-started; s != 3 {
+	if s := recv(t, started); s != 3 {
 		t.Fatalf("write 3 starts at seq %d, want 3", s)
 	}
 	if err := w.Flush(ctx); err != nil {
@@ -610,14 +613,23 @@ func TestOpenRefusals(t *testing.T) {
 	}
 }
 
-// TestFailureNeverAnEvent: a failed write keeps its events pending, is reported once on Errors and
-// as an agent/error report, pauses automatic retry, and the next event's window writes everything.
-// Nothing about the failure enters the log.
+// TestFailureNeverAnEvent: a failed write keeps its events pending (ahead of newer ones, in
+// order), is reported once on Errors and as an agent/error report, and pauses automatic retry —
+// even for a window that ended during the failed write; Flush retries at once; the next new event's
+// window writes everything. Nothing about the failure enters the log.
 func TestFailureNeverAnEvent(t *testing.T) {
 	e := newEnv(t)
 	clk := newFakeClock()
 	ctx := ctxT(t)
 	p := e.publisher(t, "w1", clk)
+	started := make(chan int64, 16)
+	gate := make(chan struct{})
+	p.beforeWrite = func(_ string, first int64) {
+		started <- first
+		if first == 3 {
+			<-gate
+		}
+	}
 	sub, err := e.connect(t).SubscribeSync(jetstream.ErrorsPrefix + ".>")
 	if err != nil {
 		t.Fatal(err)
@@ -635,6 +647,7 @@ func TestFailureNeverAnEvent(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	recv(t, started)
 
 	// Make the stream refuse our records (a real server-side refusal: max message size).
 	orig := setMaxMsgSize(t, e, 16)
@@ -644,12 +657,20 @@ func TestFailureNeverAnEvent(t *testing.T) {
 		}
 	}
 	clk.Advance(200 * time.Millisecond)
-	var rep error
-	select {
-	case rep = <-w.Errors():
-	case <-ctx.Done():
-		t.Fatal("no error reported")
+	if s := recv(t, started); s != 3 {
+		t.Fatalf("write starts at %d", s)
 	}
+	// During the (doomed) write, seq 5 arrives and its window ends; then seq 6 arrives and its
+	// window is still open when the write fails.
+	if err := w.Append(all[5]); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(200 * time.Millisecond)
+	if err := w.Append(all[6]); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	rep := recv(t, w.Errors())
 	we := mustAs[*WriteError](t, rep)
 	if we.Session != "flaky" || we.FirstSeq != 3 || we.LastSeq != 4 {
 		t.Fatalf("reported %+v, want session flaky seqs 3..4", we)
@@ -667,7 +688,8 @@ func TestFailureNeverAnEvent(t *testing.T) {
 		report.Time != clk.Now().UnixMilli() {
 		t.Fatalf("report on %s: %+v", msg.Subject, report)
 	}
-	// Retry paused: no window open, time passing writes nothing.
+	// Retry paused: no window open, time passing writes nothing (neither seq 5 whose window ended
+	// during the write, nor seq 6 whose window was open).
 	if clk.Active() != 0 {
 		t.Fatalf("%d windows open after a failure, want 0 (retry paused)", clk.Active())
 	}
@@ -675,14 +697,17 @@ func TestFailureNeverAnEvent(t *testing.T) {
 	if w.DurableSeq() != 3 {
 		t.Fatalf("durable seq %d", w.DurableSeq())
 	}
-	// Flush retries at once and returns the error when the retry fails too.
-	if err := w.Flush(ctx); mustAs[*WriteError](t, err).FirstSeq != 3 {
-		t.Fatalf("Flush during the failure: %v", err)
+	// Flush retries at once — the failed events then seqs 5 and 6, as one record — and returns the
+	// error when the retry fails too.
+	err = w.Flush(ctx)
+	if we := mustAs[*WriteError](t, err); we.FirstSeq != 3 || we.LastSeq != 6 {
+		t.Fatalf("Flush during the failure: %v, want a failed write of seqs 3..6", err)
 	}
-	select { // the retry's failure, reported once
-	case <-w.Errors():
-	case <-ctx.Done():
-		t.Fatal("the retry's failure was not reported")
+	if s := recv(t, started); s != 3 {
+		t.Fatalf("the retry starts at %d, want 3 (the only write since the failure)", s)
+	}
+	if rep := recv(t, w.Errors()); mustAs[*WriteError](t, rep).LastSeq != 6 { // the retry's failure, reported once
+		t.Fatalf("retry failure reported as %v", rep)
 	}
 	select {
 	case extra := <-w.Errors():
@@ -690,17 +715,20 @@ func TestFailureNeverAnEvent(t *testing.T) {
 	default:
 	}
 
-	// Repair the stream; the next new event starts a fresh window that writes the failed events
+	// Repair the stream; the next new event opens a fresh window that writes the failed events
 	// ahead of it, in order, as one record.
 	setMaxMsgSize(t, e, orig)
-	if err := w.Append(all[5]); err != nil {
+	if err := w.Append(all[7]); err != nil {
 		t.Fatal(err)
 	}
 	if clk.Active() != 1 {
 		t.Fatalf("new event after a failure opened %d windows, want 1", clk.Active())
 	}
 	clk.Advance(200 * time.Millisecond)
-	for _, x := range all[6:] {
+	if s := recv(t, started); s != 3 {
+		t.Fatalf("write after the fresh window starts at %d", s)
+	}
+	for _, x := range all[8:] {
 		if err := w.Append(x); err != nil {
 			t.Fatal(err)
 		}
@@ -722,8 +750,8 @@ func TestFailureNeverAnEvent(t *testing.T) {
 	for _, r := range recs {
 		shape = append(shape, fmt.Sprintf("%d+%d", r.events[0].Seq, len(r.events)))
 	}
-	if s := strings.Join(shape, " "); s != "0+3 3+3 6+3" {
-		t.Fatalf("records %s, want 0+3 3+3 6+3", s)
+	if s := strings.Join(shape, " "); s != "0+3 3+5 8+1" {
+		t.Fatalf("records %s, want 0+3 3+5 8+1", s)
 	}
 	for _, x := range got {
 		if strings.Contains(x.Type, "error") {

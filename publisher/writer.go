@@ -29,7 +29,8 @@ import (
 // writer fences the Writer (ErrConflict once, ErrFenced on every later call).
 //
 // Memory: the Writer keeps the session.Surface and the not-yet-durable events only. A tool/result
-// replace whose target is already durable is looked up with store.Read.
+// replace whose target is already durable is looked up in the store (store.ReadRecords, stopping
+// at the target's record).
 type Writer struct {
 	p     *Publisher
 	id    string
@@ -51,7 +52,6 @@ type Writer struct {
 	inflight      []session.Event  // the record being written (nil when none)
 	stopTimer     func() bool      // stops the open window's timer; nil when no window is open
 	windowGen     uint64           // identifies the open window (a stale timer fire is ignored)
-	paused        bool             // automatic writes paused after a failure
 	failGen       uint64           // bumped on every failed write
 	lastErr       error            // the latest write failure
 	fenced        error            // the conflict that fenced this writer, nil otherwise
@@ -176,10 +176,9 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	}
 	w.pending = append(w.pending, ev)
 	w.nextSeq++
-	if true {
-		w.closeWindowLocked()
-		// The first pending event of a window opens it; a new event also ends a pause.
-		w.paused = false
+	if w.stopTimer == nil {
+		// The first pending event of a window opens it. After a failed write this is the fresh
+		// window that also carries the failed events (they are pending again, ahead of this one).
 		w.openWindowLocked()
 	}
 	w.broadcastLocked()
@@ -279,7 +278,7 @@ func (w *Writer) windowEnded(gen uint64) {
 
 // kickLocked starts the write of the due events if none is in flight.
 func (w *Writer) kickLocked() {
-	if w.inflight != nil || w.due == 0 || w.paused || w.fenced != nil || w.closed {
+	if w.inflight != nil || w.due == 0 || w.fenced != nil || w.closed {
 		return
 	}
 	batch := w.pending[:w.due:w.due]
@@ -317,11 +316,12 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 		w.p.log.Error("agentlog publisher: guard conflict, writer fenced", "session", w.id,
 			"firstSeq", first, "lastSeq", last, "lostEvents", w.nextSeq-first, "error", err)
 	} else {
-		// Put the events back ahead of newer pending ones, in order; pause automatic retry.
+		// Put the events back ahead of newer pending ones, in order, and pause automatic retry:
+		// nothing is due and no window is open, so nothing is written until a new event opens a
+		// fresh window or Flush/Close retries at once.
 		w.pending = append(batch[:len(batch):len(batch)], w.pending...)
 		w.due = 0
 		w.closeWindowLocked()
-		w.paused = true
 		w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
 			"firstSeq", first, "lastSeq", last, "error", err)
 	}
@@ -375,7 +375,6 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	w.closeWindowLocked()
 	w.due = len(w.pending)
-	w.paused = false
 	startFail := w.failGen
 	w.kickLocked()
 	for {

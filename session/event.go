@@ -10,7 +10,8 @@ import (
 )
 
 // MarshalJSON writes the event as one compact JSON object with the fields in the reference's
-// order: type, seq, time, data, then surfaceOp, sourceEventSeqs and ignorable when present
+// order: type, seq, time, data, then sourceEventSeqs, surfaceOp and ignorable when present (the
+// order the reference's Session.append builds, so logs it wrote re-encode byte for byte)
 // (SurfaceOp/SourceEventSeqs nil = absent; Ignorable false = absent). Data, SurfaceOp and
 // SourceEventSeqs are written byte for byte when they are already compact (insignificant
 // whitespace is removed otherwise) and strings are not HTML-escaped.
@@ -40,19 +41,21 @@ func appendEventJSON(dst []byte, ev *Event, lenientTime bool) ([]byte, error) {
 	dst = append(dst, t...)
 	dst = append(dst, `,"data":`...)
 	var err error
-	if dst, err = appendCompact(dst, ev.Data); err != nil {
+	if lenientTime {
+		dst = append(dst, ev.Data...) // a repair closer: built compact by us, possibly deep
+	} else if dst, err = appendCompact(dst, ev.Data); err != nil {
 		return nil, fmt.Errorf("session event seq %d: data: %w", ev.Seq, err)
-	}
-	if ev.SurfaceOp != nil {
-		dst = append(dst, `,"surfaceOp":`...)
-		if dst, err = appendCompact(dst, ev.SurfaceOp); err != nil {
-			return nil, fmt.Errorf("session event seq %d: surfaceOp: %w", ev.Seq, err)
-		}
 	}
 	if ev.SourceEventSeqs != nil {
 		dst = append(dst, `,"sourceEventSeqs":`...)
 		if dst, err = appendCompact(dst, ev.SourceEventSeqs); err != nil {
 			return nil, fmt.Errorf("session event seq %d: sourceEventSeqs: %w", ev.Seq, err)
+		}
+	}
+	if ev.SurfaceOp != nil {
+		dst = append(dst, `,"surfaceOp":`...)
+		if dst, err = appendCompact(dst, ev.SurfaceOp); err != nil {
+			return nil, fmt.Errorf("session event seq %d: surfaceOp: %w", ev.Seq, err)
 		}
 	}
 	if ev.Ignorable {
@@ -85,7 +88,7 @@ func (ev *Event) UnmarshalJSON(b []byte) error {
 			return errors.New("session: a packed " + t.s + " row holds several events; read it with ReadJSONL")
 		}
 	}
-	out, _, rerr := decodeEvent(v, "session")
+	out, _, rerr := decodeEvent(v, "session", false)
 	if rerr != nil {
 		return rerr
 	}
@@ -98,12 +101,23 @@ type parsedEvent struct {
 	data *jval
 	op   *jval
 	srcs *jval
+	// typeKind is typeString, or (Inspect only) typeUndefined / typeOther for an event whose
+	// type is not a string; Event.Type is then "".
+	typeKind int8
 }
+
+const (
+	typeString int8 = iota
+	typeUndefined
+	typeOther
+)
 
 // decodeEvent turns one parsed JSONL value into an Event, as the oracle reads it: ev.type,
 // ev.seq, ev.time (a number, or empty), ev.data, ev.surfaceOp and ev.sourceEventSeqs when not
-// undefined, ignorable when true; everything else is dropped.
-func decodeEvent(v *jval, session string) (Event, parsedEvent, *Error) {
+// undefined, ignorable when true; everything else is dropped. anyType (Inspect) accepts a type
+// that is not a string, as the reference's append does: Event.Type is then "" and p.typeKind says
+// what it was.
+func decodeEvent(v *jval, session string, anyType bool) (Event, parsedEvent, *Error) {
 	var ev Event
 	var p parsedEvent
 	if v == nil || v.kind != jObj {
@@ -126,14 +140,20 @@ func decodeEvent(v *jval, session string) (Event, parsedEvent, *Error) {
 		seq = int64(sv.n)
 	}
 	tv := v.field("type")
-	if tv == nil || tv.kind != jStr {
+	switch {
+	case tv != nil && tv.kind == jStr:
+		ev.Type = tv.s
+	case anyType && tv == nil:
+		p.typeKind = typeUndefined
+	case anyType:
+		p.typeKind = typeOther
+	default:
 		return ev, p, newError(session, seq, 0, RuleEnvelope, "event type must be a string, got "+describe(tv))
 	}
 	if seq < 0 {
 		return ev, p, newError(session, -1, 0, RuleEnvelope,
-			fmt.Sprintf("event %q: seq must be a non-negative safe integer, got %s", tv.s, describe(sv)))
+			fmt.Sprintf("event of type %s: seq must be a non-negative safe integer, got %s", describe(tv), describe(sv)))
 	}
-	ev.Type = tv.s
 	ev.Seq = seq
 	if t := v.field("time"); t != nil && t.kind == jNum {
 		ev.Time = json.Number(t.raw)
@@ -174,7 +194,11 @@ func parseEvent(session string, ev *Event) (parsedEvent, *Error) {
 		return p, newError(session, ev.Seq, 0, RuleData, fmt.Sprintf("session event %q has no data", ev.Type))
 	}
 	var err error
-	if p.data, err = parseJSON(ev.Data); err != nil {
+	parse := parseJSON
+	if !dataIsRead(ev.Type) {
+		parse = scanJSON // nothing reads this type's fields: validate without building
+	}
+	if p.data, err = parse(ev.Data); err != nil {
 		return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q data: %v", ev.Type, err))
 	}
 	if ev.SurfaceOp != nil {
@@ -212,4 +236,14 @@ func timeValue(t json.Number) (float64, bool) {
 		return 0, false
 	}
 	return parseNumberLiteral([]byte(s)), true
+}
+
+// dataIsRead reports whether validation, derivation, repair or the surface fold read fields of
+// this event type's data (the others only need a syntax and losslessness check).
+func dataIsRead(typ string) bool {
+	switch typ {
+	case "user/message", "assistant/message", "tool/result", "turn/start", "step/start", "tool/call", "request/header":
+		return true
+	}
+	return false
 }

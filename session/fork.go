@@ -154,13 +154,13 @@ func seedEventProblem(ev *Event, p *parsedEvent, index int) string {
 	at := "seed event at index " + strconv.Itoa(index)
 	tf, tok := timeValue(ev.Time)
 	if (p.data != nil && p.data.lossy) || (p.op != nil && p.op.lossy) || (p.srcs != nil && p.srcs.lossy) ||
-		(tok && !losslessNumber(tf)) {
+		(tok && !losslessNumber(tf)) || p.typeKind == typeUndefined {
 		return at + " is not losslessly JSON-serializable"
 	}
 	if ev.Type == "request/header-delta" {
 		return at + " uses unsupported legacy request/header-delta format"
 	}
-	if ev.Seq < 0 || ev.Seq > maxSafeInteger || !tok || !isSafeInteger(tf) || p.data == nil {
+	if p.typeKind != typeString || ev.Seq < 0 || ev.Seq > maxSafeInteger || !tok || !isSafeInteger(tf) || p.data == nil {
 		return at + " has an invalid event envelope"
 	}
 	switch ev.Type {

@@ -39,7 +39,7 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 		res.AcceptedEvents = &accepted
 		return res
 	}
-	doc, fatal := readJSONLDoc(r, "session")
+	doc, fatal := readJSONLDoc(r, "session", true)
 	if fatal != nil {
 		return fail(fatal.Msg, 0)
 	}
@@ -125,7 +125,7 @@ func inspectForks(s *Session, plans []surfPlan, allForks bool) []ForkOutcome {
 	bad := ""
 	for i := range events {
 		if bad == "" {
-			p := parsedEvent{data: s.datas[i]}
+			p := parsedEvent{data: s.datas[i], typeKind: s.typeKinds[i]}
 			bad = seedEventProblem(&events[i], &p, i)
 		}
 		firstBad[i] = bad
@@ -228,10 +228,7 @@ func (r InspectResult) MarshalJSON() ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			var err error
-			if b, err = appendCompact(b, m); err != nil {
-				return nil, err
-			}
+			b = append(b, m...) // JSON.stringify output: compact already
 		}
 		b = append(b, ']')
 	}

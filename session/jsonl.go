@@ -84,7 +84,10 @@ type jsonlDoc struct {
 // header is dropped, then packed rows are validated and expanded. A line that is not JSON, an
 // over-long line, or a malformed row is fatal (the oracle fails before appending anything); a line
 // that parses but is not a usable event becomes an item carrying its error.
-func readJSONLDoc(r io.Reader, defaultID string) (*jsonlDoc, *Error) {
+//
+// anyType (Inspect) keeps events whose type is not a string (see decodeEvent) and allows nesting
+// up to inspectMaxJSONDepth.
+func readJSONLDoc(r io.Reader, defaultID string, anyType bool) (*jsonlDoc, *Error) {
 	doc := &jsonlDoc{id: defaultID}
 	lr := newLineReader(r)
 	first := true
@@ -100,7 +103,11 @@ func readJSONLDoc(r io.Reader, defaultID string) (*jsonlDoc, *Error) {
 			}
 			return doc, newError(doc.id, -1, n, RuleJSON, "read failed: "+err.Error())
 		}
-		v, perr := parseJSON(line)
+		maxDepth := maxJSONDepth
+		if anyType {
+			maxDepth = inspectMaxJSONDepth
+		}
+		v, perr := parseJSONDepth(line, maxDepth)
 		if perr != nil {
 			return doc, newError(doc.id, -1, n, RuleJSON, perr.Error())
 		}
@@ -135,7 +142,7 @@ func readJSONLDoc(r io.Reader, defaultID string) (*jsonlDoc, *Error) {
 				continue
 			}
 		}
-		ev, p, derr := decodeEvent(v, doc.id)
+		ev, p, derr := decodeEvent(v, doc.id, anyType)
 		doc.items = append(doc.items, item{line: n, ev: ev, p: p, err: derr.withLine(n)})
 	}
 }
@@ -153,7 +160,7 @@ func readJSONLDoc(r io.Reader, defaultID string) (*jsonlDoc, *Error) {
 // Event.Time is empty for an event whose time is not a JSON number; Data, SurfaceOp and
 // SourceEventSeqs keep the exact bytes of the line.
 func ReadJSONL(r io.Reader, sessionID string) (*Header, []Event, error) {
-	doc, fatal := readJSONLDoc(r, sessionID)
+	doc, fatal := readJSONLDoc(r, sessionID, false)
 	var h *Header
 	if doc.header != nil {
 		h = headerFromValue(doc.header)

@@ -91,8 +91,12 @@ func TestWriteJSONLRoundTrip(t *testing.T) {
 		ev := mk(seq, "assistant/chunk", `{"turn":`+itoa(turn)+`,"step":`+itoa(step)+`,"chunk":`+chunk+`}`)
 		return ev
 	}
-	text := func(i int, s string) string { return `{"type":"text-delta","index":` + itoa(i) + `,"text":"` + s + `"}` }
-	reason := func(i int, s string) string { return `{"type":"reasoning-delta","index":` + itoa(i) + `,"text":"` + s + `"}` }
+	text := func(i int, s string) string {
+		return `{"type":"text-delta","index":` + itoa(i) + `,"text":"` + s + `"}`
+	}
+	reason := func(i int, s string) string {
+		return `{"type":"reasoning-delta","index":` + itoa(i) + `,"text":"` + s + `"}`
+	}
 	tool := func(i int, id, name, a string) string {
 		if name == "" {
 			return `{"type":"tool-call-delta","index":` + itoa(i) + `,"id":"` + id + `","argumentsDelta":"` + a + `"}`
@@ -209,7 +213,7 @@ func TestEventJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"type":"user/message","seq":3,"time":1700000000000,"data":{"text":"<a&b>"},"surfaceOp":"append","sourceEventSeqs":[1,2],"ignorable":true}`
+	want := `{"type":"user/message","seq":3,"time":1700000000000,"data":{"text":"<a&b>"},"sourceEventSeqs":[1,2],"surfaceOp":"append","ignorable":true}`
 	if string(b) != want {
 		t.Fatalf("got  %s\nwant %s", b, want)
 	}
@@ -252,9 +256,50 @@ func (r *repeatReaderT) Read(p []byte) (int, error) {
 	if k > r.n {
 		k = r.n
 	}
-	for i := 0; i < k; i++ {
-		p[i] = r.c
+	if k > 0 {
+		p[0] = r.c
+		for filled := 1; filled < k; filled *= 2 {
+			copy(p[filled:k], p[:filled])
+		}
 	}
 	r.n -= k
 	return k, nil
+}
+
+// TestNestingLimits: the public reading path stops at 10,000 levels (encoding/json's limit);
+// Inspect follows the reference up to 100,000; deeper is refused, never a crash.
+func TestNestingLimits(t *testing.T) {
+	line := func(depth int) string {
+		return `{"type":"plugin/x","seq":0,"time":1,"data":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`
+	}
+	_, _, err := ReadJSONL(strings.NewReader(line(20000)), "deep")
+	var e *Error
+	if !errors.As(err, &e) || e.Rule != RuleJSON || !strings.Contains(e.Msg, "nesting deeper than 10000") {
+		t.Fatalf("ReadJSONL: %v", err)
+	}
+	if res := Inspect(strings.NewReader(line(20000)), false); !res.OK || *res.Events != 1 {
+		t.Fatalf("Inspect refused 20000 levels: %s", res.Error)
+	}
+	if res := Inspect(strings.NewReader(line(200000)), false); res.OK || *res.AcceptedEvents != 0 || !strings.Contains(res.Error, "[rule json]") {
+		t.Fatalf("Inspect accepted 200000 levels: %+v", res)
+	}
+}
+
+// TestNonStringType: ReadJSONL refuses an event whose type is not a string; Inspect keeps it as
+// the reference does and refuses only the forks that include it.
+func TestNonStringType(t *testing.T) {
+	in := `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}` + "\n" + `{"type":"turn/end","seq":1,"time":2,"data":{"turn":1}}` + "\n" + `{"type":5,"seq":2,"time":3,"data":{}}`
+	if _, _, err := ReadJSONL(strings.NewReader(in), "t"); err == nil {
+		t.Fatal("ReadJSONL accepted a numeric type")
+	}
+	res := Inspect(strings.NewReader(in), true)
+	if !res.OK || *res.Events != 3 {
+		t.Fatalf("Inspect: %+v", res)
+	}
+	if f := res.Forks[0]; f.OK || f.Error != "seed event at index 2 has an invalid event envelope" {
+		t.Fatalf("fork at the end: %+v", f)
+	}
+	if f := res.Forks[2]; !f.OK || *f.SeedLength != 2 {
+		t.Fatalf("fork at 1: %+v", f)
+	}
 }

@@ -10,6 +10,7 @@ package session
 // written as an escape is kept as its 3-byte WTF-8 form so that JSON.stringify can write it back.
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"sort"
@@ -49,9 +50,14 @@ type jval struct {
 // jsNull is the shared JavaScript null.
 var jsNull = &jval{kind: jNull, raw: []byte("null")}
 
-// maxJSONDepth bounds nesting so that no input can exhaust the stack. JSON.parse in Node has no
-// such limit; see DEPARTURES.md.
-const maxJSONDepth = 10000
+// maxJSONDepth bounds nesting so that no input can exhaust the stack; it equals encoding/json's
+// limit, so whatever the public reading path accepts can be re-encoded anywhere. Inspect, which
+// never re-encodes event data, allows inspectMaxJSONDepth. JSON.parse in Node has no limit; see
+// DEPARTURES.md.
+const (
+	maxJSONDepth        = 10000
+	inspectMaxJSONDepth = 100000
+)
 
 // jsonSyntaxError is a JSON syntax error at a byte offset of the parsed text.
 type jsonSyntaxError struct {
@@ -65,8 +71,11 @@ func (e *jsonSyntaxError) Error() string {
 
 // parseJSON parses exactly one JSON value (JSON whitespace around it is allowed), with
 // JSON.parse's grammar.
-func parseJSON(b []byte) (*jval, error) {
-	p := parser{b: b}
+func parseJSON(b []byte) (*jval, error) { return parseJSONDepth(b, maxJSONDepth) }
+
+// parseJSONDepth is parseJSON with a nesting limit.
+func parseJSONDepth(b []byte, maxDepth int) (*jval, error) {
+	p := parser{b: b, maxDepth: maxDepth}
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -80,8 +89,9 @@ func parseJSON(b []byte) (*jval, error) {
 }
 
 type parser struct {
-	b []byte
-	i int
+	b        []byte
+	i        int
+	maxDepth int
 }
 
 func (p *parser) fail(why string) error { return &jsonSyntaxError{Offset: p.i, Why: why} }
@@ -104,8 +114,8 @@ func (p *parser) value(depth int) (*jval, error) {
 	start := p.i
 	switch c := p.b[p.i]; {
 	case c == '{':
-		if depth >= maxJSONDepth {
-			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", maxJSONDepth))
+		if depth >= p.maxDepth {
+			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
 		}
 		v := &jval{kind: jObj}
 		p.i++
@@ -152,8 +162,8 @@ func (p *parser) value(depth int) (*jval, error) {
 			return nil, p.fail("expected ',' or '}' in an object")
 		}
 	case c == '[':
-		if depth >= maxJSONDepth {
-			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", maxJSONDepth))
+		if depth >= p.maxDepth {
+			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
 		}
 		v := &jval{kind: jArr}
 		p.i++
@@ -218,11 +228,21 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (p *parser) number() (*jval, error) {
 	start := p.i
+	if _, err := p.numberEnd(); err != nil {
+		return nil, err
+	}
+	raw := p.b[start:p.i]
+	f := parseNumberLiteral(raw)
+	return &jval{kind: jNum, n: f, raw: raw, lossy: !losslessNumber(f)}, nil
+}
+
+// numberEnd advances over one JSON number literal.
+func (p *parser) numberEnd() (struct{}, error) {
 	if p.b[p.i] == '-' {
 		p.i++
 	}
 	if p.i >= len(p.b) || !isDigit(p.b[p.i]) {
-		return nil, p.fail("invalid number")
+		return struct{}{}, p.fail("invalid number")
 	}
 	if p.b[p.i] == '0' {
 		p.i++
@@ -234,7 +254,7 @@ func (p *parser) number() (*jval, error) {
 	if p.i < len(p.b) && p.b[p.i] == '.' {
 		p.i++
 		if p.i >= len(p.b) || !isDigit(p.b[p.i]) {
-			return nil, p.fail("invalid number")
+			return struct{}{}, p.fail("invalid number")
 		}
 		for p.i < len(p.b) && isDigit(p.b[p.i]) {
 			p.i++
@@ -246,15 +266,13 @@ func (p *parser) number() (*jval, error) {
 			p.i++
 		}
 		if p.i >= len(p.b) || !isDigit(p.b[p.i]) {
-			return nil, p.fail("invalid number")
+			return struct{}{}, p.fail("invalid number")
 		}
 		for p.i < len(p.b) && isDigit(p.b[p.i]) {
 			p.i++
 		}
 	}
-	raw := p.b[start:p.i]
-	f := parseNumberLiteral(raw)
-	return &jval{kind: jNum, n: f, raw: raw, lossy: !losslessNumber(f)}, nil
+	return struct{}{}, nil
 }
 
 // parseNumberLiteral converts a JSON number literal exactly as JavaScript does (correct rounding;
@@ -1047,4 +1065,155 @@ func isJSWhitespaceOnly(line []byte) bool {
 		}
 	}
 	return true
+}
+
+// scanJSON validates exactly one JSON value like parseJSON, without building it, and reports
+// whether it holds a number JSON cannot carry losslessly. It returns a placeholder *jval of the
+// right kind, with raw and lossy set and no members: for data whose fields are never read.
+func scanJSON(b []byte) (*jval, error) {
+	p := parser{b: b, maxDepth: maxJSONDepth}
+	p.ws()
+	start := p.i
+	lossy, err := p.skip(0)
+	if err != nil {
+		return nil, err
+	}
+	end := p.i
+	p.ws()
+	if p.i != len(p.b) {
+		return nil, p.fail("unexpected data after the JSON value")
+	}
+	v := &jval{raw: b[start:end], lossy: lossy}
+	switch b[start] {
+	case '{':
+		v.kind = jObj
+	case '[':
+		v.kind = jArr
+	case '"':
+		v.kind = jStr
+	case 't', 'f':
+		v.kind = jBool
+	case 'n':
+		v.kind = jNull
+	default:
+		v.kind = jNum
+	}
+	return v, nil
+}
+
+// skip is value() without building anything.
+func (p *parser) skip(depth int) (bool, error) {
+	if p.i >= len(p.b) {
+		return false, p.fail("unexpected end of JSON input")
+	}
+	switch c := p.b[p.i]; {
+	case c == '{' || c == '[':
+		if depth >= p.maxDepth {
+			return false, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
+		}
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		p.i++
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == closer {
+			p.i++
+			return false, nil
+		}
+		lossy := false
+		for {
+			p.ws()
+			if c == '{' {
+				if p.i >= len(p.b) || p.b[p.i] != '"' {
+					return false, p.fail("expected a string key")
+				}
+				if err := p.skipString(); err != nil {
+					return false, err
+				}
+				p.ws()
+				if p.i >= len(p.b) || p.b[p.i] != ':' {
+					return false, p.fail("expected ':' after an object key")
+				}
+				p.i++
+				p.ws()
+			}
+			l, err := p.skip(depth + 1)
+			if err != nil {
+				return false, err
+			}
+			lossy = lossy || l
+			p.ws()
+			if p.i >= len(p.b) {
+				return false, p.fail("unexpected end of JSON input")
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.b[p.i] == closer {
+				p.i++
+				return lossy, nil
+			}
+			return false, p.fail("expected ',' or a closing bracket")
+		}
+	case c == '"':
+		return false, p.skipString()
+	case c == 't':
+		_, err := p.literal("true", &jval{})
+		return false, err
+	case c == 'f':
+		_, err := p.literal("false", &jval{})
+		return false, err
+	case c == 'n':
+		_, err := p.literal("null", &jval{})
+		return false, err
+	case c == '-' || (c >= '0' && c <= '9'):
+		start := p.i
+		if _, err := p.numberEnd(); err != nil {
+			return false, err
+		}
+		raw := p.b[start:p.i]
+		// Only a negative literal (possibly -0) or a long or exponent form can be lossy.
+		if raw[0] == '-' || len(raw) > 300 || bytes.IndexAny(raw, "eE") >= 0 {
+			return !losslessNumber(parseNumberLiteral(raw)), nil
+		}
+		return false, nil
+	default:
+		return false, p.fail(fmt.Sprintf("unexpected character %q", rune(c)))
+	}
+}
+
+// skipString validates a string starting at its opening quote, without decoding it.
+func (p *parser) skipString() error {
+	p.i++
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return nil
+		case c < 0x20:
+			return p.fail("control character in string")
+		case c == '\\':
+			p.i++
+			if p.i >= len(p.b) {
+				return p.fail("unterminated string")
+			}
+			switch p.b[p.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.i++
+			case 'u':
+				p.i++
+				if _, ok := p.hex4(); !ok {
+					return p.fail("invalid \\u escape")
+				}
+			default:
+				return p.fail("invalid escape")
+			}
+		default:
+			p.i++
+		}
+	}
+	return p.fail("unterminated string")
 }

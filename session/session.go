@@ -28,6 +28,7 @@ type Session struct {
 
 	// lenient mode (Inspect) only
 	datas      []*jval // parsed data per event
+	typeKinds  []int8  // typeString, or what a non-string type was
 	msgVals    []*jval // parsed derived message per event
 	deriveErrs map[int64]error
 	repErr     *Error // the first event interruptedTurnClosers cannot read
@@ -118,6 +119,7 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 			s.markTurn, s.markErr = jsNull, nil
 		}
 		s.datas = append(s.datas, v.p.data)
+		s.typeKinds = append(s.typeKinds, v.p.typeKind)
 		s.msgVals = append(s.msgVals, msg)
 	}
 	s.surf.commit(&ev, &v)
@@ -172,7 +174,9 @@ func (s *Session) DeriveMessages() []json.RawMessage {
 		}
 	}
 	s.derivedNodes = len(s.surf.Nodes)
-	return append([]json.RawMessage(nil), s.derived...)
+	out := make([]json.RawMessage, len(s.derived))
+	copy(out, s.derived)
+	return out
 }
 
 // Repair returns the crash-repair closers (interruptedTurnClosers) for the current log: synthetic

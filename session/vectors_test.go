@@ -202,20 +202,20 @@ func TestVectorSurfaceErrors(t *testing.T) {
 		return mk(seq, "tool/result", toolResult(1, 1, "t", "c", text), opts...)
 	}
 	build := map[string][]Event{
-		"nodes [0]; append replace start=5,end=0":                      {u(0, appendOp), u(1, replaceOp(5, 0), src(`[0]`))},
-		"nodes [0]; append replace start=0,end=99":                     {u(0, appendOp), u(1, replaceOp(0, 99), src(`[0]`))},
-		"nodes [0,1]; append replace start=1,end=0":                    {u(0, appendOp), u(1, appendOp), u(2, replaceOp(1, 0), src(`[0,1]`))},
-		"nodes [0,1]; replace start=0,end=1 with sourceEventSeqs [0]":  {u(0, appendOp), u(1, appendOp), u(2, replaceOp(0, 1), src(`[0]`))},
-		"events seq 0 then seq 2":                                      {u(0, appendOp), mk(2, "x/y", `{}`)},
-		"user/message without surfaceOp":                               {u(0)},
-		"turn/start with surfaceOp append":                             {mk(0, "turn/start", `{"turn":1}`, appendOp)},
-		"turn/start with sourceEventSeqs":                              {mk(0, "turn/start", `{"turn":1}`, src(`[0]`))},
-		"user/message seq 0 with sourceEventSeqs [0]":                  {u(0, appendOp, src(`[0]`))},
-		"user/message with sourceEventSeqs []":                         {u(0, appendOp, src(`[]`))},
-		"sourceEventSeqs [0,0]":                                        {u(0, appendOp), u(1, appendOp, src(`[0,0]`))},
-		"tool/result replace spanning 2 nodes":                         {tr(0, "a", appendOp), tr(1, "b", appendOp), tr(2, "c", replaceOp(0, 1), src(`[0,1]`))},
-		"tool/result replace targeting a user/message node":            {u(0, appendOp), tr(1, "c", replaceOp(0, 0), src(`[0]`))},
-		"tool/result replace changing toolCallId/isError/meta":         {tr(0, "a", appendOp), mk(1, "tool/result", `{"turn":1,"step":1,"message":{"id":"t","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"meta":{}}`, replaceOp(0, 0), src(`[0]`))},
+		"nodes [0]; append replace start=5,end=0":                     {u(0, appendOp), u(1, replaceOp(5, 0), src(`[0]`))},
+		"nodes [0]; append replace start=0,end=99":                    {u(0, appendOp), u(1, replaceOp(0, 99), src(`[0]`))},
+		"nodes [0,1]; append replace start=1,end=0":                   {u(0, appendOp), u(1, appendOp), u(2, replaceOp(1, 0), src(`[0,1]`))},
+		"nodes [0,1]; replace start=0,end=1 with sourceEventSeqs [0]": {u(0, appendOp), u(1, appendOp), u(2, replaceOp(0, 1), src(`[0]`))},
+		"events seq 0 then seq 2":                                     {u(0, appendOp), mk(2, "x/y", `{}`)},
+		"user/message without surfaceOp":                              {u(0)},
+		"turn/start with surfaceOp append":                            {mk(0, "turn/start", `{"turn":1}`, appendOp)},
+		"turn/start with sourceEventSeqs":                             {mk(0, "turn/start", `{"turn":1}`, src(`[0]`))},
+		"user/message seq 0 with sourceEventSeqs [0]":                 {u(0, appendOp, src(`[0]`))},
+		"user/message with sourceEventSeqs []":                        {u(0, appendOp, src(`[]`))},
+		"sourceEventSeqs [0,0]":                                       {u(0, appendOp), u(1, appendOp, src(`[0,0]`))},
+		"tool/result replace spanning 2 nodes":                        {tr(0, "a", appendOp), tr(1, "b", appendOp), tr(2, "c", replaceOp(0, 1), src(`[0,1]`))},
+		"tool/result replace targeting a user/message node":           {u(0, appendOp), tr(1, "c", replaceOp(0, 0), src(`[0]`))},
+		"tool/result replace changing toolCallId/isError/meta":        {tr(0, "a", appendOp), mk(1, "tool/result", `{"turn":1,"step":1,"message":{"id":"t","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"meta":{}}`, replaceOp(0, 0), src(`[0]`))},
 	}
 	for _, c := range cases {
 		evs, ok := build[c.Setup]

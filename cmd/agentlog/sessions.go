@@ -209,19 +209,15 @@ func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id stri
 	return reply.Messages, nil
 }
 
+// writeJSON writes v as one JSON line (indented with pretty), without HTML-escaping, so event and
+// message bytes such as '<' and '&' come out as they were stored.
 func writeJSON(w io.Writer, v any, pretty bool) error {
-	var b []byte
-	var err error
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	if pretty {
-		b, err = json.MarshalIndent(v, "", "  ")
-	} else {
-		b, err = json.Marshal(v)
+		enc.SetIndent("", "  ")
 	}
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return enc.Encode(v)
 }
 
 func newForkCmd(g *globals) *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 )
 
 // FaultKind names one way the corrupter breaks a log.
@@ -51,6 +52,12 @@ const (
 	LegacyShape       FaultKind = "legacy-shape"    // message events without data.message
 	EnvelopeOdd       FaultKind = "envelope-odd"    // ignorable not true, unknown envelope keys, odd type/data
 	BOM               FaultKind = "bom"
+	TurnOdd           FaultKind = "turn-odd"             // turn/step numbers and call ids of unexpected types
+	DeepNesting       FaultKind = "deep-nesting"         // deeply nested data
+	PruneQuirk        FaultKind = "prune-quirk"          // tool/result replaces the reference accepts for its own reasons
+	HeaderShape       FaultKind = "request-header-shape" // request/header data only a fork's seed check refuses
+	RowQuirk          FaultKind = "row-quirk"            // packed rows the reference decodes though no writer makes them
+	CoreDataOdd       FaultKind = "core-data-odd"        // null or odd data on core events
 )
 
 // RequiredKinds are the fault kinds the issue asks for; ExtraKinds probe further corners.
@@ -64,7 +71,8 @@ var (
 	}
 	ExtraKinds = []FaultKind{
 		MalformedChunkRow, NonObjectLine, MisplacedHeader, NumberSpelling, TimeOdd, MessageShape,
-		LegacyShape, EnvelopeOdd, BOM,
+		LegacyShape, EnvelopeOdd, BOM, TurnOdd, DeepNesting, PruneQuirk, HeaderShape, RowQuirk,
+		CoreDataOdd,
 	}
 )
 
@@ -138,8 +146,12 @@ func Corrupt(l *Log, seed uint64) *Corrupted {
 			return c
 		}
 	}
-	c, _ := CorruptKind(l, BlankLines, seed)
-	return c
+	// Blank lines apply to every log, even an empty one (some of their variants do not).
+	for s := seed; ; s++ {
+		if c, ok := CorruptKind(l, BlankLines, s); ok {
+			return c
+		}
+	}
 }
 
 // CorruptKind breaks l with one fault of the given kind; ok is false when the kind does not apply
@@ -369,8 +381,24 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		}
 		d := e.Sources[c.r.IntN(len(e.Sources))]
 		at := c.r.IntN(len(e.Sources) + 1)
+		if c.variant("repeat", "spelled-repeat") == "spelled-repeat" {
+			// 3 and 3.0 are the same number to the reference
+			elems := make(Arr, 0, len(e.Sources)+1)
+			for k, s := range e.Sources {
+				if k == at {
+					elems = append(elems, Raw(fmt.Sprintf("%d.0", d)))
+				}
+				elems = append(elems, s)
+			}
+			if at == len(e.Sources) {
+				elems = append(elems, Raw(fmt.Sprintf("%de0", d)))
+			}
+			k := c.lineFor(i)
+			c.lines[k].Fields = c.lines[k].Fields.Set("sourceEventSeqs", elems)
+			c.refuse(i)
+			return true
+		}
 		e.Sources = append(e.Sources[:at:at], append([]int64{d}, e.Sources[at:]...)...)
-		c.variant("repeat")
 		c.refuse(i)
 		return true
 	},
@@ -628,9 +656,14 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 			return false
 		}
 		i := c.r.IntN(len(c.log.Events))
-		v := c.variant("seq-wrong-first", "seq-wrong-last", "data-key", "surfaceop-first-bad", "type-first-other", "header-id")
-		if v == "surfaceop-first-bad" {
+		v := c.variant("seq-wrong-first", "seq-wrong-last", "data-key", "surfaceop-first-bad", "type-first-other", "header-id", "replace-start-twice")
+		switch v {
+		case "surfaceop-first-bad":
 			if i = c.pick(func(_ int, e Ev) bool { return isSurface(e) }); i < 0 {
+				return false
+			}
+		case "replace-start-twice":
+			if i = c.pick(func(_ int, e Ev) bool { _, ok := e.SurfaceOp.(Obj); return ok }); i < 0 {
 				return false
 			}
 		}
@@ -661,6 +694,11 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 			c.accept(i)
 		case "type-first-other":
 			c.lines[k].Fields = append(Obj{{"type", "turn/start"}}, f...)
+			c.accept(i)
+		case "replace-start-twice":
+			// {"op","start":bogus,"end","start":real}: JSON.parse keeps 3 keys, the last start
+			op := mustGet(f, "surfaceOp").(Obj)
+			f.Set("surfaceOp", Obj{{"op", "replace"}, {"start", "bogus"}, {"end", mustGet(op, "end")}, {"start", mustGet(op, "start")}})
 			c.accept(i)
 		default:
 			c.lines[0].Fields = append(Obj{{"id", "shadowed-id"}}, c.lines[0].Fields...)
@@ -756,7 +794,19 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 			"above-max": "\xf4\x90\x80\x80", "truncated-4": "\xf0\x9f\x98", "continuation": "\x80",
 			"lone-surrogate-escape": `\ud800`, "low-surrogate-escape": `\udc00x`, "reversed-pair-escape": `\udc00\ud800`,
 		}
-		v := c.variant("ff", "overlong", "truncated-3", "surrogate-bytes", "above-max", "truncated-4", "continuation", "lone-surrogate-escape", "low-surrogate-escape", "reversed-pair-escape", "header-id")
+		v := c.variant("ff", "overlong", "truncated-3", "surrogate-bytes", "above-max", "truncated-4", "continuation", "lone-surrogate-escape", "low-surrogate-escape", "reversed-pair-escape", "header-id", "in-key")
+		if v == "in-key" {
+			i := c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" })
+			if i < 0 {
+				return false
+			}
+			d := c.log.Events[i].Data.(Obj)
+			// one key with invalid bytes, one with a lone surrogate escape
+			raw := JSON(d)
+			c.log.Events[i].Data = Raw(append(raw[:len(raw)-1:len(raw)-1], ",\"k\xff\xfe\":1,\"s\\ud800\":2}"...))
+			c.accept(i)
+			return true
+		}
 		if v == "header-id" {
 			if c.log.Header == nil {
 				return false
@@ -790,11 +840,14 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 	},
 	BlankLines: func(c *ctx) bool {
 		c.render()
-		v := c.variant("empty", "spaces-tabs", "cr-only-line", "crlf", "no-final-newline", "nbsp", "bom-line", "line-separator", "ideographic-space", "vt-ff", "cr-separators")
+		v := c.variant("empty", "spaces-tabs", "cr-only-line", "crlf", "no-final-newline", "nbsp", "bom-line", "line-separator", "ideographic-space", "vt-ff", "cr-separators", "nel", "nul")
 		var buf bytes.Buffer
 		blank := map[string]string{
 			"empty": "", "spaces-tabs": " \t  ", "cr-only-line": "\r", "nbsp": "\u00a0",
 			"bom-line": "\ufeff", "line-separator": "\u2028", "ideographic-space": "\u3000", "vt-ff": "\v\f",
+			// U+0085 is not whitespace to JavaScript's trim() (Go's unicode.IsSpace says it is),
+			// and NUL is whitespace to neither: the reference parses these lines and fails.
+			"nel": "\u0085", "nul": "\x00",
 		}[v]
 		switch v {
 		case "crlf":
@@ -832,6 +885,11 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 				buf.WriteString(blank + "\n")
 			}
 			c.f.Line = at + 1
+			if v == "nel" || v == "nul" {
+				c.f.Expect, c.f.Accepted = Refused, 0
+				c.out = buf.Bytes()
+				return true
+			}
 		}
 		c.f.Expect = Accepted
 		c.out = buf.Bytes()
@@ -953,7 +1011,16 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 			return false
 		}
 		i := c.r.IntN(len(c.log.Events))
-		c.variant("second-header")
+		if c.variant("second-header", "session-typed-event") == "session-typed-event" {
+			// a later line of type "session" with a valid envelope is just an event
+			e := &c.log.Events[i]
+			if isSurface(*e) || e.HasSources || i == 0 && c.log.Header == nil {
+				return false
+			}
+			e.Type, e.Data = "session", Obj{{"version", 0}, {"id", "again"}}
+			c.accept(i)
+			return true
+		}
 		c.lineFor(i)
 		k := c.lineOf(int64(i))
 		hdr := Line{Fields: Obj{{"type", "session"}, {"version", 0}, {"id", "again"}, {"createdAt", int64(0)}}, FirstSeq: -1, Index: -1}
@@ -970,9 +1037,11 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		if len(c.log.Events) == 0 {
 			return false
 		}
-		v := c.variant("seq-x.0", "seq-e0", "seq-scaled", "time-x.0", "time-e0", "turn-1.0", "turn-1e0", "turn-1e21", "step-2.00", "sources-x.0")
+		v := c.variant("seq-x.0", "seq-e0", "seq-scaled", "time-x.0", "time-e0", "turn-1.0", "turn-1e0", "turn-1e21", "step-2.00", "sources-x.0", "replace-x.0", "replace-key-order")
 		i := c.r.IntN(len(c.log.Events))
 		switch v {
+		case "replace-x.0", "replace-key-order":
+			i = c.pick(func(_ int, e Ev) bool { _, ok := e.SurfaceOp.(Obj); return ok })
 		case "turn-1.0", "turn-1e0", "turn-1e21":
 			i = c.pick(func(_ int, e Ev) bool { return e.Type == "turn/start" })
 		case "step-2.00":
@@ -1009,6 +1078,12 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		case "step-2.00":
 			step := mustGet(e.Data.(Obj), "step")
 			mustGet(f, "data").(Obj).Set("step", Raw(fmt.Sprintf("%d.00", step)))
+		case "replace-x.0":
+			op := e.SurfaceOp.(Obj)
+			f.Set("surfaceOp", replaceOp(Raw(fmt.Sprintf("%d.0", mustGet(op, "start"))), Raw(fmt.Sprintf("%de0", mustGet(op, "end")))))
+		case "replace-key-order":
+			op := e.SurfaceOp.(Obj)
+			f.Set("surfaceOp", Obj{{"end", mustGet(op, "end")}, {"start", mustGet(op, "start")}, {"op", "replace"}})
 		default:
 			parts := make(Arr, len(e.Sources))
 			for j, s := range e.Sources {
@@ -1063,7 +1138,61 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		if e.Type != "user/message" {
 			msg = mustGet(data, "message").(Obj)
 		}
-		switch c.variant("no-id", "empty-id", "wrong-role", "no-source", "source-kind-empty", "content-string", "model-source-kind", "tool-call-id-mismatch") {
+		switch c.variant("content-empty-string", "content-object", "content-null-block", "tool-call-without-id", "no-id", "empty-id", "id-number", "wrong-role", "no-source", "source-kind-empty", "content-string", "model-source-kind", "provider-empty", "tool-call-id-mismatch", "tool-two-blocks", "tool-block-content-string", "tool-callid-empty") {
+		case "content-empty-string", "content-object", "content-null-block", "tool-call-without-id":
+			if e.Type != "assistant/message" {
+				return false
+			}
+			switch c.f.Variant {
+			case "content-empty-string":
+				msg.Set("content", "") // "".length === 0: derives no message
+				c.accept(i)
+			case "content-object":
+				msg.Set("content", Obj{}) // derives; the crash-repair scan cannot iterate it
+				c.f.Seq, c.f.Expect = int64(i), Unknown
+			case "content-null-block":
+				// the crash-repair scan reads block.type of every assistant/message block
+				msg.Set("content", append(Arr{nil}, mustGet(msg, "content").(Arr)...))
+				c.f.Seq, c.f.Expect, c.f.Accepted = int64(i), Refused, len(c.log.Events)
+			default:
+				found := false
+				content := mustGet(msg, "content").(Arr)
+				for k, b := range content {
+					if bo := b.(Obj); mustGet(bo, "type") == "tool-call" {
+						content[k] = bo.Del("id")
+						found = true
+						break
+					}
+				}
+				if !found {
+					return false
+				}
+				c.accept(i)
+			}
+			e.Data = data.Set("message", msg)
+			return true
+		case "id-number":
+			msg.Set("id", int64(1))
+		case "provider-empty":
+			if e.Type != "assistant/message" {
+				return false
+			}
+			msg.Set("source", Obj{{"kind", "model"}, {"provider", ""}, {"model", "m"}})
+		case "tool-two-blocks":
+			if e.Type != "tool/result" {
+				return false
+			}
+			msg.Set("content", append(mustGet(msg, "content").(Arr), Obj{{"type", "text"}, {"text", "x"}}))
+		case "tool-block-content-string":
+			if e.Type != "tool/result" {
+				return false
+			}
+			mustGet(msg, "content").(Arr)[0].(Obj).Set("content", "plain")
+		case "tool-callid-empty":
+			if e.Type != "tool/result" {
+				return false
+			}
+			msg.Set("source", Obj{{"kind", "tool"}, {"callId", ""}})
 		case "no-id":
 			msg = msg.Del("id")
 		case "empty-id":
@@ -1124,7 +1253,7 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		if len(c.log.Events) == 0 {
 			return false
 		}
-		v := c.variant("ignorable-false", "ignorable-string", "ignorable-null", "unknown-key", "type-number", "type-missing", "data-missing", "data-null", "data-array")
+		v := c.variant("ignorable-false", "ignorable-string", "ignorable-null", "unknown-key", "type-number", "type-missing", "data-missing", "data-null", "data-array", "proto-key")
 		i := c.r.IntN(len(c.log.Events))
 		switch v {
 		case "type-number", "type-missing", "data-null", "data-array":
@@ -1157,9 +1286,329 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 			return true
 		case "data-null":
 			f.Set("data", nil)
+		case "proto-key":
+			if !addDataKey(f, "__proto__", Obj{{"polluted", true}}) {
+				return false
+			}
 		default:
 			f.Set("data", Arr{int64(1)})
 		}
+		c.accept(i)
+		return true
+	},
+	TurnOdd: func(c *ctx) bool {
+		// Turn, step and call-id values of other JSON types: they show in openTurn, in the fork
+		// texts ("open turn <String(turn)>") and in the crash-repair closers (message id
+		// "interrupted-tool-result-<String(callId)>-<seq>"; pending calls are a Map keyed by
+		// SameValueZero, objects by identity).
+		v := c.variant("turn-missing", "turn-string", "turn-null", "turn-fraction", "turn-negative",
+			"turn-object", "turn-array", "turn-nested-array", "turn-bool", "turn-tiny", "turn-exp", "turn-neg-fraction",
+			"step-missing", "step-string", "step-null", "step-object",
+			"call-id-number", "call-id-number-started", "call-id-string-vs-number", "call-id-object", "call-id-null", "call-id-float", "call-id-array", "call-id-big")
+		// Prefer the last turn: its values show in openTurn, the fork texts and the repair.
+		lastStart := 0
+		for i, e := range c.log.Events {
+			if e.Type == "turn/start" {
+				lastStart = i
+			}
+		}
+		pred := map[string]func(int, Ev) bool{
+			"turn": func(_ int, e Ev) bool { return e.Type == "turn/start" },
+			"step": func(_ int, e Ev) bool { return e.Type == "step/start" },
+			"call": func(_ int, e Ev) bool {
+				return e.Type == "assistant/message" && strings.Contains(string(JSON(e.Data)), `"tool-call"`)
+			},
+		}[strings.SplitN(v, "-", 2)[0]]
+		i := c.pick(func(i int, e Ev) bool { return i >= lastStart && pred(i, e) })
+		if i < 0 {
+			if i = c.pick(pred); i < 0 {
+				return false
+			}
+		}
+		d := c.log.Events[i].Data.(Obj)
+		turnVals := map[string]any{
+			"turn-null": nil, "turn-fraction": Raw("1.5"), "turn-negative": int64(-1), "turn-object": Obj{{"n", int64(1)}},
+			"turn-array": Arr{int64(1), int64(2)}, "turn-nested-array": Arr{Arr{int64(1), Arr{"a", nil}}, Arr{}}, "turn-bool": true,
+			"turn-tiny": Raw("1e-7"), "turn-exp": Raw("123e-20"), "turn-neg-fraction": Raw("-0.5"),
+		}
+		switch v {
+		case "turn-missing":
+			c.log.Events[i].Data = d.Del("turn")
+		case "turn-string":
+			d.Set("turn", fmt.Sprint(mustGet(d, "turn")))
+		case "step-missing":
+			c.log.Events[i].Data = d.Del("step")
+		case "step-string":
+			d.Set("step", fmt.Sprint(mustGet(d, "step")))
+		case "step-null":
+			d.Set("step", nil)
+		case "step-object":
+			d.Set("step", Obj{})
+		default:
+			if tv, ok := turnVals[v]; ok {
+				d.Set("turn", tv)
+				break
+			}
+			ids := map[string]any{
+				"call-id-number": int64(7), "call-id-number-started": int64(7), "call-id-string-vs-number": int64(7),
+				"call-id-object": Obj{}, "call-id-null": nil, "call-id-float": Raw("1.5"),
+				"call-id-array": Arr{"a", int64(1)}, "call-id-big": Raw("1e21"),
+			}
+			var old string
+			for _, b := range mustGet(mustGet(d, "message").(Obj), "content").(Arr) {
+				if bo := b.(Obj); mustGet(bo, "type") == "tool-call" {
+					old, _ = mustGet(bo, "id").(string)
+					bo.Set("id", ids[v])
+					break
+				}
+			}
+			// make the matching tool/call carry the number 7 (matches) or "7" (does not)
+			if v == "call-id-number-started" || v == "call-id-string-vs-number" {
+				j := c.pick(func(j int, e Ev) bool {
+					return j > i && e.Type == "tool/call" && mustGet(e.Data.(Obj), "callId") == old
+				})
+				if j < 0 {
+					return false
+				}
+				if v == "call-id-number-started" {
+					c.log.Events[j].Data.(Obj).Set("callId", int64(7))
+				} else {
+					c.log.Events[j].Data.(Obj).Set("callId", "7")
+				}
+			}
+		}
+		c.accept(i)
+		return true
+	},
+	CoreDataOdd: func(c *ctx) bool {
+		// data of a core event that the reference reads only when deriving, folding the open
+		// turn or scanning for crash repair.
+		v := c.variant("turn-start-null", "step-start-null", "tool-call-null", "turn-end-null", "step-end-null", "chunk-null", "tool-call-empty",
+			"user-data-null", "user-data-zero", "user-data-empty-string", "user-data-false", "user-data-string", "user-data-array")
+		typ := map[string]string{
+			"turn-start-null": "turn/start", "step-start-null": "step/start", "tool-call-null": "tool/call", "turn-end-null": "turn/end",
+			"step-end-null": "step/end", "chunk-null": "assistant/chunk", "tool-call-empty": "tool/call",
+		}[v]
+		if typ == "" {
+			typ = "user/message"
+		}
+		i := c.pick(func(_ int, e Ev) bool { return e.Type == typ })
+		if i < 0 {
+			return false
+		}
+		vals := map[string]any{
+			"user-data-null": nil, "user-data-zero": int64(0), "user-data-empty-string": "", "user-data-false": false,
+			"user-data-string": "hello", "user-data-array": Arr{"a"}, "tool-call-empty": Obj{},
+		}
+		c.log.Events[i].Data = vals[v] // nil for the *-null variants
+		switch v {
+		case "turn-start-null", "step-start-null", "tool-call-null":
+			// the crash-repair scan reads data.turn / data.step / data.callId of every such event
+			c.f.Seq, c.f.Expect, c.f.Accepted = int64(i), Refused, len(c.log.Events)
+		default:
+			c.accept(i)
+		}
+		return true
+	},
+	PruneQuirk: func(c *ctx) bool {
+		// A tool/result replace that the reference's rewrite check (assertToolResultRewrite)
+		// accepts: it compares the data as JavaScript values, and only the first block of
+		// the message content.
+		i := c.pick(func(i int, e Ev) bool {
+			if e.Type != "tool/result" || !isSurface(e) {
+				return false
+			}
+			for _, n := range c.nodesBefore(i) {
+				if c.log.Events[n].Type == "tool/result" {
+					return true
+				}
+			}
+			return false
+		})
+		if i < 0 {
+			return false
+		}
+		var targets []int64
+		for _, n := range c.nodesBefore(i) {
+			if c.log.Events[n].Type == "tool/result" {
+				targets = append(targets, n)
+			}
+		}
+		t := targets[c.r.IntN(len(targets))]
+		orig := c.log.Events[t].Data.(Obj)
+		data := Clone(orig).(Obj)
+		msg := mustGet(data, "message").(Obj)
+		block := mustGet(msg, "content").(Arr)[0].(Obj)
+		block.Set("content", Arr{Obj{{"type", "text"}, {"text", "[pruned]"}}})
+		switch c.variant("original-two-blocks", "replacement-two-blocks", "block-content-missing", "key-order", "number-spelling", "duplicate-key", "unicode-escape") {
+		case "original-two-blocks":
+			om := mustGet(orig, "message").(Obj)
+			ob := mustGet(om, "content").(Arr)
+			om.Set("content", append(Clone(ob).(Arr), Obj{{"type", "text"}, {"text", "second block"}}))
+		case "replacement-two-blocks":
+			msg.Set("content", Arr{block, Obj{{"type", "text"}, {"text", "extra"}}})
+		case "block-content-missing":
+			msg.Set("content", Arr{block.Del("content")})
+		case "key-order":
+			rev := make(Obj, len(data))
+			for k := range data {
+				rev[len(data)-1-k] = data[k]
+			}
+			data = rev
+		case "number-spelling":
+			data.Set("turn", Raw(fmt.Sprintf("%d.0", mustGet(data, "turn"))))
+			data.Set("step", Raw(fmt.Sprintf("%de0", mustGet(data, "step"))))
+		case "duplicate-key":
+			data = append(Obj{{"turn", int64(999)}}, data...)
+		default:
+			id, _ := mustGet(msg, "id").(string)
+			if id == "" {
+				return false
+			}
+			msg.Set("id", Raw(fmt.Sprintf(`"\u%04x%s"`, id[0], escapeRest(id[1:]))))
+		}
+		e := &c.log.Events[i]
+		e.Data = data
+		e.SurfaceOp = replaceOp(t, t)
+		e.Sources, e.HasSources = []int64{t}, true
+		// Later events may build on the surface this event no longer makes: the log ends here.
+		c.log.Events = c.log.Events[:i+1]
+		c.accept(i)
+		return true
+	},
+	RowQuirk: func(c *ctx) bool {
+		c.render()
+		var rows []int
+		for k, ln := range c.lines {
+			if ln.Count > 1 {
+				rows = append(rows, k)
+			}
+		}
+		if len(rows) == 0 {
+			return false
+		}
+		k := rows[c.r.IntN(len(rows))]
+		f := c.lines[k].Fields
+		d := mustGet(f, "data").(Obj)
+		payload := "texts"
+		if _, ok := d.Get("args"); ok {
+			payload = "args"
+		}
+		switch c.variant("index-fraction", "turn-negative", "turn-huge", "dt-negative", "time0-negative", "seq0-spelled", "empty-members", "name-empty", "single-member", "key-order", "dt-spelled") {
+		case "index-fraction":
+			d.Set("index", Raw("0.5"))
+		case "turn-negative":
+			d.Set("turn", int64(-3))
+		case "turn-huge":
+			d.Set("turn", Raw("1e21"))
+		case "dt-negative":
+			dt := mustGet(d, "dt").([]int64)
+			dt[0] = -dt[0] - 17
+		case "time0-negative":
+			f.Set("time0", int64(-1000))
+		case "seq0-spelled":
+			f.Set("seq0", Raw(fmt.Sprintf("%d.0", mustGet(f, "seq0"))))
+		case "empty-members":
+			p := mustGet(d, payload).(Arr)
+			for j := range p {
+				if j%2 == 0 {
+					p[j] = ""
+				}
+			}
+		case "name-empty":
+			if payload != "args" {
+				return false
+			}
+			if _, ok := d.Get("name"); ok {
+				d.Set("name", "")
+			} else {
+				return false
+			}
+		case "single-member":
+			// split the row: a one-member row followed by the rest as plain events
+			first := c.lines[k]
+			p := mustGet(d, payload).(Arr)
+			one := Clone(first.Fields).(Obj)
+			od := mustGet(one, "data").(Obj)
+			od.Set(payload, Arr{p[0]})
+			od.Set("dt", []int64{})
+			rest := make([]Line, 0, first.Count-1)
+			for m := 1; m < first.Count; m++ {
+				rest = append(rest, Line{Fields: c.log.Events[first.Index+m].Envelope(), FirstSeq: first.FirstSeq + int64(m), Count: 1, Index: first.Index + m})
+			}
+			c.lines[k] = Line{Fields: one, FirstSeq: first.FirstSeq, Count: 1, Index: first.Index}
+			c.lines = append(c.lines[:k+1:k+1], append(rest, c.lines[k+1:]...)...)
+		case "key-order":
+			rev := make(Obj, len(d))
+			for j := range d {
+				rev[len(d)-1-j] = d[j]
+			}
+			f.Set("data", rev)
+			c.lines[k].Fields = Obj{f[3], f[2], f[1], f[0]}
+		default:
+			dt := mustGet(d, "dt").([]int64)
+			parts := make(Arr, len(dt))
+			for j, x := range dt {
+				parts[j] = Raw(fmt.Sprintf("%d.0", x))
+			}
+			d.Set("dt", parts)
+		}
+		c.f.Line, c.f.Seq, c.f.Expect = k+1, c.lines[k].FirstSeq, Accepted
+		return true
+	},
+	HeaderShape: func(c *ctx) bool {
+		i := c.pick(func(_ int, e Ev) bool { return e.Type == "request/header" })
+		if i < 0 {
+			return false
+		}
+		d := c.log.Events[i].Data.(Obj)
+		h := mustGet(d, "header").(Obj)
+		config := mustGet(h, "config").(Obj)
+		switch c.variant("no-config", "config-array", "provider-empty", "model-number", "effort-empty", "effort-number", "adapter-array", "adapter-unknown-key", "adapter-false", "adapter-without-config", "header-string", "data-array") {
+		case "no-config":
+			d.Set("header", h.Del("config"))
+		case "config-array":
+			h.Set("config", Arr{})
+		case "provider-empty":
+			config.Set("provider", "")
+		case "model-number":
+			config.Set("model", int64(4))
+		case "effort-empty":
+			h.Set("config", append(config.Del("reasoningEffort"), KV{"reasoningEffort", ""}))
+		case "effort-number":
+			h.Set("config", append(config.Del("reasoningEffort"), KV{"reasoningEffort", int64(2)}))
+		case "adapter-array":
+			d.Set("header", h.Del("adapterDefaults").Set("adapterDefaults", Arr{}))
+		case "adapter-unknown-key":
+			d.Set("header", h.Del("adapterDefaults").Set("adapterDefaults", Obj{{"temperature", true}}))
+		case "adapter-false":
+			d.Set("header", h.Del("adapterDefaults").Set("adapterDefaults", Obj{{"maxTokens", false}}))
+		case "adapter-without-config":
+			h.Set("config", config.Del("maxTokens"))
+			d.Set("header", h.Del("adapterDefaults").Set("adapterDefaults", Obj{{"maxTokens", true}}))
+		case "header-string":
+			d.Set("header", "h")
+		default:
+			c.log.Events[i].Data = Arr{}
+		}
+		c.accept(i)
+		return true
+	},
+	DeepNesting: func(c *ctx) bool {
+		v := c.variant("plugin-1000", "plugin-5000", "plugin-20000", "message-800")
+		depth := map[string]int{"plugin-1000": 1000, "plugin-5000": 5000, "plugin-20000": 20000, "message-800": 800}[v]
+		deep := Raw(strings.Repeat("[", depth) + strings.Repeat("]", depth))
+		var i int
+		if v == "message-800" {
+			// deeper than ~2000 levels inside a message crashes the oracle's own JSON.stringify
+			i = c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" })
+		} else {
+			i = c.pick(func(_ int, e Ev) bool { return !isSurfaceType(e.Type) && e.Type != "assistant/chunk" })
+		}
+		if i < 0 {
+			return false
+		}
+		c.log.Events[i].Data = append(c.log.Events[i].Data.(Obj), KV{"deep", deep})
 		c.accept(i)
 		return true
 	},
@@ -1212,6 +1661,12 @@ func (c *ctx) replaceNotNode(start bool) bool {
 	e.Sources, e.HasSources = []int64{good}, true
 	c.refuse(i)
 	return true
+}
+
+// escapeRest returns s as the inside of a JSON string literal.
+func escapeRest(s string) string {
+	q := JSON(s)
+	return string(q[1 : len(q)-1])
 }
 
 // addDataKey adds a key to the line's data object (false when data is not an object).

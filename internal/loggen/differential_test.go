@@ -24,6 +24,7 @@ var (
 	flagChunk = flag.Int("loggen.chunk", 5000, "logs per oracle run: the temp dir holds at most this many logs at once")
 	flagOnly  = flag.Int("loggen.only", -1, "check only the log with this index of the run (to reproduce one mismatch)")
 	flagKeep  = flag.String("loggen.keep", "", "directory to keep mismatching logs in (default: a new directory under the system temp dir)")
+	flagKinds = flag.String("loggen.kinds", "", "comma-separated fault kinds: corrupt every log with one of these (default: half the logs, any kind)")
 )
 
 // oracleOrSkip returns the oracle directory, or skips the test (fails it when CI=true) when node or
@@ -70,6 +71,18 @@ func makeCase(runSeed uint64, i int) diffCase {
 	ls := LogSeed(runSeed, i)
 	l := Generate(ls)
 	c := diffCase{index: i, name: fmt.Sprintf("g%07d", i), log: l}
+	if *flagKinds != "" {
+		kinds := strings.Split(*flagKinds, ",")
+		r := NewRand(ls ^ 0x5bd1e995)
+		for try := 0; try < 20; try++ {
+			if cr, ok := CorruptKind(l, FaultKind(strings.TrimSpace(kinds[r.IntN(len(kinds))])), r.Uint64()); ok {
+				c.jsonl, c.fault = cr.JSONL, &cr.Fault
+				return c
+			}
+		}
+		c.jsonl = l.JSONL()
+		return c
+	}
 	if ls%2 == 1 {
 		cr := Corrupt(l, ls^0x5bd1e995)
 		c.jsonl, c.fault = cr.JSONL, &cr.Fault
@@ -171,7 +184,9 @@ func runChunk(t *testing.T, oracle string, seed uint64, indices []int, st *diffS
 		t.Fatal(err)
 	}
 	t1 := time.Now()
-	defer func() { t.Logf("chunk of %d logs: oracle %v, Inspect+compare %v", len(cases), t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("chunk of %d logs: oracle %v, Inspect+compare %v", len(cases), t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	}()
 	work := make(chan diffCase)
 	var wg sync.WaitGroup
 	for w := 0; w < 2; w++ {

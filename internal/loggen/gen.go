@@ -8,24 +8,29 @@ import (
 
 // Options tunes Generate. Zero values pick the defaults.
 type Options struct {
-	// MaxTurns bounds the turns per log (default 5).
+	// MaxTurns bounds the turns per log (default 4).
 	MaxTurns int
 	// MaxSteps bounds the steps per turn (default 4).
 	MaxSteps int
-	// MaxEvents stops the generator after about this many events (default 400; a turn in
+	// MaxEvents stops the generator after about this many events (default 300; a turn in
 	// progress is finished first).
 	MaxEvents int
+	// Steady writes exactly MaxTurns turns (or stops at MaxEvents), with no crash cut and no
+	// simulated crash: a long, well-formed session for benchmarks.
+	Steady bool
+	// NoReplace leaves out compaction replaces and tool-result prunes (the surface only grows).
+	NoReplace bool
 }
 
 func (o Options) withDefaults() Options {
 	if o.MaxTurns <= 0 {
-		o.MaxTurns = 5
+		o.MaxTurns = 4
 	}
 	if o.MaxSteps <= 0 {
 		o.MaxSteps = 4
 	}
 	if o.MaxEvents <= 0 {
-		o.MaxEvents = 400
+		o.MaxEvents = 300
 	}
 	return o
 }
@@ -238,7 +243,9 @@ func (g *gen) run() {
 		g.emit("session/end-seed", Obj{}) // a fork of an empty session
 	}
 	turns := 1 + g.r.IntN(g.opts.MaxTurns)
-	if g.p(0.04) {
+	if g.opts.Steady {
+		turns = g.opts.MaxTurns
+	} else if g.p(0.04) {
 		turns = 0
 		for i := g.r.IntN(4); i > 0; i-- {
 			g.pluginEvent()
@@ -269,7 +276,7 @@ func (g *gen) run() {
 		g.emit("session/end-seed", Obj{})
 	}
 	// Crash cut: the log ends inside the last turn.
-	if len(spans) > 0 && g.p(0.3) {
+	if len(spans) > 0 && !g.opts.Steady && g.p(0.3) {
 		last := spans[len(spans)-1]
 		if g.log.Events[last.end].Type == "turn/end" && last.end == len(g.log.Events)-1 {
 			cut := last.start + 1 + g.r.IntN(last.end-last.start)
@@ -295,7 +302,7 @@ func (g *gen) run() {
 func (g *gen) doTurn() (crashed bool) {
 	g.turn++
 	crashAt := -1
-	if g.p(0.07) {
+	if !g.opts.Steady && g.p(0.07) {
 		crashAt = 1 + g.r.IntN(12)
 	}
 	points := 0
@@ -328,10 +335,10 @@ func (g *gen) doTurn() (crashed bool) {
 				g.pluginEvent()
 			}
 		}
-		if g.p(0.12) {
+		if g.p(0.12) && !g.opts.NoReplace {
 			g.compaction()
 		}
-		if g.p(0.1) {
+		if g.p(0.1) && !g.opts.NoReplace {
 			g.prune()
 		}
 		if crash() {
@@ -496,9 +503,9 @@ func (g *gen) modelCall(step int64, last bool, crash func() bool) (calls []call,
 	addChunk := func(c Obj) { chunkSeqs = append(chunkSeqs, g.chunk(step, c)) }
 	streamBlock := func(blockType, deltaType, text string) {
 		addChunk(Obj{{"type", "block-start"}, {"index", idx}, {"blockType", blockType}})
-		n := 1 + g.r.IntN(8)
-		if g.p(0.3) {
-			n = 3 + g.r.IntN(20)
+		n := 1 + g.r.IntN(6)
+		if g.p(0.25) {
+			n = 3 + g.r.IntN(12)
 		}
 		for _, piece := range g.split(text, n) {
 			addChunk(Obj{{"type", deltaType}, {"index", idx}, {"text", piece}})
@@ -524,7 +531,7 @@ func (g *gen) modelCall(step int64, last bool, crash func() bool) (calls []call,
 			c.args = string(JSON(Obj{{"command", g.text(5)}, {"description", g.text(3)}}))
 			addChunk(Obj{{"type", "block-start"}, {"index", idx}, {"blockType", "tool-call"}})
 			nameMode := g.r.IntN(3) // 0: name on the first delta only, 1: on every delta, 2: never
-			n := 1 + g.r.IntN(10)
+			n := 1 + g.r.IntN(7)
 			for i, piece := range g.split(c.args, n) {
 				d := Obj{{"type", "tool-call-delta"}, {"index", idx}, {"id", c.id}}
 				if nameMode == 1 || (nameMode == 0 && i == 0) {

@@ -1,0 +1,318 @@
+package projector
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	"github.com/agentlog/agentlog/session"
+)
+
+// Keys of the built-in projection units.
+const (
+	UnitMessages   = Unit // "messages": surface nodes, replaceGeneration (the log's rules)
+	UnitTranscript = "transcript"
+	UnitTitle      = "title"
+	UnitTodos      = "todos"
+	UnitUsage      = "usage"
+	UnitTools      = "tools"
+	UnitTurns      = "turns"
+)
+
+// Builtins returns the built-in units, "messages" first:
+//
+//   - messages (State): the surface (nodes, replaceGeneration), transcript and open turn, folded
+//     with session.Surface.Apply. It is the gate: it checks every event against the log's rules
+//     before any other unit sees it, and a refusal stops every unit of the session.
+//   - transcript (TranscriptState): the append-origin surface events (the reference's transcript).
+//   - title (TitleState): from session/title; the latest wins.
+//   - todos (TodosState): from todo/write; the whole list, the latest wins.
+//   - usage (UsageState): token totals; per (turn, step) the last usage chunk
+//     (assistant/chunk {chunk:{type:"usage"}}) wins, as in the reference's BlockAssembler, and
+//     assistant/message.usage counts only for a step that streamed no usage chunk.
+//   - tools (ToolsState): tool/call and tool/result counts by tool name; a result is an error when
+//     it carries data.error or a tool-result block with isError true.
+//   - turns (TurnsState): the turn/start count, the open turn, the last turn/end reason.
+func Builtins() []Definer {
+	return []Definer{
+		Definition{Key: UnitMessages, StateVersion: StateVersion, gate: true,
+			view: func(s any) any { return s },
+			decode: func(raw []byte) (any, error) {
+				var st State
+				if err := json.Unmarshal(raw, &st); err != nil {
+					return nil, err
+				}
+				return st, nil
+			}},
+		TranscriptUnit, TitleUnit, TodosUnit, UsageUnit, ToolsUnit, TurnsUnit,
+	}
+}
+
+// TranscriptState is the transcript unit's state: the seqs of append-origin surface events.
+type TranscriptState struct {
+	Seqs []int64 `json:"seqs"`
+}
+
+// TranscriptUnit keeps the transcript: every accepted surface event with surfaceOp "append".
+var TranscriptUnit = Def[TranscriptState]{
+	Key: UnitTranscript, StateVersion: 1,
+	Reads: []string{"user/message", "assistant/message", "tool/result"},
+	Init:  func() TranscriptState { return TranscriptState{Seqs: []int64{}} },
+	Apply: func(s TranscriptState, ev session.Event) (TranscriptState, error) {
+		var op string
+		if json.Unmarshal(ev.SurfaceOp, &op) != nil || op != "append" {
+			return s, nil
+		}
+		return TranscriptState{Seqs: append(s.Seqs[:len(s.Seqs):len(s.Seqs)], ev.Seq)}, nil
+	},
+}
+
+// TitleState is the title unit's state: the latest session/title event's title, its seq (-1:
+// none) and its source.
+type TitleState struct {
+	Title  *string         `json:"title"`
+	Seq    int64           `json:"seq"`
+	Source json.RawMessage `json:"source,omitempty"`
+}
+
+// TitleUnit keeps the latest session/title {title, messageSeqs, source}.
+var TitleUnit = Def[TitleState]{
+	Key: UnitTitle, StateVersion: 1, Reads: []string{"session/title"},
+	Init: func() TitleState { return TitleState{Seq: -1} },
+	Apply: func(s TitleState, ev session.Event) (TitleState, error) {
+		var d struct {
+			Title  *string         `json:"title"`
+			Source json.RawMessage `json:"source"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil || d.Title == nil {
+			return s, unitDataError(ev, `{title: string, ...}`, err)
+		}
+		return TitleState{Title: d.Title, Seq: ev.Seq, Source: d.Source}, nil
+	},
+}
+
+// TodosState is the todos unit's state: the latest todo/write list ([{content, status}]) and its
+// seq (-1: none).
+type TodosState struct {
+	Todos json.RawMessage `json:"todos"`
+	Seq   int64           `json:"seq"`
+}
+
+// TodosUnit keeps the latest todo/write list (the whole list; the last write wins).
+var TodosUnit = Def[TodosState]{
+	Key: UnitTodos, StateVersion: 1, Reads: []string{"todo/write"},
+	Init: func() TodosState { return TodosState{Todos: json.RawMessage(`[]`), Seq: -1} },
+	Apply: func(s TodosState, ev session.Event) (TodosState, error) {
+		var d struct {
+			Todos json.RawMessage `json:"todos"`
+		}
+		var probe []json.RawMessage
+		if err := json.Unmarshal(ev.Data, &d); err != nil || json.Unmarshal(d.Todos, &probe) != nil || d.Todos[0] != '[' {
+			return s, unitDataError(ev, `{todos: [{content, status}]}`, err)
+		}
+		return TodosState{Todos: d.Todos, Seq: ev.Seq}, nil
+	},
+}
+
+// Usage is token accounting (the reference's TokenUsage), in tokens.
+type Usage struct {
+	InputTokens      int64 `json:"inputTokens"`
+	OutputTokens     int64 `json:"outputTokens"`
+	CacheReadTokens  int64 `json:"cacheReadTokens"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	ReasoningTokens  int64 `json:"reasoningTokens"`
+}
+
+func (u Usage) add(v Usage, sign int64) Usage {
+	return Usage{
+		InputTokens:      u.InputTokens + sign*v.InputTokens,
+		OutputTokens:     u.OutputTokens + sign*v.OutputTokens,
+		CacheReadTokens:  u.CacheReadTokens + sign*v.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens + sign*v.CacheWriteTokens,
+		ReasoningTokens:  u.ReasoningTokens + sign*v.ReasoningTokens,
+	}
+}
+
+// UsageState is the usage unit's state: the totals, the number of steps that reported usage, and
+// the step being accounted (its turn and step, whether a usage chunk was seen, and what it counted).
+type UsageState struct {
+	Total Usage `json:"total"`
+	Steps int64 `json:"steps"`
+	Turn  int64 `json:"turn"`
+	Step  int64 `json:"step"`
+	Chunk bool  `json:"chunk"`
+	Count Usage `json:"counted"`
+}
+
+// UsageView is what the usage unit's queries return.
+type UsageView struct {
+	Usage
+	Steps int64 `json:"steps"`
+}
+
+// UsageUnit sums token usage: for each (turn, step) the last usage chunk wins (as the reference's
+// BlockAssembler keeps the last one); assistant/message.usage is the fallback for a step that
+// streamed no usage chunk.
+var UsageUnit = Def[UsageState]{
+	Key: UnitUsage, StateVersion: 1, Reads: []string{"assistant/chunk", "assistant/message"},
+	Init: func() UsageState { return UsageState{} },
+	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
+		var d struct {
+			Turn  int64 `json:"turn"`
+			Step  int64 `json:"step"`
+			Chunk *struct {
+				Type  string `json:"type"`
+				Usage *Usage `json:"usage"`
+			} `json:"chunk"`
+			Usage *Usage `json:"usage"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return s, unitDataError(ev, `{turn, step, chunk|usage}`, err)
+		}
+		var u *Usage
+		fromChunk := false
+		switch ev.Type {
+		case "assistant/chunk":
+			if d.Chunk == nil || d.Chunk.Type != "usage" {
+				return s, nil
+			}
+			if d.Chunk.Usage == nil {
+				return s, unitDataError(ev, `{chunk:{type:"usage", usage:{inputTokens, outputTokens, ...}}}`, nil)
+			}
+			u, fromChunk = d.Chunk.Usage, true
+		default:
+			u = d.Usage
+		}
+		if u == nil {
+			return s, nil
+		}
+		if s.Steps == 0 || s.Turn != d.Turn || s.Step != d.Step {
+			s = UsageState{Total: s.Total, Steps: s.Steps + 1, Turn: d.Turn, Step: d.Step}
+		} else if s.Chunk && !fromChunk {
+			return s, nil // the step's usage chunk already counted
+		}
+		s.Total = s.Total.add(s.Count, -1).add(*u, 1)
+		s.Count, s.Chunk = *u, s.Chunk || fromChunk
+		return s, nil
+	},
+	View: func(s UsageState) any { return UsageView{Usage: s.Total, Steps: s.Steps} },
+}
+
+// ToolCounts counts one tool's calls, results and error results.
+type ToolCounts struct {
+	Calls   int64 `json:"calls"`
+	Results int64 `json:"results"`
+	Errors  int64 `json:"errors"`
+}
+
+// ToolsState is the tools unit's state: counts by tool name, and the calls without a result yet
+// (callId -> name). A result whose call was not seen counts under the name "".
+type ToolsState struct {
+	ByName map[string]ToolCounts `json:"byName"`
+	Open   map[string]string     `json:"open"`
+}
+
+// ToolsUnit counts tool calls, results and errors by tool name.
+var ToolsUnit = Def[ToolsState]{
+	Key: UnitTools, StateVersion: 1, Reads: []string{"tool/call", "tool/result"},
+	Init: func() ToolsState { return ToolsState{ByName: map[string]ToolCounts{}, Open: map[string]string{}} },
+	Apply: func(s ToolsState, ev session.Event) (ToolsState, error) {
+		next := ToolsState{ByName: maps.Clone(s.ByName), Open: maps.Clone(s.Open)}
+		if next.ByName == nil {
+			next.ByName = map[string]ToolCounts{}
+		}
+		if next.Open == nil {
+			next.Open = map[string]string{}
+		}
+		if ev.Type == "tool/call" {
+			var d struct {
+				CallID *string `json:"callId"`
+				Name   *string `json:"name"`
+			}
+			if err := json.Unmarshal(ev.Data, &d); err != nil || d.CallID == nil || d.Name == nil {
+				return s, unitDataError(ev, `{callId: string, name: string, ...}`, err)
+			}
+			c := next.ByName[*d.Name]
+			c.Calls++
+			next.ByName[*d.Name] = c
+			next.Open[*d.CallID] = *d.Name
+			return next, nil
+		}
+		var d struct {
+			Message struct {
+				Content []struct {
+					Type       string `json:"type"`
+					ToolCallID string `json:"toolCallId"`
+					IsError    bool   `json:"isError"`
+				} `json:"content"`
+				Source struct {
+					CallID string `json:"callId"`
+				} `json:"source"`
+			} `json:"message"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return s, unitDataError(ev, `{message: {content, source: {callId}}, error?}`, err)
+		}
+		callID := d.Message.Source.CallID
+		isErr := len(d.Error) > 0 && string(d.Error) != "null"
+		for _, b := range d.Message.Content {
+			if b.Type == "tool-result" {
+				if callID == "" {
+					callID = b.ToolCallID
+				}
+				isErr = isErr || b.IsError
+			}
+		}
+		name := next.Open[callID]
+		delete(next.Open, callID)
+		c := next.ByName[name]
+		c.Results++
+		if isErr {
+			c.Errors++
+		}
+		next.ByName[name] = c
+		return next, nil
+	},
+}
+
+// TurnsState is the turns unit's state: the number of turn/start events, the open turn (nil: none)
+// and the reason of the last turn/end (nil: none yet).
+type TurnsState struct {
+	Count         int64           `json:"count"`
+	OpenTurn      *int64          `json:"openTurn"`
+	LastEndReason json.RawMessage `json:"lastEndReason"`
+}
+
+// TurnsUnit counts turns and keeps the open turn and the last end reason.
+var TurnsUnit = Def[TurnsState]{
+	Key: UnitTurns, StateVersion: 1, Reads: []string{"turn/start", "turn/end"},
+	Init: func() TurnsState { return TurnsState{LastEndReason: json.RawMessage("null")} },
+	Apply: func(s TurnsState, ev session.Event) (TurnsState, error) {
+		var d struct {
+			Turn   *int64          `json:"turn"`
+			Reason json.RawMessage `json:"reason"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil || d.Turn == nil {
+			return s, unitDataError(ev, `{turn: integer, reason?}`, err)
+		}
+		if ev.Type == "turn/start" {
+			t := *d.Turn
+			return TurnsState{Count: s.Count + 1, OpenTurn: &t, LastEndReason: s.LastEndReason}, nil
+		}
+		reason := d.Reason
+		if len(reason) == 0 {
+			reason = json.RawMessage("null")
+		}
+		return TurnsState{Count: s.Count, LastEndReason: reason}, nil
+	},
+}
+
+// unitDataError is a unit's refusal of an event's data.
+func unitDataError(ev session.Event, want string, err error) error {
+	msg := fmt.Sprintf("event seq %d (%s): data is not %s", ev.Seq, ev.Type, want)
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return &session.Error{Seq: ev.Seq, Rule: "unit-data", Msg: msg}
+}

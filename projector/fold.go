@@ -1,0 +1,420 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// unitState is one unit's state of one session, as held in memory.
+type unitState struct {
+	def     *Definition
+	state   any // the gate's is *session.Surface
+	asOfSeq int64
+	rev     uint64 // KV revision of the stored value (0: no value)
+	err     *ProjectionError
+	enc     []byte // the state encoded, as of its last change (nil: to encode)
+	written bool   // the stored value is what this unitState holds
+	logged  bool   // err was logged
+}
+
+// sessState is the fold state of one session: every registered unit, the gate first.
+type sessState struct {
+	token, id string
+	units     []*unitState
+	dirty     bool
+}
+
+func (s *sessState) gate() *unitState { return s.units[0] }
+
+// stopped reports whether the session's log broke a rule (the gate stopped).
+func (s *sessState) stopped() bool { return s.gate().err != nil }
+
+// folded is the highest seq any unit of the session has applied.
+func (s *sessState) folded() int64 {
+	m := int64(-1)
+	for _, u := range s.units {
+		m = max(m, u.asOfSeq)
+	}
+	return m
+}
+
+// minActive is the lowest asOfSeq among the units still running (ok false: none is).
+func (s *sessState) minActive() (int64, bool) {
+	m, ok := int64(0), false
+	for _, u := range s.units {
+		if u.err != nil {
+			continue
+		}
+		if !ok || u.asOfSeq < m {
+			m, ok = u.asOfSeq, true
+		}
+	}
+	return m, ok
+}
+
+func newUnitState(d *Definition) *unitState {
+	u := &unitState{def: d, asOfSeq: -1}
+	if d.gate {
+		u.state = session.NewSurface()
+	} else {
+		u.state = d.init()
+	}
+	return u
+}
+
+// storedValue is the envelope of every stored unit state: {stateVersion, asOfSeq, state, error?}.
+type storedValue struct {
+	StateVersion int              `json:"stateVersion"`
+	AsOfSeq      int64            `json:"asOfSeq"`
+	State        json.RawMessage  `json:"state"`
+	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// decodeUnit fills u from a stored value of its unit. A value of another stateVersion, or one
+// that does not decode, leaves u at its initial state (it is rebuilt from the log) and reports
+// false.
+func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
+	u.rev = rev
+	var v storedValue
+	if err := json.Unmarshal(raw, &v); err != nil || v.StateVersion != u.def.StateVersion || len(v.State) == 0 {
+		return false
+	}
+	st, err := u.def.decode(v.State)
+	if err != nil {
+		return false
+	}
+	if u.def.gate {
+		p := Projection{AsOfSeq: v.AsOfSeq, State: st.(State)}
+		st = p.surface()
+	}
+	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
+	return true
+}
+
+// loadSession reads the stored states of every registered unit of a session. When the messages
+// unit has no stored value, the session is taken as new (no other unit is read): a stray value
+// of another unit then surfaces as a revision conflict at the first write, which reloads.
+func loadSession(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, token, id string) (*sessState, error) {
+	ss := &sessState{token: token, id: id}
+	for i, d := range defs {
+		u := newUnitState(d)
+		ss.units = append(ss.units, u)
+		if i > 0 && ss.gate().rev == 0 {
+			continue
+		}
+		e, err := kv.Get(ctx, UnitKey(d.Key, token))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
+		}
+		decodeUnit(u, e.Value(), e.Revision())
+	}
+	return ss, nil
+}
+
+// foldEvents applies events (of one record, in seq order) to ss. Events at or below a unit's
+// asOfSeq are skipped for it (idempotent by seq); when the events start after the lowest running
+// asOfSeq + 1 (a gap: a record not folded, a unit added or rebuilt), the session is re-read from
+// the log. A rule broken by the log stops every unit (their error is set, the session's states
+// stay as of the previous event); an error of a unit's own Apply stops that unit only. A non-nil
+// return is transient (the log or the KV bucket could not be read).
+func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []session.Event) error {
+	from, ok := ss.minActive()
+	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
+		return nil
+	}
+	lk := &logLookup{ctx: ctx, store: store, id: ss.id, batch: events}
+	todo := events
+	if events[0].Seq > from+1 {
+		if err := lk.loadLog(); err != nil {
+			var te *transientError
+			if errors.As(err, &te) {
+				return err
+			}
+			ss.stopAll(from+1, "log-read", err.Error())
+			return nil
+		}
+		todo = lk.log
+		lk.batch = nil
+	}
+	return ss.apply(todo, lk)
+}
+
+// catchUp folds the whole log of the session into ss (for units behind its end).
+func catchUp(ctx context.Context, store *ajs.Store, ss *sessState) error {
+	if _, ok := ss.minActive(); !ok {
+		return nil
+	}
+	lk := &logLookup{ctx: ctx, store: store, id: ss.id}
+	if err := lk.loadLog(); err != nil {
+		var te *transientError
+		if errors.As(err, &te) {
+			return err
+		}
+		from, _ := ss.minActive()
+		ss.stopAll(from+1, "log-read", err.Error())
+		return nil
+	}
+	return ss.apply(lk.log, lk)
+}
+
+// apply folds events in order: the gate first, then each running unit behind the event.
+func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
+	g := ss.gate()
+	for _, ev := range events {
+		if ev.Seq > g.asOfSeq {
+			if g.err != nil {
+				return nil
+			}
+			surf := g.state.(*session.Surface)
+			if err := surf.Apply(ss.id, ev, lk.lookup); err != nil {
+				if lk.transient != nil {
+					return lk.transient
+				}
+				pe := sessionError(ss.id, ev.Seq, err)
+				ss.stopAll(pe.Seq, pe.Rule, pe.Message)
+				return nil
+			}
+			g.asOfSeq, g.enc, g.written = ev.Seq, nil, false
+			ss.dirty = true
+		}
+		for _, u := range ss.units[1:] {
+			if u.err != nil || u.asOfSeq >= ev.Seq {
+				continue
+			}
+			if u.def.wants(ev.Type) {
+				next, err := safeApply(u.def, u.state, ev)
+				if err != nil {
+					u.err = unitError(ss.id, u.def.Key, ev, err)
+					u.written = false
+					ss.dirty = true
+					continue
+				}
+				if !sameState(next, u.state) {
+					u.state, u.enc = next, nil
+				}
+			}
+			u.asOfSeq, u.written = ev.Seq, false
+			ss.dirty = true
+		}
+	}
+	return nil
+}
+
+// stopAll records a rule broken by the session's log in every unit still running.
+func (ss *sessState) stopAll(seq int64, rule, msg string) {
+	for _, u := range ss.units {
+		if u.err == nil {
+			u.err = &ProjectionError{Seq: seq, Rule: rule, Message: msg}
+			u.written = false
+		}
+	}
+	ss.dirty = true
+}
+
+// safeApply calls a unit's Apply, turning a panic into an error.
+func safeApply(d *Definition, state any, ev session.Event) (next any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("apply panicked: %v", r)
+		}
+	}()
+	return d.apply(state, ev)
+}
+
+func unitError(id, unit string, ev session.Event, err error) *ProjectionError {
+	rule := "unit-apply"
+	var se *session.Error
+	if errors.As(err, &se) && se.Rule != "" {
+		rule = se.Rule
+	}
+	return &ProjectionError{Seq: ev.Seq, Rule: rule,
+		Message: fmt.Sprintf("session %q: unit %q refused event seq %d (%s) (rule %s): %v", id, unit, ev.Seq, ev.Type, rule, err)}
+}
+
+// encode returns the stored value of u: {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:...}.
+func (u *unitState) encode() ([]byte, error) {
+	if u.enc == nil {
+		var st any = u.state
+		if u.def.gate {
+			st = fromSurface(u.state.(*session.Surface)).State
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			return nil, fmt.Errorf("unit %q: encoding its state: %w", u.def.Key, err)
+		}
+		u.enc = b
+	}
+	b := make([]byte, 0, len(u.enc)+64)
+	b = append(b, `{"stateVersion":`...)
+	b = strconv.AppendInt(b, int64(u.def.StateVersion), 10)
+	b = append(b, `,"asOfSeq":`...)
+	b = strconv.AppendInt(b, u.asOfSeq, 10)
+	b = append(b, `,"state":`...)
+	b = append(b, u.enc...)
+	if u.err != nil {
+		eb, err := json.Marshal(u.err)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"error":`...)
+		b = append(b, eb...)
+	}
+	return append(b, '}'), nil
+}
+
+// kvSubject is the subject of a key of the agentlog_projections bucket.
+func kvSubject(key string) string { return "$KV." + ajs.ProjectionsBucket + "." + key }
+
+// errConflict marks a revision compare-and-swap failure: another writer changed a state.
+var errConflict = errors.New("projection changed under this projector (revision conflict)")
+
+// pendingWrite is one asynchronous compare-and-swap write.
+type pendingWrite struct {
+	ss  *sessState
+	u   *unitState
+	fut jetstream.PubAckFuture
+}
+
+// writeSessions stores every unit state of the given sessions that differs from its stored value,
+// each with a revision compare-and-swap (Nats-Expected-Last-Subject-Sequence = the revision
+// read; 0 for a new key), published asynchronously and awaited together. It returns the sessions
+// whose write hit a conflict; any other failure is returned as a transient error (the sessions
+// stay dirty).
+func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sessState) (conflicts []*sessState, err error) {
+	var pending []pendingWrite
+	var firstErr error
+	for _, ss := range sessions {
+		for _, u := range ss.units {
+			if u.written {
+				continue
+			}
+			b, eerr := u.encode()
+			if eerr != nil {
+				// A state that cannot be encoded stops its unit; the error is stored instead.
+				u.err = &ProjectionError{Seq: u.asOfSeq, Rule: "unit-encode", Message: fmt.Sprintf("session %q: %v", ss.id, eerr)}
+				u.state, u.enc = u.def.init(), []byte("null")
+				if b, eerr = u.encode(); eerr != nil {
+					return nil, eerr
+				}
+			}
+			m := &nats.Msg{Subject: kvSubject(UnitKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(u.rev, 10))
+			fut, perr := js.PublishMsgAsync(m)
+			if perr != nil {
+				firstErr = perr
+				break
+			}
+			pending = append(pending, pendingWrite{ss: ss, u: u, fut: fut})
+		}
+		if firstErr != nil {
+			break
+		}
+	}
+	conflicted := map[*sessState]bool{}
+	for _, pw := range pending {
+		select {
+		case ack := <-pw.fut.Ok():
+			pw.u.rev, pw.u.written = ack.Sequence, true
+		case perr := <-pw.fut.Err():
+			var apiErr *jetstream.APIError
+			if errors.As(perr, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+				if !conflicted[pw.ss] {
+					conflicted[pw.ss] = true
+					conflicts = append(conflicts, pw.ss)
+				}
+				continue
+			}
+			if firstErr == nil {
+				firstErr = perr
+			}
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = ctx.Err()
+			}
+		}
+	}
+	for _, ss := range sessions {
+		if conflicted[ss] {
+			continue
+		}
+		clean := true
+		for _, u := range ss.units {
+			clean = clean && u.written
+		}
+		ss.dirty = !clean
+	}
+	if firstErr != nil {
+		return conflicts, &transientError{fmt.Errorf("writing projections: %w", firstErr)}
+	}
+	return conflicts, nil
+}
+
+// resolveConflict reloads a session whose write conflicted and folds the log into it again, so
+// that it is at least where ss was; the caller writes it again.
+func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, error) {
+	fresh, err := loadSession(ctx, store.Projections, defs, ss.token, ss.id)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range fresh.units[1:] {
+		if fresh.gate().rev == 0 && u.rev == 0 {
+			// The gate is new: the other units' keys were not read; read them now.
+			e, gerr := store.Projections.Get(ctx, UnitKey(u.def.Key, ss.token))
+			if gerr == nil {
+				u.rev = e.Revision()
+				decodeUnit(u, e.Value(), e.Revision())
+			} else if !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				return nil, &transientError{gerr}
+			}
+		}
+	}
+	if err := catchUp(ctx, store, fresh); err != nil {
+		return nil, err
+	}
+	for _, u := range fresh.units {
+		u.written = false // write every unit again, over the revisions just read
+	}
+	fresh.dirty = true
+	return fresh, nil
+}
+
+// Fold folds a whole session log through every unit of reg in memory (no NATS) and returns their
+// views as the snapshot endpoint would: what each unit's definition gives for these events. A
+// rule broken by the log stops every unit at that seq (with its error), as in a projector.
+func Fold(reg *Registry, id string, events []session.Event) (SnapshotReply, error) {
+	ss := &sessState{id: id}
+	for _, d := range reg.list() {
+		ss.units = append(ss.units, newUnitState(d))
+	}
+	if len(ss.units) == 0 || !ss.units[0].def.gate {
+		return SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
+	}
+	lk := &logLookup{id: id, batch: events}
+	if err := ss.apply(events, lk); err != nil {
+		return SnapshotReply{}, err
+	}
+	rep := SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]UnitView{}}
+	for _, u := range ss.units {
+		var st any = u.state
+		if u.def.gate {
+			st = fromSurface(u.state.(*session.Surface)).State
+		}
+		b, err := json.Marshal(u.def.view(st))
+		if err != nil {
+			return SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+		}
+		rep.Units[u.def.Key] = UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
+	}
+	return rep, nil
+}
