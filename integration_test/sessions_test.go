@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -106,7 +107,7 @@ func TestRecordedSessionsEndToEnd(t *testing.T) {
 				t.Fatalf("events: got %d, imported %d, reference %d", len(got), len(want), exp.Events)
 			}
 			for i := range want {
-				if !sameEvent(want[i], got[i]) {
+				if !sameImportedEvent(want[i], got[i]) {
 					t.Fatalf("event %d differs:\nimported %s\nread     %s", i, mustJSON(want[i]), mustJSON(got[i]))
 				}
 			}
@@ -124,8 +125,8 @@ func TestRecordedSessionsEndToEnd(t *testing.T) {
 	}
 }
 
-// sameEvent compares two events field by field, data and surface metadata byte for byte (compacted).
-func sameEvent(a, b session.Event) bool {
+// sameImportedEvent compares two events field by field, data and surface metadata byte for byte (compacted).
+func sameImportedEvent(a, b session.Event) bool {
 	return a.Type == b.Type && a.Seq == b.Seq && a.Time == b.Time && a.Ignorable == b.Ignorable &&
 		compactEqual(a.Data, b.Data) && compactEqual(a.SurfaceOp, b.SurfaceOp) && compactEqual(a.SourceEventSeqs, b.SourceEventSeqs)
 }
@@ -216,4 +217,46 @@ func TestForkExample(t *testing.T) {
 			t.Fatalf("exit %d stderr %q, want 1 and SESSION_NOT_FOUND", r.code, r.stderr)
 		}
 	})
+}
+
+// TestImportIsAllOrNothing: an import that fails after validation (here: an event larger than the
+// stream's max message size) writes nothing and leaves no metadata behind, so the same id can be
+// imported again; a log that breaks a rule is refused before anything is created.
+func TestImportIsAllOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, lines ...string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	user := func(seq int, text string) string {
+		return `{"type":"user/message","seq":` + fmt.Sprint(seq) + `,"time":1,"data":{"id":"m` + fmt.Sprint(seq) +
+			`","role":"user","content":[{"type":"text","text":"` + text + `"}],"source":{"kind":"user"}},"surfaceOp":"append"}`
+	}
+	huge := write("huge.jsonl", user(0, "small"), user(1, strings.Repeat("x", 2<<20)))
+	r := agentlog(t, nil, "import", huge, "--session", "it/all-or-nothing")
+	if r.code != 1 || !strings.Contains(r.stderr, "nothing was written") {
+		t.Fatalf("oversized import: exit %d, stderr %q; want 1 and 'nothing was written'", r.code, r.stderr)
+	}
+	if ev := agentlog(t, nil, "events", "it/all-or-nothing"); ev.code == 0 {
+		t.Fatalf("a failed import left the session behind:\n%s", ev.stdout)
+	}
+	ok := write("ok.jsonl", user(0, "small"), user(1, "also small"))
+	mustAgentlog(t, nil, "import", ok, "--session", "it/all-or-nothing")
+	_, events, err := session.ReadJSONL(strings.NewReader(mustAgentlog(t, nil, "events", "it/all-or-nothing")), "x")
+	if err != nil || len(events) != 2 {
+		t.Fatalf("re-import: %d events, err %v; want 2", len(events), err)
+	}
+
+	gap := write("gap.jsonl", user(0, "a"), user(2, "c"))
+	r = agentlog(t, nil, "import", gap, "--session", "it/gap")
+	if r.code != 1 || !strings.Contains(r.stderr, `session "it/gap"`) || !strings.Contains(r.stderr, "seq 2") ||
+		!strings.Contains(r.stderr, "rule") {
+		t.Fatalf("seq gap: exit %d, stderr %q; want 1 naming the session, seq 2 and the rule", r.code, r.stderr)
+	}
+	if ev := agentlog(t, nil, "events", "it/gap"); ev.code == 0 {
+		t.Fatalf("a refused import created the session:\n%s", ev.stdout)
+	}
 }

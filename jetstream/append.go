@@ -65,6 +65,10 @@ type AppendResult struct {
 // cut into records of consecutive events, each within the limit, published as one ADR-50 atomic
 // batch (all or nothing) with the guard on the first message; at most MaxBatchRecords records. A
 // single event that cannot fit is a wrapped ErrEventTooLarge. Codec errors are *session.Error.
+//
+// Validation: the events must already be valid (session.Surface.Apply or Session.Append accepted
+// them, as the publisher and the forker do). Append checks seq continuity and encodability but does
+// not re-validate the JSON of data, surfaceOp and sourceEventSeqs; EncodeRecord does.
 func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, msgID string, events []session.Event) (AppendResult, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
@@ -74,7 +78,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	if err := checkMsgID(id, msgID); err != nil {
 		return AppendResult{}, err
 	}
-	lines, err := encodeLines(id, events)
+	lines, err := encodeLines(id, events, true)
 	if err != nil {
 		return AppendResult{}, err
 	}

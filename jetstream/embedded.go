@@ -3,7 +3,9 @@ package jetstream
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -36,7 +38,9 @@ const EmbeddedReadyTimeout = 10 * time.Second
 // -1 both pick a random free port (srv.ClientURL() tells which). SyncAlways makes the file store
 // fsync every write ("sync: always", strict single-node durability, design.md §5); otherwise the
 // server syncs every 2 minutes, which survives a process crash but not a power loss. ServerName
-// defaults to "agentlog-embedded". The server does not install signal handlers. Errors name the
+// defaults to "agentlog-embedded". The server does not install signal handlers. The data directory
+// is locked (flock on DataDir/agentlog.lock) until the server shuts down, so a second server on the
+// same directory is refused at once, as is a port already in use. Errors name the
 // data directory and the listen address.
 func RunEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 	if opts.DataDir == "" {
@@ -57,6 +61,25 @@ func RunEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 	if opts.MaxPayload < 0 {
 		return nil, fmt.Errorf("agentlog: embedded nats-server: max payload %d bytes, want ≥ 0", opts.MaxPayload)
 	}
+	lock, err := lockDataDir(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("agentlog: embedded nats-server: %w", err)
+	}
+	unlock := func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	listen := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+	if opts.Port > 0 {
+		// Fail at once, with the address, rather than waiting for a server that cannot bind.
+		l, err := net.Listen("tcp", listen)
+		if err != nil {
+			unlock()
+			return nil, fmt.Errorf("agentlog: embedded nats-server: cannot listen on %s: %w", listen, err)
+		}
+		l.Close()
+	}
 	sopts := &server.Options{
 		ServerName: opts.ServerName,
 		Host:       opts.Host,
@@ -68,25 +91,26 @@ func RunEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 		NoLog:      !opts.Logs,
 		NoSigs:     true,
 	}
-	listen := fmt.Sprintf("%s:%d", opts.Host, opts.Port)
 	srv, err := server.NewServer(sopts)
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s): %w", opts.DataDir, listen, err)
 	}
 	if opts.Logs {
 		srv.ConfigureLogger()
 	}
 	go srv.Start()
+	go func() { srv.WaitForShutdown(); unlock() }()
 	if !srv.ReadyForConnections(EmbeddedReadyTimeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) not ready for connections within %s (port in use? set Logs for the server's own log)",
+		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) not ready for connections within %s (see the server log with EmbeddedOptions.Logs)",
 			opts.DataDir, listen, EmbeddedReadyTimeout)
 	}
 	if !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) started without JetStream (data directory not writable? set Logs for the server's own log)",
+		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) started without JetStream (data directory not writable? see the server log with EmbeddedOptions.Logs)",
 			opts.DataDir, listen)
 	}
 	return srv, nil

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,5 +65,43 @@ func TestConnectFailsClearly(t *testing.T) {
 	_, _, err := Connect("nats://127.0.0.1:1", "nobody")
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("Connect to a closed port: %v", err)
+	}
+}
+
+// TestRunEmbeddedRefusesSharedDataDir: two servers on one data directory would each see only their
+// own writes; the second must be refused at once, and the directory is usable again after shutdown.
+func TestRunEmbeddedRefusesSharedDataDir(t *testing.T) {
+	dir := t.TempDir()
+	a, err := RunEmbedded(EmbeddedOptions{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := RunEmbedded(EmbeddedOptions{DataDir: dir}); err == nil {
+		b.Shutdown()
+		t.Fatal("a second embedded server on the same data directory started")
+	} else if !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("error does not say the directory is in use: %v", err)
+	}
+	a.Shutdown()
+	a.WaitForShutdown()
+	c, err := RunEmbedded(EmbeddedOptions{DataDir: dir})
+	if err != nil {
+		t.Fatalf("restart on the same directory after shutdown: %v", err)
+	}
+	c.Shutdown()
+	c.WaitForShutdown()
+}
+
+// TestRunEmbeddedRefusesBusyPort: a port already in use is refused at once, naming the address.
+func TestRunEmbeddedRefusesBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = RunEmbedded(EmbeddedOptions{DataDir: t.TempDir(), Port: port})
+	if err == nil || !strings.Contains(err.Error(), l.Addr().String()) {
+		t.Fatalf("busy port: err %v, want one naming %s", err, l.Addr())
 	}
 }

@@ -47,7 +47,7 @@ func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error
 	if err != nil {
 		return nil, nil, err
 	}
-	lines, err := encodeLines(id, events)
+	lines, err := encodeLines(id, events, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,7 +84,10 @@ func recordErr(id string, seq int64, streamSeq uint64, rule, format string, args
 }
 
 // encodeLines checks that events are non-empty and consecutive and returns one compact JSON line each.
-func encodeLines(id string, events []session.Event) ([][]byte, error) {
+// With trusted, the events' raw JSON fields are known valid (the caller validated them with
+// session.Surface.Apply) and compact ones are copied without being scanned again; otherwise every
+// field is validated (session.Event.MarshalJSON).
+func encodeLines(id string, events []session.Event, trusted bool) ([][]byte, error) {
 	if len(events) == 0 {
 		return nil, recordErr(id, -1, 0, RuleRecordEmpty, "no events to encode")
 	}
@@ -100,7 +103,15 @@ func encodeLines(id string, events []session.Event) ([][]byte, error) {
 		if ev.Type == "" {
 			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "event has an empty type")
 		}
-		line, err := marshalCompact(ev)
+		// Both write compact JSON without HTML escaping; AppendJSON skips re-validating data that
+		// Surface.Apply already validated (the record encoder is on the publisher's hot path).
+		var line []byte
+		var err error
+		if trusted {
+			line, err = ev.AppendJSON(nil)
+		} else {
+			line, err = ev.MarshalJSON()
+		}
 		if err != nil {
 			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "cannot encode event: %v", err)
 		}

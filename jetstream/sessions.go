@@ -87,3 +87,28 @@ func headerValue(h session.Header) ([]byte, error) {
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
+
+// ErrSessionHasEvents is returned (wrapped) by DeleteSession for a session whose log holds events.
+var ErrSessionHasEvents = errors.New("agentlog: session has events")
+
+// DeleteSession removes the metadata of a session whose log is empty, undoing a CreateSession that
+// was never followed by a write (a failed import, a fork that lost its guard). A session with
+// events is refused with a wrapped ErrSessionHasEvents: its log is append-only (the stream denies
+// deletes) and its metadata stays with it. Deleting a session without metadata is not an error.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	tok, err := Token(id)
+	if err != nil {
+		return err
+	}
+	tail, err := s.GetTail(ctx, id)
+	if err != nil {
+		return err
+	}
+	if tail.NextSeq > 0 {
+		return fmt.Errorf("%w: session %q holds %d events; its metadata is kept", ErrSessionHasEvents, id, tail.NextSeq)
+	}
+	if err := s.Sessions.Delete(ctx, tok); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("agentlog: delete session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+	}
+	return nil
+}

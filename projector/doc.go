@@ -1,40 +1,67 @@
-// Package projector folds session logs into their projections: it consumes the AGENTLOG stream,
-// keeps each session's surface (nodes, replaceGeneration, asOfSeq) and transcript in the
-// agentlog_projections KV bucket, idempotent by seq, and serves derived messages through a NATS
-// micro query service.
+// Package projector folds session logs into projection units, stores their states in the
+// agentlog_projections KV bucket, and serves them through the agentlog-query NATS micro service.
+// Instances scale out by partition (design.md §4).
+//
+// # Projection units
+//
+// A unit is the reference's ProjectionDefinition {key, stateVersion, init, apply, view} plus an
+// optional list of the event types it reads (Def[S], registered in a Registry). States are plain
+// JSON. Apply returns its input unchanged for events it ignores, and then nothing further happens
+// for them (no copy, no re-encoding). Built-in units (Builtins): messages (the surface: nodes,
+// replaceGeneration, transcript, openTurn; it is the gate that checks every event against the
+// log's rules with session.Surface.Apply before any other unit sees it), transcript, title, todos,
+// usage, tools, turns. Fold folds a log through a registry in memory (what a unit gives).
+//
+// Each (unit, session) state is stored under "<unit>.<token>" as
+// {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:{seq,rule,message}}, written with a revision
+// compare-and-swap (Nats-Expected-Last-Subject-Sequence on the bucket's subject, asynchronously,
+// all units of a checkpoint together). Watching the key is the change feed. A stored state of
+// another stateVersion is discarded and rebuilt from the log: by the projector when the session
+// gets its next record, by the query service when the session is asked for (and written back),
+// or for every session by Rebuild (`agentlog rebuild UNIT`).
 //
 // # Folding
 //
-// A Projector reads the stream with the durable pull consumer agentlog-projector (filter
-// agentlog.session.>, explicit ack, DeliverAll) and folds one record at a time, in stream order.
-// For each record it decodes the events (jetstream.DecodeRecord), loads the session's projection
-// from key "messages.<token>" ({"stateVersion":1,"asOfSeq":N,"state":{nodes, replaceGeneration,
-// transcript, openTurn}}), skips the events at or below asOfSeq, re-reads the session from the log
-// when the record starts after asOfSeq+1 (a gap), applies the rest with session.Surface.Apply and
-// writes the result back with a revision compare-and-swap (KV create for a new key, update with the
-// revision read; on a conflict it reloads and folds again). A redelivered record is therefore
-// never applied twice, and an unchanged projection is not rewritten.
+// Events at or below a unit's asOfSeq are skipped (idempotent by seq: a redelivered record is
+// never applied twice); a record that starts after the lowest asOfSeq + 1 (a gap, a new unit, a
+// rebuilt one) re-reads the session from the log. A record that does not decode, or an event the
+// gate refuses, stops every unit of that session only (each value gains "error"; later records
+// are acknowledged and ignored; the query service answers 409, the log gets an error line naming
+// the session, the seq and the rule). An error (or panic) of a unit's own Apply stops that unit
+// for that session only. Failures to reach KV or the log are transient: the record is retried in
+// order, never skipped.
 //
-// A session whose log breaks a rule (a record that does not decode, or an event that Surface.Apply
-// refuses) stops only its own projection: the value keeps the state as of the last good event and
-// gains "error":{"seq","rule","message"}; later records of the session are acknowledged and
-// ignored. Failures to reach the KV bucket or the log are transient: the record is redelivered.
+// Session states live in memory in an LRU per partition (Options.CacheSessions in all); an
+// evicted session is read back from KV at its next record. Records are checkpointed (states
+// written, then the records acknowledged) every Options.FlushInterval (50 ms) or 2000 records.
+//
+// # Scale-out
+//
+// Every instance holds a lease, its key in the MembersBucket KV bucket (max age MemberTTL, 3 s,
+// renewed every 0.75 s; the value names the partitions it owns). Every MemberTTL/3 an instance
+// lists the members and consumes the partitions Assign gives it (members sorted by name,
+// partition p to member p mod n). Partition p is read, in stream order, through the durable
+// consumer agentlog-projector-<p> (filter agentlog.session.<p>.*, explicit ack, AckWait 4 s), whose
+// pinned-client priority group "projector" (PinnedTTL 4 s) lets the server serve one instance
+// only, so per-session order holds in delivery. A partition handed over (instance added or
+// stopped) is drained, checkpointed, acknowledged and unpinned at once; a killed instance's
+// partitions resume on the survivors when its lease expires, measured at about 3.5 s
+// (TestKilledInstanceFailsOver). Why pinned priority groups and not orbit.go pcgroups: see
+// SCALEOUT.md.
 //
 // # Query service
 //
-// The agentlog-query micro service (queue group "q") has two endpoints. Requests are
-// {"session": id, "minSeq"?: seq, "timeoutMs"?: ms}; with minSeq the service waits (watching the
-// KV key, default 5000 ms) until asOfSeq >= minSeq.
-//   - messages (MessagesSubject): MessagesReply, the stored nodes and their messages derived
-//     (session.DeriveMessages) from the session's events read from the log; the log is not refolded.
-//   - surface (SurfaceSubject): the stored Projection JSON, error included.
+// agentlog-query (queue group "q"); requests {"session", "minSeq"?, "timeoutMs"?, "unit"?}; with
+// minSeq the service waits (watching the messages key, default 5000 ms, at most 60000 ms) until
+// the projection has applied that seq (read-your-writes for agents):
+//   - messages (MessagesSubject, QueryMessages): the surface nodes and deriveMessages of them,
+//     derived from the session's events read from the log;
+//   - surface (SurfaceSubject, QuerySurface): the stored messages value, error included;
+//   - projection (ProjectionSubject, QueryProjection): one unit's view;
+//   - snapshot (SnapshotSubject, QuerySnapshot, ReadSnapshot): the views of every unit at one
+//     consistent asOfSeq.
 //
-// Error replies carry micro's error headers with a code (400 bad request, 404 no projection,
-// 408 minSeq not reached in time, 409 projection stopped, 500 store failure, 503 stopping) and a
-// description naming the session. QueryMessages and QuerySurface are the clients; they return
-// *QueryError for an error reply.
-//
-// Deployment note: all instances share one durable consumer. With one instance, per-session
-// delivery order holds; with more, folding stays correct (compare-and-swap, skip by seq, gap
-// re-read) but does more work. Partitioned consumption (design.md §4) is not implemented here.
+// Error replies carry micro's error headers with a code (400 bad request, 404 no projection or no
+// such unit, 408 minSeq not reached in time, 409 projection stopped, 500 store failure, 503
+// stopping) and a description naming the session; the clients return *QueryError.
 package projector

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,10 @@ type env struct {
 	tails map[string]uint64 // session id -> stream seq of its last record written by the test
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvP(t, 4) }
+
+// newEnvP is newEnv with a stream of the given partition count.
+func newEnvP(t *testing.T, partitions int) *env {
 	t.Helper()
 	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
 	if err != nil {
@@ -43,7 +47,7 @@ func newEnv(t *testing.T) *env {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	store, err := ajs.Provision(ctx(t), js, ajs.Config{Partitions: 4})
+	store, err := ajs.Provision(ctx(t), js, ajs.Config{Partitions: partitions})
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -70,7 +74,11 @@ func (e *env) startProjector(name string) *Projector {
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}
-	p := New(store, nc, Options{Name: name, Logger: quietLogger()})
+	logger := quietLogger()
+	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	p := New(store, nc, Options{Name: name, Logger: logger})
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -34,7 +35,8 @@ const (
 )
 
 // PartitionConsumer is the durable consumer of partition p: "agentlog-projector-<p>", filter
-// agentlog.session.<p>.*, ack all, pinned-client priority group "projector".
+// agentlog.session.<p>.*, explicit ack, pinned-client priority group "projector". (Not ack-all:
+// a record lost in a handover must be redelivered, not acknowledged by a later record's ack.)
 func PartitionConsumer(p int) string { return ConsumerName + "-" + strconv.Itoa(p) }
 
 // Assign returns the partitions that member owns among members (instance names): the members are
@@ -56,11 +58,13 @@ func Assign(members []string, member string, partitions int) []int {
 	return out
 }
 
-// memberValue is the value of an instance's key in MembersBucket.
-type memberValue struct {
+// MemberValue is the value of an instance's key in MembersBucket: its name, process id, start
+// time (Unix ms) and the partitions it consumes.
+type MemberValue struct {
 	Name      string `json:"name"`
 	PID       int    `json:"pid"`
-	StartedAt int64  `json:"startedAt"` // Unix ms
+	StartedAt int64  `json:"startedAt"`
+	Owned     []int  `json:"owned"`
 }
 
 // openMembers creates (or opens) the members bucket; its max age is the member TTL.
@@ -81,56 +85,78 @@ func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration)
 	return kv, nil
 }
 
-// membership keeps this instance's lease and the assignment of partitions up to date.
+// membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
+// renews the lease on its own schedule, so that a slow handover never lets the lease lapse.
 func (p *Projector) membership(ctx context.Context) {
 	defer p.loop.Done()
 	t := time.NewTicker(p.memberTTL / 3)
 	defer t.Stop()
 	for {
-		p.rebalance(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		p.rebalance(ctx)
 	}
 }
 
-// rebalance renews the lease, lists the live members and starts and stops partition workers.
-func (p *Projector) rebalance(ctx context.Context) {
-	v, _ := json.Marshal(memberValue{Name: p.name, PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()})
-	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil {
-		if ctx.Err() == nil {
-			p.logger.Warn("projector: renewing the member lease", "bucket", MembersBucket, "err", err)
+func (p *Projector) heartbeat(ctx context.Context) {
+	defer p.loop.Done()
+	t := time.NewTicker(p.memberTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		return
+		p.renew(ctx)
 	}
+}
+
+// renew puts this instance's lease, naming the partitions it consumes.
+func (p *Projector) renew(ctx context.Context) {
+	v, _ := json.Marshal(MemberValue{Name: p.name, PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli(), Owned: p.Owned()})
+	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil && ctx.Err() == nil {
+		p.logger.Warn("projector: renewing the member lease", "bucket", MembersBucket, "err", err)
+	}
+}
+
+// rebalance lists the live members and starts and stops partition workers (the stopped ones in
+// parallel); when the partitions owned change, it renews the lease at once.
+func (p *Projector) rebalance(ctx context.Context) {
 	keys, err := p.members.ListKeys(ctx)
-	if err != nil {
+	var members []string
+	if err == nil {
+		for k := range keys.Keys() {
+			members = append(members, k)
+		}
+	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
 		if ctx.Err() == nil {
 			p.logger.Warn("projector: listing members", "bucket", MembersBucket, "err", err)
 		}
 		return
 	}
-	var members []string
-	for k := range keys.Keys() {
-		members = append(members, k)
-	}
 	if !slices.Contains(members, p.memberKey) {
 		members = append(members, p.memberKey)
 	}
+	slices.Sort(members)
 	mine := Assign(members, p.memberKey, p.store.Partitions)
 	p.wmu.Lock()
-	defer p.wmu.Unlock()
 	if p.wstopped {
+		p.wmu.Unlock()
 		return
 	}
+	var wg sync.WaitGroup
 	for part, w := range p.workers {
 		if !slices.Contains(mine, part) {
-			w.stop()
+			wg.Add(1)
+			go func() { defer wg.Done(); w.stop() }()
 			delete(p.workers, part)
 		}
 	}
+	wg.Wait()
 	var started []int
 	for _, part := range mine {
 		if _, ok := p.workers[part]; ok {
@@ -146,10 +172,19 @@ func (p *Projector) rebalance(ctx context.Context) {
 		p.workers[part] = w
 		started = append(started, part)
 	}
-	if len(started) > 0 || !slices.Equal(p.lastMembers, members) {
-		slices.Sort(members)
-		p.logger.Info("projector: partitions assigned", "members", members, "owned", mine, "started", started)
-		p.lastMembers = members
+	owned := make([]int, 0, len(p.workers))
+	for part := range p.workers {
+		owned = append(owned, part)
+	}
+	slices.Sort(owned)
+	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(p.lastOwned, owned)
+	if changed {
+		p.logger.Info("projector: partitions assigned", "members", members, "owned", owned, "started", started)
+		p.lastMembers, p.lastOwned = members, owned
+	}
+	p.wmu.Unlock()
+	if changed {
+		p.renew(ctx)
 	}
 }
 
@@ -172,9 +207,8 @@ type worker struct {
 	iter   jetstream.MessagesContext
 	cache  *lru
 	dirty  map[string]*sessState
-	last   jetstream.Msg // the last record folded and not acknowledged yet
-	count  int           // records folded since the last checkpoint
-	pinned bool          // a record was delivered to this worker
+	folded []jetstream.Msg // records folded since the last checkpoint, to acknowledge after it
+	count  int             // len(folded)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -186,7 +220,7 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 		Durable:        name,
 		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", part, p.store.Partitions),
 		FilterSubject:  ajs.PartitionSubject(part),
-		AckPolicy:      jetstream.AckAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckWait:        partitionAckWait,
 		MaxAckPending:  4 * maxUnflushed,
@@ -212,6 +246,7 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 // stop hands the partition over: the buffered records are folded, the last checkpoint written and
 // acknowledged, and the pin released so that the next owner is served at once.
 func (w *worker) stop() {
+	w.p.logger.Debug("projector: handing over partition", "partition", w.part)
 	w.iter.Drain()
 	select {
 	case <-w.done:
@@ -221,13 +256,14 @@ func (w *worker) stop() {
 		<-w.done
 	}
 	w.cancel()
-	if w.pinned {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := w.p.store.Stream.UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup)
-		cancel()
-		if err != nil {
-			w.p.logger.Debug("projector: unpin", "partition", w.part, "err", err)
-		}
+	// Release the pin even if no record came (the pin may be this worker's all the same): the
+	// next owner is served at once instead of after the pinned TTL. Unpinning another client
+	// only makes it pin again at its next pull.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := w.p.store.Stream.UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup)
+	cancel()
+	if err != nil {
+		w.p.logger.Debug("projector: unpin", "partition", w.part, "err", err)
 	}
 }
 
@@ -242,10 +278,10 @@ func (w *worker) run() {
 		msg, err := w.iter.Next(jetstream.NextMaxWait(wait))
 		switch {
 		case err == nil:
-			w.pinned = true
 			w.handle(msg)
 		case errors.Is(err, nats.ErrTimeout):
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed):
+			w.p.logger.Debug("projector: partition worker done", "partition", w.part, "err", err)
 			w.flush()
 			return
 		default:
@@ -288,7 +324,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	_, token, id, err := ajs.ParseSubject(msg.Subject(), p.store.Partitions)
 	if err != nil {
 		p.logger.Error("projector: record on a subject that names no session; skipped", "subject", msg.Subject(), "err", err)
-		w.last, w.count = msg, w.count+1
+		w.folded, w.count = append(w.folded, msg), w.count+1
 		return
 	}
 	h := msg.Headers()
@@ -346,12 +382,12 @@ func (w *worker) handle(msg jetstream.Msg) {
 		w.dirty[token] = ss
 	}
 	w.cache.put(ss)
-	w.last, w.count = msg, w.count+1
+	w.folded, w.count = append(w.folded, msg), w.count+1
 	p.applied.Add(int64(len(events)))
 }
 
 // flush writes the dirty session states (compare-and-swap; a conflict reloads the session and
-// folds the log again) and then acknowledges every record folded so far (ack all).
+// folds the log again) and then acknowledges every record folded since the last checkpoint.
 func (w *worker) flush() {
 	p := w.p
 	if len(w.dirty) > 0 {
@@ -395,11 +431,11 @@ func (w *worker) flush() {
 			return
 		}
 	}
-	if w.last != nil {
-		if err := w.last.Ack(); err != nil {
-			p.logger.Warn("projector: ack failed; the records will be redelivered and skipped", "partition", w.part, "err", err)
+	for _, m := range w.folded {
+		if err := m.Ack(); err != nil {
+			p.logger.Warn("projector: ack failed; the record will be redelivered and skipped", "partition", w.part, "subject", m.Subject(), "err", err)
 		}
-		w.last, w.count = nil, 0
 	}
+	w.folded, w.count = w.folded[:0], 0
 	w.cache.trim()
 }

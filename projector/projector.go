@@ -87,6 +87,7 @@ type Projector struct {
 	workers     map[int]*worker
 	wstopped    bool
 	lastMembers []string
+	lastOwned   []int
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
@@ -174,11 +175,13 @@ func (p *Projector) Start(ctx context.Context) error {
 	}
 	p.svc = svc
 	p.started = true
+	p.renew(ctx)
 	p.rebalance(ctx)
 	mctx, mcancel := context.WithCancel(runCtx)
 	p.mcancel = mcancel
-	p.loop.Add(1)
+	p.loop.Add(2)
 	go p.membership(mctx)
+	go p.heartbeat(mctx)
 	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", QueryService)
 	return nil
 }

@@ -37,6 +37,36 @@ var (
 	ErrAlreadyOpen = errors.New("publisher: session already has an open writer in this publisher")
 )
 
+// ErrBacklog is returned (wrapped, inside a *BacklogError) by Writer.Append/Emit when admitting
+// the event would make the Writer hold more than Options.MaxPendingBytes of events that are not
+// yet durable — typically because the store keeps failing. The event is not admitted (NextSeq is
+// unchanged): Flush (which retries the failed write at once) and append it again.
+var ErrBacklog = errors.New("publisher: too many events pending")
+
+// BacklogError is the refusal of one event by the Options.MaxPendingBytes cap: the session, the
+// refused seq, how many events and bytes are pending (not durable), the event's size, the limit
+// (bytes), and the latest write failure if any. It wraps ErrBacklog.
+type BacklogError struct {
+	Session      string
+	Seq          int64
+	Pending      int64
+	PendingBytes int64
+	EventBytes   int64
+	Limit        int64
+	LastErr      error
+}
+
+func (e *BacklogError) Error() string {
+	msg := fmt.Sprintf("publisher: session %q seq %d: refused: %d events (%d bytes) are not durable yet and this event (%d bytes) would exceed MaxPendingBytes %d; Flush, then append it again",
+		e.Session, e.Seq, e.Pending, e.PendingBytes, e.EventBytes, e.Limit)
+	if e.LastErr != nil {
+		msg += fmt.Sprintf(" (last write failure: %v)", e.LastErr)
+	}
+	return msg
+}
+
+func (e *BacklogError) Unwrap() error { return ErrBacklog }
+
 // WriteError is a failed write of one record: the session, the seq range [FirstSeq, LastSeq] of the
 // events it carried (they stay pending, in order, unless Err is ErrConflict), and the cause.
 // It is what Writer.Errors delivers and what Writer.Flush/Close return for a write failure.

@@ -15,6 +15,7 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -22,11 +23,18 @@ import (
 // writeBatchMaxDelayMs (vectors.json "batching-window").
 const DefaultWindow = 200 * time.Millisecond
 
-// Bounds of the retry of transient errors inside one write (design.md §2). Each try of
-// store.Append gets attemptTimeout; the whole write gives up after maxRetryElapsed.
+// Defaults of the Options that bound one write and the memory of a Writer (design.md §2).
 const (
-	attemptTimeout  = 5 * time.Second
-	maxRetryElapsed = 30 * time.Second
+	// DefaultAttemptTimeout bounds one try of a record write (one publish and its ack), counted
+	// from when the record is sent (after it got one of the MaxConcurrentWrites slots).
+	DefaultAttemptTimeout = 10 * time.Second
+	// DefaultRetryBudget bounds the retries of transient errors inside one background write.
+	DefaultRetryBudget = 30 * time.Second
+	// DefaultMaxConcurrentWrites is the number of records one Publisher has in flight at once,
+	// over all its sessions.
+	DefaultMaxConcurrentWrites = 64
+	// DefaultMaxPendingBytes is the most event bytes one Writer holds not yet durable.
+	DefaultMaxPendingBytes = 16 << 20
 	// lookupTimeout bounds the store.Read that a tool/result replace falls back to.
 	lookupTimeout = 30 * time.Second
 	// errorsBuffer is the capacity of each Writer.Errors channel.
@@ -39,6 +47,26 @@ type Options struct {
 	WriterID string           // identifies this publisher in Nats-Msg-Id; default a nuid
 	Now      func() time.Time // clock for event times; default time.Now
 	Logger   *slog.Logger     // default slog.Default()
+
+	// AttemptTimeout bounds one try of a record write: the publish and its ack. A try that times
+	// out (a lost ack, a server restarting) is retried with the same Nats-Msg-Id, so it is
+	// deduplicated or found at the tail and never stored twice. Default 10 s.
+	AttemptTimeout time.Duration
+	// RetryBudget bounds the retries of transient errors (no responders, 503, timeouts, 10158,
+	// 429) inside one write, with exponential backoff from 50 ms to 2 s. A write still failing
+	// then is reported and its events stay pending (automatic retry pauses until the next new
+	// event or Flush/Close). Flush/Close-driven writes are also bounded by their ctx. Default 30 s.
+	RetryBudget time.Duration
+	// MaxConcurrentWrites bounds the records this Publisher has in flight at once, over all its
+	// sessions (each session has at most one). It keeps a burst of large records from queueing
+	// behind each other in the server until their tries time out. Default 64.
+	MaxConcurrentWrites int
+	// MaxPendingBytes bounds the events a Writer holds not yet durable (pending plus in flight),
+	// in bytes of their JSON fields (type, time, data, surfaceOp, sourceEventSeqs). An Append that
+	// would exceed it is refused with ErrBacklog and not admitted; one event is always admitted
+	// into an empty backlog. It caps the memory of a session whose store keeps failing.
+	// Default 16 MiB; negative means no limit.
+	MaxPendingBytes int64
 }
 
 // afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
@@ -63,6 +91,8 @@ type Publisher struct {
 	retryBudget time.Duration
 	beforeWrite func(id string, firstSeq int64)
 
+	slots chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
+
 	mu      sync.Mutex
 	writers map[string]*Writer
 	closed  bool
@@ -83,13 +113,26 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) *Publisher {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if opts.RetryBudget <= 0 {
+		opts.RetryBudget = DefaultRetryBudget
+	}
+	if opts.MaxConcurrentWrites <= 0 {
+		opts.MaxConcurrentWrites = DefaultMaxConcurrentWrites
+	}
+	if opts.MaxPendingBytes == 0 {
+		opts.MaxPendingBytes = DefaultMaxPendingBytes
+	}
 	p := &Publisher{
 		store:       store,
 		nc:          nc,
 		opts:        opts,
 		log:         opts.Logger,
 		after:       realAfterFunc,
-		retryBudget: maxRetryElapsed,
+		retryBudget: opts.RetryBudget,
+		slots:       make(chan struct{}, opts.MaxConcurrentWrites),
 		writers:     map[string]*Writer{},
 	}
 	if strings.IndexFunc(opts.WriterID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
@@ -293,21 +336,57 @@ func (p *Publisher) msgID(token string, firstSeq int64) string {
 // by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
 // write succeeded; otherwise the error wraps ErrConflict.
 func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, error) {
+	seq, _, err := p.writeRecordX(ctx, id, guard, msgID, events)
+	return seq, err
+}
+
+// writeRecordX is writeRecord that also reports, on failure, whether the record may have been
+// stored all the same (maybeStored): some try was sent and got no answer (a timeout, a lost
+// connection). Such a record must be retried as exactly the same record — same events, same
+// Nats-Msg-Id — so that the retry dedupes or finds it at the tail.
+func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, bool, error) {
 	last := events[len(events)-1].Seq
 	var lastErr error
+	maybeStored := false
 	op := func() (uint64, error) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return 0, backoff.Permanent(ctx.Err())
+		}
+		actx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 		res, err := p.store.Append(actx, id, guard, msgID, events)
 		cancel()
+		<-p.slots
 		if err == nil {
 			if res.Duplicate && res.StreamSeq <= guard {
 				// The server deduplicated against a record older than our guard: not ours.
 				return 0, backoff.Permanent(fmt.Errorf("%w: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
 					ErrConflict, msgID, res.StreamSeq, guard))
 			}
+			if res.Duplicate {
+				// An earlier try was stored. Make sure it is this very record (same events) and
+				// the session's tail, before counting the events durable.
+				tail, terr := p.store.GetTail(ctx, id)
+				if terr != nil {
+					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
+					maybeStored = true
+					if transient(terr) && ctx.Err() == nil {
+						return 0, lastErr
+					}
+					return 0, backoff.Permanent(lastErr)
+				}
+				if tail.LastStreamSeq != res.StreamSeq || tail.NextSeq != last+1 {
+					return 0, backoff.Permanent(fmt.Errorf("publisher: session %q: Nats-Msg-Id %q was deduplicated as stream seq %d, but the tail record is stream seq %d ending before seq %d, not this record of seqs %d..%d",
+						id, msgID, res.StreamSeq, tail.LastStreamSeq, tail.NextSeq, events[0].Seq, last))
+				}
+			}
 			return res.StreamSeq, nil
 		}
 		lastErr = err
+		if unanswered(err) {
+			maybeStored = true
+		}
 		if errors.Is(err, jetstream.ErrConflict) {
 			tail, terr := p.store.GetTail(ctx, id)
 			if terr != nil {
@@ -338,7 +417,26 @@ func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, ms
 	if err != nil && lastErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
 		err = fmt.Errorf("%w (last try: %v)", err, lastErr)
 	}
-	return seq, err
+	if err != nil && errors.Is(err, ErrConflict) {
+		maybeStored = false // fenced: the events are dropped
+	}
+	return seq, maybeStored, err
+}
+
+// unanswered reports whether a failed store.Append may have stored the record all the same: the
+// request was (or may have been) sent and no answer came back. An answer from the server (a
+// JetStream API error, including the guard's 10071), no responders, and refusals before sending
+// (a *session.Error, ErrEventTooLarge) all mean nothing was stored.
+func unanswered(err error) bool {
+	var apiErr *njs.APIError
+	var se *session.Error
+	switch {
+	case errors.As(err, &apiErr), errors.As(err, &se),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrEventTooLarge),
+		errors.Is(err, jetstream.ErrConflict):
+		return false
+	}
+	return true
 }
 
 // ownTail reports whether the tail record is the one this writer meant to write: its Nats-Msg-Id

@@ -1,7 +1,6 @@
 package publisher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +48,9 @@ type Writer struct {
 	lastStreamSeq uint64           // stream seq of the session's last record: the next guard
 	pending       []session.Event  // admitted, not in flight, in seq order
 	due           int              // pending[:due] belong to ended windows and wait for a write
+	pinned        int              // >0: pending[:pinned] is a record that may be stored already (its write got no answer); it is retried as exactly that record
 	inflight      []session.Event  // the record being written (nil when none)
+	backlog       int64            // bytes (eventBytes) of pending plus inflight events
 	stopTimer     func() bool      // stops the open window's timer; nil when no window is open
 	windowGen     uint64           // identifies the open window (a stale timer fire is ignored)
 	failGen       uint64           // bumped on every failed write
@@ -170,23 +171,35 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	if err := checkEnvelope(w.id, ev); err != nil {
 		return ev, err
 	}
+	size := eventBytes(ev)
+	if limit := w.p.opts.MaxPendingBytes; limit > 0 && w.backlog > 0 && w.backlog+size > limit {
+		return ev, &BacklogError{Session: w.id, Seq: ev.Seq, Pending: int64(len(w.pending) + len(w.inflight)),
+			PendingBytes: w.backlog, EventBytes: size, Limit: limit, LastErr: w.lastErr}
+	}
 	ev = cloneEvent(ev)
 	if err := w.surface.Apply(w.id, ev, w.lookupLocked); err != nil {
 		return ev, err
 	}
 	w.pending = append(w.pending, ev)
+	w.backlog += size
 	w.nextSeq++
 	if w.stopTimer == nil {
 		// The first pending event of a window opens it. After a failed write this is the fresh
 		// window that also carries the failed events (they are pending again, ahead of this one).
 		w.openWindowLocked()
 	}
-	w.broadcastLocked()
+	// No broadcast: only write outcomes (durable, failed, fenced, closed) wake Flush.
 	return ev, nil
 }
 
+// eventBytes is the size an event counts for in Options.MaxPendingBytes: its JSON fields plus a
+// fixed 64 bytes for the envelope.
+func eventBytes(ev session.Event) int64 {
+	return int64(64 + len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs))
+}
+
 // checkEnvelope refuses what would not even encode as an event line. The reference's full rules
-// are session.Surface.Apply's.
+// are session.Surface.Apply's, which also check that data is (lossless) JSON.
 func checkEnvelope(id string, ev session.Event) error {
 	bad := func(rule, msg string) error {
 		return &session.Error{Session: id, Seq: ev.Seq, Rule: rule, Msg: fmt.Sprintf("session %q seq %d: %s", id, ev.Seq, msg)}
@@ -197,8 +210,8 @@ func checkEnvelope(id string, ev session.Event) error {
 	if _, err := strconv.ParseFloat(string(ev.Time), 64); err != nil || !json.Valid([]byte(ev.Time)) {
 		return bad("envelope-time", fmt.Sprintf("time %q is not a JSON number of Unix ms", string(ev.Time)))
 	}
-	if !json.Valid(ev.Data) {
-		return bad("envelope-data", "data is not valid JSON")
+	if len(ev.Data) == 0 {
+		return bad("envelope-data", "data is absent")
 	}
 	if len(ev.SurfaceOp) > 0 && !json.Valid(ev.SurfaceOp) {
 		return bad("envelope-surfaceOp", "surfaceOp is not valid JSON")
@@ -209,10 +222,19 @@ func checkEnvelope(id string, ev session.Event) error {
 	return nil
 }
 
+// cloneEvent copies the raw JSON fields of ev into one new allocation (nil stays nil).
 func cloneEvent(ev session.Event) session.Event {
-	ev.Data = bytes.Clone(ev.Data)
-	ev.SurfaceOp = bytes.Clone(ev.SurfaceOp)
-	ev.SourceEventSeqs = bytes.Clone(ev.SourceEventSeqs)
+	buf := make([]byte, 0, len(ev.Data)+len(ev.SurfaceOp)+len(ev.SourceEventSeqs))
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		buf = append(buf, b...)
+		return buf[len(buf)-len(b) : len(buf) : len(buf)]
+	}
+	ev.Data = take(ev.Data)
+	ev.SurfaceOp = take(ev.SurfaceOp)
+	ev.SourceEventSeqs = take(ev.SourceEventSeqs)
 	return ev
 }
 
@@ -281,9 +303,15 @@ func (w *Writer) kickLocked() {
 	if w.inflight != nil || w.due == 0 || w.fenced != nil || w.closed {
 		return
 	}
-	batch := w.pending[:w.due:w.due]
-	w.pending = append([]session.Event(nil), w.pending[w.due:]...)
-	w.due = 0
+	n := w.due
+	if w.pinned > 0 {
+		// A write that got no answer may have stored pending[:pinned] under its Nats-Msg-Id:
+		// retry exactly that record (it dedupes or is found at the tail), then the rest.
+		n = w.pinned
+	}
+	batch := w.pending[:n:n]
+	w.pending = append([]session.Event(nil), w.pending[n:]...)
+	w.due = max(w.due-n, 0)
 	w.inflight = batch
 	guard := w.lastStreamSeq
 	w.wg.Add(1)
@@ -296,13 +324,17 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 	if h := w.p.beforeWrite; h != nil {
 		h(w.id, first)
 	}
-	streamSeq, err := w.p.writeRecord(w.ctx, w.id, guard, w.p.msgID(w.token, first), batch)
+	streamSeq, maybeStored, err := w.p.writeRecordX(w.ctx, w.id, guard, w.p.msgID(w.token, first), batch)
 
 	w.mu.Lock()
 	w.inflight = nil
 	if err == nil {
+		for i := range batch {
+			w.backlog -= eventBytes(batch[i])
+		}
 		w.lastStreamSeq = streamSeq
 		w.durableNext = last + 1
+		w.pinned = 0
 		w.broadcastLocked()
 		w.kickLocked()
 		w.mu.Unlock()
@@ -312,7 +344,7 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 	if isConflict(err) {
 		w.fenced = we
 		w.closeWindowLocked()
-		w.pending, w.due = nil, 0
+		w.pending, w.due, w.backlog = nil, 0, 0
 		w.p.log.Error("agentlog publisher: guard conflict, writer fenced", "session", w.id,
 			"firstSeq", first, "lastSeq", last, "lostEvents", w.nextSeq-first, "error", err)
 	} else {
@@ -321,6 +353,9 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 		// fresh window or Flush/Close retries at once.
 		w.pending = append(batch[:len(batch):len(batch)], w.pending...)
 		w.due = 0
+		if maybeStored {
+			w.pinned = len(batch)
+		} // else: unchanged (a pinned record stays pinned until it is written)
 		w.closeWindowLocked()
 		w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
 			"firstSeq", first, "lastSeq", last, "error", err)

@@ -75,6 +75,22 @@ func newError(session string, seq int64, line int, rule, why string) *Error {
 	}
 }
 
+// NewError builds an *Error whose Msg reads `session "<id>" [line L] [seq S]: <why> [rule <rule>]`
+// (line and seq are left out when 0 and -1). Other packages use it so that every refusal a user
+// sees names the session, the seq and the rule in one format.
+func NewError(session string, seq int64, line int, rule, why string) *Error {
+	return newError(session, seq, line, rule, why)
+}
+
+// ForSession returns a copy of e naming session instead (for a file imported under another id than
+// its header's).
+func (e *Error) ForSession(session string) *Error {
+	if e == nil || e.Session == session {
+		return e
+	}
+	return newError(session, e.Seq, e.Line, e.Rule, e.reason())
+}
+
 // withLine returns a copy of e naming the JSONL line.
 func (e *Error) withLine(line int) *Error {
 	if e == nil || line <= 0 {

@@ -23,9 +23,30 @@ func (ev Event) MarshalJSON() ([]byte, error) {
 	return appendEventJSON(nil, &ev, false)
 }
 
+// encodeMode selects how appendEventJSONMode treats the raw fields.
+type encodeMode int
+
+const (
+	modeStrict  encodeMode = iota // validate and compact every raw field
+	modeTrusted                   // raw fields are known valid: copy compact ones as they are
+	modeRepair                    // a repair closer built by us: time may be "null", data is ours
+)
+
 // appendEventJSON appends ev's JSON; lenientTime lets a repair closer carry "null" as the
 // reference's JSON.stringify(Infinity) does.
 func appendEventJSON(dst []byte, ev *Event, lenientTime bool) ([]byte, error) {
+	if lenientTime {
+		return appendEventJSONMode(dst, ev, modeRepair)
+	}
+	return appendEventJSONMode(dst, ev, modeStrict)
+}
+
+func appendEventJSONMode(dst []byte, ev *Event, mode encodeMode) ([]byte, error) {
+	lenientTime := mode == modeRepair
+	compact := appendCompact
+	if mode == modeTrusted {
+		compact = appendTrusted
+	}
 	t := string(ev.Time)
 	if !validNumberLiteral(t) && !(lenientTime && t == "null") {
 		return nil, fmt.Errorf("session event seq %d: time %q is not a JSON number", ev.Seq, t)
@@ -43,18 +64,18 @@ func appendEventJSON(dst []byte, ev *Event, lenientTime bool) ([]byte, error) {
 	var err error
 	if lenientTime {
 		dst = append(dst, ev.Data...) // a repair closer: built compact by us, possibly deep
-	} else if dst, err = appendCompact(dst, ev.Data); err != nil {
+	} else if dst, err = compact(dst, ev.Data); err != nil {
 		return nil, fmt.Errorf("session event seq %d: data: %w", ev.Seq, err)
 	}
 	if ev.SourceEventSeqs != nil {
 		dst = append(dst, `,"sourceEventSeqs":`...)
-		if dst, err = appendCompact(dst, ev.SourceEventSeqs); err != nil {
+		if dst, err = compact(dst, ev.SourceEventSeqs); err != nil {
 			return nil, fmt.Errorf("session event seq %d: sourceEventSeqs: %w", ev.Seq, err)
 		}
 	}
 	if ev.SurfaceOp != nil {
 		dst = append(dst, `,"surfaceOp":`...)
-		if dst, err = appendCompact(dst, ev.SurfaceOp); err != nil {
+		if dst, err = compact(dst, ev.SurfaceOp); err != nil {
 			return nil, fmt.Errorf("session event seq %d: surfaceOp: %w", ev.Seq, err)
 		}
 	}
@@ -64,12 +85,61 @@ func appendEventJSON(dst []byte, ev *Event, lenientTime bool) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// appendCompact appends raw without insignificant whitespace, failing when raw is not valid JSON.
+// Raw that is already compact (the usual case: it was read from a compact line) is validated and
+// copied as is.
 func appendCompact(dst, raw []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
+	if isCompact(raw) {
+		if !json.Valid(raw) {
+			return nil, errors.New("invalid JSON")
+		}
+		return append(dst, raw...), nil
+	}
+	buf := bytes.NewBuffer(dst)
+	if err := json.Compact(buf, raw); err != nil {
 		return nil, err
 	}
-	return append(dst, buf.Bytes()...), nil
+	return buf.Bytes(), nil
+}
+
+// appendTrusted appends raw, which the caller knows to be valid JSON, without insignificant
+// whitespace; compact input is copied without being scanned again.
+func appendTrusted(dst, raw []byte) ([]byte, error) {
+	if isCompact(raw) {
+		return append(dst, raw...), nil
+	}
+	return appendCompact(dst, raw)
+}
+
+// isCompact reports whether raw has no whitespace outside its strings (it does not validate).
+func isCompact(raw []byte) bool {
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			if c == '\\' {
+				escaped = true
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			return false
+		}
+	}
+	return true
+}
+
+// AppendJSON appends the event's JSON line (the bytes MarshalJSON gives) to dst, for events already
+// validated — accepted by Surface.Apply or Session.Append, or read by ReadJSONL: Data, SurfaceOp and
+// SourceEventSeqs are trusted to be valid JSON and are copied without being scanned again when they
+// are already compact. It still fails when Time is not a number or Data is absent. This is the
+// record encoder's hot path; use MarshalJSON for events from elsewhere.
+func (ev *Event) AppendJSON(dst []byte) ([]byte, error) {
+	return appendEventJSONMode(dst, ev, modeTrusted)
 }
 
 // UnmarshalJSON reads one event object with the same rules as ReadJSONL: the last of repeated

@@ -161,7 +161,8 @@ func (s *Session) Surface() Surface { return s.surf.clone() }
 // DeriveMessages returns the model-visible message history: one message per surface node that
 // derives one, each the exact bytes inside its event's data. Cached like the reference's
 // Session.deriveMessages: each node is derived once, and the cache is rebuilt only after
-// replaceGeneration changes. The returned slice is fresh; the messages share the events' bytes.
+// replaceGeneration changes. A call costs O(new nodes). The returned slice never changes after it
+// is returned (its capacity is clipped); the messages share the events' bytes.
 func (s *Session) DeriveMessages() []json.RawMessage {
 	if s.surf.ReplaceGeneration != s.derivedGen {
 		s.derived = nil
@@ -174,9 +175,13 @@ func (s *Session) DeriveMessages() []json.RawMessage {
 		}
 	}
 	s.derivedNodes = len(s.surf.Nodes)
-	out := make([]json.RawMessage, len(s.derived))
-	copy(out, s.derived)
-	return out
+	if s.derived == nil {
+		s.derived = []json.RawMessage{}
+	}
+	// The cache itself, clipped to its length: O(1) per call however long the session, and a later
+	// append never grows (or writes into) a slice a caller already holds — the guarantee the
+	// reference buys with a copy ([...derived]). Callers must not modify the messages' bytes.
+	return s.derived[:len(s.derived):len(s.derived)]
 }
 
 // Repair returns the crash-repair closers (interruptedTurnClosers) for the current log: synthetic

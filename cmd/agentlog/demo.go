@@ -73,11 +73,18 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 		}
 		sessions = append(sessions, imported{session.Header{Version: 0, ID: demoSessionID, CreatedAt: time.Now().UnixMilli()}, events})
 	}
+	used := map[string]int{}
 	for _, f := range files {
 		h, events, err := readLogFile(f, "")
 		if err != nil {
 			return err
 		}
+		// Recorded logs often share a header id; give each file its own session.
+		if n := used[h.ID]; n > 0 {
+			h.ID = fmt.Sprintf("%s#%d", h.ID, n+1)
+			h.Raw = nil
+		}
+		used[h.ID]++
 		sessions = append(sessions, imported{h, events})
 	}
 	for _, im := range sessions {
@@ -113,6 +120,10 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 	printMessages(p, msgs)
 
 	good, bad := demoForkBoundaries(stored)
+	if good < 0 {
+		p.section("fork at a turn boundary: skipped")
+		p.line("  session %q has no closed turn before its last event to fork at", id)
+	}
 	if good >= 0 {
 		child := id + "/fork-at-" + fmt.Sprint(good)
 		res, err := forker.Fork(ctx, s.nc, forker.Request{Source: id, Boundary: &good, Child: child})
@@ -127,6 +138,10 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 		}
 		p.line("child %q: %d seed events + session/end-seed; its messages (%d):", res.Child, res.SeedLength, len(cmsgs))
 		printMessages(p, cmsgs)
+	}
+	if bad < 0 {
+		p.section("fork inside an open turn: skipped")
+		p.line("  session %q's last turn is too short to fork inside", id)
 	}
 	if bad >= 0 {
 		_, err := forker.Fork(ctx, s.nc, forker.Request{Source: id, Boundary: &bad, Child: id + "/fork-at-" + fmt.Sprint(bad)})
@@ -214,7 +229,11 @@ func summarizeMessage(raw json.RawMessage) string {
 			parts = append(parts, c.Type)
 		}
 	}
-	return clip(fmt.Sprintf("%-9s %s", m.Role+":", strings.Join(parts, " ")), 140)
+	role := m.Role
+	if role == "" {
+		role = "(no role)"
+	}
+	return clip(fmt.Sprintf("%-9s %s", role+":", strings.Join(parts, " ")), 140)
 }
 
 // clip shortens s to at most n runes, marking the cut.

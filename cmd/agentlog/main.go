@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -48,16 +49,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "agentlog:", ee.err)
+			fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(ee.err.Error(), "agentlog: "))
 		}
 		return ee.code
 	}
 	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintln(stderr, "agentlog:", ue.err)
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command ") {
+		fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(err.Error(), "agentlog: "))
 		return 2
 	}
-	fmt.Fprintln(stderr, "agentlog:", err)
+	fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(err.Error(), "agentlog: "))
 	return 1
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,6 +46,12 @@ Quick start:
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", envURL, "NATS server URL(s), comma separated (env AGENTLOG_NATS_URL)")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline for one command's requests to NATS")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.timeout <= 0 {
+			return &usageError{fmt.Errorf("--timeout must be positive, got %s", g.timeout)}
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
 	})
@@ -59,6 +66,7 @@ Quick start:
 		newForkCmd(g),
 		newInspectCmd(g),
 		newDemoCmd(g),
+		newBenchCmd(g),
 	)
 	return root
 }
@@ -77,12 +85,15 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.Store, error) {
 	nc, js, err := ajs.Connect(g.natsURL, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", g.natsURL, err)
+		return nil, nil, err
 	}
 	store, err := ajs.Open(ctx, js)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
+		if errors.Is(err, ajs.ErrNotProvisioned) {
+			return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
+		}
+		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
 	}
 	return nc, store, nil
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/agentlog/agentlog/forker"
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -26,6 +28,9 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Projectors < 0 {
 				return &usageError{fmt.Errorf("--projectors must be >= 0, got %d", o.Projectors)}
+			}
+			if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+				return &usageError{fmt.Errorf("--listen %q: want HOST:PORT: %w", o.Listen, err)}
 			}
 			abs, err := filepath.Abs(o.DataDir)
 			if err != nil {
@@ -50,7 +55,7 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 	}
 	c.Flags().StringVar(&o.DataDir, "data", "./agentlog-data", "JetStream storage directory (kept across restarts)")
 	c.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:4222", "client listen address HOST:PORT (port 0: pick a free one)")
-	c.Flags().IntVar(&o.Projectors, "projectors", 1, "number of projector instances to run (0: none, attach `agentlog projector` processes)")
+	c.Flags().IntVar(&o.Projectors, "projectors", 1, "number of projector instances to run (0: none; attach separate \"agentlog projector\" processes)")
 	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "fsync every write before acknowledging it (strict single-node durability; slower)")
 	return c
 }
@@ -65,19 +70,25 @@ agentlog_sessions and agentlog_projections KV buckets, and checks what exists. I
 setting, to run against an existing config it cannot use. The partition count is fixed at creation.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Partitions < 1 || cfg.Partitions > ajs.MaxPartitions {
+				return &usageError{fmt.Errorf("--partitions must be 1..%d, got %d", ajs.MaxPartitions, cfg.Partitions)}
+			}
+			if cfg.Replicas < 1 || cfg.Replicas > 5 {
+				return &usageError{fmt.Errorf("--replicas must be 1..5, got %d", cfg.Replicas)}
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			nc, js, err := ajs.Connect(g.natsURL, "agentlog-provision")
 			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", g.natsURL, err)
+				return err
 			}
 			defer nc.Close()
 			store, err := ajs.Provision(ctx, js, cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: stream %s (%d partitions), KV %s, %s\n",
-				g.natsURL, ajs.StreamName, store.Partitions, ajs.SessionsBucket, ajs.ProjectionsBucket)
+			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions) and %s, KV buckets %s and %s\n",
+				g.natsURL, ajs.StreamName, store.Partitions, ajs.ErrorsStream, ajs.SessionsBucket, ajs.ProjectionsBucket)
 			return nil
 		},
 	}
@@ -88,26 +99,41 @@ setting, to run against an existing config it cannot use. The partition count is
 
 func newProjectorCmd(g *globals) *cobra.Command {
 	var name string
+	var cacheSessions int
+	var flush time.Duration
 	c := &cobra.Command{
 		Use:   "projector [--name NAME]",
 		Short: "Run a projector instance against a NATS cluster until SIGINT/SIGTERM",
-		Args:  exactArgs(0, "no arguments"),
+		Long: `projector folds session logs into the projection units (messages, transcript, title, todos, usage,
+tools, turns) in the agentlog_projections KV bucket and serves the agentlog-query service.
+
+Run several, each with its own --name: the instances divide the stream's partitions among themselves
+(a lease per instance in the agentlog_projector_members KV bucket; partition p is consumed in order by
+one instance through the durable consumer agentlog-projector-<p>). A killed instance's partitions
+resume on the survivors within about 4 s; a new instance takes its share at once.`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cacheSessions < 0 {
+				return &usageError{fmt.Errorf("--cache-sessions must be >= 0, got %d", cacheSessions)}
+			}
 			nc, store, err := g.connect(cmd.Context(), "agentlog-projector")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			p := projector.New(store, nc, projector.Options{Name: name, Logger: slog.New(slog.NewTextHandler(g.stderr, nil))})
+			p := projector.New(store, nc, projector.Options{Name: name, Logger: slog.New(slog.NewTextHandler(g.stderr, nil)),
+				CacheSessions: cacheSessions, FlushInterval: flush})
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s\n", name, g.natsURL)
+			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions, p.Owned())
 			<-cmd.Context().Done()
 			return p.Stop()
 		},
 	}
-	c.Flags().StringVar(&name, "name", "", "instance name (default: host-pid)")
+	c.Flags().StringVar(&name, "name", "", "instance name, unique among the running projectors (default: host-pid)")
+	c.Flags().IntVar(&cacheSessions, "cache-sessions", projector.DefaultCacheSessions, "hot session states kept in memory (the rest is read back from KV)")
+	c.Flags().DurationVar(&flush, "flush-interval", projector.DefaultFlushInterval, "longest a folded record waits for its checkpoint")
 	return c
 }
 

@@ -30,6 +30,9 @@ that breaks a rule is refused with the seq and the rule, and nothing is written.
 defaults to the one in the file's header; importing onto an existing session is refused.`,
 		Args: exactArgs(1, "one FILE argument"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("session") && id == "" {
+				return &usageError{errors.New("--session must not be empty (leave it out to use the file header's id)")}
+			}
 			h, events, err := readLogFile(args[0], id)
 			if err != nil {
 				return err
@@ -71,6 +74,10 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 	}
 	hp, events, err := session.ReadJSONL(r, nameInErrors)
 	if err != nil {
+		var se *session.Error
+		if idOverride != "" && errors.As(err, &se) {
+			err = se.ForSession(idOverride)
+		}
 		return session.Header{}, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var h session.Header
@@ -94,22 +101,54 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 
 // importLog creates the session and appends events through the publisher, returning once they are
 // durable. It returns the number of events written.
-func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (int, error) {
-	pub := publisher.New(store, nc, publisher.Options{})
+//
+// An import is all or nothing: the publisher's window is disabled, so every event stays pending
+// until Close, which writes them as one record (split by the store into one atomic batch when it is
+// larger than the stream's max message size). If anything fails, the session's metadata is removed
+// again when its log is still empty, so the import can simply be retried.
+func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (n int, err error) {
+	pub := publisher.New(store, nc, publisher.Options{
+		Window:          24 * time.Hour, // never fires: Close writes everything at once
+		MaxPendingBytes: -1,
+		AttemptTimeout:  2 * time.Minute,
+	})
 	w, err := pub.Create(ctx, h)
 	if err != nil {
 		return 0, err
 	}
+	defer func() {
+		if err != nil {
+			err = rollbackImport(store, h.ID, err)
+		}
+	}()
 	for _, ev := range events {
 		if err := w.Append(ev); err != nil {
 			_ = w.Close(ctx)
-			return 0, fmt.Errorf("session %q: %w", h.ID, err)
+			return 0, err
 		}
 	}
 	if err := w.Close(ctx); err != nil {
-		return 0, fmt.Errorf("session %q: %w", h.ID, err)
+		return 0, err
 	}
 	return len(events), nil
+}
+
+// rollbackImport removes the metadata of a failed import whose log is still empty, and reports
+// what the store holds.
+func rollbackImport(store *ajs.Store, id string, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tail, err := store.GetTail(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w; session %q may be left with metadata and no events: %v", cause, id, err)
+	}
+	if tail.NextSeq > 0 {
+		return fmt.Errorf("%w; session %q holds %d events", cause, id, tail.NextSeq)
+	}
+	if err := store.DeleteSession(ctx, id); err != nil {
+		return fmt.Errorf("%w; session %q is left with metadata and no events: %v", cause, id, err)
+	}
+	return fmt.Errorf("%w; nothing was written", cause)
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
@@ -186,6 +225,12 @@ writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projecti
 		},
 	}
 	c.Flags().Int64Var(&minSeq, "min-seq", -2, "wait until the projection has applied this seq (-2: the log's last seq; -1: don't wait)")
+	c.PreRunE = func(*cobra.Command, []string) error {
+		if minSeq < -2 {
+			return &usageError{fmt.Errorf("--min-seq must be a seq >= 0, -1 (don't wait) or -2 (the log's last seq), got %d", minSeq)}
+		}
+		return nil
+	}
 	c.Flags().BoolVar(&pretty, "pretty", false, "indent the JSON")
 	return c
 }
@@ -200,6 +245,15 @@ func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id stri
 		minSeq = tail.NextSeq - 1
 	}
 	reply, err := projector.QueryMessages(ctx, nc, id, minSeq)
+	var qe *projector.QueryError
+	if errors.As(err, &qe) && qe.Code == projector.CodeNotFound {
+		// A session that exists but has no events has no projection yet: its history is empty.
+		if _, herr := store.GetSession(ctx, id); herr == nil {
+			if tail, terr := store.GetTail(ctx, id); terr == nil && tail.NextSeq == 0 {
+				return []json.RawMessage{}, nil
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +333,14 @@ past the end, and -1). It needs no server. It exits 0 whether or not the log is 
 		Args: exactArgs(0, "no arguments (the log comes on stdin)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res := session.Inspect(bufio.NewReader(g.stdin), allForks)
-			return writeJSON(g.stdout, res, false)
+			// Written as MarshalJSON produced it: the reference allows deeper nesting than
+			// encoding/json re-validates (DEPARTURES.md).
+			b, err := res.MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("inspect: encode result: %w", err)
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+			return err
 		},
 	}
 	c.Flags().BoolVar(&allForks, "all-forks", false, "try every fork boundary, not only the omitted one")

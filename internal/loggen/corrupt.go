@@ -253,6 +253,27 @@ func (c *ctx) accept(i int) {
 	c.f.Seq, c.f.Expect = int64(i), Accepted
 }
 
+// acceptData is accept for a fault that changed the data of event i outside its message content:
+// when event i is a tool/result replace (a prune), or a later prune rewrites event i, the
+// reference now refuses that replace ("may change only content").
+func (c *ctx) acceptData(i int) {
+	c.accept(i)
+	if c.log.Events[i].Type != "tool/result" {
+		return
+	}
+	if _, ok := c.log.Events[i].SurfaceOp.(Obj); ok {
+		c.refuse(i) // the event is itself a prune: it now changes more than the content
+		return
+	}
+	for r := i + 1; r < len(c.log.Events); r++ {
+		e := c.log.Events[r]
+		if op, ok := e.SurfaceOp.(Obj); ok && e.Type == "tool/result" && mustGet(op, "start") == int64(i) {
+			c.f.Expect, c.f.Accepted = Refused, r
+			return
+		}
+	}
+}
+
 func isSurface(e Ev) bool { return e.SurfaceOp != nil }
 
 func isSurfaceType(t string) bool {
@@ -741,7 +762,7 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		}
 		switch v {
 		case "data-inexact-int", "data-2^53+1":
-			c.accept(i)
+			c.acceptData(i)
 		default:
 			c.refuse(i)
 		}
@@ -835,7 +856,7 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		if !addDataKey(f, "note", s) {
 			return false
 		}
-		c.accept(i)
+		c.acceptData(i)
 		return true
 	},
 	BlankLines: func(c *ctx) bool {
@@ -1293,7 +1314,11 @@ var kindFuncs = map[FaultKind]func(*ctx) bool{
 		default:
 			f.Set("data", Arr{int64(1)})
 		}
-		c.accept(i)
+		if v == "proto-key" {
+			c.acceptData(i)
+		} else {
+			c.accept(i)
+		}
 		return true
 	},
 	TurnOdd: func(c *ctx) bool {

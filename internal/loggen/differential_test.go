@@ -133,7 +133,11 @@ func TestDifferential(t *testing.T) {
 	if raceEnabled && !flagSet("loggen.n") {
 		n = 200 // the race detector makes Inspect ~10x slower; the full 2000 runs without -race
 	}
-	t.Logf("TestDifferential: seed %d, %d logs", seed, n)
+	if *flagOnly >= 0 {
+		t.Logf("TestDifferential: seed %d, only log index %d", seed, *flagOnly)
+	} else {
+		t.Logf("TestDifferential: seed %d, %d logs", seed, n)
+	}
 	st := &diffStats{mismatches: map[string]int{}, keepDir: *flagKeep}
 	chunk := max(1, *flagChunk)
 	var indices []int
@@ -194,7 +198,7 @@ func runChunk(t *testing.T, oracle string, seed uint64, indices []int, st *diffS
 		go func() {
 			defer wg.Done()
 			for c := range work {
-				checkCase(t, dir, seed, c, st)
+				checkCase(t, oracle, dir, seed, c, st)
 			}
 		}()
 	}
@@ -205,7 +209,7 @@ func runChunk(t *testing.T, oracle string, seed uint64, indices []int, st *diffS
 	wg.Wait()
 }
 
-func checkCase(t *testing.T, dir string, seed uint64, c diffCase, st *diffStats) {
+func checkCase(t *testing.T, oracle, dir string, seed uint64, c diffCase, st *diffStats) {
 	jsonl, err := os.ReadFile(filepath.Join(dir, c.name+".jsonl"))
 	if err != nil {
 		t.Error(err)
@@ -224,6 +228,22 @@ func checkCase(t *testing.T, dir string, seed uint64, c diffCase, st *diffStats)
 	if err := json.Unmarshal(want, &oracleRes); err != nil {
 		t.Errorf("%s: oracle output: %v", c.name, err)
 		return
+	}
+	// oracle.mjs --dir runs every file in one process, and judge() can leave Date.now mocked
+	// with an earlier file's event time (a seq mismatch throws before the try/finally that
+	// restores it). That time reaches this file only through events without a numeric time
+	// (whose repair times are not compared, see Fault.ClockTime) and through the synthesized
+	// header's createdAt, which fails when the leaked time is negative or not a safe integer:
+	// re-run such a file on its own.
+	if strings.Contains(oracleRes.Error, "session header") {
+		if want, err = RunOracle(oracle, jsonl); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			return
+		}
+		if err := json.Unmarshal(want, &oracleRes); err != nil {
+			t.Errorf("%s: oracle output: %v", c.name, err)
+			return
+		}
 	}
 	// Self-checks of the generator and the corrupter.
 	var selfErr string

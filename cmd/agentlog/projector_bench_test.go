@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestBenchProject runs `agentlog bench project` small (AGENTLOG_BENCH_PROJECT=full: the defaults,
+// and the JSON line is logged).
+func TestBenchProject(t *testing.T) {
+	o := benchProjectOptions{Sessions: 20, Events: 50, Size: 256, Batch: 10, LagRate: 50, LagFor: time.Second, Partitions: 4}
+	if os.Getenv("AGENTLOG_BENCH_PROJECT") == "full" {
+		o = benchProjectOptions{Sessions: 200, Events: 500, Size: 512, Batch: 10, LagRate: 200, LagFor: 5 * time.Second, Partitions: 16}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	r, err := runBenchProject(ctx, o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(r)
+	t.Logf("%s", b)
+	if r.Events != o.Sessions*o.Events || r.Records != o.Sessions*o.Events/o.Batch || r.EventsPerSec <= 0 || r.BaselineEventsPerSec <= 0 || r.LagSamples == 0 {
+		t.Fatalf("result %s", b)
+	}
+}

@@ -1,0 +1,326 @@
+package integration_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/publisher"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nuid"
+)
+
+// writerEvents rebuilds the events of `agentlog bench writer --events m --size size --t0 t0`
+// (cmd/agentlog/bench_events.go, benchEvents with salt 0): this copy must stay identical, or
+// the prefix checks below fail.
+func writerEvents(m, size int, t0 int64) []session.Event {
+	evs := make([]session.Event, 0, m)
+	x := uint64(1)
+	rnd := func() byte {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[x%63]
+	}
+	turn := m >= 4
+	for seq := 0; seq < m; seq++ {
+		ev := session.Event{Seq: int64(seq), Time: json.Number(strconv.FormatInt(t0+int64(seq), 10))}
+		switch {
+		case turn && seq == 0:
+			ev.Type, ev.Data = "turn/start", json.RawMessage(`{"turn":1}`)
+		case turn && seq == 1:
+			ev.Type, ev.Data = "step/start", json.RawMessage(`{"turn":1,"step":1}`)
+		case turn && seq == m-2:
+			ev.Type, ev.Data = "step/end", json.RawMessage(`{"turn":1,"step":1}`)
+		case turn && seq == m-1:
+			ev.Type, ev.Data = "turn/end", json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)
+		default:
+			ev.Type = "assistant/chunk"
+			prefix := `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"`
+			const suffix = `"}}`
+			ev.Data = json.RawMessage(prefix + suffix)
+			line, _ := json.Marshal(ev)
+			pad := max(size-len(line), 1)
+			text := []byte(prefix)
+			for range pad {
+				text = append(text, rnd())
+			}
+			ev.Data = json.RawMessage(append(text, suffix...))
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// writerProc is a running `agentlog bench writer` subprocess and what it reported.
+type writerProc struct {
+	cmd     *exec.Cmd
+	lines   chan string
+	stderr  *syncBuffer
+	durable int
+}
+
+func startWriter(t *testing.T, id string, args ...string) *writerProc {
+	t.Helper()
+	all := append([]string{"--nats", devURL, "bench", "writer", "--session", id, "--t0", "1785000000000"}, args...)
+	cmd := exec.Command(binPath, all...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := &writerProc{cmd: cmd, lines: make(chan string, 1024), stderr: &syncBuffer{}}
+	cmd.Stderr = wp.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			wp.lines <- sc.Text()
+		}
+		close(wp.lines)
+	}()
+	return wp
+}
+
+// next returns the next line of the writer; ok false when it exited.
+func (wp *writerProc) next(t *testing.T) (string, bool) {
+	t.Helper()
+	select {
+	case l, ok := <-wp.lines:
+		if ok && strings.HasPrefix(l, "durable ") {
+			wp.durable, _ = strconv.Atoi(strings.TrimPrefix(l, "durable "))
+		}
+		return l, ok
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the writer process printed nothing for 60 s; stderr: %s", wp.stderr.String())
+		return "", false
+	}
+}
+
+// waitFor reads lines until one starts with prefix, n times.
+func (wp *writerProc) waitFor(t *testing.T, prefix string, n int) {
+	t.Helper()
+	for n > 0 {
+		l, ok := wp.next(t)
+		if !ok {
+			t.Fatalf("the writer process exited before %d more %q lines; stderr: %s", n, prefix, wp.stderr.String())
+		}
+		if strings.HasPrefix(l, prefix) {
+			n--
+		}
+	}
+}
+
+func devStore(t *testing.T) *jetstream.Store {
+	t.Helper()
+	_, st := connectStore(t, devURL, nil)
+	return st
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// oracleRepair runs the reference oracle (node, /tmp/oracle) over the log when it is installed and
+// returns its `repair` events; ok false when it is not available.
+func oracleRepair(t *testing.T, id string, events []session.Event) ([]json.RawMessage, bool) {
+	t.Helper()
+	const script = "/tmp/oracle/oracle.mjs"
+	if _, err := os.Stat(script); err != nil {
+		return nil, false
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		return nil, false
+	}
+	var in bytes.Buffer
+	if err := session.WriteJSONL(&in, &session.Header{ID: id, CreatedAt: 1785000000000}, events, session.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", script)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v", err)
+	}
+	var res struct {
+		OK     bool              `json:"ok"`
+		Repair []json.RawMessage `json:"repair"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || !res.OK {
+		t.Fatalf("oracle output %s: %v", out, err)
+	}
+	return res.Repair, true
+}
+
+// TestPublisherKill9MidWindow kills a publisher process with SIGKILL while events sit in an open
+// window (and, in one case, while a record is being written), then checks the log — every event
+// whose Append and Flush returned is there, nothing twice, seqs contiguous, the rest absent or a
+// complete prefix — and resumes the session, whose crash-repair closers must be the oracle's
+// `repair` (the turn was left open).
+func TestPublisherKill9MidWindow(t *testing.T) {
+	st := devStore(t)
+	const total, size = 4000, 512
+	sent := writerEvents(total, size, 1785000000000)
+	cases := []struct {
+		name string
+		args []string
+		// flushes to wait for before the kill, and the line to wait for after them
+		flushes int
+		then    string
+		thenN   int
+	}{
+		{"window open", []string{"--batch", "5", "--flush-every", "3", "--pause", "2ms", "--window", "1s"}, 4, "appended ", 3},
+		{"right after a flush", []string{"--batch", "7", "--flush-every", "2", "--pause", "1ms", "--window", "100ms"}, 6, "", 0},
+		{"writes in flight", []string{"--batch", "50", "--flush-every", "1000", "--pause", "100us", "--window", "5ms"}, 0, "appended ", 40},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := fmt.Sprintf("kill9-%d-%s", i, nuid.Next())
+			wp := startWriter(t, id, append([]string{"--events", strconv.Itoa(total), "--size", strconv.Itoa(size), "--writer-id", "k" + strconv.Itoa(i)}, c.args...)...)
+			wp.waitFor(t, "ready ", 1)
+			wp.waitFor(t, "durable ", c.flushes)
+			if c.then != "" {
+				wp.waitFor(t, c.then, c.thenN)
+			}
+			if err := wp.cmd.Process.Kill(); err != nil { // SIGKILL
+				t.Fatal(err)
+			}
+			_ = wp.cmd.Wait()
+			for {
+				if _, ok := wp.next(t); !ok {
+					break
+				}
+			}
+			got := checkLog(t, st, id, sent, wp.durable)
+			t.Logf("killed with %d events acknowledged durable; %d stored", wp.durable, len(got))
+			if len(got) == 0 {
+				t.Log("nothing was stored before the kill: nothing to resume")
+				return
+			}
+
+			// Resume: the closers, then the end-seed, as one record.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res := session.Inspect(bytes.NewReader(jsonl(t, id, got)), false)
+			if !res.OK || len(res.Repair) == 0 {
+				t.Fatalf("stored log: ok %v, repair %v: want an open turn to repair", res.OK, res.Repair)
+			}
+			if want, ok := oracleRepair(t, id, got); ok {
+				if len(want) != len(res.Repair) {
+					t.Fatalf("oracle repair has %d events, session.Inspect %d", len(want), len(res.Repair))
+				}
+				for k := range want {
+					have, _ := res.Repair[k].MarshalJSON()
+					if !jsonEqual(t, want[k], have) {
+						t.Fatalf("repair %d: oracle %s, ours %s", k, want[k], have)
+					}
+				}
+			} else {
+				t.Log("oracle not installed (/tmp/oracle, node): closers compared with session.Inspect only")
+			}
+			nc, st2 := connectStore(t, devURL, nil)
+			p := publisher.New(st2, nc, publisher.Options{WriterID: "resumer", Logger: quietLogger()})
+			w, err := p.Open(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, _, err := st.Read(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(after) != len(got)+len(res.Repair)+1 || after[len(after)-1].Type != "session/end-seed" {
+				t.Fatalf("after resume: %d events (want %d + %d closers + end-seed)", len(after), len(got), len(res.Repair))
+			}
+			for k, r := range res.Repair {
+				if err := sameEvent(after[len(got)+k], r); err != nil {
+					t.Fatalf("closer %d: %v", k, err)
+				}
+			}
+			if w.NextSeq() != int64(len(after)) {
+				t.Fatalf("resumed writer at seq %d, log has %d events", w.NextSeq(), len(after))
+			}
+			if err := p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestPublisherOpenFencesLiveWriter opens (resumes) a session while another process is writing
+// it. The guard fences one of the two: here the live writer, whose next write conflicts and whose
+// process exits with the conflict. The log stays valid and contiguous.
+func TestPublisherOpenFencesLiveWriter(t *testing.T) {
+	st := devStore(t)
+	const total = 100000
+	sent := writerEvents(total, 256, 1785000000000)
+	id := "live-" + nuid.Next()
+	wp := startWriter(t, id, "--events", strconv.Itoa(total), "--size", "256", "--batch", "5", "--flush-every", "1", "--pause", "1ms", "--window", "20ms", "--writer-id", "live")
+	wp.waitFor(t, "durable ", 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nc, st2 := connectStore(t, devURL, nil)
+	p := publisher.New(st2, nc, publisher.Options{WriterID: "taker", Logger: quietLogger()})
+	var w *publisher.Writer
+	var err error
+	for try := 0; try < 50; try++ { // the live writer may win the race on the guard: then retry
+		if w, err = p.Open(ctx, id); err == nil || !errors.Is(err, publisher.ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Open while another process writes: %v", err)
+	}
+	for { // the live writer is fenced at its next write and exits
+		if _, ok := wp.next(t); !ok {
+			break
+		}
+	}
+	werr := wp.cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || !strings.Contains(wp.stderr.String(), "guard conflict") {
+		t.Fatalf("live writer: exit %v, stderr %q; want it fenced by a guard conflict", werr, wp.stderr.String())
+	}
+	got, _, err := st.Read(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session.Load(id, got); err != nil {
+		t.Fatalf("log after the takeover is not valid: %v", err)
+	}
+	n := len(got) - int(w.NextSeq()) // events of ours at the end: none beyond what Open wrote
+	if n != 0 || got[len(got)-1].Type != "session/end-seed" {
+		t.Fatalf("log ends with %q, writer at %d of %d events", got[len(got)-1].Type, w.NextSeq(), len(got))
+	}
+	// Before our closers: a prefix of the live writer's events holding all it acknowledged.
+	live := 0
+	for live < len(got) && live < len(sent) && sameEvent(got[live], sent[live]) == nil {
+		live++
+	}
+	if live < wp.durable {
+		t.Fatalf("only %d of the live writer's %d acknowledged events survived the takeover", live, wp.durable)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jsonl(t *testing.T, id string, events []session.Event) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := session.WriteJSONL(&b, &session.Header{ID: id, CreatedAt: 1785000000000}, events, session.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}

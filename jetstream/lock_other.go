@@ -1,0 +1,11 @@
+//go:build !unix
+
+package jetstream
+
+import "os"
+
+// DataDirLockFile is the file RunEmbedded would lock inside its data directory; on this platform
+// the data directory is not locked.
+const DataDirLockFile = "agentlog.lock"
+
+func lockDataDir(dir string) (*os.File, error) { return nil, nil }

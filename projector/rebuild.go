@@ -1,0 +1,130 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RebuildResult counts what Rebuild did: sessions rebuilt, sessions whose projection is stopped
+// by a rule their log breaks (rebuilt up to it, with the error stored), and sessions with no
+// events (nothing to write).
+type RebuildResult struct {
+	Sessions int
+	Stopped  int
+	Empty    int
+}
+
+// ListSessions returns the ids of every session with metadata in agentlog_sessions, sorted.
+func ListSessions(ctx context.Context, store *ajs.Store) ([]string, error) {
+	keys, err := store.Sessions.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions (KV bucket %s): %w", ajs.SessionsBucket, err)
+	}
+	var ids []string
+	for k := range keys.Keys() {
+		id, err := ajs.IDFromToken(k)
+		if err != nil {
+			continue // not a session key
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// Rebuild recomputes unit's state of each session in ids (nil: every session, ListSessions) from
+// the session log, from seq 0, and stores it over the current value with a revision
+// compare-and-swap; it runs next to live projectors (one that holds the session in memory gets a
+// revision conflict at its next write, reloads the rebuilt state and goes on from it). The
+// revision is read before the log, so a projector that writes meanwhile makes the swap fail and
+// the session is rebuilt again: a rebuild never moves a state back. progress, if not nil, is
+// called after each session with the count done and the total. Errors name the session.
+func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, ids []string, progress func(done, total int)) (RebuildResult, error) {
+	var res RebuildResult
+	target := reg.get(unit)
+	if target == nil {
+		return res, fmt.Errorf("projector: no projection unit %q is registered (units: %v)", unit, reg.Keys())
+	}
+	if ids == nil {
+		var err error
+		if ids, err = ListSessions(ctx, store); err != nil {
+			return res, err
+		}
+	}
+	defs := []*Definition{reg.list()[0]}
+	if !target.gate {
+		defs = append(defs, target)
+	}
+	for i, id := range ids {
+		stopped, empty, err := rebuildOne(ctx, store, defs, id)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case empty:
+			res.Empty++
+		case stopped:
+			res.Stopped++
+			res.Sessions++
+		default:
+			res.Sessions++
+		}
+		if progress != nil {
+			progress(i+1, len(ids))
+		}
+	}
+	return res, nil
+}
+
+// rebuildOne folds defs (the gate, then the unit) over one session's log and writes the last one.
+func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
+	token, err := ajs.Token(id)
+	if err != nil {
+		return false, false, fmt.Errorf("session %q: %w", id, err)
+	}
+	d := defs[len(defs)-1]
+	key := UnitKey(d.Key, token)
+	for attempt := 0; attempt < casRetries; attempt++ {
+		var rev uint64
+		e, gerr := store.Projections.Get(ctx, key)
+		switch {
+		case gerr == nil:
+			rev = e.Revision()
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		default:
+			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
+		}
+		ss := &sessState{token: token, id: id}
+		for _, def := range defs {
+			ss.units = append(ss.units, newUnitState(def))
+		}
+		if err := catchUp(ctx, store, ss); err != nil {
+			return false, false, fmt.Errorf("session %q: %w", id, err)
+		}
+		u := ss.units[len(ss.units)-1]
+		if ss.gate().asOfSeq < 0 && ss.gate().err == nil {
+			return false, true, nil // no events
+		}
+		u.rev = rev
+		for _, o := range ss.units[:len(ss.units)-1] {
+			o.written = true // only the rebuilt unit is written
+		}
+		u.written = false
+		conflicts, werr := writeSessions(ctx, store.JS, []*sessState{ss})
+		if werr != nil {
+			return false, false, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
+		}
+		if len(conflicts) == 0 {
+			return u.err != nil, false, nil
+		}
+	}
+	return false, false, fmt.Errorf("session %q: %s kept changing during the rebuild (%d revision conflicts)", id, key, casRetries)
+}

@@ -1,0 +1,317 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestHelperProjector is not a test: it is the projector process the scale-out tests start (the
+// test binary re-executed with AGENTLOG_HELPER_URL set). It runs until it is killed.
+func TestHelperProjector(t *testing.T) {
+	url := os.Getenv("AGENTLOG_HELPER_URL")
+	if url == "" {
+		t.Skip("helper process for TestKilledInstanceFailsOver (runs only when started by it)")
+	}
+	name := os.Getenv("AGENTLOG_HELPER_NAME")
+	nc, js, err := ajs.Connect(url, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	store, err := ajs.Open(context.Background(), js)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	logger := quietLogger()
+	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	p := New(store, nc, Options{Name: name, Logger: logger})
+	if err := p.Start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// startProcess starts a projector process named name against the env's server.
+func (e *env) startProcess(name string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProjector$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AGENTLOG_HELPER_URL="+e.url, "AGENTLOG_HELPER_NAME="+name)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("starting projector process %s: %v", name, err)
+	}
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
+			e.t.Logf("process %s:\n%s", name, out.String())
+		}
+	})
+	return cmd
+}
+
+// waitMembers blocks until the members bucket lists exactly names and each of them consumes
+// the partitions Assign gives it; it returns what each owns.
+func (e *env) waitMembers(names ...string) map[string][]int {
+	e.t.Helper()
+	slices.Sort(names)
+	var kv jetstream.KeyValue
+	var owned map[string][]int
+	e.waitFor(func() bool {
+		if kv == nil {
+			k, err := e.store.JS.KeyValue(ctx(e.t), MembersBucket)
+			if err != nil {
+				return false
+			}
+			kv = k
+		}
+		keys, err := kv.ListKeys(ctx(e.t))
+		if err != nil {
+			return false
+		}
+		var got []string
+		for k := range keys.Keys() {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, names) {
+			return false
+		}
+		owned = map[string][]int{}
+		for _, n := range names {
+			ent, err := kv.Get(ctx(e.t), n)
+			if err != nil {
+				return false
+			}
+			var v MemberValue
+			if json.Unmarshal(ent.Value(), &v) != nil || !slices.Equal(v.Owned, Assign(names, n, e.store.Partitions)) {
+				return false
+			}
+			owned[n] = v.Owned
+		}
+		return true
+	})
+	return owned
+}
+
+// loader appends toolSession to many sessions concurrently, in records of 1..3 events.
+type loader struct {
+	e   *env
+	mu  sync.Mutex
+	ids []string
+}
+
+func (l *loader) run(prefix string, n, workers int, pause func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				id := fmt.Sprintf("%s-%03d", prefix, i)
+				l.write(id, i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if pause != nil {
+			pause(i)
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+func (l *loader) write(id string, i int) {
+	store := l.e.store
+	c := context.Background()
+	if err := store.CreateSession(c, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+		l.e.t.Errorf("CreateSession %s: %v", id, err)
+		return
+	}
+	events := toolSession()
+	var tail uint64
+	for k := 0; len(events) > 0; k++ {
+		size := min((i+k)%3+1, len(events))
+		res, err := store.Append(c, id, tail, "", events[:size])
+		if err != nil {
+			l.e.t.Errorf("Append %s: %v", id, err)
+			return
+		}
+		tail, events = res.StreamSeq, events[size:]
+	}
+	l.mu.Lock()
+	l.ids = append(l.ids, id)
+	l.mu.Unlock()
+}
+
+// checkAll asserts that every session written is fully projected, by every unit, exactly as the
+// units' definitions give (nothing lost, nothing applied twice).
+func (l *loader) checkAll(t *testing.T) {
+	t.Helper()
+	reg, _ := NewRegistry()
+	want, err := Fold(reg, "x", toolSession())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range l.ids {
+		r, err := QueryMessages(ctx(t), l.e.nc, id, 10)
+		if err != nil {
+			tok, _ := ajs.Token(id)
+			part := ajs.Partition(tok, l.e.store.Partitions)
+			cons, _ := l.e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+			ci, _ := cons.Info(ctx(t))
+			t.Fatalf("%s (partition %d, consumer %+v): %v", id, part, ci, err)
+		}
+		if r.AsOfSeq != 10 || int64s(r.Nodes) != toolNodes || len(r.Messages) != 4 {
+			t.Fatalf("%s: messages %+v", id, r)
+		}
+		snap, err := ReadSnapshot(ctx(t), l.e.store, reg, id)
+		if err != nil {
+			t.Fatalf("%s: snapshot: %v", id, err)
+		}
+		for k, wu := range want.Units {
+			if gu := snap.Units[k]; string(gu.View) != string(wu.View) || gu.AsOfSeq != 10 || gu.Error != nil {
+				t.Fatalf("%s: unit %s: %+v, want %s", id, k, gu, wu.View)
+			}
+		}
+	}
+}
+
+// waitProjected blocks until the messages projection of id reaches seq.
+func (e *env) waitProjected(id string, seq int64) {
+	e.t.Helper()
+	if _, err := QueryMessages(ctx(e.t), e.nc, id, seq); err != nil {
+		// The wait of one query is bounded; ask again while the partition is being taken over.
+		var qe *QueryError
+		if !strings.Contains(err.Error(), "408") && !(errorsAs(err, &qe) && qe.Code == CodeTimeout) {
+			e.t.Fatalf("%s: %v", id, err)
+		}
+		e.waitProjected(id, seq)
+	}
+}
+
+// TestKilledInstanceFailsOver runs three projector processes on one embedded server, imports
+// sessions concurrently, kills one process with SIGKILL mid-load, and checks that every session
+// is projected exactly as the units give. It measures the failover: from the kill to the moment
+// a record written then on each partition of the killed instance is projected.
+func TestKilledInstanceFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three projector processes")
+	}
+	e := newEnvP(t, 6)
+	e.startProjector("query-only-observer") // serves queries; owns a share of the partitions too
+	procs := map[string]*exec.Cmd{}
+	for _, n := range []string{"p1", "p2", "p3"} {
+		procs[n] = e.startProcess(n)
+	}
+	victim := e.waitMembers("p1", "p2", "p3", "query-only-observer")["p2"]
+	if len(victim) == 0 {
+		t.Fatal("p2 owns no partition")
+	}
+
+	l := &loader{e: e}
+	var failover time.Duration
+	l.run("s", 120, 4, func(i int) {
+		if i != 60 {
+			return
+		}
+		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
+			for part := 0; part < e.store.Partitions; part++ {
+				cons, _ := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+				ci, _ := cons.Info(ctx(t))
+				t.Logf("partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
+			}
+		}
+		if err := procs["p2"].Process.Kill(); err != nil { // SIGKILL
+			t.Fatal(err)
+		}
+		_, _ = procs["p2"].Process.Wait() // it is dead from here on
+		killed := time.Now()
+		t.Logf("killed p2 at %s", killed.Format("15:04:05.000"))
+		// One probe session per partition of the victim, written right after the kill.
+		var probes []string
+		for k := 0; len(probes) < len(victim); k++ {
+			id := fmt.Sprintf("probe-%d", k)
+			tok, _ := ajs.Token(id)
+			if slices.Contains(victim, ajs.Partition(tok, e.store.Partitions)) && !slices.ContainsFunc(probes, func(p string) bool {
+				pt, _ := ajs.Token(p)
+				return ajs.Partition(pt, e.store.Partitions) == ajs.Partition(tok, e.store.Partitions)
+			}) {
+				e.create(id)
+				e.appendRecord(id, []session.Event{userMsg(0, "x", "probe")})
+				probes = append(probes, id)
+			}
+		}
+		for _, id := range probes {
+			e.waitProjected(id, 0)
+		}
+		failover = time.Since(killed)
+		t.Logf("probes %v projected at %s", probes, time.Now().Format("15:04:05.000"))
+		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
+			for part := 0; part < e.store.Partitions; part++ {
+				cons, _ := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+				ci, _ := cons.Info(ctx(t))
+				t.Logf("after: partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
+			}
+		}
+	})
+	t.Logf("failover: the killed instance's %d partitions resumed on the survivors %v after SIGKILL", len(victim), failover.Round(time.Millisecond))
+	l.checkAll(t)
+}
+
+// TestScaleOneThreeOne adds two instances to one under load, then stops them, and checks that
+// nothing is lost and nothing applied twice.
+func TestScaleOneThreeOne(t *testing.T) {
+	e := newEnvP(t, 6)
+	e.startProjector("a")
+	l := &loader{e: e}
+	var b, c *Projector
+	l.run("s", 90, 3, func(i int) {
+		switch i {
+		case 30:
+			b, c = e.startProjector("b"), e.startProjector("c")
+		case 45:
+			// All three hold partitions before the scale-in.
+			e.waitFor(func() bool { return len(b.Owned()) > 0 && len(c.Owned()) > 0 })
+		case 60:
+			if err := b.Stop(); err != nil {
+				t.Error(err)
+			}
+			if err := c.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	l.checkAll(t)
+}
+
+func errorsAs(err error, target **QueryError) bool {
+	qe, ok := err.(*QueryError)
+	if ok {
+		*target = qe
+	}
+	return ok
+}
