@@ -68,19 +68,11 @@ func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
 
 // recordErr builds a codec error. streamSeq 0 means "not stored yet / unknown".
 func recordErr(id string, seq int64, streamSeq uint64, rule, format string, args ...any) *session.Error {
-	where := fmt.Sprintf("session %q", id)
-	if seq >= 0 {
-		where += fmt.Sprintf(" seq %d", seq)
-	}
+	why := fmt.Sprintf(format, args...)
 	if streamSeq > 0 {
-		where += fmt.Sprintf(" (record at stream seq %d)", streamSeq)
+		why = fmt.Sprintf("record at stream seq %d: %s", streamSeq, why)
 	}
-	return &session.Error{
-		Session: id,
-		Seq:     seq,
-		Rule:    rule,
-		Msg:     fmt.Sprintf("agentlog: %s: %s (rule %s)", where, fmt.Sprintf(format, args...), rule),
-	}
+	return session.NewError(id, seq, 0, rule, why)
 }
 
 // encodeLines checks that events are non-empty and consecutive and returns one compact JSON line each.

@@ -99,6 +99,15 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 	return true
 }
 
+// newSessState is the state of a session with no event applied.
+func newSessState(defs []*Definition, token, id string) *sessState {
+	ss := &sessState{token: token, id: id}
+	for _, d := range defs {
+		ss.units = append(ss.units, newUnitState(d))
+	}
+	return ss
+}
+
 // loadSession reads the stored states of every registered unit of a session. When the messages
 // unit has no stored value, the session is taken as new (no other unit is read): a stray value
 // of another unit then surfaces as a revision conflict at the first write, which reloads.

@@ -14,7 +14,7 @@ var (
 	// ErrSessionExists is returned (wrapped) by Publisher.Create for an id already registered in the
 	// agentlog_sessions KV bucket. It wraps jetstream.ErrSessionExists. The reference's fork code for
 	// the same condition is SESSION_ALREADY_EXISTS.
-	ErrSessionExists = fmt.Errorf("publisher: %w", jetstream.ErrSessionExists)
+	ErrSessionExists = fmt.Errorf("publisher: %w", jetstream.ErrSessionExists) // "publisher: agentlog: session already exists"
 
 	// ErrClosed is returned by Writer.Append/Emit after Writer.Close (or Publisher.Close) began, and by
 	// Publisher.Create/Open after Publisher.Close.

@@ -165,7 +165,7 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	if err := p.store.CreateSession(ctx, h); err != nil {
 		p.release(h.ID, nil)
 		if errors.Is(err, jetstream.ErrSessionExists) {
-			return nil, fmt.Errorf("publisher: create session %q: %w (%v)", h.ID, ErrSessionExists, err)
+			return nil, fmt.Errorf("session %q already exists: %w", h.ID, ErrSessionExists)
 		}
 		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
 	}

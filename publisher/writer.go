@@ -165,8 +165,8 @@ func (w *Writer) fencedErrLocked() error {
 
 func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	if ev.Seq != w.nextSeq {
-		return ev, &session.Error{Session: w.id, Seq: ev.Seq, Rule: "seq-contiguous",
-			Msg: fmt.Sprintf("session %q: event seq %d is not the next seq %d", w.id, ev.Seq, w.nextSeq)}
+		return ev, session.NewError(w.id, ev.Seq, 0, session.RuleSeqContiguous,
+			fmt.Sprintf("event seq %d is not the next seq %d", ev.Seq, w.nextSeq))
 	}
 	if err := checkEnvelope(w.id, ev); err != nil {
 		return ev, err
@@ -202,7 +202,7 @@ func eventBytes(ev session.Event) int64 {
 // are session.Surface.Apply's, which also check that data is (lossless) JSON.
 func checkEnvelope(id string, ev session.Event) error {
 	bad := func(rule, msg string) error {
-		return &session.Error{Session: id, Seq: ev.Seq, Rule: rule, Msg: fmt.Sprintf("session %q seq %d: %s", id, ev.Seq, msg)}
+		return session.NewError(id, ev.Seq, 0, rule, msg)
 	}
 	if ev.Type == "" {
 		return bad("envelope-type", "event type is empty")

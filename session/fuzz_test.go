@@ -3,6 +3,8 @@ package session
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -27,12 +29,35 @@ var fuzzSeeds = []string{
 	"{\"type\":\"x\",\"seq\":0,\"time\":\"t\",\"data\":\"\xff\xfe\"}",
 }
 
+// addRecordedSeeds adds the recorded sessions in ../../shared/data/dsh-sessions to the corpus when
+// they are there (the smaller ones whole; of the larger ones, their first lines), so the fuzzer
+// starts from real agent work: real event shapes, packed chunk rows, replaces.
+func addRecordedSeeds(f *testing.F) {
+	paths, _ := filepath.Glob(filepath.Join(recordedDir, "*.jsonl"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		const max = 64 << 10 // keep each seed small enough to mutate quickly
+		if len(b) > max {
+			cut := bytes.LastIndexByte(b[:max], '\n')
+			if cut <= 0 {
+				continue
+			}
+			b = b[:cut+1]
+		}
+		f.Add(b)
+	}
+}
+
 // FuzzReadJSONL: reading never panics; what reads back writes and re-reads to the same events;
 // Inspect never panics and its output is JSON.
 func FuzzReadJSONL(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
+	addRecordedSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, evs, err := ReadJSONL(bytes.NewReader(in), "fuzz")
 		if err != nil {
@@ -84,6 +109,7 @@ func FuzzLoad(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
+	addRecordedSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		_, evs, _ := ReadJSONL(bytes.NewReader(in), "fuzz")
 		s, err := Load("fuzz", evs)
