@@ -160,14 +160,6 @@ func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, erro
 	}
 }
 
-// eventProbe checks the envelope fields that every stored event carries.
-type eventProbe struct {
-	Type *string         `json:"type"`
-	Seq  *json.Number    `json:"seq"`
-	Time *json.Number    `json:"time"`
-	Data json.RawMessage `json:"data"`
-}
-
 // decodeRecord decodes a record. streamSeq (0 when unknown) is named in errors. It returns the
 // session id from the Agentlog-Session header.
 func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, error) {
@@ -210,26 +202,24 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		return id, nil, recordErr(id, first, streamSeq, RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
 	events := make([]session.Event, 0, count)
-	rest := body
+	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
 	for i := 0; i < count; i++ {
 		want := first + int64(i)
 		line := rest
 		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
 			line, rest = rest[:j], rest[j+1:]
 		}
-		var p eventProbe
-		if err := json.Unmarshal(line, &p); err != nil {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d is not a JSON event object: %v", i+1, err)
-		}
-		if p.Type == nil || *p.Type == "" || p.Seq == nil || p.Time == nil || p.Data == nil {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
-		}
-		var ev session.Event
-		if err := json.Unmarshal(line, &ev); err != nil {
+		// One shallow pass per line: the envelope is built, data/surfaceOp/sourceEventSeqs are
+		// validated and kept as raw bytes (they alias body, copied once above).
+		ev, err := session.DecodeEventLine(line, id)
+		if err != nil {
 			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d is not an event: %v", i+1, err)
 		}
+		if ev.Type == "" || ev.Time == "" {
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+		}
 		if ev.Seq != want {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordSeq, "line %d has seq %s, want %d (first seq %d)", i+1, p.Seq.String(), want, first)
+			return id, nil, recordErr(id, want, streamSeq, RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
 		}
 		events = append(events, ev)
 	}

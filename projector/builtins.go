@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
+	"strconv"
 
 	"github.com/agentlog/agentlog/session"
 )
@@ -158,8 +160,8 @@ var UsageUnit = Def[UsageState]{
 	Init: func() UsageState { return UsageState{} },
 	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
 		var d struct {
-			Turn  int64 `json:"turn"`
-			Step  int64 `json:"step"`
+			Turn  jsInt `json:"turn"`
+			Step  jsInt `json:"step"`
 			Chunk *struct {
 				Type  string `json:"type"`
 				Usage *Usage `json:"usage"`
@@ -186,8 +188,8 @@ var UsageUnit = Def[UsageState]{
 		if u == nil {
 			return s, nil
 		}
-		if s.Steps == 0 || s.Turn != d.Turn || s.Step != d.Step {
-			s = UsageState{Total: s.Total, Steps: s.Steps + 1, Turn: d.Turn, Step: d.Step}
+		if turn, step := int64(d.Turn), int64(d.Step); s.Steps == 0 || s.Turn != turn || s.Step != step {
+			s = UsageState{Total: s.Total, Steps: s.Steps + 1, Turn: turn, Step: step}
 		} else if s.Chunk && !fromChunk {
 			return s, nil // the step's usage chunk already counted
 		}
@@ -290,14 +292,14 @@ var TurnsUnit = Def[TurnsState]{
 	Init: func() TurnsState { return TurnsState{LastEndReason: json.RawMessage("null")} },
 	Apply: func(s TurnsState, ev session.Event) (TurnsState, error) {
 		var d struct {
-			Turn   *int64          `json:"turn"`
+			Turn   *jsInt          `json:"turn"`
 			Reason json.RawMessage `json:"reason"`
 		}
 		if err := json.Unmarshal(ev.Data, &d); err != nil || d.Turn == nil {
 			return s, unitDataError(ev, `{turn: integer, reason?}`, err)
 		}
 		if ev.Type == "turn/start" {
-			t := *d.Turn
+			t := int64(*d.Turn)
 			return TurnsState{Count: s.Count + 1, OpenTurn: &t, LastEndReason: s.LastEndReason}, nil
 		}
 		reason := d.Reason
@@ -315,4 +317,21 @@ func unitDataError(ev session.Event, want string, err error) error {
 		msg += ": " + err.Error()
 	}
 	return &session.Error{Seq: ev.Seq, Rule: "unit-data", Msg: msg}
+}
+
+// jsInt decodes a JSON number that is an integer in JavaScript's sense: 1, 1.0 and 1e3 alike, as
+// the reference reads turn and step numbers (a JS number); a fraction or a value beyond 2^53 is an
+// error.
+type jsInt int64
+
+func (n *jsInt) UnmarshalJSON(b []byte) error {
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("%s is not a number", b)
+	}
+	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return fmt.Errorf("%s is not a safe integer", b)
+	}
+	*n = jsInt(f)
+	return nil
 }

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -126,5 +127,30 @@ func TestSameState(t *testing.T) {
 	m := map[string]int{}
 	if !sameState(m, m) || sameState(m, map[string]int{}) || !sameState(3, 3) || sameState(3, 4) {
 		t.Fatal("map/scalar identity")
+	}
+}
+
+// TestTurnsUnitReadsJSIntegers: a turn number written 1.0 (a JavaScript integer, accepted by the
+// reference and by session.Load) folds like 1; a fractional turn stops the unit with a clear error.
+func TestTurnsUnitReadsJSIntegers(t *testing.T) {
+	reg, err := NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []session.Event{
+		{Type: "turn/start", Seq: 0, Time: "1", Data: json.RawMessage(`{"turn":1.0}`)},
+		{Type: "turn/end", Seq: 1, Time: "2", Data: json.RawMessage(`{"turn":1e0,"reason":{"kind":"completed"}}`)},
+	}
+	snap, err := Fold(reg, "s", evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := snap.Units[UnitTurns]
+	if u.Error != nil || u.AsOfSeq != 1 || !strings.Contains(string(u.View), `"count":1`) {
+		t.Fatalf("turns unit: %+v view %s", u.Error, u.View)
+	}
+	var n jsInt
+	if err := n.UnmarshalJSON([]byte("1.5")); err == nil {
+		t.Fatal("1.5 accepted as a turn number")
 	}
 }

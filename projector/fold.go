@@ -402,10 +402,7 @@ func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, 
 // views as the snapshot endpoint would: what each unit's definition gives for these events. A
 // rule broken by the log stops every unit at that seq (with its error), as in a projector.
 func Fold(reg *Registry, id string, events []session.Event) (SnapshotReply, error) {
-	ss := &sessState{id: id}
-	for _, d := range reg.list() {
-		ss.units = append(ss.units, newUnitState(d))
-	}
+	ss := newSessState(reg.list(), "", id)
 	if len(ss.units) == 0 || !ss.units[0].def.gate {
 		return SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}

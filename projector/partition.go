@@ -338,12 +338,6 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if ss == nil {
 		ss = w.cache.get(token)
 	}
-	if ss == nil && decodeErr == nil && events[0].Seq == 0 {
-		// A record from seq 0 of a session not in memory: almost always a new session, so its
-		// states are not read from KV. If they exist (a record redelivered after a restart), the
-		// first write (expected revision 0) conflicts and the session is reloaded and refolded.
-		ss = newSessState(p.defs, token, id)
-	}
 	if ss == nil {
 		ok := w.retry("load "+id, func() error {
 			var err error

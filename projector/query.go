@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,7 @@ const (
 	CodeStopped     = "409" // the session's projection was stopped by a bad log
 	CodeInternal    = "500" // KV or log read failure
 	CodeUnavailable = "503" // the projector is stopping
+	CodeTooLarge    = "413" // the reply is larger than the server's max payload
 )
 
 // QueryRequest is the request of both endpoints: {"session": id, "minSeq"?: n, "timeoutMs"?: n}.
@@ -113,8 +115,25 @@ type responder interface {
 
 type syncResponder struct{ req micro.Request }
 
-func (r syncResponder) respond(b []byte)       { _ = r.req.Respond(b) }
+func (r syncResponder) respond(b []byte) {
+	if err := r.req.Respond(b); err != nil {
+		r.fail(replyErrCode(err), replyErrDesc(len(b), err))
+	}
+}
 func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil) }
+
+// replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
+// server's max payload, 500 otherwise.
+func replyErrCode(err error) string {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return CodeTooLarge
+	}
+	return CodeInternal
+}
+
+func replyErrDesc(n int, err error) string {
+	return fmt.Sprintf("the reply of %d bytes could not be sent: %v", n, err)
+}
 
 type replyResponder struct {
 	nc    *nats.Conn
@@ -123,7 +142,9 @@ type replyResponder struct {
 
 func (r replyResponder) respond(b []byte) {
 	if r.reply != "" {
-		_ = r.nc.Publish(r.reply, b)
+		if err := r.nc.Publish(r.reply, b); err != nil {
+			r.fail(replyErrCode(err), replyErrDesc(len(b), err))
+		}
 	}
 }
 
@@ -343,7 +364,10 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	if msgs == nil {
 		msgs = []json.RawMessage{}
 	}
-	b, err := json.Marshal(MessagesReply{
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep the messages' bytes ('<', '>', '&') as stored
+	err = enc.Encode(MessagesReply{
 		Session:           q.Session,
 		AsOfSeq:           proj.AsOfSeq,
 		ReplaceGeneration: proj.State.ReplaceGeneration,
@@ -352,6 +376,12 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	})
 	if err != nil {
 		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		return
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if max := p.nc.MaxPayload(); max > 0 && int64(len(b)) > max-1024 {
+		r.fail(CodeTooLarge, fmt.Sprintf("session %q: its %d messages take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
+			q.Session, len(msgs), len(b), max))
 		return
 	}
 	r.respond(b)

@@ -102,10 +102,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		default:
 			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
-		ss := &sessState{token: token, id: id}
-		for _, def := range defs {
-			ss.units = append(ss.units, newUnitState(def))
-		}
+		ss := newSessState(defs, token, id)
 		if err := catchUp(ctx, store, ss); err != nil {
 			return false, false, fmt.Errorf("session %q: %w", id, err)
 		}

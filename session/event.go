@@ -317,3 +317,118 @@ func dataIsRead(typ string) bool {
 	}
 	return false
 }
+
+// DecodeEventLine decodes one event line of a stored record: a JSON object {type, seq, time, data,
+// sourceEventSeqs?, surfaceOp?, ignorable?} as AppendJSON writes it. It reads like
+// Event.UnmarshalJSON (the last of repeated keys wins, unknown keys are dropped, the same refusals
+// with the same rules) but builds only the top level: the values of data, surfaceOp and
+// sourceEventSeqs are validated as JSON (lossless-number checks included) and kept as raw bytes
+// without being materialised. The returned event's raw fields alias line (no copy). session names
+// the session in errors, which are *Error.
+func DecodeEventLine(line []byte, session string) (Event, error) {
+	v, err := parseShallowObject(line)
+	if err != nil {
+		return Event{}, newError(session, -1, 0, RuleJSON, err.Error())
+	}
+	if v.kind == jObj {
+		if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
+			return Event{}, newError(session, -1, 0, RuleRecord, "a packed "+t.s+" row holds several events; read it with ReadJSONL")
+		}
+	}
+	ev, _, derr := decodeEvent(v, session, false)
+	if derr != nil {
+		return Event{}, derr
+	}
+	return ev, nil
+}
+
+// parseShallowObject parses one JSON value like parseJSON, but when it is an object only its
+// scalar envelope members (type, seq, time, ignorable) are built; every other member is validated
+// with skip and kept as a placeholder carrying its raw bytes, kind and lossiness.
+func parseShallowObject(b []byte) (*jval, error) {
+	p := parser{b: b, maxDepth: maxJSONDepth}
+	p.ws()
+	if p.i >= len(b) || b[p.i] != '{' {
+		return parseJSON(b)
+	}
+	start := p.i
+	v := &jval{kind: jObj}
+	p.i++
+	p.ws()
+	if p.i < len(b) && b[p.i] == '}' {
+		p.i++
+	} else {
+		for {
+			p.ws()
+			if p.i >= len(b) || b[p.i] != '"' {
+				return nil, p.fail("expected a string key")
+			}
+			key, err := p.str()
+			if err != nil {
+				return nil, err
+			}
+			p.ws()
+			if p.i >= len(b) || b[p.i] != ':' {
+				return nil, p.fail("expected ':' after an object key")
+			}
+			p.i++
+			p.ws()
+			var child *jval
+			switch key {
+			case "type", "seq", "time", "ignorable":
+				if child, err = p.value(1); err != nil {
+					return nil, err
+				}
+			default:
+				cs := p.i
+				if p.i >= len(b) {
+					return nil, p.fail("unexpected end of JSON input")
+				}
+				lossy, err := p.skip(1)
+				if err != nil {
+					return nil, err
+				}
+				child = &jval{kind: kindOfFirstByte(b[cs]), raw: b[cs:p.i], lossy: lossy}
+			}
+			v.set(key, child)
+			v.lossy = v.lossy || child.lossy
+			p.ws()
+			if p.i >= len(b) {
+				return nil, p.fail("unexpected end of JSON input")
+			}
+			if b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if b[p.i] == '}' {
+				p.i++
+				break
+			}
+			return nil, p.fail("expected ',' or '}' in an object")
+		}
+	}
+	v.raw = b[start:p.i]
+	p.ws()
+	if p.i != len(b) {
+		return nil, p.fail("unexpected data after the JSON value")
+	}
+	return v, nil
+}
+
+// kindOfFirstByte is the kind of a valid JSON value that starts with c.
+func kindOfFirstByte(c byte) jkind {
+	switch c {
+	case '{':
+		return jObj
+	case '[':
+		return jArr
+	case '"':
+		return jStr
+	case 't', 'f':
+		return jBool
+	case 'n':
+		return jNull
+	default:
+		return jNum
+	}
+}

@@ -171,3 +171,28 @@ func FuzzJSONParsers(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeEventLine: the shallow record-line decoder agrees with Event.UnmarshalJSON on every
+// input: both refuse, or both give the same event.
+func FuzzDecodeEventLine(f *testing.F) {
+	for _, s := range append(fuzzSeeds,
+		`{"type":"a","seq":0,"time":1,"data":{}}`,
+		`{"type":"a","seq":0,"time":1,"data":{"x":-0}}`,
+		`{"type":"a","seq":0,"time":1,"data":[1e400]}`,
+		`{"type":"a","seq":1,"time":1,"data":{},"type":"b","sourceEventSeqs":[0],"surfaceOp":"append","ignorable":true}`,
+		` {"type":"a","seq":0,"time":"t","data":"x"} `,
+		`{"type":"text-chunks","seq0":0,"time0":1,"data":{}}`) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, gerr := DecodeEventLine(in, "fuzz")
+		var want Event
+		werr := want.UnmarshalJSON(in)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("DecodeEventLine err %v, UnmarshalJSON err %v", gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeEventLine %+v, UnmarshalJSON %+v", got, want)
+		}
+	})
+}

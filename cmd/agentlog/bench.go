@@ -29,12 +29,12 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append)"),
+		Args:  exactArgs(0, "a subcommand (append or project)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append)", cmd.CommandPath())}
+			return &usageError{fmt.Errorf("%s needs a subcommand (append or project)", cmd.CommandPath())}
 		},
 	}
-	c.AddCommand(newBenchAppendCmd(g), newBenchWriterCmd(g))
+	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchWriterCmd(g))
 	return c
 }
 

@@ -66,6 +66,7 @@ Quick start:
 		newForkCmd(g),
 		newInspectCmd(g),
 		newDemoCmd(g),
+		newRebuildCmd(g),
 		newBenchCmd(g),
 	)
 	return root
