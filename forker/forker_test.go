@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"io"
 	"log/slog"
 	"os"
@@ -41,24 +42,8 @@ func ctx(t *testing.T) context.Context {
 // newEnv starts an embedded server, provisions the store and starts a forker.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("RunEmbedded: %v", err)
-	}
-	nc, js, err := ajs.Connect(srv.ClientURL(), t.Name())
-	if err != nil {
-		srv.Shutdown()
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	store, err := ajs.Provision(ctx(t), js, ajs.Config{Partitions: 4})
-	if err != nil {
-		t.Fatalf("Provision: %v", err)
-	}
+	te := testnats.Start(t, ajs.Config{Partitions: 4})
+	nc, store := te.NC, te.Store
 	f := New(store, nc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatalf("Start: %v", err)

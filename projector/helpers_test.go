@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"io"
 	"log/slog"
 	"os"
@@ -33,25 +34,8 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvP(t, 4) }
 // newEnvP is newEnv with a stream of the given partition count.
 func newEnvP(t *testing.T, partitions int) *env {
 	t.Helper()
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("RunEmbedded: %v", err)
-	}
-	nc, js, err := ajs.Connect(srv.ClientURL(), t.Name())
-	if err != nil {
-		srv.Shutdown()
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	store, err := ajs.Provision(ctx(t), js, ajs.Config{Partitions: partitions})
-	if err != nil {
-		t.Fatalf("Provision: %v", err)
-	}
-	return &env{t: t, url: srv.ClientURL(), nc: nc, store: store, tails: map[string]uint64{}}
+	te := testnats.Start(t, ajs.Config{Partitions: partitions})
+	return &env{t: t, url: te.URL, nc: te.NC, store: te.Store, tails: map[string]uint64{}}
 }
 
 // ctx guards against a hang only; no timing is asserted.

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,9 +166,12 @@ func (p *Projector) Start(ctx context.Context) error {
 		return err
 	}
 	p.members = members
+	p.startedAt = time.Now()
+	if err := p.claimName(ctx); err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.runCtx, p.cancel = runCtx, cancel
-	p.startedAt = time.Now()
 	svc, err := p.addService()
 	if err != nil {
 		cancel()
@@ -310,4 +314,29 @@ func (l *logLookup) lookup(seq int64) (session.Event, error) {
 		}
 	}
 	return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", l.id, seq)
+}
+
+// ErrNameInUse is returned (wrapped) by Start when a live instance already holds this name's lease.
+var ErrNameInUse = errors.New("projector: instance name in use")
+
+// claimName creates this instance's lease with a KV create, so that two live instances never share
+// a name (they would share a lease and both claim the same partitions). A lease left by a crashed
+// instance expires after the member TTL.
+func (p *Projector) claimName(ctx context.Context) error {
+	v, _ := json.Marshal(MemberValue{Name: p.name, PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()})
+	if _, err := p.members.Create(ctx, p.memberKey, v); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("projector %q: claiming its lease in KV bucket %s: %w", p.name, MembersBucket, err)
+		}
+		holder := "another instance"
+		if e, gerr := p.members.Get(ctx, p.memberKey); gerr == nil {
+			var m MemberValue
+			if json.Unmarshal(e.Value(), &m) == nil {
+				holder = fmt.Sprintf("pid %d, started %s", m.PID, time.UnixMilli(m.StartedAt).UTC().Format(time.RFC3339))
+			}
+		}
+		return fmt.Errorf("%w: %q is held by a live projector (%s); give this one another --name, or wait %s for a crashed instance's lease to expire",
+			ErrNameInUse, p.name, holder, p.memberTTL)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,4 +41,28 @@ func TestMessagesReplyTooLarge(t *testing.T) {
 	if len(reply.Messages) != 1 || !strings.Contains(string(reply.Messages[0]), `"<a & b>"`) {
 		t.Fatalf("messages %s, want the text bytes as stored", reply.Messages)
 	}
+}
+
+// TestDuplicateNameRefused: a second live instance with the same name is refused, naming the name;
+// after the first stops (its lease deleted), the name is free again.
+func TestDuplicateNameRefused(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.startProjector("same")
+	p2 := New(e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
+	err := p2.Start(ctx(t))
+	if err == nil {
+		p2.Stop()
+		t.Fatal("a second projector named \"same\" started")
+	}
+	if !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), `"same"`) {
+		t.Fatalf("error %v, want ErrNameInUse naming \"same\"", err)
+	}
+	if err := p1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p3 := New(e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
+	if err := p3.Start(ctx(t)); err != nil {
+		t.Fatalf("restart after a graceful stop: %v", err)
+	}
+	p3.Stop()
 }

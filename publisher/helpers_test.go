@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"sort"
 	"sync"
 	"testing"
@@ -101,22 +102,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := jetstream.RunEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("RunEmbedded: %v", err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	e := &env{url: srv.ClientURL()}
-	e.nc = e.connect(t)
-	e.js, err = njs.New(e.nc)
-	if err != nil {
+	te := testnats.Start(t, jetstream.Config{})
+	e := &env{url: te.URL, nc: te.NC, store: te.Store}
+	var err error
+	if e.js, err = njs.New(e.nc); err != nil {
 		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	e.store, err = jetstream.Provision(ctx, e.js, jetstream.Config{})
-	if err != nil {
-		t.Fatalf("Provision: %v", err)
 	}
 	return e
 }

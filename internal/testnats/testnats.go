@@ -1,0 +1,48 @@
+// Package testnats starts real NATS for tests: an embedded nats-server (jetstream.RunEmbedded, file
+// storage in the test's temp dir), a connection to it, and a provisioned agentlog store, all torn
+// down when the test ends. It never mocks JetStream. (The jetstream package's own tests cannot import
+// it, as it imports jetstream; they keep a copy of the two calls.)
+package testnats
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+)
+
+// Env is a running embedded server with a connection and a provisioned store.
+type Env struct {
+	URL   string // the server's client URL
+	NC    *nats.Conn
+	Store *ajs.Store
+}
+
+// Start runs an embedded server in t.TempDir(), connects to it as t.Name(), and provisions agentlog
+// with cfg (zero values: the defaults). Everything is stopped at cleanup; failures end the test.
+func Start(t testing.TB, cfg ajs.Config) *Env {
+	t.Helper()
+	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("RunEmbedded: %v", err)
+	}
+	nc, js, err := ajs.Connect(srv.ClientURL(), t.Name())
+	if err != nil {
+		srv.Shutdown()
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := ajs.Provision(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	return &Env{URL: srv.ClientURL(), NC: nc, Store: store}
+}
