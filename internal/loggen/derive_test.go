@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentlog/agentlog/session"
 )
@@ -89,9 +90,50 @@ func BenchmarkDeriveAfterAppend(b *testing.B) { benchAppend(b, true) }
 // the append path from the cost of the derived-message snapshot.
 func BenchmarkAppend(b *testing.B) { benchAppend(b, false) }
 
+// BenchmarkDeriveFlatness runs BenchmarkDeriveAfterAppend's loop at 1,000 and at 100,000 events
+// in the same run and reports the ratio of their per-append costs (issue 3: at most 1.2):
+//
+//	go test -run '^$' -bench DeriveFlatness ./internal/loggen
+func BenchmarkDeriveFlatness(b *testing.B) {
+	const appends = 20_000
+	evSmall, evLarge := longSession(1_000+appends), longSession(100_000+appends)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		small := appendCost(b, evSmall, 1_000, appends)
+		large := appendCost(b, evLarge, 100_000, appends)
+		b.ReportMetric(float64(small.Nanoseconds())/appends, "ns/append@1k")
+		b.ReportMetric(float64(large.Nanoseconds())/appends, "ns/append@100k")
+		b.ReportMetric(float64(large)/float64(small), "ratio_100k/1k")
+	}
+}
+
+// appendCost loads evs[:size], then times n appends each followed by DeriveMessages.
+func appendCost(b *testing.B, evs []session.Event, size, n int) time.Duration {
+	s, err := session.Load("bench", evs[:size])
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.DeriveMessages()
+	start := time.Now()
+	for _, ev := range evs[size : size+n] {
+		if err := s.Append(ev); err != nil {
+			b.Fatal(err)
+		}
+		_ = s.DeriveMessages()
+	}
+	return time.Since(start)
+}
+
 func benchAppend(b *testing.B, derive bool) {
 	for _, size := range []int{1_000, 100_000} {
-		b.Run(fmt.Sprintf("events=%d", size), func(b *testing.B) {
+		b.Run(fmt.Sprintf("events=%d", size), func(b *testing.B) { benchAppendSize(b, size, derive) })
+	}
+}
+
+// benchAppendSize appends one event (and derives, with derive) per op to a session holding size events.
+func benchAppendSize(b *testing.B, size int, derive bool) {
+	{
+		{
 			// Append at most size/10 events before reloading, so the session stays near size.
 			extra := max(100, size/10)
 			evs := longSession(size + extra)
@@ -121,7 +163,7 @@ func benchAppend(b *testing.B, derive bool) {
 					_ = s.DeriveMessages()
 				}
 			}
-		})
+		}
 	}
 }
 
