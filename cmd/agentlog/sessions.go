@@ -286,6 +286,15 @@ and prints the reference's code and exact text on stderr, e.g.
   OPEN_TURN: fork boundary 2 in session "parent" ends inside open turn 1`,
 		Args: exactArgs(1, "one source session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := []string{args[0]}
+			if cmd.Flags().Changed("child") {
+				ids = append(ids, child) // without --child the forker picks one
+			}
+			for _, id := range ids {
+				if _, err := ajs.Token(id); err != nil {
+					return &exitError{code: 1, err: err}
+				}
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			nc, _, err := g.connect(ctx, "agentlog-fork")
