@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"log/slog"
 	"math"
 	"strconv"
@@ -430,13 +431,25 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
 		return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 	}
-	if !errors.Is(err, ajs.ErrConflict) {
-		// The outcome may be unknown (a lost ack): if our record is the child's tail, it is written.
-		if tail, terr := f.store.GetTail(ctx, child); terr == nil && tail.LastStreamSeq > 0 && tail.LastMsgID == msgID {
+	// The outcome may be unknown (a timeout, a lost ack, a dropped connection, an expired ctx):
+	// retry the same record with the same msg id, on a context of its own, until the answer is
+	// definite. A retry of a stored record is deduplicated (or found at the tail) and reported as
+	// written; only a definite "not stored" lets the metadata be rolled back.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer wcancel()
+	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
+		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
+		if _, err = f.store.Append(wctx, child, 0, msgID, childEvents); err == nil {
+			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
 			return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 		}
 	}
-	if rerr := f.rollback(ctx, child, hdr); rerr != nil {
+	if outcomeUnknown(err) {
+		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
+		return Result{}, fmt.Errorf("fork of session %q onto %q: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
+			req.Source, child, child, err)
+	}
+	if rerr := f.rollback(wctx, child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
 	}
 	if errors.Is(err, ajs.ErrConflict) {
@@ -514,4 +527,16 @@ func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header)
 		return fmt.Errorf("session %q: deleting the metadata: %w", child, err)
 	}
 	return nil
+}
+
+// outcomeUnknown reports whether a failed store.Append may still have stored its record: anything
+// but a guard conflict, a JetStream API refusal or a codec/size refusal (which all mean nothing was
+// stored).
+func outcomeUnknown(err error) bool {
+	if err == nil || errors.Is(err, ajs.ErrConflict) || errors.Is(err, ajs.ErrEventTooLarge) {
+		return false
+	}
+	var api *natsjs.APIError
+	var se *session.Error
+	return !errors.As(err, &api) && !errors.As(err, &se)
 }

@@ -221,3 +221,44 @@ func checkMsgID(id, msgID string) error {
 	}
 	return nil
 }
+
+// CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's
+// encoded size and the limit (bytes), when ev alone could not be stored in any record of this
+// store: its encoded line plus the worst-case record headers exceed MaxMsgSize. The publisher calls
+// it at Append, so that such an event is refused at once instead of blocking the session's writes.
+// It is cheap for the usual event: the exact encoding is computed only when a quick upper bound
+// of the size passes the limit.
+func (s *Store) CheckEventSize(id string, ev session.Event) error {
+	tok, err := Token(id)
+	if err != nil {
+		return err
+	}
+	limit := int(s.MaxMsgSize)
+	if limit <= 0 {
+		return nil
+	}
+	// Worst-case headers of a one-event part of an atomic batch (see appendSplit), with room for
+	// any msg id a writer builds (writer id, token and seq).
+	worst := recordHeader(tok, ev.Seq, 1)
+	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
+	worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20))
+	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
+	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
+	worst.Set(jetstreamext.BatchCommitHeader, "1")
+	budget := limit - headerWireSize(worst)
+	// Upper bound of the encoded line: the envelope keys, the type escaped at worst 6 bytes a
+	// byte, and the raw fields (encoding only ever removes whitespace from them).
+	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)
+	if upper <= budget {
+		return nil
+	}
+	line, err := ev.AppendJSON(nil)
+	if err != nil {
+		return recordErr(id, ev.Seq, 0, RuleRecordEvent, "cannot encode event: %v", err)
+	}
+	if len(line) > budget {
+		return fmt.Errorf("%w: session %q seq %d: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
+			ErrEventTooLarge, id, ev.Seq, len(line), limit-budget, limit)
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
@@ -331,8 +332,18 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 		}
 	}
 	conflicted := map[*sessState]bool{}
+	// An ack that never comes (lost without a disconnect, e.g. in a leader change) must not block
+	// the partition forever: the checkpoint fails after checkpointAckTimeout and is retried.
+	ackTimeout := time.NewTimer(checkpointAckTimeout)
+	defer ackTimeout.Stop()
 	for _, pw := range pending {
 		select {
+		case <-ackTimeout.C:
+			if firstErr == nil {
+				firstErr = fmt.Errorf("projector: no ack for a checkpoint write within %s", checkpointAckTimeout)
+			}
+			// Later futures are left to nats.go; the retry re-reads the revisions.
+			ctx = closedCtx
 		case ack := <-pw.fut.Ok():
 			pw.u.rev, pw.u.written = ack.Sequence, true
 		case perr := <-pw.fut.Err():
@@ -424,3 +435,14 @@ func Fold(reg *Registry, id string, events []session.Event) (SnapshotReply, erro
 	}
 	return rep, nil
 }
+
+// checkpointAckTimeout bounds the wait for the KV acks of one checkpoint.
+const checkpointAckTimeout = 30 * time.Second
+
+// closedCtx is an already cancelled context: after a checkpoint times out, the remaining futures
+// are not waited for.
+var closedCtx = func() context.Context {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c
+}()

@@ -171,6 +171,9 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	if err := checkEnvelope(w.id, ev); err != nil {
 		return ev, err
 	}
+	if err := w.p.store.CheckEventSize(w.id, ev); err != nil {
+		return ev, err // it could never be written: refuse it now rather than block the session
+	}
 	size := eventBytes(ev)
 	if limit := w.p.opts.MaxPendingBytes; limit > 0 && w.backlog > 0 && w.backlog+size > limit {
 		return ev, &BacklogError{Session: w.id, Seq: ev.Seq, Pending: int64(len(w.pending) + len(w.inflight)),
@@ -463,4 +466,31 @@ func (w *Writer) Close(ctx context.Context) error {
 	w.wg.Wait()
 	w.p.release(w.id, w)
 	return err
+}
+
+// Abort stops the Writer without flushing: the events not yet written are dropped (never
+// written), a write in flight is cancelled and waited for, and later calls return ErrClosed. It
+// returns whether the log's content is uncertain: true when a write got no answer (its record may
+// have been stored after all, so the caller must read the log, from the stream leader, before it
+// concludes anything). Use it to abandon a batch, such as a failed import; Close is the normal end.
+func (w *Writer) Abort() (uncertain bool) {
+	w.mu.Lock()
+	if w.closed {
+		uncertain = w.pinned > 0
+		w.mu.Unlock()
+		return uncertain
+	}
+	w.closing = true
+	w.mu.Unlock()
+	w.cancel() // ends the write in flight (its context is w.ctx) and any retry
+	w.wg.Wait()
+	w.mu.Lock()
+	uncertain = w.pinned > 0
+	w.closed = true
+	w.pending, w.due, w.backlog = nil, 0, 0
+	w.closeWindowLocked()
+	w.broadcastLocked()
+	w.mu.Unlock()
+	w.p.release(w.id, w)
+	return uncertain
 }

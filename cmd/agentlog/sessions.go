@@ -104,8 +104,9 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 //
 // An import is all or nothing: the publisher's window is disabled, so every event stays pending
 // until Close, which writes them as one record (split by the store into one atomic batch when it is
-// larger than the stream's max message size). If anything fails, the session's metadata is removed
-// again when its log is still empty, so the import can simply be retried.
+// larger than the stream's max message size). If anything fails, the writer is aborted (nothing
+// pending is written) and the session's metadata is removed again when its log is still empty, so
+// the import can simply be retried.
 func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (n int, err error) {
 	pub := publisher.New(store, nc, publisher.Options{
 		Window:          24 * time.Hour, // never fires: Close writes everything at once
@@ -116,34 +117,34 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		if err != nil {
-			err = rollbackImport(store, h.ID, err)
-		}
-	}()
 	for _, ev := range events {
 		if err := w.Append(ev); err != nil {
-			_ = w.Close(ctx)
-			return 0, err
+			return 0, rollbackImport(store, w, h.ID, err)
 		}
 	}
 	if err := w.Close(ctx); err != nil {
-		return 0, err
+		return 0, rollbackImport(store, w, h.ID, err)
 	}
 	return len(events), nil
 }
 
-// rollbackImport removes the metadata of a failed import whose log is still empty, and reports
-// what the store holds.
-func rollbackImport(store *ajs.Store, id string, cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
+// is cancelled and waited for), then reads the log from the stream leader and, when it is empty,
+// removes the session's metadata so that the import can be retried. It returns the cause with what
+// the store now holds.
+func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause error) error {
+	uncertain := w.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tail, err := store.GetTail(ctx, id)
+	if uncertain {
+		return fmt.Errorf("%w; a write got no answer, so session %q may hold part of the import: check it with `agentlog events`", cause, id)
+	}
+	events, _, err := store.Read(ctx, id) // through the stream leader, unlike a direct get
 	if err != nil {
 		return fmt.Errorf("%w; session %q may be left with metadata and no events: %v", cause, id, err)
 	}
-	if tail.NextSeq > 0 {
-		return fmt.Errorf("%w; session %q holds %d events", cause, id, tail.NextSeq)
+	if len(events) > 0 {
+		return fmt.Errorf("%w; session %q holds %d events", cause, id, len(events))
 	}
 	if err := store.DeleteSession(ctx, id); err != nil {
 		return fmt.Errorf("%w; session %q is left with metadata and no events: %v", cause, id, err)
