@@ -200,7 +200,7 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 	conflict := isAPI && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)
 	dupInBatch := isAPI && apiErr.ErrorCode == errCodeBatchDuplicateMsgID
 	if msgID != "" && (conflict || dupInBatch) {
-		last, gerr := s.Stream.GetLastMsgForSubject(ctx, subject)
+		last, gerr := s.leaderLastMsg(ctx, subject) // not a direct get: a stale tail would misjudge
 		if gerr == nil && last.Header.Get(natsjs.MsgIDHeader) == msgID {
 			return AppendResult{StreamSeq: last.Sequence, Duplicate: true}, nil
 		}

@@ -2,8 +2,10 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -52,6 +54,73 @@ func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
 		LastEvents:    evs,
 		LastMsgID:     msg.Header.Get(natsjs.MsgIDHeader),
 	}, nil
+}
+
+// GetTailFromLeader is GetTail read through the stream leader (the JetStream API's message get,
+// not a direct get), so that on R>1 it is never stale. The publisher and Append use it where a
+// stale tail would cost something: deciding whether a retried record is our own after a guard
+// conflict or a deduplication. It costs a round trip to the leader.
+func (s *Store) GetTailFromLeader(ctx context.Context, id string) (Tail, error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return Tail{}, err
+	}
+	msg, err := s.leaderLastMsg(ctx, subject)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return Tail{}, nil
+	}
+	if err != nil {
+		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s) from the stream leader: %w", id, subject, err)
+	}
+	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
+	if err != nil {
+		return Tail{}, err
+	}
+	return Tail{
+		LastStreamSeq: msg.Sequence,
+		NextSeq:       evs[len(evs)-1].Seq + 1,
+		LastEvents:    evs,
+		LastMsgID:     msg.Header.Get(natsjs.MsgIDHeader),
+	}, nil
+}
+
+// leaderLastMsg gets the last message of subject with the JetStream API's STREAM.MSG.GET, which
+// the stream leader answers (a direct get may be answered by any replica).
+func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawStreamMsg, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+		Error *natsjs.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("decode the stream message get reply: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == natsjs.JSErrCodeMessageNotFound {
+			return nil, natsjs.ErrMsgNotFound
+		}
+		return nil, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, errors.New("the stream message get reply holds no message")
+	}
+	m := &natsjs.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("decode the headers of stream seq %d: %w", resp.Message.Seq, err)
+		}
+	}
+	return m, nil
 }
 
 // Read returns all events of session id in order, and the stream sequence of its last record.

@@ -367,7 +367,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			if res.Duplicate {
 				// An earlier try was stored. Make sure it is this very record (same events) and
 				// the session's tail, before counting the events durable.
-				tail, terr := p.store.GetTail(ctx, id)
+				tail, terr := p.store.GetTailFromLeader(ctx, id)
 				if terr != nil {
 					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
 					maybeStored = true
@@ -388,7 +388,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			maybeStored = true
 		}
 		if errors.Is(err, jetstream.ErrConflict) {
-			tail, terr := p.store.GetTail(ctx, id)
+			tail, terr := p.store.GetTailFromLeader(ctx, id)
 			if terr != nil {
 				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
 				if transient(terr) && ctx.Err() == nil {

@@ -1,0 +1,35 @@
+package jetstream
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestGetTailFromLeader: the leader's view of a session's tail equals the direct get's (on one
+// node they agree), for a session with no records, one record, and several, msg id included.
+func TestGetTailFromLeader(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	empty, err := s.GetTailFromLeader(ctx, "nobody")
+	if err != nil || !reflect.DeepEqual(empty, Tail{}) {
+		t.Fatalf("empty session: %+v, %v; want the zero Tail", empty, err)
+	}
+	r1, err := s.Append(ctx, "a.b c", 0, "m1", evs(0, 3, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "a.b c", r1.StreamSeq, "m2", evs(3, 5, "<y&>")); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := s.GetTail(ctx, "a.b c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := s.GetTailFromLeader(ctx, "a.b c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(direct, leader) || leader.LastMsgID != "m2" || leader.NextSeq != 5 {
+		t.Fatalf("leader tail %+v, direct %+v; want equal, msg id m2, next seq 5", leader, direct)
+	}
+}
