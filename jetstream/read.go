@@ -84,9 +84,19 @@ func (s *Store) GetTailFromLeader(ctx context.Context, id string) (Tail, error) 
 	}, nil
 }
 
+// leaderGetTimeout bounds leaderLastMsg when the caller's ctx has no deadline.
+const leaderGetTimeout = 5 * time.Second
+
 // leaderLastMsg gets the last message of subject with the JetStream API's STREAM.MSG.GET, which
 // the stream leader answers (a direct get may be answered by any replica).
 func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawStreamMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// Like nats.go's jetstream calls: a reply lost on a dropped connection must not block
+		// the caller forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
+		defer cancel()
+	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
 	if err != nil {

@@ -367,7 +367,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			if res.Duplicate {
 				// An earlier try was stored. Make sure it is this very record (same events) and
 				// the session's tail, before counting the events durable.
-				tail, terr := p.store.GetTailFromLeader(ctx, id)
+				tail, terr := p.tailFromLeader(ctx, id)
 				if terr != nil {
 					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
 					maybeStored = true
@@ -388,7 +388,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			maybeStored = true
 		}
 		if errors.Is(err, jetstream.ErrConflict) {
-			tail, terr := p.store.GetTailFromLeader(ctx, id)
+			tail, terr := p.tailFromLeader(ctx, id)
 			if terr != nil {
 				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
 				if transient(terr) && ctx.Err() == nil {
@@ -482,4 +482,12 @@ func (p *Publisher) publishReport(token string, we *WriteError) {
 	if err := p.nc.Publish(jetstream.ErrorsPrefix+"."+token, body); err != nil {
 		p.log.Warn("agentlog publisher: cannot publish agent/error report", "session", we.Session, "error", err)
 	}
+}
+
+// tailFromLeader reads the session's tail through the stream leader, bounded by AttemptTimeout
+// like a write attempt (ctx, the writer's, has no deadline of its own).
+func (p *Publisher) tailFromLeader(ctx context.Context, id string) (jetstream.Tail, error) {
+	tctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
+	defer cancel()
+	return p.store.GetTailFromLeader(tctx, id)
 }
