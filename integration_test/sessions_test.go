@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
@@ -62,12 +64,13 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 // service (agentlog messages), comparing with the reference's expected output. Logs the reference
 // refuses must be refused by import, with nothing written.
 func TestRecordedSessionsEndToEnd(t *testing.T) {
+	run := runTag(t)
 	for _, path := range recordedLogs(t) {
 		name := strings.TrimSuffix(filepath.Base(path), ".jsonl")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			exp := readExpected(t, path)
-			id := "it/" + name
+			id := "it/" + run + name
 			r := agentlog(t, nil, "import", path, "--session", id)
 			if !exp.OK {
 				if r.code != 1 {
@@ -160,7 +163,13 @@ func TestForkExample(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("fork example absent at %s (the shared data sits beside the repository)", path)
 	}
-	mustAgentlog(t, nil, "import", path) // the header names it "parent"
+	// The header names it "parent"; a repeated run (-count) of this test in the same process
+	// imports it under a fresh id, since the dev server keeps its data.
+	parent := "parent"
+	if run := runTag(t); run != "r1/" {
+		parent = "parent-" + strings.TrimSuffix(run, "/")
+	}
+	mustAgentlog(t, nil, "import", path, "--session", parent)
 
 	type forkOut struct {
 		Child         string `json:"child"`
@@ -169,13 +178,14 @@ func TestForkExample(t *testing.T) {
 	}
 	check := func(t *testing.T, args []string, child string, wantEvents, wantSeed, wantMsgs int) {
 		t.Helper()
-		out := mustAgentlog(t, nil, append([]string{"fork", "parent", "--child", child}, args...)...)
+		child = parent + "/" + child
+		out := mustAgentlog(t, nil, append([]string{"fork", parent, "--child", child}, args...)...)
 		var fo forkOut
 		if err := json.Unmarshal([]byte(out), &fo); err != nil {
 			t.Fatalf("fork output %q: %v", out, err)
 		}
-		if fo != (forkOut{Child: child, SeedLength: wantSeed, ParentSession: "parent"}) {
-			t.Fatalf("fork = %+v, want child %q seedLength %d parent \"parent\"", fo, child, wantSeed)
+		if fo != (forkOut{Child: child, SeedLength: wantSeed, ParentSession: parent}) {
+			t.Fatalf("fork = %+v, want child %q seedLength %d parent %q", fo, child, wantSeed, parent)
 		}
 		_, events, err := session.ReadJSONL(strings.NewReader(mustAgentlog(t, nil, "events", child)), child)
 		if err != nil {
@@ -195,19 +205,19 @@ func TestForkExample(t *testing.T) {
 	t.Run("default boundary", func(t *testing.T) { check(t, nil, "child-default", 9, 8, 2) })
 	t.Run("at 4", func(t *testing.T) { check(t, []string{"--at", "4"}, "child-at-4", 6, 5, 1) })
 	t.Run("at 2 inside open turn", func(t *testing.T) {
-		r := agentlog(t, nil, "fork", "parent", "--at", "2", "--child", "child-at-2")
+		r := agentlog(t, nil, "fork", parent, "--at", "2", "--child", parent+"/child-at-2")
 		if r.code != 1 {
 			t.Fatalf("exit %d, want 1; stdout %s", r.code, r.stdout)
 		}
-		want := `fork boundary 2 in session "parent" ends inside open turn 1`
+		want := `fork boundary 2 in session "` + parent + `" ends inside open turn 1`
 		if !strings.Contains(r.stderr, "OPEN_TURN") || !strings.Contains(r.stderr, want) {
 			t.Fatalf("stderr %q, want OPEN_TURN and %q", r.stderr, want)
 		}
 	})
 	t.Run("onto an existing child", func(t *testing.T) {
-		r := agentlog(t, nil, "fork", "parent", "--child", "child-default")
+		r := agentlog(t, nil, "fork", parent, "--child", parent+"/child-default")
 		if r.code != 1 || !strings.Contains(r.stderr, "SESSION_ALREADY_EXISTS") ||
-			!strings.Contains(r.stderr, `session "child-default" already exists`) {
+			!strings.Contains(r.stderr, `session "`+parent+`/child-default" already exists`) {
 			t.Fatalf("exit %d stderr %q, want 1 and SESSION_ALREADY_EXISTS", r.code, r.stderr)
 		}
 	})
@@ -223,6 +233,7 @@ func TestForkExample(t *testing.T) {
 // stream's max message size) writes nothing and leaves no metadata behind, so the same id can be
 // imported again; a log that breaks a rule is refused before anything is created.
 func TestImportIsAllOrNothing(t *testing.T) {
+	run := runTag(t)
 	dir := t.TempDir()
 	write := func(name string, lines ...string) string {
 		p := filepath.Join(dir, name)
@@ -236,27 +247,37 @@ func TestImportIsAllOrNothing(t *testing.T) {
 			`","role":"user","content":[{"type":"text","text":"` + text + `"}],"source":{"kind":"user"}},"surfaceOp":"append"}`
 	}
 	huge := write("huge.jsonl", user(0, "small"), user(1, strings.Repeat("x", 2<<20)))
-	r := agentlog(t, nil, "import", huge, "--session", "it/all-or-nothing")
+	r := agentlog(t, nil, "import", huge, "--session", "it/"+run+"all-or-nothing")
 	if r.code != 1 || !strings.Contains(r.stderr, "nothing was written") {
 		t.Fatalf("oversized import: exit %d, stderr %q; want 1 and 'nothing was written'", r.code, r.stderr)
 	}
-	if ev := agentlog(t, nil, "events", "it/all-or-nothing"); ev.code == 0 {
+	if ev := agentlog(t, nil, "events", "it/"+run+"all-or-nothing"); ev.code == 0 {
 		t.Fatalf("a failed import left the session behind:\n%s", ev.stdout)
 	}
 	ok := write("ok.jsonl", user(0, "small"), user(1, "also small"))
-	mustAgentlog(t, nil, "import", ok, "--session", "it/all-or-nothing")
-	_, events, err := session.ReadJSONL(strings.NewReader(mustAgentlog(t, nil, "events", "it/all-or-nothing")), "x")
+	mustAgentlog(t, nil, "import", ok, "--session", "it/"+run+"all-or-nothing")
+	_, events, err := session.ReadJSONL(strings.NewReader(mustAgentlog(t, nil, "events", "it/"+run+"all-or-nothing")), "x")
 	if err != nil || len(events) != 2 {
 		t.Fatalf("re-import: %d events, err %v; want 2", len(events), err)
 	}
 
 	gap := write("gap.jsonl", user(0, "a"), user(2, "c"))
-	r = agentlog(t, nil, "import", gap, "--session", "it/gap")
-	if r.code != 1 || !strings.Contains(r.stderr, `session "it/gap"`) || !strings.Contains(r.stderr, "seq 2") ||
+	r = agentlog(t, nil, "import", gap, "--session", "it/"+run+"gap")
+	if r.code != 1 || !strings.Contains(r.stderr, `session "it/`+run+`gap"`) || !strings.Contains(r.stderr, "seq 2") ||
 		!strings.Contains(r.stderr, "rule") {
 		t.Fatalf("seq gap: exit %d, stderr %q; want 1 naming the session, seq 2 and the rule", r.code, r.stderr)
 	}
-	if ev := agentlog(t, nil, "events", "it/gap"); ev.code == 0 {
+	if ev := agentlog(t, nil, "events", "it/"+run+"gap"); ev.code == 0 {
 		t.Fatalf("a refused import created the session:\n%s", ev.stdout)
 	}
+}
+
+// runs counts each test's invocations in this process, so that a repeated run (go test -count N)
+// against the same dev server uses fresh session ids.
+var runs sync.Map // test name -> *atomic.Int64
+
+// runTag returns "r<N>/" for the N-th run of the calling test in this process.
+func runTag(t *testing.T) string {
+	c, _ := runs.LoadOrStore(t.Name(), new(atomic.Int64))
+	return fmt.Sprintf("r%d/", c.(*atomic.Int64).Add(1))
 }
