@@ -138,7 +138,8 @@ func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawS
 //
 // It reads through an ordered consumer filtered on the session's subject (DeliverAll, served by
 // the stream leader, so it is not stale on R>1) and stops at the last record present when the
-// consumer reached it (NumPending 0). A session without records gives no events and stream seq 0.
+// consumer reached it (NumPending 0), never before the session's last record as the stream leader
+// reported it when Read began (read-your-writes on R>1, even across a leader change). A session without records gives no events and stream seq 0.
 // Every record is decoded (DecodeRecord), must carry the session's token, and its first seq must
 // continue the previous record (0 for the first one): otherwise a *session.Error naming the
 // session, the seq, the stream seq and the rule (RuleRecordSession, RuleRecordContinue, ...).
@@ -163,6 +164,18 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 	if err != nil {
 		return 0, err
 	}
+	// The leader's last record of the session bounds the read from below: whatever was acked
+	// before Read began is read, even when the consumer's first view is behind (a consumer
+	// created during a leader change on R>1 can report nothing pending).
+	var target uint64
+	switch last, err := s.leaderLastMsg(ctx, subject); {
+	case errors.Is(err, natsjs.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("agentlog: read session %q: its last record from the stream leader: %w", id, err)
+	default:
+		target = last.Sequence
+	}
 	cons, err := s.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
@@ -179,9 +192,6 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 			cancel()
 		}
 	}()
-	if info == nil || info.NumPending == 0 {
-		return 0, nil
-	}
 	// Bound the client-side buffer by bytes: records are up to MaxMsgSize each.
 	iter, err := cons.Messages(natsjs.PullMaxBytes(4 * int(s.MaxMsgSize)))
 	if err != nil {
@@ -214,7 +224,7 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 		}
 		nextSeq = evs[len(evs)-1].Seq + 1
 		lastStreamSeq = streamSeq
-		if meta.NumPending == 0 {
+		if streamSeq >= target && meta.NumPending == 0 {
 			return lastStreamSeq, nil
 		}
 	}
