@@ -33,27 +33,7 @@ type Tail struct {
 // only ever produces a guard conflict (ErrConflict) on the next Append, never a bad write. Use Read
 // for a leader-consistent view.
 func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
-	subject, err := s.Subject(id)
-	if err != nil {
-		return Tail{}, err
-	}
-	msg, err := s.Stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
-		return Tail{}, nil
-	}
-	if err != nil {
-		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s): %w", id, subject, err)
-	}
-	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
-	if err != nil {
-		return Tail{}, err
-	}
-	return Tail{
-		LastStreamSeq: msg.Sequence,
-		NextSeq:       evs[len(evs)-1].Seq + 1,
-		LastEvents:    evs,
-		LastMsgID:     msg.Header.Get(natsjs.MsgIDHeader),
-	}, nil
+	return s.tail(ctx, id, "", s.Stream.GetLastMsgForSubject)
 }
 
 // GetTailFromLeader is GetTail read through the stream leader (the JetStream API's message get,
@@ -61,16 +41,22 @@ func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
 // stale tail would cost something: deciding whether a retried record is our own after a guard
 // conflict or a deduplication. It costs a round trip to the leader.
 func (s *Store) GetTailFromLeader(ctx context.Context, id string) (Tail, error) {
+	return s.tail(ctx, id, " from the stream leader", s.leaderLastMsg)
+}
+
+// tail reads the session's last record with get (a direct or a leader get) and decodes it; where
+// names the kind of read in errors.
+func (s *Store) tail(ctx context.Context, id, where string, get func(context.Context, string) (*natsjs.RawStreamMsg, error)) (Tail, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
 		return Tail{}, err
 	}
-	msg, err := s.leaderLastMsg(ctx, subject)
+	msg, err := get(ctx, subject)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return Tail{}, nil
 	}
 	if err != nil {
-		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s) from the stream leader: %w", id, subject, err)
+		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s)%s: %w", id, subject, where, err)
 	}
 	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
 	if err != nil {
