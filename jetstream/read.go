@@ -142,6 +142,9 @@ func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, e
 	return events, last, nil
 }
 
+// readBatch bounds the records a Read buffers client-side.
+const readBatch = 256
+
 // ReadRecords is Read without collecting: it calls fn for each record of session id in order with
 // its stream seq and its (checked) events, and returns the stream seq of the last record (0 when
 // there is none). An error from fn stops the read and is returned as is.
@@ -178,8 +181,10 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 			cancel()
 		}
 	}()
-	// Bound the client-side buffer by bytes: records are up to MaxMsgSize each.
-	iter, err := cons.Messages(natsjs.PullMaxBytes(4 * int(s.MaxMsgSize)))
+	// Bound the client-side buffer by bytes (records are up to MaxMsgSize each) and by count:
+	// PullMaxBytes alone makes nats.go size the message channel for a million messages (an 8 MB
+	// allocation per Read, which dominated the CPU of a messages query).
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(readBatch, 4*int(s.MaxMsgSize)))
 	if err != nil {
 		return 0, fmt.Errorf("agentlog: read session %q: %w", id, err)
 	}

@@ -159,6 +159,12 @@ var UsageUnit = Def[UsageState]{
 	Key: UnitUsage, StateVersion: 1, Reads: []string{"assistant/chunk", "assistant/message"},
 	Init: func() UsageState { return UsageState{} },
 	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
+		if ev.Type == "assistant/chunk" {
+			// Most chunks are text, reasoning or tool-call deltas: read only chunk.type for those.
+			if t, ok := session.LookupJSON(ev.Data, "chunk", "type"); !ok || !session.StringIs(t, "usage") {
+				return s, nil
+			}
+		}
 		var d struct {
 			Turn  jsInt `json:"turn"`
 			Step  jsInt `json:"step"`

@@ -154,3 +154,34 @@ func TestTurnsUnitReadsJSIntegers(t *testing.T) {
 		t.Fatal("1.5 accepted as a turn number")
 	}
 }
+
+// TestUnchangedFastPath checks that the == fast path of Def.Definition is taken only for states
+// where == is safe and means what sameState means.
+func TestUnchangedFastPath(t *testing.T) {
+	type withIface struct{ V any }
+	for _, c := range []struct {
+		name string
+		def  Definition
+		fast bool
+	}{
+		{"usage", UsageUnit.Definition(), true},
+		{"turns (raw JSON slice)", TurnsUnit.Definition(), false},
+		{"tools (maps)", ToolsUnit.Definition(), false},
+		{"interface field", Def[withIface]{Key: "x", StateVersion: 1}.Definition(), false},
+		{"int", Def[int]{Key: "y", StateVersion: 1}.Definition(), true},
+	} {
+		if got := c.def.same != nil; got != c.fast {
+			t.Errorf("%s: fast path %v, want %v", c.name, got, c.fast)
+		}
+	}
+	u := UsageUnit.Definition()
+	s := UsageState{Steps: 1}
+	if !u.unchanged(s, s) || u.unchanged(UsageState{Steps: 2}, s) {
+		t.Error("usage: unchanged must compare by value")
+	}
+	wi := Def[withIface]{Key: "x", StateVersion: 1}.Definition()
+	m := map[string]int{}
+	if !wi.unchanged(withIface{V: m}, withIface{V: m}) { // sameState: same map, no panic
+		t.Error("interface field holding a map: want unchanged")
+	}
+}

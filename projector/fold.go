@@ -210,7 +210,7 @@ func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
 					ss.dirty = true
 					continue
 				}
-				if !sameState(next, u.state) {
+				if !u.def.unchanged(next, u.state) {
 					u.state, u.enc = next, nil
 				}
 			}

@@ -148,6 +148,10 @@ func (p *Projector) rebalance(ctx context.Context) {
 		p.wmu.Unlock()
 		return
 	}
+	// Stop the partitions no longer ours, then start the new ones, each set in parallel (a
+	// consumer create is a JetStream API round trip; sixteen in a row slowed every start and
+	// handover). The lease is renewed by heartbeat meanwhile: it reads the owned set through an
+	// atomic snapshot, never through wmu, so a slow handover cannot let it lapse.
 	var wg sync.WaitGroup
 	for part, w := range p.workers {
 		if !slices.Contains(mine, part) {
@@ -157,26 +161,41 @@ func (p *Projector) rebalance(ctx context.Context) {
 		}
 	}
 	wg.Wait()
-	var started []int
+	var toStart []int
 	for _, part := range mine {
-		if _, ok := p.workers[part]; ok {
-			continue
+		if _, ok := p.workers[part]; !ok {
+			toStart = append(toStart, part)
 		}
-		w, err := p.startWorker(ctx, part, max(p.cacheSessions/max(len(mine), 1), 16))
-		if err != nil {
-			if ctx.Err() == nil {
-				p.logger.Warn("projector: starting partition", "partition", part, "err", err)
+	}
+	startedW := make([]*worker, len(toStart))
+	for i, part := range toStart {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := p.startWorker(ctx, part, max(p.cacheSessions/max(len(mine), 1), 16))
+			if err != nil {
+				if ctx.Err() == nil {
+					p.logger.Warn("projector: starting partition", "partition", part, "err", err)
+				}
+				return
 			}
-			continue
+			startedW[i] = w
+		}()
+	}
+	wg.Wait()
+	var started []int
+	for i, w := range startedW {
+		if w != nil {
+			p.workers[toStart[i]] = w
+			started = append(started, toStart[i])
 		}
-		p.workers[part] = w
-		started = append(started, part)
 	}
 	owned := make([]int, 0, len(p.workers))
 	for part := range p.workers {
 		owned = append(owned, part)
 	}
 	slices.Sort(owned)
+	p.owned.Store(&owned)
 	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(p.lastOwned, owned)
 	if changed {
 		p.logger.Info("projector: partitions assigned", "members", members, "owned", owned, "started", started)
@@ -190,14 +209,10 @@ func (p *Projector) rebalance(ctx context.Context) {
 
 // Owned returns the partitions this instance consumes now, sorted.
 func (p *Projector) Owned() []int {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	var out []int
-	for part := range p.workers {
-		out = append(out, part)
+	if o := p.owned.Load(); o != nil {
+		return slices.Clone(*o)
 	}
-	slices.Sort(out)
-	return out
+	return nil
 }
 
 // worker folds one partition in stream order.

@@ -89,6 +89,7 @@ type Projector struct {
 	wstopped    bool
 	lastMembers []string
 	lastOwned   []int
+	owned       atomic.Pointer[[]int] // the partitions consumed now (sorted), read without wmu
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
@@ -210,6 +211,7 @@ func (p *Projector) Stop() error {
 	p.wstopped = true
 	workers := p.workers
 	p.workers = map[int]*worker{}
+	p.owned.Store(nil)
 	p.wmu.Unlock()
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = p.members.Delete(dctx, p.memberKey)

@@ -29,7 +29,8 @@ type Definition struct {
 	apply  func(state any, ev session.Event) (any, error)
 	view   func(state any) any
 	decode func(raw []byte) (any, error)
-	gate   bool // the messages unit: Surface.Apply, the log's rules, run before every other unit
+	same   func(a, b any) bool // Apply returned its input unchanged (nil: sameState)
+	gate   bool                // the messages unit: Surface.Apply, the log's rules, run before every other unit
 	reads  map[string]bool
 }
 
@@ -79,6 +80,10 @@ func (d Def[S]) Definition() Definition {
 		}
 		return d.View(s)
 	}
+	if plainComparable(reflect.TypeFor[S](), 0) {
+		// == on the interface values is the same shallow identity as sameState, without reflection.
+		def.same = func(a, b any) bool { return a == b }
+	}
 	def.decode = func(raw []byte) (any, error) {
 		var s S
 		if d.Init != nil {
@@ -90,6 +95,40 @@ func (d Def[S]) Definition() Definition {
 		return s, nil
 	}
 	return def
+}
+
+// unchanged reports whether Apply returned its input unchanged (see sameState).
+func (d *Definition) unchanged(next, prev any) bool {
+	if d.same != nil {
+		return d.same(next, prev)
+	}
+	return sameState(next, prev)
+}
+
+// plainComparable reports whether == on values of t never panics and compares what sameState
+// does: scalars, strings, pointers and channels, and arrays and structs of those (no interfaces,
+// whose dynamic values may not be comparable).
+func plainComparable(t reflect.Type, depth int) bool {
+	if depth > 8 {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.String,
+		reflect.Pointer, reflect.Chan, reflect.UnsafePointer:
+		return true
+	case reflect.Array:
+		return plainComparable(t.Elem(), depth+1)
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if !plainComparable(t.Field(i).Type, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // sameState reports whether Apply returned its input unchanged: shallow identity, i.e. the same

@@ -322,10 +322,26 @@ func dataIsRead(typ string) bool {
 // sourceEventSeqs?, surfaceOp?, ignorable?} as AppendJSON writes it. It reads like
 // Event.UnmarshalJSON (the last of repeated keys wins, unknown keys are dropped, the same refusals
 // with the same rules) but builds only the top level: the values of data, surfaceOp and
-// sourceEventSeqs are validated as JSON (lossless-number checks included) and kept as raw bytes
+// sourceEventSeqs are validated as JSON (a number JSON cannot carry losslessly, such as -0 or
+// 1e400, is not refused here: that is the lossless-json rule of validation) and kept as raw bytes
 // without being materialised. The returned event's raw fields alias line (no copy). session names
 // the session in errors, which are *Error.
+//
+// A line of the common shape (an object whose keys have no escapes, a type string without escapes,
+// a plain non-negative integer seq, a numeric time, a boolean ignorable) is read by a single pass
+// without per-member allocation (decodeEventLineFast); anything else, and every line that would be
+// refused, goes through the general path (decodeEventLineGeneral). Both give the same event or the
+// same error for every input (FuzzDecodeEventLineFastPath checks this).
 func DecodeEventLine(line []byte, session string) (Event, error) {
+	if ev, ok := decodeEventLineFast(line); ok {
+		return ev, nil
+	}
+	return decodeEventLineGeneral(line, session)
+}
+
+// decodeEventLineGeneral is DecodeEventLine for any input: it parses the line with
+// parseShallowObject and reads the envelope with decodeEvent.
+func decodeEventLineGeneral(line []byte, session string) (Event, error) {
 	v, err := parseShallowObject(line)
 	if err != nil {
 		return Event{}, newError(session, -1, 0, RuleJSON, err.Error())

@@ -11,6 +11,7 @@ package session
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
@@ -337,6 +338,9 @@ func (p *parser) str() (string, error) {
 	start := p.i
 	// Fast path: no escapes, ASCII or valid UTF-8.
 	for p.i < len(p.b) {
+		if p.i = plainRun(p.b, p.i); p.i >= len(p.b) {
+			break
+		}
 		c := p.b[p.i]
 		if c == '"' {
 			seg := p.b[start:p.i]
@@ -1187,7 +1191,11 @@ func (p *parser) skip(depth int) (bool, error) {
 // skipString validates a string starting at its opening quote, without decoding it.
 func (p *parser) skipString() error {
 	p.i++
-	for p.i < len(p.b) {
+	for {
+		p.i = plainRun(p.b, p.i)
+		if p.i >= len(p.b) {
+			return p.fail("unterminated string")
+		}
 		c := p.b[p.i]
 		switch {
 		case c == '"':
@@ -1195,7 +1203,7 @@ func (p *parser) skipString() error {
 			return nil
 		case c < 0x20:
 			return p.fail("control character in string")
-		case c == '\\':
+		default: // '\\'
 			p.i++
 			if p.i >= len(p.b) {
 				return p.fail("unterminated string")
@@ -1211,9 +1219,35 @@ func (p *parser) skipString() error {
 			default:
 				return p.fail("invalid escape")
 			}
-		default:
-			p.i++
 		}
 	}
-	return p.fail("unterminated string")
+}
+
+// plainRun returns the index of the first byte of b at or after i that ends a run of plain string
+// bytes: '"', '\\' or a control character (< 0x20); len(b) when there is none. It tests eight bytes
+// at a time (SWAR): a word has such a byte iff hasZero(x^'"'), hasZero(x^'\\') or hasLess(x, 0x20)
+// is non-zero (exact for the existence test; the byte is then found one at a time).
+func plainRun(b []byte, i int) int {
+	const (
+		ones   = 0x0101010101010101
+		highs  = 0x8080808080808080
+		quote  = '"' * ones
+		bslash = '\\' * ones
+		ctl    = 0x20 * ones
+	)
+	for i+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, s := x^quote, x^bslash
+		if ((q-ones)&^q|(s-ones)&^s|(x-ctl)&^x)&highs != 0 {
+			break
+		}
+		i += 8
+	}
+	for i < len(b) {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+		i++
+	}
+	return i
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -30,7 +32,8 @@ type benchProjectOptions struct {
 	LagRate    int           // records/s appended during the lag phase (0: no lag phase)
 	LagFor     time.Duration // length of the lag phase
 	Partitions int
-	CPUProfile string // write a CPU profile (pprof) of the fold phase here
+	Rounds     int    // alternating (b), (a) rounds; the median of each is reported
+	CPUProfile string // write a CPU profile (pprof) of the last round's fold phase here
 }
 
 // benchProjectResult is the JSON line printed by `agentlog bench project --json`. Rates are
@@ -45,10 +48,17 @@ type benchProjectResult struct {
 	Ratio                      float64 `json:"ratio"`
 	FoldMs                     float64 `json:"fold_ms"`
 	BaselineMs                 float64 `json:"baseline_ms"`
-	LagSamples                 int     `json:"lag_samples"`
-	LagP50Ms                   float64 `json:"lag_p50_ms"`
-	LagP99Ms                   float64 `json:"lag_p99_ms"`
-	LagAppendRecordsPerSec     int     `json:"lag_append_records_per_sec"`
+	// StartMs is Projector.Start (lease, query service, one consumer per partition), which the
+	// fold rate excludes: it is a fixed cost, not a rate.
+	StartMs float64 `json:"start_ms"`
+	Rounds  int     `json:"rounds"`
+	// Every round's rate, sorted (the figures above are the median round's).
+	RoundsEventsPerSec         []float64 `json:"rounds_events_per_sec"`
+	RoundsBaselineEventsPerSec []float64 `json:"rounds_baseline_events_per_sec"`
+	LagSamples                 int       `json:"lag_samples"`
+	LagP50Ms                   float64   `json:"lag_p50_ms"`
+	LagP99Ms                   float64   `json:"lag_p99_ms"`
+	LagAppendRecordsPerSec     int       `json:"lag_append_records_per_sec"`
 }
 
 // newBenchProjectCmd is `agentlog bench project`: (a) the fold rate of one projector instance
@@ -62,8 +72,8 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 		Short: "Measure one projector's fold rate against a raw ordered consumer, and the projection lag",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Sessions < 1 || o.Events < 1 || o.Size < 1 || o.Batch < 1 {
-				return &usageError{fmt.Errorf("--sessions, --events, --size and --batch must be >= 1")}
+			if o.Sessions < 1 || o.Events < 1 || o.Size < 1 || o.Batch < 1 || o.Rounds < 1 {
+				return &usageError{fmt.Errorf("--sessions, --events, --size, --batch and --rounds must be >= 1")}
 			}
 			r, err := runBenchProject(cmd.Context(), o, g.stderr)
 			if err != nil {
@@ -74,21 +84,22 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.stdout, string(b))
 				return nil
 			}
-			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records\n(a) projector: %.0f events/s (%.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.2f\nlag at %d records/s: p50 %.1f ms, p99 %.1f ms (%d samples)\n",
-				r.Sessions, r.Events, r.Records, r.EventsPerSec, r.FoldMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio,
+			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f\nlag at %d records/s: p50 %.1f ms, p99 %.1f ms (%d samples)\n",
+				r.Sessions, r.Events, r.Records, r.Rounds, r.EventsPerSec, r.FoldMs, r.StartMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio,
 				r.LagAppendRecordsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples)
 			return nil
 		},
 	}
-	c.Flags().IntVar(&o.Sessions, "sessions", 200, "sessions in the pre-filled stream")
-	c.Flags().IntVar(&o.Events, "events", 500, "events per session")
+	c.Flags().IntVar(&o.Sessions, "sessions", 400, "sessions in the pre-filled stream")
+	c.Flags().IntVar(&o.Events, "events", 1000, "events per session")
+	c.Flags().IntVar(&o.Rounds, "rounds", 3, "alternate (b) and (a) this many times and report the median round of each (steadier on a shared machine)")
 	c.Flags().IntVar(&o.Size, "size", 512, "approximate event size in bytes")
 	c.Flags().IntVar(&o.Batch, "batch", 10, "events per record")
 	c.Flags().IntVar(&o.Partitions, "partitions", 16, "partitions of the stream")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
 	c.Flags().IntVar(&o.LagRate, "lag-rate", 200, "records/s appended during the lag phase (0: skip it)")
 	c.Flags().DurationVar(&o.LagFor, "lag-for", 5*time.Second, "length of the lag phase")
-	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the fold phase to this file")
+	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the last round's fold phase (after Start) to this file")
 	return c
 }
 
@@ -160,62 +171,56 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	default:
 	}
 
+	// Rounds alternate (b) and (a), so that load from outside this process hits both alike.
 	// (b) The raw rate: an ordered consumer reading every record (events counted from the
-	// Agentlog-Count header), then the same with every record decoded (ajs.DecodeRecord).
-	base, err := benchOrdered(ctx, store, res.Events, false)
-	if err != nil {
-		return res, err
+	// Agentlog-Count header). (a) One projector instance: every event applied to every built-in
+	// unit and checkpointed (states written, records acknowledged), timed from the end of Start
+	// (partitions assigned, consumers created) to the last checkpoint; each round starts from no
+	// projection state (consumers deleted, projections bucket purged).
+	var folds, bases, starts []time.Duration
+	var last *projector.Projector
+	for r := range o.Rounds {
+		fmt.Fprintf(logw, "bench project: round %d/%d\n", r+1, o.Rounds)
+		base, err := benchOrdered(ctx, store, res.Events, false)
+		if err != nil {
+			return res, err
+		}
+		bases = append(bases, base)
+		if last != nil {
+			if err := last.Stop(); err != nil {
+				return res, err
+			}
+			if err := resetProjections(ctx, js, store); err != nil {
+				return res, err
+			}
+		}
+		profile := ""
+		if r == o.Rounds-1 {
+			profile = o.CPUProfile // the last round's fold phase
+		}
+		start, fold, p, err := benchFold(ctx, store, nc, js, res.Events, profile)
+		last = p
+		if err != nil {
+			return res, err
+		}
+		starts, folds = append(starts, start), append(folds, fold)
+		res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(float64(res.Events)/fold.Seconds()))
+		res.RoundsBaselineEventsPerSec = append(res.RoundsBaselineEventsPerSec, round1(float64(res.Events)/base.Seconds()))
 	}
+	defer func() { _ = last.Stop() }()
 	baseDecode, err := benchOrdered(ctx, store, res.Events, true)
 	if err != nil {
 		return res, err
 	}
 	res.BaselineDecodeEventsPerSec = round1(float64(res.Events) / baseDecode.Seconds())
-
-	// (a) One projector instance: every event applied to every built-in unit and checkpointed
-	// (states written, records acknowledged).
-	p := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return res, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-	start := time.Now()
-	if err := p.Start(ctx); err != nil {
-		return res, err
-	}
-	defer func() { _ = p.Stop() }()
-	for {
-		done := p.Applied() >= int64(res.Events)
-		if done {
-			for part := 0; part < store.Partitions && done; part++ {
-				c, err := js.Consumer(ctx, ajs.StreamName, projector.PartitionConsumer(part))
-				if err != nil {
-					return res, err
-				}
-				ci, err := c.Info(ctx)
-				if err != nil {
-					return res, err
-				}
-				done = ci.NumPending == 0 && ci.NumAckPending == 0
-			}
-		}
-		if done {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	fold := time.Since(start)
-	res.FoldMs, res.BaselineMs = ms(fold), ms(base)
+	slices.Sort(folds)
+	slices.Sort(bases)
+	slices.Sort(starts)
+	slices.Sort(res.RoundsEventsPerSec)
+	slices.Sort(res.RoundsBaselineEventsPerSec)
+	fold, base := folds[len(folds)/2], bases[len(bases)/2]
+	res.Rounds = o.Rounds
+	res.FoldMs, res.BaselineMs, res.StartMs = ms(fold), ms(base), ms(starts[len(starts)/2])
 	res.EventsPerSec = round1(float64(res.Events) / fold.Seconds())
 	res.BaselineEventsPerSec = round1(float64(res.Events) / base.Seconds())
 	res.Ratio = float64(int64(res.EventsPerSec/res.BaselineEventsPerSec*1000+0.5)) / 1000
@@ -264,6 +269,71 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		}
 	}
 	return res, nil
+}
+
+// benchFold starts one projector instance and waits until it has folded and checkpointed want
+// events (every partition consumer with nothing pending or unacknowledged). It returns how long
+// Start took, how long the fold took after it, and the running projector (the caller stops it).
+// With profile set, the fold (not the start) is added to that CPU profile.
+func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (time.Duration, time.Duration, *projector.Projector, error) {
+	p := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t0 := time.Now()
+	if err := p.Start(ctx); err != nil {
+		return 0, 0, nil, err
+	}
+	startT := time.Since(t0)
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return 0, 0, p, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, 0, p, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	t1 := time.Now()
+	for {
+		done := p.Applied() >= int64(want)
+		for part := 0; part < store.Partitions && done; part++ {
+			c, err := js.Consumer(ctx, ajs.StreamName, projector.PartitionConsumer(part))
+			if err != nil {
+				return 0, 0, p, err
+			}
+			ci, err := c.Info(ctx)
+			if err != nil {
+				return 0, 0, p, err
+			}
+			done = ci.NumPending == 0 && ci.NumAckPending == 0
+		}
+		if done {
+			return startT, time.Since(t1), p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, p, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// resetProjections removes what a bench projector left: its partition consumers and every stored
+// projection state, so that the next round folds the whole stream again.
+func resetProjections(ctx context.Context, js natsjs.JetStream, store *ajs.Store) error {
+	for part := 0; part < store.Partitions; part++ {
+		if err := store.Stream.DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+			return fmt.Errorf("bench project: deleting consumer %s: %w", projector.PartitionConsumer(part), err)
+		}
+	}
+	kvs, err := js.Stream(ctx, "KV_"+ajs.ProjectionsBucket)
+	if err != nil {
+		return fmt.Errorf("bench project: projections bucket: %w", err)
+	}
+	if err := kvs.Purge(ctx); err != nil {
+		return fmt.Errorf("bench project: purging the projections bucket: %w", err)
+	}
+	return nil
 }
 
 // benchOrdered reads the whole stream with an ordered consumer until want events were read, and

@@ -1,0 +1,248 @@
+package session
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// decodeEventLineFast is DecodeEventLine's fast path: one pass over the line, with no allocation
+// per member, for the common shape of a record line. It reports ok false, and the caller then
+// decodes the line with decodeEventLineGeneral, whenever the line is not of that shape or would be
+// refused; when ok is true the event equals what decodeEventLineGeneral returns for the line.
+//
+// It follows parseShallowObject token by token (the same JSON whitespace, the same parser.skip for
+// every member other than the envelope scalars) and accepts only:
+//   - a key with no escape and no control character (raw bytes are then the key, and invalid
+//     UTF-8 in them can only decode to a key that is not one of the envelope keys);
+//   - a "type" string with no escape, no control character and valid UTF-8, that is not a packed
+//     chunk-row tag;
+//   - a "seq" that is a plain integer literal of at most 15 digits (a safe integer, exact);
+//   - a "time" that is a JSON number (any form: its raw text is kept);
+//   - an "ignorable" that is true or false;
+//   - and finally a type, a seq and a data, so that decodeEvent would not refuse the line.
+//
+// Repeated keys overwrite (the last one wins); every other key is validated with skip and dropped.
+func decodeEventLineFast(line []byte) (ev Event, ok bool) {
+	p := parser{b: line, maxDepth: maxJSONDepth}
+	b := line
+	p.ws()
+	if p.i >= len(b) || b[p.i] != '{' {
+		return Event{}, false
+	}
+	p.i++
+	p.ws()
+	if p.i < len(b) && b[p.i] == '}' {
+		return Event{}, false // {} has no type: refused
+	}
+	var (
+		typ       []byte
+		haveType  bool
+		seq       int64 = -1
+		timeRaw   []byte
+		data      []byte
+		op        []byte
+		srcs      []byte
+		ignorable bool
+	)
+	for {
+		p.ws()
+		if p.i >= len(b) || b[p.i] != '"' {
+			return Event{}, false
+		}
+		ks := p.i + 1
+		ke := plainRun(b, ks)
+		if ke >= len(b) || b[ke] != '"' {
+			return Event{}, false // an escape, a control character or no closing quote
+		}
+		key := b[ks:ke]
+		p.i = ke + 1
+		p.ws()
+		if p.i >= len(b) || b[p.i] != ':' {
+			return Event{}, false
+		}
+		p.i++
+		p.ws()
+		if p.i >= len(b) {
+			return Event{}, false
+		}
+		switch string(key) {
+		case "type":
+			if b[p.i] != '"' {
+				return Event{}, false
+			}
+			s := p.i + 1
+			e := plainRun(b, s)
+			if e >= len(b) || b[e] != '"' {
+				return Event{}, false
+			}
+			typ, haveType = b[s:e], true
+			p.i = e + 1
+		case "seq":
+			n, ok := p.plainSeq()
+			if !ok {
+				return Event{}, false
+			}
+			seq = n
+		case "time":
+			if c := b[p.i]; c != '-' && !isDigit(c) {
+				return Event{}, false
+			}
+			start := p.i
+			if _, err := p.numberEnd(); err != nil {
+				return Event{}, false
+			}
+			timeRaw = b[start:p.i]
+		case "ignorable":
+			switch {
+			case len(b)-p.i >= 4 && string(b[p.i:p.i+4]) == "true":
+				ignorable = true
+				p.i += 4
+			case len(b)-p.i >= 5 && string(b[p.i:p.i+5]) == "false":
+				ignorable = false
+				p.i += 5
+			default:
+				return Event{}, false
+			}
+		default:
+			start := p.i
+			if _, err := p.skip(1); err != nil {
+				return Event{}, false
+			}
+			switch string(key) {
+			case "data":
+				data = b[start:p.i]
+			case "surfaceOp":
+				op = b[start:p.i]
+			case "sourceEventSeqs":
+				srcs = b[start:p.i]
+			}
+		}
+		p.ws()
+		if p.i >= len(b) {
+			return Event{}, false
+		}
+		if b[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if b[p.i] == '}' {
+			p.i++
+			break
+		}
+		return Event{}, false
+	}
+	p.ws()
+	if p.i != len(b) || !haveType || seq < 0 || data == nil {
+		return Event{}, false
+	}
+	t, ok := eventTypeString(typ)
+	if !ok {
+		return Event{}, false
+	}
+	ev.Type = t
+	ev.Seq = seq
+	if timeRaw != nil {
+		ev.Time = json.Number(timeRaw)
+	}
+	ev.Data = json.RawMessage(data)
+	if op != nil {
+		ev.SurfaceOp = json.RawMessage(op)
+	}
+	if srcs != nil {
+		ev.SourceEventSeqs = json.RawMessage(srcs)
+	}
+	ev.Ignorable = ignorable
+	return ev, true
+}
+
+// plainSeq reads a plain integer literal of at most 15 digits at p.i (without a sign, fraction or
+// exponent, and without a leading zero unless it is 0): a non-negative safe integer whose value is
+// exact. ok is false for any other form (which the general path reads with the full number rules).
+func (p *parser) plainSeq() (int64, bool) {
+	b := p.b
+	i := p.i
+	var n int64
+	for i < len(b) && isDigit(b[i]) {
+		n = n*10 + int64(b[i]-'0')
+		i++
+		if i-p.i > 15 {
+			return 0, false
+		}
+	}
+	switch {
+	case i == p.i:
+		return 0, false
+	case b[p.i] == '0' && i-p.i > 1:
+		return 0, false // "0" followed by digits: the general path refuses it
+	case i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E'):
+		return 0, false
+	}
+	p.i = i
+	return n, true
+}
+
+// eventTypeString returns the type string for its raw bytes (no escape, no control character):
+// a constant for the common event types, so that no allocation is needed. ok is false for a packed
+// chunk-row tag and for invalid UTF-8 (both left to the general path).
+func eventTypeString(raw []byte) (string, bool) {
+	switch string(raw) {
+	case "assistant/chunk":
+		return "assistant/chunk", true
+	case "assistant/message":
+		return "assistant/message", true
+	case "user/message":
+		return "user/message", true
+	case "tool/call":
+		return "tool/call", true
+	case "tool/result":
+		return "tool/result", true
+	case "turn/start":
+		return "turn/start", true
+	case "turn/end":
+		return "turn/end", true
+	case "step/start":
+		return "step/start", true
+	case "step/end":
+		return "step/end", true
+	case "request/header":
+		return "request/header", true
+	case "request/context":
+		return "request/context", true
+	case "session/title":
+		return "session/title", true
+	case "session/end-seed":
+		return "session/end-seed", true
+	case "todo/write":
+		return "todo/write", true
+	case "agent/inbox/spliced":
+		return "agent/inbox/spliced", true
+	case "approval/policy":
+		return "approval/policy", true
+	case "approval/asked":
+		return "approval/asked", true
+	case "approval/decided":
+		return "approval/decided", true
+	case "hook/invoked":
+		return "hook/invoked", true
+	case "hook/result":
+		return "hook/result", true
+	case "subagent/descriptor":
+		return "subagent/descriptor", true
+	case "compaction/start":
+		return "compaction/start", true
+	case "compaction/end":
+		return "compaction/end", true
+	case "compaction/summary":
+		return "compaction/summary", true
+	case "llm/retry":
+		return "llm/retry", true
+	}
+	if !utf8.Valid(raw) {
+		return "", false // the general path decodes it with U+FFFD replacements
+	}
+	s := string(raw)
+	if isChunkRowTag(s) {
+		return "", false // a packed chunk row: refused by the general path
+	}
+	return s, true
+}
