@@ -223,7 +223,8 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	if int64s(r.Nodes) != toolNodes || len(r.Messages) != 4 {
 		t.Fatalf("good session: nodes %s, %d messages", int64s(r.Nodes), len(r.Messages))
 	}
-	bad, _ := e.stored("bad")
+	// "bad" and "garbage" may be on partitions that checkpoint after "good"'s: wait for them.
+	bad := e.waitStored("bad", func(p Projection) bool { return p.Error != nil })
 	if bad.Error == nil || bad.Error.Seq != 2 || bad.Error.Rule == "" || bad.AsOfSeq != 1 || !strings.Contains(bad.Error.Message, "bad") {
 		t.Fatalf("bad session: %+v (error %+v)", bad, bad.Error)
 	}
@@ -236,7 +237,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	_, err = QueryMessages(ctx(t), e.nc, "bad", 4)
 	queryErr(t, err, CodeStopped, "bad")
 
-	garbage, _ := e.stored("garbage")
+	garbage := e.waitStored("garbage", func(p Projection) bool { return p.Error != nil })
 	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != ajs.RuleRecordEvent || garbage.AsOfSeq != -1 {
 		t.Fatalf("garbage session: %+v (error %+v)", garbage, garbage.Error)
 	}
