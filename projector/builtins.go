@@ -155,8 +155,14 @@ type UsageView struct {
 // UsageUnit sums token usage: for each (turn, step) the last usage chunk wins (as the reference's
 // BlockAssembler keeps the last one); assistant/message.usage is the fallback for a step that
 // streamed no usage chunk.
+//
+// An assistant/chunk is a usage chunk when data.chunk.type is the string "usage", read as the
+// reference's JSON.parse reads it (names are case-sensitive; the last of repeated names wins);
+// every other chunk is ignored without reading further, whatever else its data holds (most chunks
+// are text, reasoning and tool-call deltas). StateVersion 2: version 1 decoded every chunk's data
+// with encoding/json, so it stopped on a malformed text chunk and matched names case-insensitively.
 var UsageUnit = Def[UsageState]{
-	Key: UnitUsage, StateVersion: 1, Reads: []string{"assistant/chunk", "assistant/message"},
+	Key: UnitUsage, StateVersion: 2, Reads: []string{"assistant/chunk", "assistant/message"},
 	Init: func() UsageState { return UsageState{} },
 	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
 		if ev.Type == "assistant/chunk" {

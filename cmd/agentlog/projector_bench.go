@@ -39,13 +39,17 @@ type benchProjectOptions struct {
 // benchProjectResult is the JSON line printed by `agentlog bench project --json`. Rates are
 // events/s, durations ms.
 type benchProjectResult struct {
-	Sessions                   int     `json:"sessions"`
-	Events                     int     `json:"events"`
-	Records                    int     `json:"records"`
-	EventsPerSec               float64 `json:"events_per_sec"`
+	Sessions int `json:"sessions"`
+	Events   int `json:"events"`
+	Records  int `json:"records"`
+	// EventsPerSec is the median round's fold rate: events folded and checkpointed after Start
+	// returned, over the time from then to the last checkpoint.
+	EventsPerSec float64 `json:"events_per_sec"`
+	// BaselineEventsPerSec is the median round's ordered-consumer rate (events counted from the
+	// records' Agentlog-Count header); BaselineDecodeEventsPerSec decodes every record as well.
 	BaselineEventsPerSec       float64 `json:"baseline_events_per_sec"`
 	BaselineDecodeEventsPerSec float64 `json:"baseline_decode_events_per_sec"`
-	Ratio                      float64 `json:"ratio"`
+	Ratio                      float64 `json:"ratio"` // EventsPerSec / BaselineEventsPerSec
 	FoldMs                     float64 `json:"fold_ms"`
 	BaselineMs                 float64 `json:"baseline_ms"`
 	// StartMs is Projector.Start (lease, query service, one consumer per partition), which the
@@ -179,6 +183,11 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	// projection state (consumers deleted, projections bucket purged).
 	var folds, bases, starts []time.Duration
 	var last *projector.Projector
+	defer func() {
+		if last != nil {
+			_ = last.Stop()
+		}
+	}()
 	for r := range o.Rounds {
 		fmt.Fprintf(logw, "bench project: round %d/%d\n", r+1, o.Rounds)
 		base, err := benchOrdered(ctx, store, res.Events, false)
@@ -187,7 +196,9 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		}
 		bases = append(bases, base)
 		if last != nil {
-			if err := last.Stop(); err != nil {
+			err := last.Stop()
+			last = nil
+			if err != nil {
 				return res, err
 			}
 			if err := resetProjections(ctx, js, store); err != nil {
@@ -198,31 +209,29 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		if r == o.Rounds-1 {
 			profile = o.CPUProfile // the last round's fold phase
 		}
-		start, fold, p, err := benchFold(ctx, store, nc, js, res.Events, profile)
-		last = p
+		start, fold, folded, p, err := benchFold(ctx, store, nc, js, res.Events, profile)
 		if err != nil {
 			return res, err
 		}
+		last = p
 		starts, folds = append(starts, start), append(folds, fold)
-		res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(float64(res.Events)/fold.Seconds()))
+		res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(float64(folded)/fold.Seconds()))
 		res.RoundsBaselineEventsPerSec = append(res.RoundsBaselineEventsPerSec, round1(float64(res.Events)/base.Seconds()))
 	}
-	defer func() { _ = last.Stop() }()
 	baseDecode, err := benchOrdered(ctx, store, res.Events, true)
 	if err != nil {
 		return res, err
 	}
 	res.BaselineDecodeEventsPerSec = round1(float64(res.Events) / baseDecode.Seconds())
-	slices.Sort(folds)
-	slices.Sort(bases)
-	slices.Sort(starts)
+	for _, d := range [][]time.Duration{folds, bases, starts} {
+		slices.Sort(d)
+	}
 	slices.Sort(res.RoundsEventsPerSec)
 	slices.Sort(res.RoundsBaselineEventsPerSec)
-	fold, base := folds[len(folds)/2], bases[len(bases)/2]
+	mid := o.Rounds / 2
 	res.Rounds = o.Rounds
-	res.FoldMs, res.BaselineMs, res.StartMs = ms(fold), ms(base), ms(starts[len(starts)/2])
-	res.EventsPerSec = round1(float64(res.Events) / fold.Seconds())
-	res.BaselineEventsPerSec = round1(float64(res.Events) / base.Seconds())
+	res.FoldMs, res.BaselineMs, res.StartMs = ms(folds[mid]), ms(bases[mid]), ms(starts[mid])
+	res.EventsPerSec, res.BaselineEventsPerSec = res.RoundsEventsPerSec[mid], res.RoundsBaselineEventsPerSec[mid]
 	res.Ratio = float64(int64(res.EventsPerSec/res.BaselineEventsPerSec*1000+0.5)) / 1000
 
 	// Lag under a steady append load: append acknowledged -> the query service answers minSeq.
@@ -273,46 +282,55 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 
 // benchFold starts one projector instance and waits until it has folded and checkpointed want
 // events (every partition consumer with nothing pending or unacknowledged). It returns how long
-// Start took, how long the fold took after it, and the running projector (the caller stops it).
-// With profile set, the fold (not the start) is added to that CPU profile.
-func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (time.Duration, time.Duration, *projector.Projector, error) {
+// Start took, how long the fold took after it, how many events were folded after it (workers
+// start inside Start, so a few may be folded before it returns), and the running projector, which
+// the caller stops; on an error the projector is stopped here. With profile set, the fold (not
+// the start) is written to that CPU profile.
+func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (startT, foldT time.Duration, folded int64, _ *projector.Projector, err error) {
+	var f *os.File
+	if profile != "" {
+		if f, err = os.Create(profile); err != nil {
+			return 0, 0, 0, nil, err
+		}
+		defer f.Close()
+	}
 	p := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, 0, nil, err
 	}
-	startT := time.Since(t0)
-	if profile != "" {
-		f, err := os.Create(profile)
+	startT = time.Since(t0)
+	t1, before := time.Now(), p.Applied()
+	defer func() {
 		if err != nil {
-			return 0, 0, p, err
+			_ = p.Stop()
 		}
-		defer f.Close()
+	}()
+	if f != nil {
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, 0, p, err
+			return 0, 0, 0, nil, err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	t1 := time.Now()
 	for {
 		done := p.Applied() >= int64(want)
 		for part := 0; part < store.Partitions && done; part++ {
 			c, err := js.Consumer(ctx, ajs.StreamName, projector.PartitionConsumer(part))
 			if err != nil {
-				return 0, 0, p, err
+				return 0, 0, 0, nil, err
 			}
 			ci, err := c.Info(ctx)
 			if err != nil {
-				return 0, 0, p, err
+				return 0, 0, 0, nil, err
 			}
 			done = ci.NumPending == 0 && ci.NumAckPending == 0
 		}
 		if done {
-			return startT, time.Since(t1), p, nil
+			return startT, time.Since(t1), p.Applied() - before, p, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, p, ctx.Err()
+			return 0, 0, 0, nil, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
