@@ -11,6 +11,7 @@ import (
 	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -193,5 +194,19 @@ func TestClusterRunsR3(t *testing.T) {
 	got, last, err := s.Read(ctx, "r3")
 	if err != nil || len(got) != 1 || last != r.StreamSeq {
 		t.Fatalf("Read on R3: %d events, last %d, %v", len(got), last, err)
+	}
+	// A projector on the cluster: its lease bucket has the stream's replicas (losing one server
+	// must not lose the leases), and it folds the session (read-your-writes through minSeq).
+	p := projector.New(s, nc, projector.Options{Name: "deploy-r3"})
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	if mk, err := js.Stream(ctx, "KV_"+projector.MembersBucket); err != nil || mk.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("members bucket replicas: %v", err)
+	}
+	m, err := projector.QueryMessages(ctx, nc, "r3", 0)
+	if err != nil || m.AsOfSeq != 0 {
+		t.Fatalf("projection on R3: %+v, %v", m, err)
 	}
 }

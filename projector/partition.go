@@ -67,14 +67,17 @@ type MemberValue struct {
 	Owned     []int  `json:"owned"`
 }
 
-// openMembers creates (or opens) the members bucket; its max age is the member TTL.
-func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration) (jetstream.KeyValue, error) {
+// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is memory
+// storage (leases are worth nothing after a restart of the whole cluster) with the replicas of the
+// AGENTLOG stream, so that losing one server of a cluster does not lose the leases.
+func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      MembersBucket,
 		Description: "agentlog projector instances (leases; partitions are divided among the live ones)",
 		History:     1,
 		TTL:         ttl,
 		Storage:     jetstream.MemoryStorage,
+		Replicas:    max(replicas, 1),
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		kv, err = js.KeyValue(ctx, MembersBucket)

@@ -162,7 +162,11 @@ func (p *Projector) Start(ctx context.Context) error {
 	if len(p.defs) == 0 || !p.defs[0].gate {
 		return errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
-	members, err := openMembers(ctx, p.store.JS, p.memberTTL)
+	replicas := 1
+	if info := p.store.Stream.CachedInfo(); info != nil {
+		replicas = info.Config.Replicas
+	}
+	members, err := openMembers(ctx, p.store.JS, p.memberTTL, replicas)
 	if err != nil {
 		return err
 	}

@@ -315,3 +315,37 @@ func errorsAs(err error, target **QueryError) bool {
 	}
 	return ok
 }
+
+// TestLeaseRenewalDoesNotWaitForHandover holds the workers' mutex, as a slow handover in rebalance
+// does, and checks that the lease is renewed all the same, naming the partitions consumed: a
+// renewal that waited for the handover could let the lease lapse (MemberTTL) and the partitions
+// flap between instances.
+func TestLeaseRenewalDoesNotWaitForHandover(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	owned := p.Owned()
+	if len(owned) != e.store.Partitions {
+		t.Fatalf("a lone instance owns %v of %d partitions", owned, e.store.Partitions)
+	}
+	p.wmu.Lock()
+	renewed := make(chan struct{})
+	go func() { p.renew(ctx(t)); close(renewed) }()
+	select {
+	case <-renewed:
+	case <-time.After(10 * time.Second): // a deadlock guard, not a timing assertion
+		p.wmu.Unlock()
+		t.Fatal("renew waited for the workers' mutex")
+	}
+	if got := p.Owned(); !slices.Equal(got, owned) {
+		t.Errorf("Owned() under a handover = %v, want %v", got, owned)
+	}
+	p.wmu.Unlock()
+	ent, err := p.members.Get(ctx(t), p.memberKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mv MemberValue
+	if err := json.Unmarshal(ent.Value(), &mv); err != nil || !slices.Equal(mv.Owned, owned) {
+		t.Fatalf("lease %s: owned %v, want %v (%v)", ent.Value(), mv.Owned, owned, err)
+	}
+}
