@@ -60,9 +60,13 @@ type benchProjectResult struct {
 	RoundsEventsPerSec         []float64 `json:"rounds_events_per_sec"`
 	RoundsBaselineEventsPerSec []float64 `json:"rounds_baseline_events_per_sec"`
 	LagSamples                 int       `json:"lag_samples"`
-	LagP50Ms                   float64   `json:"lag_p50_ms"`
-	LagP99Ms                   float64   `json:"lag_p99_ms"`
-	LagAppendRecordsPerSec     int       `json:"lag_append_records_per_sec"`
+	// LagFailures counts the queries that failed (their lag is not in the percentiles);
+	// LagFirstError is the first one's error.
+	LagFailures            int     `json:"lag_failures"`
+	LagFirstError          string  `json:"lag_first_error,omitempty"`
+	LagP50Ms               float64 `json:"lag_p50_ms"`
+	LagP99Ms               float64 `json:"lag_p99_ms"`
+	LagAppendRecordsPerSec int     `json:"lag_append_records_per_sec"`
 }
 
 // newBenchProjectCmd is `agentlog bench project`: (a) the fold rate of one projector instance
@@ -88,9 +92,9 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.stdout, string(b))
 				return nil
 			}
-			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f\nlag at %d records/s: p50 %.1f ms, p99 %.1f ms (%d samples)\n",
+			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f\nlag at %d records/s: p50 %.1f ms, p99 %.1f ms (%d samples, %d failed %s)\n",
 				r.Sessions, r.Events, r.Records, r.Rounds, r.EventsPerSec, r.FoldMs, r.StartMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio,
-				r.LagAppendRecordsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples)
+				r.LagAppendRecordsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples, r.LagFailures, r.LagFirstError)
 			return nil
 		},
 	}
@@ -261,11 +265,17 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 			qwg.Add(1)
 			go func() {
 				defer qwg.Done()
-				if _, err := projector.QueryMessages(ctx, nc, id, seq); err == nil {
-					lmu.Lock()
-					lags = append(lags, time.Since(acked))
-					lmu.Unlock()
+				_, err := projector.QueryMessages(ctx, nc, id, seq)
+				lag := time.Since(acked)
+				lmu.Lock()
+				defer lmu.Unlock()
+				if err != nil {
+					if res.LagFailures++; res.LagFailures == 1 {
+						res.LagFirstError = fmt.Sprintf("session %q seq %d: %v", id, seq, err)
+					}
+					return
 				}
+				lags = append(lags, lag)
 			}()
 		}
 		tick.Stop()
