@@ -205,6 +205,60 @@ func TestReadManyRecords(t *testing.T) {
 	}
 }
 
+// TestReadRecordsAfter reads a log in steps: each step reads only the records appended since the
+// last one, nothing new costs no consumer, and a wrong nextSeq or a position past the log's end
+// is refused.
+func TestReadRecordsAfter(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	var after, tail uint64
+	var next, read int64
+	for step := range 5 {
+		for range step + 1 {
+			r, err := s.Append(ctx, "steps", tail, "", evs(next, next+2, "s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tail, next = r.StreamSeq, next+2
+		}
+		var records int
+		last, err := s.ReadRecordsAfter(ctx, "steps", after, read, func(_ uint64, events []session.Event) error {
+			records++
+			if events[0].Seq != read {
+				t.Fatalf("step %d: record starts at seq %d, want %d", step, events[0].Seq, read)
+			}
+			read = events[len(events)-1].Seq + 1
+			return nil
+		})
+		if err != nil || last != tail || records != step+1 || read != next {
+			t.Fatalf("step %d: last %d (want %d), %d records (want %d), read to %d (want %d): %v", step, last, tail, records, step+1, read, next, err)
+		}
+		after = last
+	}
+	before, _ := s.Stream.Info(ctx)
+	if last, err := s.ReadRecordsAfter(ctx, "steps", after, read, func(uint64, []session.Event) error {
+		t.Fatal("no record is new")
+		return nil
+	}); err != nil || last != after {
+		t.Fatalf("nothing new: last %d, %v", last, err)
+	}
+	if info, _ := s.Stream.Info(ctx); info.State.Consumers != 0 || before.State.Consumers != 0 {
+		t.Errorf("consumers left: %d", info.State.Consumers)
+	}
+	if _, err := s.ReadRecordsAfter(ctx, "steps", after+1000, read, func(uint64, []session.Event) error { return nil }); !errors.Is(err, ErrLogChanged) {
+		t.Fatalf("a position past the log's end: %v, want ErrLogChanged", err)
+	}
+	r, err := s.Append(ctx, "steps", tail, "", evs(next, next+1, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ReadRecordsAfter(ctx, "steps", after, read+5, func(uint64, []session.Event) error { return nil })
+	var se *session.Error
+	if !errors.As(err, &se) || se.Rule != RuleRecordContinue || se.Seq != next {
+		t.Fatalf("a wrong nextSeq: %v, want rule %s at seq %d (record stream seq %d)", err, RuleRecordContinue, next, r.StreamSeq)
+	}
+}
+
 // publishRaw stores a record bypassing Append (as a broken or foreign writer would).
 func publishRaw(t *testing.T, s *Store, id string, h nats.Header, body []byte) uint64 {
 	t.Helper()

@@ -149,6 +149,23 @@ const readBatch = 256
 // its stream seq and its (checked) events, and returns the stream seq of the last record (0 when
 // there is none). An error from fn stops the read and is returned as is.
 func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
+	return s.ReadRecordsAfter(ctx, id, 0, 0, fn)
+}
+
+// ErrLogChanged is returned (wrapped) by ReadRecordsAfter when the session's log no longer
+// reaches afterStreamSeq (its records were purged by an operator): what the caller read before is
+// not this log's prefix any more; read it again from the start.
+var ErrLogChanged = errors.New("agentlog: the session's log changed under the reader")
+
+// ReadRecordsAfter is ReadRecords for the records stored after stream seq afterStreamSeq, the last
+// record the caller has read; nextSeq is the event seq that record ended before (the next record
+// must start there; 0 with afterStreamSeq 0). It returns the stream seq of the last record read,
+// afterStreamSeq when nothing was appended since. That check is one STREAM.MSG.GET of the
+// session's last record, so a caller that keeps what it read pays only for the new records.
+// Errors are ReadRecords', a wrapped ErrLogChanged when the log's last record is below
+// afterStreamSeq, and a *session.Error (RuleRecordContinue) when the first new record does not
+// start at nextSeq.
+func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
 		return 0, err
@@ -159,16 +176,23 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 	var target uint64
 	switch last, err := s.leaderLastMsg(ctx, subject); {
 	case errors.Is(err, natsjs.ErrMsgNotFound):
-		return 0, nil
+		target = 0
 	case err != nil:
 		return 0, fmt.Errorf("agentlog: read session %q: its last record from the stream leader: %w", id, err)
 	default:
 		target = last.Sequence
 	}
-	cons, err := s.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  natsjs.DeliverAllPolicy,
-	})
+	switch {
+	case target < afterStreamSeq:
+		return 0, fmt.Errorf("%w: session %q: its last record is stream seq %d, below stream seq %d already read", ErrLogChanged, id, target, afterStreamSeq)
+	case target == afterStreamSeq:
+		return afterStreamSeq, nil // nothing new (or no records at all)
+	}
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
+	if afterStreamSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, afterStreamSeq+1
+	}
+	cons, err := s.Stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("agentlog: read session %q: create ordered consumer on %s: %w", id, subject, err)
 	}
@@ -190,8 +214,7 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 	}
 	defer iter.Stop()
 
-	var lastStreamSeq uint64
-	nextSeq := int64(0)
+	lastStreamSeq := afterStreamSeq
 	for {
 		msg, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {

@@ -50,6 +50,12 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // startProjector starts a projector on its own connection; it is stopped at cleanup.
 func (e *env) startProjector(name string) *Projector {
 	e.t.Helper()
+	return e.startProjectorOpts(name, Options{})
+}
+
+// startProjectorOpts is startProjector with options (Name and Logger are set here).
+func (e *env) startProjectorOpts(name string, opts Options) *Projector {
+	e.t.Helper()
 	nc, js, err := ajs.Connect(e.url, name)
 	if err != nil {
 		e.t.Fatalf("Connect: %v", err)
@@ -62,7 +68,8 @@ func (e *env) startProjector(name string) *Projector {
 	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	p := New(store, nc, Options{Name: name, Logger: logger})
+	opts.Name, opts.Logger = name, logger
+	p := New(store, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}

@@ -32,6 +32,7 @@ const (
 	partitionAckWait     = 4 * time.Second       // redelivery of a dead instance's unacked records
 	partitionPinnedTTL   = 4 * time.Second       // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                  // records folded before a checkpoint is forced
+	flushLinger          = 2 * time.Millisecond  // a partition idle this long is checkpointed at once
 )
 
 // PartitionConsumer is the durable consumer of partition p: "agentlog-projector-<p>", filter
@@ -289,15 +290,20 @@ func (w *worker) run() {
 	defer close(w.done)
 	lastFlush := time.Now()
 	for {
-		wait := time.Second
+		// Group commit: while records keep coming, they share one checkpoint (for at most
+		// FlushInterval or maxUnflushed records); once none has come for flushLinger, the
+		// checkpoint is written at once, so that a lone writer's read-your-writes query does not
+		// wait out the interval.
+		wait, idle := time.Second, false
 		if w.count > 0 {
-			wait = max(w.p.flushInterval-time.Since(lastFlush), time.Millisecond)
+			wait = min(flushLinger, max(w.p.flushInterval-time.Since(lastFlush), time.Millisecond))
 		}
 		msg, err := w.iter.Next(jetstream.NextMaxWait(wait))
 		switch {
 		case err == nil:
 			w.handle(msg)
 		case errors.Is(err, nats.ErrTimeout):
+			idle = true
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed):
 			w.p.logger.Debug("projector: partition worker done", "partition", w.part, "err", err)
 			w.flush()
@@ -310,7 +316,7 @@ func (w *worker) run() {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		if w.count > 0 && (w.count >= maxUnflushed || time.Since(lastFlush) >= w.p.flushInterval) {
+		if w.count > 0 && (idle || w.count >= maxUnflushed || time.Since(lastFlush) >= w.p.flushInterval) {
 			w.flush()
 			lastFlush = time.Now()
 		}

@@ -38,6 +38,10 @@ type Options struct {
 	CacheSessions int
 	// FlushInterval is the longest a folded record waits for its checkpoint (default 50 ms).
 	FlushInterval time.Duration
+	// QueryCacheBytes bounds the events the query service keeps to answer messages queries
+	// without reading whole logs again (default DefaultQueryCacheBytes, 64 MiB; negative: keep
+	// nothing, read the whole log for every query).
+	QueryCacheBytes int64
 	// MemberTTL is the member lease: an instance that stops renewing it (killed) loses its
 	// partitions after this (default 3 s; renewed every MemberTTL/3).
 	MemberTTL time.Duration
@@ -81,6 +85,7 @@ type Projector struct {
 	closing bool
 	runCtx  context.Context
 	slots   chan struct{} // bounds the queries waiting for minSeq
+	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 	waiting atomic.Int64  // queries waiting for minSeq (observed by tests)
 	applied atomic.Int64  // events folded (all partitions)
 
@@ -136,6 +141,14 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	}
 	if p.memberTTL <= 0 {
 		p.memberTTL = DefaultMemberTTL
+	}
+	switch cb := opts.QueryCacheBytes; {
+	case cb == 0:
+		p.nodes = newNodeCache(DefaultQueryCacheBytes)
+	case cb < 0:
+		p.nodes = newNodeCache(0)
+	default:
+		p.nodes = newNodeCache(cb)
 	}
 	return p
 }

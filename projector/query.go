@@ -340,19 +340,14 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
 func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
-	events, _, err := p.store.Read(ctx, q.Session)
+	events, err := p.nodes.events(ctx, p.store, q.Session, proj.State.Nodes)
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
+		r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 		return
 	}
 	byseq := func(seq int64) (session.Event, error) {
-		if seq >= 0 && seq < int64(len(events)) && events[seq].Seq == seq {
-			return events[seq], nil
-		}
-		for _, ev := range events {
-			if ev.Seq == seq {
-				return ev, nil
-			}
+		if ev, ok := events[seq]; ok {
+			return ev, nil
 		}
 		return session.Event{}, fmt.Errorf("session %q: surface node seq %d is not in the log", q.Session, seq)
 	}

@@ -92,3 +92,9 @@ func StringIs(v json.RawMessage, s string) bool {
 	}
 	return keyEquals(v, s)
 }
+
+// SurfaceEligible reports whether events of type typ can be surface nodes (the reference's
+// surface-eligible types: user/message, assistant/message, tool/result). DeriveMessages reads only
+// surface nodes, so a reader that keeps these events of a log has all that deriving its messages
+// needs.
+func SurfaceEligible(typ string) bool { return isSurfaceType(typ) }

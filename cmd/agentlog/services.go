@@ -101,6 +101,7 @@ func newProjectorCmd(g *globals) *cobra.Command {
 	var name string
 	var cacheSessions int
 	var flush time.Duration
+	var queryCacheMiB int64
 	c := &cobra.Command{
 		Use:   "projector [--name NAME]",
 		Short: "Run a projector instance against a NATS cluster until SIGINT/SIGTERM",
@@ -116,13 +117,20 @@ resume on the survivors within about 4 s; a new instance takes its share at once
 			if cacheSessions < 0 {
 				return &usageError{fmt.Errorf("--cache-sessions must be >= 0, got %d", cacheSessions)}
 			}
+			if queryCacheMiB < 0 {
+				return &usageError{fmt.Errorf("--query-cache-mib must be >= 0, got %d", queryCacheMiB)}
+			}
+			queryCache := queryCacheMiB << 20
+			if queryCache == 0 {
+				queryCache = -1 // keep nothing
+			}
 			nc, store, err := g.connect(cmd.Context(), "agentlog-projector")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			p := projector.New(store, nc, projector.Options{Name: name, Logger: slog.New(slog.NewTextHandler(g.stderr, nil)),
-				CacheSessions: cacheSessions, FlushInterval: flush})
+				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache})
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -134,6 +142,8 @@ resume on the survivors within about 4 s; a new instance takes its share at once
 	c.Flags().StringVar(&name, "name", "", "instance name, unique among the running projectors (default: host-pid)")
 	c.Flags().IntVar(&cacheSessions, "cache-sessions", projector.DefaultCacheSessions, "hot session states kept in memory (the rest is read back from KV)")
 	c.Flags().DurationVar(&flush, "flush-interval", projector.DefaultFlushInterval, "longest a folded record waits for its checkpoint")
+	c.Flags().Int64Var(&queryCacheMiB, "query-cache-mib", projector.DefaultQueryCacheBytes>>20,
+		"MiB of user, assistant and tool-result events kept so that a messages query reads only the records appended since the session's last query (0: read the whole log each time)")
 	return c
 }
 

@@ -1,0 +1,155 @@
+package projector
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+)
+
+// DefaultQueryCacheBytes bounds the events the query service keeps to answer messages queries.
+const DefaultQueryCacheBytes = 64 << 20
+
+// nodeCache keeps, for the sessions queried last, their surface-eligible events (user/message,
+// assistant/message, tool/result: the only events a surface node can be, and all that
+// DeriveMessages reads) and the position in the log they were read to. A messages query then
+// reads only the records appended since the previous query of the session (ajs.ReadRecordsAfter),
+// not the whole log: an agent that queries after every append pays for its new events, not for
+// its history again. Streamed chunks and other events are never kept. The cache is bounded by
+// the bytes of the events it holds (least recently queried sessions go first); a session whose
+// events alone exceed the bound is read whole for each query, as without the cache.
+type nodeCache struct {
+	max int64
+
+	mu   sync.Mutex
+	size int64
+	lru  *list.List // of *nodeLog, most recently used first
+	byID map[string]*nodeLog
+}
+
+// nodeLog is what the cache holds of one session's log.
+type nodeLog struct {
+	id     string
+	mu     sync.Mutex              // one reader of this session at a time
+	events map[int64]session.Event // surface-eligible events by seq (owned copies)
+	last   uint64                  // stream seq of the last record read (0: none)
+	next   int64                   // event seq the next record must start at
+	size   int64                   // bytes held (the events' raw fields); guarded by nodeCache.mu
+	elem   *list.Element           // nil once evicted; guarded by nodeCache.mu
+}
+
+func newNodeCache(maxBytes int64) *nodeCache {
+	return &nodeCache{max: maxBytes, lru: list.New(), byID: map[string]*nodeLog{}}
+}
+
+// entry returns the session's entry, created empty if needed, as the most recently used.
+func (c *nodeCache) entry(id string) *nodeLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.byID[id]; l != nil {
+		c.lru.MoveToFront(l.elem)
+		return l
+	}
+	l := &nodeLog{id: id, events: map[int64]session.Event{}}
+	l.elem = c.lru.PushFront(l)
+	c.byID[id] = l
+	return l
+}
+
+// account adds delta bytes held by l and evicts the least recently used entries over the bound
+// (l itself too, when it alone is over it).
+func (c *nodeCache) account(l *nodeLog, delta int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l.size += delta
+	if l.elem == nil { // evicted: its bytes no longer count
+		return
+	}
+	c.size += delta
+	for c.size > c.max && c.lru.Len() > 0 {
+		victim := c.lru.Back().Value.(*nodeLog)
+		c.lru.Remove(victim.elem)
+		victim.elem = nil
+		delete(c.byID, victim.id)
+		c.size -= victim.size
+	}
+}
+
+// events returns the session's events at the given seqs (surface nodes), reading the records
+// appended since the previous call. When what it holds is not this log's prefix any more (the
+// log was purged and rewritten) or a node is missing, it reads the whole log again, once.
+func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64) (map[int64]session.Event, error) {
+	l := c.entry(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		err := c.update(ctx, store, l)
+		var se *session.Error
+		if err != nil && attempt == 0 && (errors.Is(err, ajs.ErrLogChanged) || (errors.As(err, &se) && se.Rule == ajs.RuleRecordContinue)) {
+			c.reset(l)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		missing := slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
+		if !missing || attempt > 0 || l.last == 0 {
+			// Hand out a copy of the index: the caller derives while other queries may update l.
+			out := make(map[int64]session.Event, len(nodes))
+			for _, seq := range nodes {
+				if ev, ok := l.events[seq]; ok {
+					out[seq] = ev
+				}
+			}
+			return out, nil
+		}
+		c.reset(l)
+	}
+}
+
+// update reads the records of l's session after l.last into l. Each record read moves l.last and
+// l.next, so that after a failure the next update goes on from the last record taken.
+func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) error {
+	_, err := store.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
+		var added int64
+		for _, ev := range evs {
+			if !session.SurfaceEligible(ev.Type) {
+				continue
+			}
+			own := session.Event{Type: ev.Type, Seq: ev.Seq, Time: ev.Time, Ignorable: ev.Ignorable,
+				Data: clone(ev.Data), SurfaceOp: clone(ev.SurfaceOp), SourceEventSeqs: clone(ev.SourceEventSeqs)}
+			l.events[ev.Seq] = own
+			added += int64(len(own.Data) + len(own.SurfaceOp) + len(own.SourceEventSeqs) + len(own.Type) + len(own.Time) + 64)
+		}
+		l.last, l.next = streamSeq, evs[len(evs)-1].Seq+1
+		if added > 0 {
+			c.account(l, added)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading the log: %w", err)
+	}
+	return nil
+}
+
+// reset empties l, so that the next update reads the whole log.
+func (c *nodeCache) reset(l *nodeLog) {
+	c.mu.Lock()
+	freed := l.size
+	c.mu.Unlock()
+	l.events, l.last, l.next = map[int64]session.Event{}, 0, 0
+	c.account(l, -freed)
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

@@ -1,0 +1,203 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/internal/testnats"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+)
+
+// wantMessages derives the messages of nodes from the whole log, as the query service did before
+// it kept anything.
+func (e *env) wantMessages(id string, nodes []int64) []json.RawMessage {
+	e.t.Helper()
+	events, _, err := e.store.Read(ctx(e.t), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	msgs, err := session.DeriveMessages(nodes, func(seq int64) (session.Event, error) { return events[seq], nil })
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return msgs
+}
+
+func sameMessages(a, b []json.RawMessage) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// TestMessagesQueryReadsOnlyNewRecords queries a growing session after each record: every reply
+// equals the messages derived from the whole log, the query service keeps only surface-eligible
+// events, and it is positioned at the log's last record.
+func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("grow")
+	events := toolSession()
+	for i := 0; i < len(events); i += 2 {
+		e.appendRecord("grow", events[i:min(i+2, len(events))])
+		last := events[min(i+2, len(events))-1].Seq
+		r, err := QueryMessages(ctx(t), e.nc, "grow", last)
+		if err != nil {
+			t.Fatalf("after seq %d: %v", last, err)
+		}
+		if want := e.wantMessages("grow", r.Nodes); !sameMessages(r.Messages, want) {
+			t.Fatalf("after seq %d: messages %s, want %s", last, r.Messages, want)
+		}
+	}
+	l := p.nodes.byID["grow"]
+	if l == nil {
+		t.Fatal("the session is not kept")
+	}
+	tail, err := e.store.GetTail(ctx(t), "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.last != tail.LastStreamSeq || l.next != int64(len(events)) {
+		t.Errorf("kept up to stream seq %d, next seq %d; want %d, %d", l.last, l.next, tail.LastStreamSeq, len(events))
+	}
+	for seq, ev := range l.events {
+		if !session.SurfaceEligible(ev.Type) {
+			t.Errorf("kept seq %d of type %s", seq, ev.Type)
+		}
+	}
+	if len(l.events) != 5 { // seqs 2, 3, 5, 7 and 10: the user, assistant and tool/result events
+		t.Errorf("kept %d events, want 5", len(l.events))
+	}
+}
+
+// TestMessagesQueryRecoversFromAStalePosition corrupts the kept position (as a purged and
+// rewritten log would look): the query service notices, reads the whole log again and answers
+// right.
+func TestMessagesQueryRecoversFromAStalePosition(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s")
+	events := toolSession()
+	e.appendRecord("s", events[0:6])
+	e.appendRecord("s", events[6:11])
+	r, err := QueryMessages(ctx(t), e.nc, "s", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := e.wantMessages("s", r.Nodes)
+	for name, corrupt := range map[string]func(l *nodeLog){
+		"position past the log's end": func(l *nodeLog) { l.last += 1000 },
+		"wrong next seq":              func(l *nodeLog) { l.last, l.next = 1, 3 },
+		"missing node":                func(l *nodeLog) { delete(l.events, 10) },
+	} {
+		l := p.nodes.entry("s")
+		l.mu.Lock()
+		corrupt(l)
+		l.mu.Unlock()
+		got, err := QueryMessages(ctx(t), e.nc, "s", 10)
+		if err != nil || !sameMessages(got.Messages, want) {
+			t.Fatalf("%s: %s, %v; want %s", name, got.Messages, err, want)
+		}
+	}
+}
+
+// TestMessagesQueryCacheBound keeps the kept events under QueryCacheBytes: the least recently
+// queried sessions go first, and answers stay right with a bound too small for any session.
+func TestMessagesQueryCacheBound(t *testing.T) {
+	for _, bound := range []int64{-1, 3000} {
+		t.Run(fmt.Sprint(bound), func(t *testing.T) {
+			e := newEnv(t)
+			p := e.startProjectorOpts("p1", Options{QueryCacheBytes: bound})
+			for i := range 5 {
+				id := fmt.Sprintf("s%d", i)
+				e.create(id)
+				e.appendRecord(id, toolSession())
+				r, err := QueryMessages(ctx(t), e.nc, id, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := e.wantMessages(id, r.Nodes); !sameMessages(r.Messages, want) {
+					t.Fatalf("%s: messages differ", id)
+				}
+				p.nodes.mu.Lock()
+				size, n := p.nodes.size, p.nodes.lru.Len()
+				p.nodes.mu.Unlock()
+				if size > max(bound, 0) || (bound < 0 && n != 0) {
+					t.Fatalf("after %s: %d bytes kept in %d sessions, bound %d", id, size, n, bound)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMessagesQueryLongSession is an agent's read-your-writes loop on a long session (10,000
+// streamed chunks, then one user message per iteration, each followed by a messages query with
+// minSeq): with the query cache each query reads the new record, without it (the baseline, as
+// before the cache) the whole log. It reports ns per append+query of both, in the same run, and
+// their ratio.
+func BenchmarkMessagesQueryLongSession(b *testing.B) {
+	te := testnats.Start(b, ajs.Config{Partitions: 4})
+	bctx := context.Background()
+	chunk := func(seq int64) session.Event {
+		return ev(seq, "assistant/chunk", `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"`+strings.Repeat("x", 400)+`"}}`, "", "")
+	}
+	const chunks = 10000
+	runs := 0
+	run := func(b *testing.B, cacheBytes int64) float64 {
+		runs++
+		id := fmt.Sprintf("long-%d", runs)
+		if err := te.Store.CreateSession(bctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+			b.Fatal(err)
+		}
+		var tail uint64
+		seq := int64(0)
+		appendEvs := func(evs []session.Event) {
+			r, err := te.Store.Append(bctx, id, tail, "", evs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tail, seq = r.StreamSeq, seq+int64(len(evs))
+		}
+		appendEvs([]session.Event{ev(0, "turn/start", `{"turn":1}`, "", ""), ev(1, "step/start", `{"turn":1,"step":1}`, "", "")})
+		for seq < chunks {
+			var evs []session.Event
+			for range 100 {
+				evs = append(evs, chunk(seq+int64(len(evs))))
+			}
+			appendEvs(evs)
+		}
+		nc, js, err := ajs.Connect(te.URL, "bench-"+id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		store, err := ajs.Open(bctx, js)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := New(store, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
+		if err := p.Start(bctx); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = p.Stop() }()
+		start := time.Now()
+		n := 0
+		for ; n < b.N; n++ {
+			appendEvs([]session.Event{userMsg(seq, fmt.Sprint("m", seq), "hi")})
+			if _, err := QueryMessages(bctx, te.NC, id, seq-1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n)
+	}
+	var cached, whole float64
+	b.Run("cache", func(b *testing.B) { cached = run(b, DefaultQueryCacheBytes) })
+	b.Run("whole-log", func(b *testing.B) { whole = run(b, -1) })
+	if cached > 0 && whole > 0 {
+		b.Logf("append+query on a %d-chunk session: %.0f ns with the query cache, %.0f ns reading the whole log: ratio %.1f", chunks, cached, whole, whole/cached)
+	}
+}
