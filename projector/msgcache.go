@@ -21,8 +21,9 @@ const DefaultQueryCacheBytes = 64 << 20
 // reads only the records appended since the previous query of the session (ajs.ReadRecordsAfter),
 // not the whole log: an agent that queries after every append pays for its new events, not for
 // its history again. Streamed chunks and other events are never kept. The cache is bounded by
-// the bytes of the events it holds (least recently queried sessions go first); a session whose
-// events alone exceed the bound is read whole for each query, as without the cache.
+// the bytes of the events it holds, counted with an estimate of their heap overhead (least
+// recently queried sessions go first); a session whose events alone exceed the bound is read whole
+// for each query, as without the cache, and does not push the others out.
 type nodeCache struct {
 	max int64
 
@@ -47,22 +48,31 @@ func newNodeCache(maxBytes int64) *nodeCache {
 	return &nodeCache{max: maxBytes, lru: list.New(), byID: map[string]*nodeLog{}}
 }
 
+// Approximate heap cost, in bytes, of an entry (map, list element, id) and of a kept event beyond
+// its raw fields (its map slot and Event header, allocation rounding): what the bound counts.
+const (
+	entryOverhead = 512
+	eventOverhead = 192
+)
+
 // entry returns the session's entry, created empty if needed, as the most recently used.
 func (c *nodeCache) entry(id string) *nodeLog {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if l := c.byID[id]; l != nil {
 		c.lru.MoveToFront(l.elem)
+		c.mu.Unlock()
 		return l
 	}
 	l := &nodeLog{id: id, events: map[int64]session.Event{}}
 	l.elem = c.lru.PushFront(l)
 	c.byID[id] = l
+	c.mu.Unlock()
+	c.account(l, entryOverhead)
 	return l
 }
 
-// account adds delta bytes held by l and evicts the least recently used entries over the bound
-// (l itself too, when it alone is over it).
+// account adds delta bytes held by l and evicts entries over the bound: l alone when it alone is
+// over it (one oversized session must not empty the cache), else the least recently used.
 func (c *nodeCache) account(l *nodeLog, delta int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,20 +81,33 @@ func (c *nodeCache) account(l *nodeLog, delta int64) {
 		return
 	}
 	c.size += delta
-	for c.size > c.max && c.lru.Len() > 0 {
-		victim := c.lru.Back().Value.(*nodeLog)
-		c.lru.Remove(victim.elem)
-		victim.elem = nil
-		delete(c.byID, victim.id)
-		c.size -= victim.size
+	if l.size > c.max {
+		c.evict(l)
+		return
 	}
+	for c.size > c.max && c.lru.Len() > 0 {
+		c.evict(c.lru.Back().Value.(*nodeLog))
+	}
+}
+
+// evict removes l from the cache; c.mu is held.
+func (c *nodeCache) evict(l *nodeLog) {
+	c.lru.Remove(l.elem)
+	l.elem = nil
+	delete(c.byID, l.id)
+	c.size -= l.size
 }
 
 // events returns the session's events at the given seqs (surface nodes), reading the records
 // appended since the previous call. When what it holds is not this log's prefix any more (the
 // log was purged and rewritten) or a node is missing, it reads the whole log again, once.
 func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64) (map[int64]session.Event, error) {
-	l := c.entry(id)
+	var l *nodeLog
+	if c.max <= 0 {
+		l = &nodeLog{id: id, events: map[int64]session.Event{}} // keep nothing: a private, uncached read
+	} else {
+		l = c.entry(id)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for attempt := 0; ; attempt++ {
@@ -113,10 +136,12 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 }
 
 // update reads the records of l's session after l.last into l. Each record read moves l.last and
-// l.next, so that after a failure the next update goes on from the last record taken.
+// l.next, so that after a failure the next update goes on from the last record taken. The bytes
+// added are accounted once the read ends: a session that turns out larger than the bound is then
+// evicted alone, without pushing the others out while it was being read.
 func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) error {
+	var added int64
 	_, err := store.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
-		var added int64
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
 				continue
@@ -124,14 +149,14 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 			own := session.Event{Type: ev.Type, Seq: ev.Seq, Time: ev.Time, Ignorable: ev.Ignorable,
 				Data: clone(ev.Data), SurfaceOp: clone(ev.SurfaceOp), SourceEventSeqs: clone(ev.SourceEventSeqs)}
 			l.events[ev.Seq] = own
-			added += int64(len(own.Data) + len(own.SurfaceOp) + len(own.SourceEventSeqs) + len(own.Type) + len(own.Time) + 64)
+			added += int64(len(own.Data)+len(own.SurfaceOp)+len(own.SourceEventSeqs)+len(own.Time)) + eventOverhead
 		}
 		l.last, l.next = streamSeq, evs[len(evs)-1].Seq+1
-		if added > 0 {
-			c.account(l, added)
-		}
 		return nil
 	})
+	if added > 0 {
+		c.account(l, added)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the log: %w", err)
 	}
@@ -141,7 +166,7 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 // reset empties l, so that the next update reads the whole log.
 func (c *nodeCache) reset(l *nodeLog) {
 	c.mu.Lock()
-	freed := l.size
+	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
 	l.events, l.last, l.next = map[int64]session.Event{}, 0, 0
 	c.account(l, -freed)

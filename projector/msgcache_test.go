@@ -201,3 +201,56 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		b.Logf("append+query on a %d-chunk session: %.0f ns with the query cache, %.0f ns reading the whole log: ratio %.1f", chunks, cached, whole, whole/cached)
 	}
 }
+
+// TestOversizedSessionDoesNotEmptyTheCache queries a session whose events alone exceed the bound:
+// it is read whole (not kept), and the sessions already kept stay.
+func TestOversizedSessionDoesNotEmptyTheCache(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjectorOpts("p1", Options{QueryCacheBytes: 20000})
+	for i := range 3 {
+		id := fmt.Sprintf("small%d", i)
+		e.create(id)
+		e.appendRecord(id, toolSession())
+		if _, err := QueryMessages(ctx(t), e.nc, id, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.create("big")
+	evs := []session.Event{ev(0, "turn/start", `{"turn":1}`, "", ""), ev(1, "step/start", `{"turn":1,"step":1}`, "", "")}
+	for s := int64(2); s < 40; s++ {
+		evs = append(evs, userMsg(s, fmt.Sprint("m", s), strings.Repeat("x", 1000)))
+	}
+	e.appendChunked("big", evs, 3)
+	r, err := QueryMessages(ctx(t), e.nc, "big", 39)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.wantMessages("big", r.Nodes); !sameMessages(r.Messages, want) {
+		t.Fatal("big session: messages differ")
+	}
+	p.nodes.mu.Lock()
+	defer p.nodes.mu.Unlock()
+	if p.nodes.byID["big"] != nil || p.nodes.lru.Len() != 3 || p.nodes.size > p.nodes.max {
+		t.Errorf("after the oversized session: %d sessions, %d bytes kept (bound %d); want the 3 small ones", p.nodes.lru.Len(), p.nodes.size, p.nodes.max)
+	}
+}
+
+// TestKeepNothingKeepsNoEntries checks QueryCacheBytes < 0: no entry at all, not even for
+// sessions with nothing to keep yet.
+func TestKeepNothingKeepsNoEntries(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjectorOpts("p1", Options{QueryCacheBytes: -1})
+	for i := range 5 {
+		id := fmt.Sprintf("z%d", i)
+		e.create(id)
+		e.appendRecord(id, []session.Event{ev(0, "turn/start", `{"turn":1}`, "", ""), ev(1, "step/start", `{"turn":1,"step":1}`, "", "")})
+		if _, err := QueryMessages(ctx(t), e.nc, id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.nodes.mu.Lock()
+	defer p.nodes.mu.Unlock()
+	if n := len(p.nodes.byID); n != 0 || p.nodes.size != 0 {
+		t.Errorf("keeping nothing, the cache holds %d entries, %d bytes", n, p.nodes.size)
+	}
+}

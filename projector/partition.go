@@ -289,14 +289,18 @@ func (w *worker) stop() {
 func (w *worker) run() {
 	defer close(w.done)
 	lastFlush := time.Now()
+	failed := false // the last checkpoint did not complete: retry at the interval, not when idle
 	for {
 		// Group commit: while records keep coming, they share one checkpoint (for at most
 		// FlushInterval or maxUnflushed records); once none has come for flushLinger, the
 		// checkpoint is written at once, so that a lone writer's read-your-writes query does not
-		// wait out the interval.
+		// wait out the interval. A checkpoint that failed is retried every FlushInterval.
 		wait, idle := time.Second, false
 		if w.count > 0 {
-			wait = min(flushLinger, max(w.p.flushInterval-time.Since(lastFlush), time.Millisecond))
+			wait = max(w.p.flushInterval-time.Since(lastFlush), time.Millisecond)
+			if !failed {
+				wait = min(flushLinger, wait)
+			}
 		}
 		msg, err := w.iter.Next(jetstream.NextMaxWait(wait))
 		switch {
@@ -316,9 +320,10 @@ func (w *worker) run() {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		if w.count > 0 && (idle || w.count >= maxUnflushed || time.Since(lastFlush) >= w.p.flushInterval) {
+		due := time.Since(lastFlush) >= w.p.flushInterval
+		if w.count > 0 && (due || (!failed && (idle || w.count >= maxUnflushed))) {
 			w.flush()
-			lastFlush = time.Now()
+			lastFlush, failed = time.Now(), w.count > 0
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,5 +348,68 @@ func TestLeaseRenewalDoesNotWaitForHandover(t *testing.T) {
 	var mv MemberValue
 	if err := json.Unmarshal(ent.Value(), &mv); err != nil || !slices.Equal(mv.Owned, owned) {
 		t.Fatalf("lease %s: owned %v, want %v (%v)", ent.Value(), mv.Owned, owned, err)
+	}
+}
+
+// countHandler counts the log records whose message contains sub.
+type countHandler struct {
+	sub string
+	n   *atomic.Int64
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.sub) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestFailedCheckpointIsRetriedAtTheInterval makes every checkpoint write fail (the projections
+// bucket refuses messages over 8 bytes) and counts the retries over a second: a failed checkpoint
+// is retried every FlushInterval (50 ms), not every time the partition is idle for flushLinger
+// (2 ms), which hammered the KV bucket 347 times a second. The bound is loose (40, for one
+// partition holding the session); only a retry loop exceeds it.
+func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
+	e := newEnv(t)
+	var n atomic.Int64
+	nc, js, err := ajs.Connect(e.url, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	store, err := ajs.Open(ctx(t), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(store, nc, Options{Name: "p1", Logger: slog.New(countHandler{"checkpoint failed", &n})})
+	if err := p.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	kv, err := e.store.JS.Stream(ctx(t), "KV_"+ajs.ProjectionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kv.CachedInfo().Config
+	cfg.MaxMsgSize = 8
+	if _, err := e.store.JS.UpdateStream(ctx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.create("s")
+	e.appendRecord("s", []session.Event{ev(0, "turn/start", `{"turn":1}`, "", "")})
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n.Load() == 0 {
+		t.Fatal("no checkpoint failed: the test does not test anything")
+	}
+	n.Store(0)
+	time.Sleep(time.Second)
+	if got := n.Load(); got > 40 {
+		t.Errorf("a failed checkpoint was retried %d times in 1 s", got)
 	}
 }

@@ -117,8 +117,8 @@ resume on the survivors within about 4 s; a new instance takes its share at once
 			if cacheSessions < 0 {
 				return &usageError{fmt.Errorf("--cache-sessions must be >= 0, got %d", cacheSessions)}
 			}
-			if queryCacheMiB < 0 {
-				return &usageError{fmt.Errorf("--query-cache-mib must be >= 0, got %d", queryCacheMiB)}
+			if queryCacheMiB < 0 || queryCacheMiB > 1<<20 {
+				return &usageError{fmt.Errorf("--query-cache-mib must be 0..%d (1 TiB), got %d", 1<<20, queryCacheMiB)}
 			}
 			queryCache := queryCacheMiB << 20
 			if queryCache == 0 {
