@@ -281,3 +281,32 @@ func runTag(t *testing.T) string {
 	c, _ := runs.LoadOrStore(t.Name(), new(atomic.Int64))
 	return fmt.Sprintf("r%d/", c.(*atomic.Int64).Add(1))
 }
+
+// TestMessagesLargerThanOneReply imports a session whose messages take about 2.4 MiB, more than
+// one NATS message, and reads them with `agentlog messages`: the projector's query service sends
+// them in pages and the CLI prints them all.
+func TestMessagesLargerThanOneReply(t *testing.T) {
+	id := "it/" + runTag(t) + "large-history"
+	var lines []string
+	for seq := range 12 {
+		lines = append(lines, `{"type":"user/message","seq":`+fmt.Sprint(seq)+`,"time":1,"data":{"id":"m`+fmt.Sprint(seq)+
+			`","role":"user","content":[{"type":"text","text":"`+strings.Repeat(string(rune('a'+seq)), 200<<10)+`"}],"source":{"kind":"user"}},"surfaceOp":"append"}`)
+	}
+	p := filepath.Join(t.TempDir(), "large.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustAgentlog(t, nil, "import", p, "--session", id)
+	var msgs []json.RawMessage
+	if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "messages", id)), &msgs); err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 12 {
+		t.Fatalf("agentlog messages: %d messages, want 12", len(msgs))
+	}
+	for seq, m := range msgs {
+		if !strings.Contains(string(m), strings.Repeat(string(rune('a'+seq)), 200<<10)) {
+			t.Fatalf("message %d is not the text of seq %d", seq, seq)
+		}
+	}
+}

@@ -51,17 +51,29 @@ type QueryRequest struct {
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
 	// Unit is the projection unit's key (projection endpoint only).
 	Unit string `json:"unit,omitempty"`
+	// Nodes (messages endpoint only) asks for the messages of these surface nodes (event seqs)
+	// instead of the projection's: the continuation of a reply with Partial > 0. Every seq must
+	// be a user/message, assistant/message or tool/result event at or below the projection's
+	// asOfSeq ("400" otherwise).
+	Nodes []int64 `json:"nodes,omitempty"`
 }
 
 // MessagesReply is the reply of the messages endpoint: the session, the projection's asOfSeq and
-// replaceGeneration, the surface nodes (seqs) and deriveMessages of those nodes, one message per
-// node that derives one.
+// replaceGeneration, the surface nodes (seqs; for a request with Nodes, those) and deriveMessages
+// of those nodes, one message per node that derives one.
+//
+// One reply carries at most the server's max payload (1 MiB by default). When the messages do not
+// fit, Partial is set: Messages then holds the messages of Nodes[:Partial] only, and a request
+// with Nodes = Nodes[Partial:] continues. The events of surface nodes never change (the log is
+// append-only), so the pages of one query are consistent with its first reply's asOfSeq.
+// QueryMessages does this paging itself and returns the whole history.
 type MessagesReply struct {
 	Session           string            `json:"session"`
 	AsOfSeq           int64             `json:"asOfSeq"`
 	ReplaceGeneration int64             `json:"replaceGeneration"`
 	Nodes             []int64           `json:"nodes"`
 	Messages          []json.RawMessage `json:"messages"`
+	Partial           int               `json:"partial,omitempty"`
 }
 
 // QueryError is an error reply of the agentlog-query service: Code is one of the Code* constants,
@@ -340,7 +352,17 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
 func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
-	events, err := p.nodes.events(ctx, p.store, q.Session, proj.State.Nodes)
+	nodes := proj.State.Nodes
+	if q.Nodes != nil {
+		for _, seq := range q.Nodes {
+			if seq < 0 || seq > proj.AsOfSeq {
+				r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: node seq %d is not an event at or below the projection's asOfSeq %d", q.Session, seq, proj.AsOfSeq))
+				return
+			}
+		}
+		nodes = q.Nodes
+	}
+	events, err := p.nodes.events(ctx, p.store, q.Session, nodes)
 	if err != nil {
 		r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 		return
@@ -349,37 +371,74 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		if ev, ok := events[seq]; ok {
 			return ev, nil
 		}
-		return session.Event{}, fmt.Errorf("session %q: surface node seq %d is not in the log", q.Session, seq)
+		return session.Event{}, fmt.Errorf("session %q: surface node seq %d is not a user, assistant or tool-result event of its log", q.Session, seq)
 	}
-	msgs, err := session.DeriveMessages(proj.State.Nodes, byseq)
-	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: deriving messages at asOfSeq %d: %v", q.Session, proj.AsOfSeq, err))
-		return
-	}
-	if msgs == nil {
-		msgs = []json.RawMessage{}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // keep the messages' bytes ('<', '>', '&') as stored
-	err = enc.Encode(MessagesReply{
+	reply := MessagesReply{
 		Session:           q.Session,
 		AsOfSeq:           proj.AsOfSeq,
 		ReplaceGeneration: proj.State.ReplaceGeneration,
-		Nodes:             proj.State.Nodes,
-		Messages:          msgs,
-	})
+		Nodes:             nodes,
+		Messages:          []json.RawMessage{},
+	}
+	envelope, err := encodeReply(reply)
 	if err != nil {
 		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if max := p.nc.MaxPayload(); max > 0 && int64(len(b)) > max-1024 {
-		r.fail(CodeTooLarge, fmt.Sprintf("session %q: its %d messages take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
-			q.Session, len(msgs), len(b), max))
+	limit := int64(1 << 62)
+	if max := p.nc.MaxPayload(); max > 0 {
+		limit = max - 1024
+	}
+	if int64(len(envelope)) > limit {
+		r.fail(CodeTooLarge, fmt.Sprintf("session %q: its %d surface nodes alone take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
+			q.Session, len(nodes), len(envelope), p.nc.MaxPayload()))
+		return
+	}
+	size := int64(len(envelope))
+	for i, seq := range nodes {
+		msgs, err := session.DeriveMessages([]int64{seq}, byseq)
+		if err != nil {
+			code := CodeInternal
+			if q.Nodes != nil {
+				code = CodeBadRequest
+			}
+			r.fail(code, fmt.Sprintf("session %q: deriving messages at asOfSeq %d: %v", q.Session, proj.AsOfSeq, err))
+			return
+		}
+		var add int64
+		for _, m := range msgs {
+			add += int64(len(m)) + 1 // the message and its comma
+		}
+		if size+add > limit {
+			if i == 0 {
+				r.fail(CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
+					q.Session, seq, add-1, p.nc.MaxPayload()))
+				return
+			}
+			reply.Partial = i
+			break
+		}
+		size += add
+		reply.Messages = append(reply.Messages, msgs...)
+	}
+	b, err := encodeReply(reply)
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
 	r.respond(b)
+}
+
+// encodeReply encodes v without HTML-escaping (messages keep their bytes '<', '>', '&' as stored)
+// and without the encoder's trailing newline.
+func encodeReply(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // answerSurface serves SurfaceSubject: the stored projection JSON, as stored (Projection),
@@ -431,19 +490,44 @@ func request(ctx context.Context, nc *nats.Conn, subject string, q QueryRequest)
 
 // QueryMessages asks the agentlog-query service for the derived messages of session id. With
 // minSeq >= 0 the service waits until the projection has applied seq minSeq (bounded by ctx's
-// deadline, else 5000 ms); minSeq -1 does not wait. Error replies come back as *QueryError.
+// deadline, else 5000 ms); minSeq -1 does not wait. Error replies come back as *QueryError. A
+// history larger than one reply is fetched in pages (MessagesReply.Partial) and returned whole;
+// only a single message larger than the server's max payload is refused ("413", naming its seq).
 func QueryMessages(ctx context.Context, nc *nats.Conn, id string, minSeq int64) (MessagesReply, error) {
 	q := QueryRequest{Session: id}
 	if minSeq >= 0 {
 		q.MinSeq = &minSeq
 	}
+	r, err := queryMessagesPage(ctx, nc, q)
+	if err != nil {
+		return MessagesReply{}, err
+	}
+	// A history larger than one reply comes in pages: ask for the messages of the nodes not
+	// covered yet until none is left.
+	rest := r.Nodes
+	for page := r; page.Partial > 0; {
+		if page.Partial > len(page.Nodes) {
+			return MessagesReply{}, fmt.Errorf("%s: session %q: malformed reply: partial %d of %d nodes", QueryService, id, page.Partial, len(page.Nodes))
+		}
+		rest = rest[page.Partial:]
+		if page, err = queryMessagesPage(ctx, nc, QueryRequest{Session: id, Nodes: rest}); err != nil {
+			return MessagesReply{}, err
+		}
+		r.Messages = append(r.Messages, page.Messages...)
+	}
+	r.Partial = 0
+	return r, nil
+}
+
+// queryMessagesPage sends one request to the messages endpoint.
+func queryMessagesPage(ctx context.Context, nc *nats.Conn, q QueryRequest) (MessagesReply, error) {
 	body, err := request(ctx, nc, MessagesSubject, q)
 	if err != nil {
 		return MessagesReply{}, err
 	}
 	var r MessagesReply
 	if err := json.Unmarshal(body, &r); err != nil {
-		return MessagesReply{}, fmt.Errorf("%s: session %q: malformed reply: %w", QueryService, id, err)
+		return MessagesReply{}, fmt.Errorf("%s: session %q: malformed reply: %w", QueryService, q.Session, err)
 	}
 	return r, nil
 }

@@ -9,26 +9,55 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// TestMessagesReplyTooLarge: derived messages larger than one NATS message are refused at once
-// with 413 naming the session, rather than left unanswered until the client's timeout; the bytes
-// '<', '>' and '&' in messages come back as stored.
-func TestMessagesReplyTooLarge(t *testing.T) {
+// TestMessagesReplyPaged: derived messages larger than one NATS message come in pages that
+// QueryMessages joins (the same messages as derived from the whole log); a single message larger
+// than one NATS message is refused at once with 413 naming the session and the node's seq, rather
+// than left unanswered until the client's timeout; the bytes '<', '>' and '&' in messages come back
+// as stored.
+func TestMessagesReplyPaged(t *testing.T) {
 	e := newEnv(t)
 	e.startProjector("p1")
 	const id = "big"
 	e.create(id)
-	text := strings.Repeat("x", 200<<10) // 200 KiB per message: 6 messages pass 1 MiB
+	text := strings.Repeat("x", 200<<10) // 200 KiB per message: 12 messages take 3 pages
 	var events []session.Event
-	for i := int64(0); i < 6; i++ {
+	for i := int64(0); i < 12; i++ {
 		events = append(events, userMsg(i, fmt.Sprintf("m%d", i), text))
 	}
 	for _, ev := range events {
 		e.appendRecord(id, []session.Event{ev})
 	}
-	_, err := QueryMessages(ctx(t), e.nc, id, 5)
-	qe := queryErr(t, err, CodeTooLarge, id)
-	if !strings.Contains(qe.Description, "max payload") {
-		t.Fatalf("description %q does not say why", qe.Description)
+	r, err := QueryMessages(ctx(t), e.nc, id, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Messages) != 12 || r.Partial != 0 || !sameMessages(r.Messages, e.wantMessages(id, r.Nodes)) {
+		t.Fatalf("paged messages: %d messages, partial %d; want the 12 derived from the log", len(r.Messages), r.Partial)
+	}
+	// The first page alone is partial.
+	first, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id})
+	if err != nil || first.Partial < 1 || first.Partial >= 12 || len(first.Messages) != first.Partial {
+		t.Fatalf("first page: partial %d, %d messages, %v", first.Partial, len(first.Messages), err)
+	}
+	// A continuation naming a seq that is not a surface event, or past asOfSeq, is refused.
+	e.appendRecord(id, []session.Event{ev(12, "turn/start", `{"turn":1}`, "", "")})
+	if _, err := QueryMessages(ctx(t), e.nc, id, 12); err != nil {
+		t.Fatal(err)
+	}
+	for _, nodes := range [][]int64{{12}, {99}, {-1}} {
+		_, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id, Nodes: nodes})
+		queryErr(t, err, CodeBadRequest, id)
+	}
+
+	const huge = "huge"
+	e.create(huge)
+	// Message 1 fits in one record (the max message size), not in one reply with its envelope.
+	e.appendRecord(huge, []session.Event{userMsg(0, "h0", "small")})
+	e.appendRecord(huge, []session.Event{userMsg(1, "h1", strings.Repeat("y", 1047900))})
+	_, err = QueryMessages(ctx(t), e.nc, huge, 1)
+	qe := queryErr(t, err, CodeTooLarge, huge)
+	if !strings.Contains(qe.Description, "max payload") || !strings.Contains(qe.Description, "seq 1") {
+		t.Fatalf("description %q does not say why or which node", qe.Description)
 	}
 
 	const small = "html"
