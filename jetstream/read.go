@@ -76,6 +76,16 @@ const leaderGetTimeout = 5 * time.Second
 // leaderLastMsg gets the last message of subject with the JetStream API's STREAM.MSG.GET, which
 // the stream leader answers (a direct get may be answered by any replica).
 func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawStreamMsg, error) {
+	return s.leaderGet(ctx, map[string]any{"last_by_subj": subject})
+}
+
+// leaderNextMsg gets the first message of subject at or after stream seq seq, like leaderLastMsg.
+func (s *Store) leaderNextMsg(ctx context.Context, subject string, seq uint64) (*natsjs.RawStreamMsg, error) {
+	return s.leaderGet(ctx, map[string]any{"seq": seq, "next_by_subj": subject})
+}
+
+// leaderGet sends one STREAM.MSG.GET request (natsjs.ErrMsgNotFound when no message matches).
+func (s *Store) leaderGet(ctx context.Context, request map[string]any) (*natsjs.RawStreamMsg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		// Like nats.go's jetstream calls: a reply lost on a dropped connection must not block
 		// the caller forever.
@@ -83,7 +93,7 @@ func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawS
 		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
 		defer cancel()
 	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	req, _ := json.Marshal(request)
 	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
 	if err != nil {
 		return nil, err
@@ -122,10 +132,12 @@ func (s *Store) leaderLastMsg(ctx context.Context, subject string) (*natsjs.RawS
 // Read returns all events of session id in order, and the stream sequence of its last record.
 // A record that does not decode is an error naming the session, the stream sequence and the rule.
 //
-// It reads through an ordered consumer filtered on the session's subject (DeliverAll, served by
-// the stream leader, so it is not stale on R>1) and stops at the last record present when the
-// consumer reached it (NumPending 0), never before the session's last record as the stream leader
-// reported it when Read began (read-your-writes on R>1, even across a leader change). A session without records gives no events and stream seq 0.
+// It gets the first records one by one from the stream leader (STREAM.MSG.GET next_by_subj,
+// directReadRecords of them), then reads the rest through an ordered consumer filtered on the
+// session's subject (served by the stream leader, so not stale on R>1), and stops at the last
+// record present when the consumer reached it (NumPending 0), never before the session's last
+// record as the stream leader reported it when Read began (read-your-writes on R>1, even across a
+// leader change). A session without records gives no events and stream seq 0.
 // Every record is decoded (DecodeRecord), must carry the session's token, and its first seq must
 // continue the previous record (0 for the first one): otherwise a *session.Error naming the
 // session, the seq, the stream seq and the rule (RuleRecordSession, RuleRecordContinue, ...).
@@ -144,6 +156,10 @@ func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, e
 
 // readBatch bounds the records a Read buffers client-side.
 const readBatch = 256
+
+// directReadRecords is how many new records ReadRecordsAfter gets one by one (STREAM.MSG.GET)
+// before it sets up an ordered consumer for the rest.
+const directReadRecords = 4
 
 // ReadRecords is Read without collecting: it calls fn for each record of session id in order with
 // its stream seq and its (checked) events, and returns the stream seq of the last record (0 when
@@ -188,9 +204,35 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	case target == afterStreamSeq:
 		return afterStreamSeq, nil // nothing new (or no records at all)
 	}
+	lastStreamSeq := afterStreamSeq
+	// A few new records (an agent's read-your-writes loop, a short session): get them one by one
+	// from the stream leader, the next record of the subject after the last one read, instead of
+	// setting up a consumer. Each get returns the first record at or after its position, so none
+	// in between is skipped.
+	for range directReadRecords {
+		m, err := s.leaderNextMsg(ctx, subject, lastStreamSeq+1)
+		if err != nil {
+			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+		}
+		evs, err := s.decodeStored(id, m.Header, m.Data, m.Sequence)
+		if err != nil {
+			return 0, err
+		}
+		if evs[0].Seq != nextSeq {
+			return 0, recordErr(id, evs[0].Seq, m.Sequence, RuleRecordContinue,
+				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
+		}
+		if err := fn(m.Sequence, evs); err != nil {
+			return 0, err
+		}
+		nextSeq, lastStreamSeq = evs[len(evs)-1].Seq+1, m.Sequence
+		if lastStreamSeq >= target {
+			return lastStreamSeq, nil
+		}
+	}
 	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
-	if afterStreamSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, afterStreamSeq+1
+	if lastStreamSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, lastStreamSeq+1
 	}
 	cons, err := s.Stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
@@ -214,7 +256,6 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	}
 	defer iter.Stop()
 
-	lastStreamSeq := afterStreamSeq
 	for {
 		msg, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {

@@ -32,7 +32,7 @@ const (
 	partitionAckWait     = 4 * time.Second       // redelivery of a dead instance's unacked records
 	partitionPinnedTTL   = 4 * time.Second       // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                  // records folded before a checkpoint is forced
-	flushLinger          = 2 * time.Millisecond  // a partition idle this long is checkpointed at once
+	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
 )
 
 // PartitionConsumer is the durable consumer of partition p: "agentlog-projector-<p>", filter
