@@ -26,12 +26,12 @@ const (
 	// PriorityGroup is the priority group of the partition consumers (pinned-client policy).
 	PriorityGroup = "projector"
 
-	DefaultMemberTTL     = 3 * time.Second       // member lease (KV entry max age)
-	DefaultFlushInterval = 50 * time.Millisecond // longest a folded record waits for its checkpoint
-	DefaultCacheSessions = 10000                 // hot session states kept in memory, per instance
-	partitionAckWait     = 4 * time.Second       // redelivery of a dead instance's unacked records
-	partitionPinnedTTL   = 4 * time.Second       // a dead pinned client loses its pin after this
-	maxUnflushed         = 2000                  // records folded before a checkpoint is forced
+	DefaultMemberTTL     = 3 * time.Second        // member lease (KV entry max age)
+	DefaultFlushInterval = 50 * time.Millisecond  // longest a folded record waits for its checkpoint
+	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
+	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
+	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
+	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
 	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
 )
 
