@@ -95,7 +95,10 @@ type Result struct {
 // What remains: between steps 4 and 5 (and forever, if the forker dies there or the record write
 // fails and the rollback fails too) the child has metadata and no events; readers see a session
 // that is created but not yet written, whose header already names parentSession and seedLength.
-// A header with seedLength > 0 and no events is therefore an incomplete fork.
+// A header with seedLength and no events is therefore an incomplete fork. Step 1 resumes one: when
+// the child's metadata names the same source, has a seedLength, no events, and is at least
+// AbandonedForkAge old, the fork deletes it (revision-guarded) and proceeds; a younger claim may be
+// a fork in progress and is SESSION_ALREADY_EXISTS.
 type Forker struct {
 	store  *ajs.Store
 	nc     *nats.Conn
@@ -370,6 +373,16 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
+			// An earlier fork of this source onto this child claimed the id and died before its
+			// record (a crash between steps 4 and 5): undo its claim and fork again.
+			if err := f.rollback(ctx, req.Child, *hdr); err != nil {
+				return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, err)
+			}
+			f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
+				"createdAt", hdr.CreatedAt)
+			hdr = nil
+		}
 		if hdr != nil || evs {
 			return Result{}, alreadyExists(req.Child)
 		}
@@ -501,6 +514,19 @@ func Fork(ctx context.Context, nc *nats.Conn, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("%s: fork of session %q: malformed reply: %w", Service, req.Source, err)
 	}
 	return res, nil
+}
+
+// AbandonedForkAge is how old the metadata of a fork child without events must be before a new
+// fork of the same source onto the same child takes it for an incomplete fork (one that died
+// between claiming the child and writing its record) and replaces it. A fork in progress writes its
+// record within seconds, and gives up after its 30 s retry window.
+const AbandonedForkAge = 2 * time.Minute
+
+// abandoned reports whether hdr, the metadata of a child without events, is an incomplete fork of
+// source: written by a fork (parentSession source, a seedLength) at least AbandonedForkAge ago.
+func (f *Forker) abandoned(hdr session.Header, source string) bool {
+	return hdr.ParentSession == source && hdr.SeedLength != nil &&
+		f.now().UnixMilli()-hdr.CreatedAt >= AbandonedForkAge.Milliseconds()
 }
 
 // rollback removes the child metadata this fork created (step 4) after its record could not be

@@ -404,3 +404,40 @@ func TestForkOfUnreadableSource(t *testing.T) {
 		t.Fatalf("failed fork left metadata: %v", err)
 	}
 }
+
+// TestForkResumesAnAbandonedFork: a fork that died between claiming its child (metadata) and
+// writing its record leaves metadata without events. Retrying the same fork after
+// AbandonedForkAge replaces that claim and completes; a younger claim, or one of another source,
+// is still SESSION_ALREADY_EXISTS.
+func TestForkResumesAnAbandonedFork(t *testing.T) {
+	e := newEnv(t)
+	e.loadParent()
+	seed := int64(9)
+	claim := func(child, parent string, age time.Duration) {
+		h := session.Header{ID: child, CreatedAt: now.Add(-age).UnixMilli(), ParentSession: parent, SeedLength: &seed}
+		if err := e.store.CreateSession(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("young", "parent", AbandonedForkAge/2)
+	_, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: "young"})
+	forkErr(t, err, session.CodeSessionAlreadyExists, `session "young" already exists`)
+
+	claim("other", "someone-else", 2*AbandonedForkAge)
+	_, err = e.f.Fork(ctx(t), Request{Source: "parent", Child: "other"})
+	forkErr(t, err, session.CodeSessionAlreadyExists, `session "other" already exists`)
+
+	claim("abandoned", "parent", AbandonedForkAge)
+	res, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: "abandoned"})
+	if err != nil || res.Child != "abandoned" {
+		t.Fatalf("resuming an abandoned fork: %+v, %v", res, err)
+	}
+	h, err := e.store.GetSession(ctx(t), "abandoned")
+	if err != nil || h.CreatedAt != now.UnixMilli() || h.ParentSession != "parent" {
+		t.Fatalf("child metadata after the resumed fork: %+v, %v", h, err)
+	}
+	events, _, err := e.store.Read(ctx(t), "abandoned")
+	if err != nil || len(events) != res.SeedLength+1 || events[len(events)-1].Type != "session/end-seed" {
+		t.Fatalf("child log: %d events, %v; want the seed and an end-seed", len(events), err)
+	}
+}
