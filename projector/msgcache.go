@@ -100,8 +100,10 @@ func (c *nodeCache) evict(l *nodeLog) {
 
 // events returns the session's events at the given seqs (surface nodes), reading the records
 // appended since the previous call. When what it holds is not this log's prefix any more (the
-// log was purged and rewritten) or a node is missing, it reads the whole log again, once.
-func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64) (map[int64]session.Event, error) {
+// log was purged and rewritten), or when recheck is set (the nodes are the projection's, so they
+// must all be there) and a node is missing, it reads the whole log again, once. Nodes named by a
+// client (recheck false) that are missing are left out of the result, without a re-read.
+func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool) (map[int64]session.Event, error) {
 	var l *nodeLog
 	if c.max <= 0 {
 		l = &nodeLog{id: id, events: map[int64]session.Event{}} // keep nothing: a private, uncached read
@@ -121,7 +123,7 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 			return nil, err
 		}
 		missing := slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
-		if !missing || attempt > 0 || l.last == 0 {
+		if !missing || !recheck || attempt > 0 || l.last == 0 {
 			// Hand out a copy of the index: the caller derives while other queries may update l.
 			out := make(map[int64]session.Event, len(nodes))
 			for _, seq := range nodes {

@@ -362,7 +362,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		}
 		nodes = q.Nodes
 	}
-	events, err := p.nodes.events(ctx, p.store, q.Session, nodes)
+	events, err := p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil)
 	if err != nil {
 		r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 		return
