@@ -283,6 +283,45 @@ func (u *unitState) encode() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// RuleStateTooLarge is the rule of a projection stopped because its state grew larger than one KV
+// value can hold (the server's max payload).
+const RuleStateTooLarge = "state-too-large"
+
+// stateHeaderRoom is what a stored value leaves of the max payload for the subject and headers.
+const stateHeaderRoom = 512
+
+// maxStateBytes is the largest stored value a checkpoint publishes, in bytes (tests lower it).
+var maxStateBytes = func(js jetstream.JetStream) int64 { return js.Conn().MaxPayload() - stateHeaderRoom }
+
+// stopTooLarge stops unit u of session ss, whose stored value would take size bytes, more than
+// limit: its error says so and its state is reset to the initial one, so that what is stored is
+// small. The gate's state is every unit's precondition, so it stops every unit of the session.
+func stopTooLarge(ss *sessState, u *unitState, size int, limit int64) {
+	pe := &ProjectionError{Seq: u.asOfSeq, Rule: RuleStateTooLarge,
+		Message: fmt.Sprintf("session %q: the %s projection state as of seq %d takes %d bytes, more than one KV value can hold (%d bytes); the projection stops here (rule %s)",
+			ss.id, u.def.Key, u.asOfSeq, size, limit, RuleStateTooLarge)}
+	if u.def.gate {
+		for _, x := range ss.units {
+			if x.err == nil {
+				x.err, x.written = pe, false
+			}
+		}
+	}
+	u.err = pe
+	u.resetState()
+	ss.dirty = true
+}
+
+// resetState puts u back to its initial state (stored small, with its error).
+func (u *unitState) resetState() {
+	if u.def.gate {
+		u.state = session.NewSurface()
+	} else {
+		u.state = u.def.init()
+	}
+	u.enc, u.written = nil, false
+}
+
 // kvSubject is the subject of a key of the agentlog_projections bucket.
 func kvSubject(key string) string { return "$KV." + ajs.ProjectionsBucket + "." + key }
 
@@ -304,6 +343,7 @@ type pendingWrite struct {
 func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sessState) (conflicts []*sessState, err error) {
 	var pending []pendingWrite
 	var firstErr error
+	limit := maxStateBytes(js)
 	for _, ss := range sessions {
 		for _, u := range ss.units {
 			if u.written {
@@ -313,7 +353,15 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 			if eerr != nil {
 				// A state that cannot be encoded stops its unit; the error is stored instead.
 				u.err = &ProjectionError{Seq: u.asOfSeq, Rule: "unit-encode", Message: fmt.Sprintf("session %q: %v", ss.id, eerr)}
-				u.state, u.enc = u.def.init(), []byte("null")
+				u.resetState()
+				if b, eerr = u.encode(); eerr != nil {
+					return nil, eerr
+				}
+			}
+			if limit > 0 && int64(len(b)) > limit {
+				// A value the bucket cannot hold would fail this checkpoint forever: the unit
+				// stops here instead, with an error saying so (the gate: every unit).
+				stopTooLarge(ss, u, len(b), limit)
 				if b, eerr = u.encode(); eerr != nil {
 					return nil, eerr
 				}

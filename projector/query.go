@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -125,11 +126,14 @@ type responder interface {
 	fail(code, desc string)
 }
 
-type syncResponder struct{ req micro.Request }
+type syncResponder struct {
+	req     micro.Request
+	session string // named in the error of a reply that could not be sent ("" before parsing)
+}
 
 func (r syncResponder) respond(b []byte) {
 	if err := r.req.Respond(b); err != nil {
-		r.fail(replyErrCode(err), replyErrDesc(len(b), err))
+		r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
 	}
 }
 func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil) }
@@ -137,25 +141,27 @@ func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil
 // replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
 // server's max payload, 500 otherwise.
 func replyErrCode(err error) string {
-	if errors.Is(err, nats.ErrMaxPayload) {
+	// micro reports a failed Respond as its own error type, with nats.go's text in it.
+	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
 		return CodeTooLarge
 	}
 	return CodeInternal
 }
 
-func replyErrDesc(n int, err error) string {
-	return fmt.Sprintf("the reply of %d bytes could not be sent: %v", n, err)
+func replyErrDesc(id string, n int, err error) string {
+	return fmt.Sprintf("session %q: the reply of %d bytes could not be sent (the server's max payload bounds one reply): %v", id, n, err)
 }
 
 type replyResponder struct {
-	nc    *nats.Conn
-	reply string
+	nc      *nats.Conn
+	reply   string
+	session string
 }
 
 func (r replyResponder) respond(b []byte) {
 	if r.reply != "" {
 		if err := r.nc.Publish(r.reply, b); err != nil {
-			r.fail(replyErrCode(err), replyErrDesc(len(b), err))
+			r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
 		}
 	}
 }
@@ -184,11 +190,12 @@ const (
 // once; beyond that "503"), so that it does not hold up the endpoint.
 func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
-		r := syncResponder{req}
+		r := syncResponder{req: req}
 		q, token, ok := parseQuery(r, req.Data())
 		if !ok {
 			return
 		}
+		r.session = q.Session
 		p.reqMu.Lock()
 		if p.closing {
 			p.reqMu.Unlock()
@@ -215,7 +222,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
 			return
 		}
-		ar := replyResponder{nc: p.nc, reply: req.Reply()}
+		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session}
 		go func() {
 			defer func() { <-p.slots; p.reqs.Done() }()
 			if proj, raw, ok := p.waitProjection(ctx, ar, q, token, allowStopped); ok {

@@ -413,3 +413,52 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 		t.Errorf("a failed checkpoint was retried %d times in 1 s", got)
 	}
 }
+
+// TestStateTooLargeStopsTheSession grows a session's messages state past what one KV value may
+// hold (lowered here to 3000 bytes): the checkpoint does not fail forever, the session's projection
+// stops with rule state-too-large naming the session, what is stored stays small, and another
+// session is not affected.
+func TestStateTooLargeStopsTheSession(t *testing.T) {
+	old := maxStateBytes
+	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
+	t.Cleanup(func() { maxStateBytes = old })
+	e := newEnv(t)
+	var failed atomic.Int64
+	nc, js, err := ajs.Connect(e.url, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	store, err := ajs.Open(ctx(t), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(store, nc, Options{Name: "p1", Logger: slog.New(countHandler{"checkpoint failed", &failed})})
+	if err := p.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	e.create("long")
+	e.create("short")
+	var evs []session.Event
+	for seq := int64(0); seq < 600; seq++ {
+		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
+	}
+	e.appendChunked("long", evs, 100)
+	e.appendRecord("short", evs[:3])
+	if r, err := QueryMessages(ctx(t), e.nc, "short", 2); err != nil || len(r.Messages) != 3 {
+		t.Fatalf("the other session: %+v, %v", r, err)
+	}
+	stopped := e.waitStored("long", func(p Projection) bool { return p.Error != nil })
+	if stopped.Error.Rule != RuleStateTooLarge || !strings.Contains(stopped.Error.Message, `"long"`) {
+		t.Fatalf("stored error %+v, want rule %s naming the session", stopped.Error, RuleStateTooLarge)
+	}
+	_, err = QueryMessages(ctx(t), e.nc, "long", -1)
+	qe := queryErr(t, err, CodeStopped, "long")
+	if !strings.Contains(qe.Description, RuleStateTooLarge) {
+		t.Fatalf("409 description %q does not name the rule", qe.Description)
+	}
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d checkpoints failed; a too-large state must stop the session, not fail the checkpoint", n)
+	}
+}

@@ -95,3 +95,23 @@ func TestDuplicateNameRefused(t *testing.T) {
 	}
 	p3.Stop()
 }
+
+// TestSnapshotReplyTooLarge: a snapshot whose unit views together pass one NATS message (each
+// stored view fits on its own) is refused with 413 naming the session.
+func TestSnapshotReplyTooLarge(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	const id = "wide"
+	e.create(id)
+	big := strings.Repeat("t", 600<<10)
+	e.appendRecord(id, []session.Event{ev(0, "session/title", `{"title":"`+big+`"}`, "", "")})
+	e.appendRecord(id, []session.Event{ev(1, "todo/write", `{"todos":[{"content":"`+big+`","status":"pending"}]}`, "", "")})
+	if _, err := QueryMessages(ctx(t), e.nc, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := QuerySnapshot(ctx(t), e.nc, id, -1)
+	qe := queryErr(t, err, CodeTooLarge, id)
+	if !strings.Contains(qe.Description, "max payload") {
+		t.Fatalf("description %q does not say why", qe.Description)
+	}
+}
