@@ -85,6 +85,7 @@ type Projector struct {
 	closing bool
 	runCtx  context.Context
 	slots   chan struct{} // bounds the queries waiting for minSeq
+	work    chan struct{} // bounds the queries being answered
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 	waiting atomic.Int64  // queries waiting for minSeq (observed by tests)
 	applied atomic.Int64  // events folded (all partitions)
@@ -131,6 +132,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 		flushInterval: opts.FlushInterval,
 		memberTTL:     opts.MemberTTL,
 		slots:         make(chan struct{}, 256),
+		work:          make(chan struct{}, 64),
 		workers:       map[int]*worker{},
 	}
 	if p.cacheSessions <= 0 {

@@ -99,19 +99,22 @@ func (p *Projector) addService() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: starting service %s: %w", QueryService, err)
 	}
-	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(MessagesSubject)); err != nil {
+	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
+	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
+	pending := micro.WithEndpointPendingLimits(100_000, 256<<20)
+	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(MessagesSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
 	}
-	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(SurfaceSubject)); err != nil {
+	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(SurfaceSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
 	}
-	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(ProjectionSubject)); err != nil {
+	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(ProjectionSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
 	}
-	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(SnapshotSubject)); err != nil {
+	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(SnapshotSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
 	}
@@ -185,9 +188,11 @@ const (
 	mustWait                   // minSeq is not reached yet
 )
 
-// endpoint builds a handler. A request that the stored projection satisfies now is answered in
-// the handler; one that must wait for minSeq is handed to a goroutine (at most cap(p.slots) at
-// once; beyond that "503"), so that it does not hold up the endpoint.
+// endpoint builds a handler. The handler only parses the request and hands it to a goroutine: at
+// most cap(p.work) are being answered at once and cap(p.slots) more are waiting for minSeq; beyond
+// that the request is answered "503" at once. The subscription is thus never held up by a slow
+// answer (a large history, a KV read) and does not fall behind and drop requests (a slow
+// consumer), and a burst of large queries cannot starve small ones for long.
 func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		r := syncResponder{req: req}
@@ -204,27 +209,36 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 		}
 		p.reqs.Add(1)
 		p.reqMu.Unlock()
-		ctx := p.runCtx
-		proj, raw, st := p.readNow(ctx, r, q, token, allowStopped)
-		switch st {
-		case answered:
-			p.reqs.Done()
-			return
-		case ready:
-			answer(ctx, r, q, proj, raw)
-			p.reqs.Done()
-			return
-		}
 		select {
-		case p.slots <- struct{}{}:
+		case p.work <- struct{}{}:
 		default:
 			p.reqs.Done()
-			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
 			return
 		}
 		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session}
 		go func() {
-			defer func() { <-p.slots; p.reqs.Done() }()
+			defer p.reqs.Done()
+			ctx := p.runCtx
+			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
+			switch st {
+			case answered:
+				<-p.work
+				return
+			case ready:
+				answer(ctx, ar, q, proj, raw)
+				<-p.work
+				return
+			}
+			// Waiting for minSeq frees the work slot for others and takes a wait slot.
+			<-p.work
+			select {
+			case p.slots <- struct{}{}:
+			default:
+				ar.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
+				return
+			}
+			defer func() { <-p.slots }()
 			if proj, raw, ok := p.waitProjection(ctx, ar, q, token, allowStopped); ok {
 				answer(ctx, ar, q, proj, raw)
 			}

@@ -115,3 +115,31 @@ func TestSnapshotReplyTooLarge(t *testing.T) {
 		t.Fatalf("description %q does not say why", qe.Description)
 	}
 }
+
+// TestBusyProjectorAnswers503: when every answering slot is taken, a query gets "503" at once
+// (naming the session) instead of queueing behind them or being dropped by a slow subscription;
+// once a slot is free, queries are answered again.
+func TestBusyProjectorAnswers503(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s")
+	e.appendRecord("s", toolSession()[:3])
+	if _, err := QueryMessages(ctx(t), e.nc, "s", 2); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(p.work) {
+		p.work <- struct{}{}
+	}
+	_, err := QueryMessages(ctx(t), e.nc, "s", -1)
+	qe := queryErr(t, err, CodeUnavailable, "s")
+	if !strings.Contains(qe.Description, "retry") {
+		t.Fatalf("503 description %q does not say to retry", qe.Description)
+	}
+	<-p.work
+	if _, err := QueryMessages(ctx(t), e.nc, "s", -1); err != nil {
+		t.Fatalf("after a slot freed: %v", err)
+	}
+	for range cap(p.work) - 1 {
+		<-p.work
+	}
+}
