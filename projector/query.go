@@ -250,7 +250,15 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
 	var q QueryRequest
 	if err := json.Unmarshal(data, &q); err != nil {
-		r.fail(CodeBadRequest, fmt.Sprintf("bad request: not a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?}: %v", err))
+		// Name the session when the request names one, even if another field is wrong.
+		var named struct {
+			Session string `json:"session"`
+		}
+		where := ""
+		if json.Unmarshal(data, &named) == nil && named.Session != "" {
+			where = fmt.Sprintf("session %q: ", named.Session)
+		}
+		r.fail(CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
 		return q, "", false
 	}
 	if q.Session == "" {
@@ -406,9 +414,10 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
+	// A reply without headers (success) may take the whole max payload; keep a little room.
 	limit := int64(1 << 62)
 	if max := p.nc.MaxPayload(); max > 0 {
-		limit = max - 1024
+		limit = max - 64
 	}
 	if int64(len(envelope)) > limit {
 		r.fail(CodeTooLarge, fmt.Sprintf("session %q: its %d surface nodes alone take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
@@ -423,7 +432,12 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 			if q.Nodes != nil {
 				code = CodeBadRequest
 			}
-			r.fail(code, fmt.Sprintf("session %q: deriving messages at asOfSeq %d: %v", q.Session, proj.AsOfSeq, err))
+			msg := err.Error()
+			var se *session.Error
+			if errors.As(err, &se) && se.Session == "" {
+				msg = strings.TrimPrefix(se.Msg, `session "" `) // DeriveMessages does not know the session; this reply names it
+			}
+			r.fail(code, fmt.Sprintf("session %q: deriving the message of surface node seq %d at asOfSeq %d: %s", q.Session, seq, proj.AsOfSeq, msg))
 			return
 		}
 		var add int64
@@ -432,8 +446,8 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		}
 		if size+add > limit {
 			if i == 0 {
-				r.fail(CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
-					q.Session, seq, add-1, p.nc.MaxPayload()))
+				r.fail(CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes; with the reply's other %d bytes that is more than one reply can carry (the server's max payload is %d bytes)",
+					q.Session, seq, add-1, size, p.nc.MaxPayload()))
 				return
 			}
 			reply.Partial = i

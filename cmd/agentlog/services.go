@@ -114,8 +114,11 @@ one instance through the durable consumer agentlog-projector-<p>). A killed inst
 resume on the survivors within about 4 s; a new instance takes its share at once.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cacheSessions < 0 {
-				return &usageError{fmt.Errorf("--cache-sessions must be >= 0, got %d", cacheSessions)}
+			if cacheSessions < 1 {
+				return &usageError{fmt.Errorf("--cache-sessions must be >= 1, got %d", cacheSessions)}
+			}
+			if flush <= 0 {
+				return &usageError{fmt.Errorf("--flush-interval must be > 0, got %s", flush)}
 			}
 			if queryCacheMiB < 0 || queryCacheMiB > 1<<20 {
 				return &usageError{fmt.Errorf("--query-cache-mib must be 0..%d (1 TiB), got %d", 1<<20, queryCacheMiB)}
