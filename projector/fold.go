@@ -295,10 +295,11 @@ var maxStateBytes = func(js jetstream.JetStream) int64 { return js.Conn().MaxPay
 
 // stopTooLarge stops unit u of session ss, whose stored value would take size bytes, more than
 // limit: its error says so and its state is reset to the initial one, so that what is stored is
-// small. The gate's state is every unit's precondition, so it stops every unit of the session.
+// small. The gate's state is every unit's precondition, so it stops every unit of the session;
+// the query service then answers messages queries by folding the session's log itself.
 func stopTooLarge(ss *sessState, u *unitState, size int, limit int64) {
 	pe := &ProjectionError{Seq: u.asOfSeq, Rule: RuleStateTooLarge,
-		Message: fmt.Sprintf("session %q: the %s projection state as of seq %d takes %d bytes, more than one KV value can hold (%d bytes); the projection stops here (rule %s)",
+		Message: fmt.Sprintf("session %q: the %s projection state as of seq %d takes %d bytes, more than one KV value can hold (%d bytes); the projection stops here, and messages queries fold the log instead (rule %s)",
 			ss.id, u.def.Key, u.asOfSeq, size, limit, RuleStateTooLarge)}
 	if u.def.gate {
 		for _, x := range ss.units {

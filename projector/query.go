@@ -303,6 +303,9 @@ func (p *Projector) readNow(ctx context.Context, r responder, q QueryRequest, to
 		return Projection{}, nil, answered
 	case proj.Error != nil && allowStopped:
 		return proj, e.Value(), ready
+	case proj.Error != nil && proj.Error.Rule == RuleStateTooLarge:
+		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
+		return proj, e.Value(), ready
 	case proj.Error != nil:
 		r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
 		return Projection{}, nil, answered
@@ -381,10 +384,19 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
 func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
+	tooLarge := proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+	if tooLarge && q.Nodes == nil {
+		// The session's surface is larger than the stored state may be: fold its log here, for
+		// this query (slower, but the history is still served).
+		var ok bool
+		if proj, ok = p.foldLog(ctx, r, q); !ok {
+			return
+		}
+	}
 	nodes := proj.State.Nodes
 	if q.Nodes != nil {
 		for _, seq := range q.Nodes {
-			if seq < 0 || seq > proj.AsOfSeq {
+			if seq < 0 || (seq > proj.AsOfSeq && !tooLarge) {
 				r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: node seq %d is not an event at or below the projection's asOfSeq %d", q.Session, seq, proj.AsOfSeq))
 				return
 			}
@@ -462,6 +474,35 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		return
 	}
 	r.respond(b)
+}
+
+// foldLog folds the whole log of q's session into a surface, for a session whose stored messages
+// state stopped with RuleStateTooLarge. It has answered (false) when the log breaks a rule, cannot
+// be read, or does not reach q's minSeq yet.
+func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (Projection, bool) {
+	events, _, err := p.store.Read(ctx, q.Session)
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
+		return Projection{}, false
+	}
+	byseq := func(seq int64) (session.Event, error) {
+		if seq >= 0 && seq < int64(len(events)) && events[seq].Seq == seq {
+			return events[seq], nil
+		}
+		return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", q.Session, seq)
+	}
+	surf := session.NewSurface()
+	for _, ev := range events {
+		if err := surf.Apply(q.Session, ev, byseq); err != nil {
+			r.fail(CodeStopped, fmt.Sprintf("session %q: %v", q.Session, err))
+			return Projection{}, false
+		}
+	}
+	if q.waits() && surf.AsOfSeq < *q.MinSeq {
+		r.fail(CodeTimeout, fmt.Sprintf("session %q: its log ends at seq %d, before minSeq %d", q.Session, surf.AsOfSeq, *q.MinSeq))
+		return Projection{}, false
+	}
+	return fromSurface(surf), true
 }
 
 // encodeReply encodes v without HTML-escaping (messages keep their bytes '<', '>', '&' as stored)

@@ -416,8 +416,8 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 
 // TestStateTooLargeStopsTheSession grows a session's messages state past what one KV value may
 // hold (lowered here to 3000 bytes): the checkpoint does not fail forever, the session's projection
-// stops with rule state-too-large naming the session, what is stored stays small, and another
-// session is not affected.
+// stops with rule state-too-large naming the session (what is stored stays small), its messages
+// are still served (folded from the log per query), and another session is not affected.
 func TestStateTooLargeStopsTheSession(t *testing.T) {
 	old := maxStateBytes
 	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
@@ -453,10 +453,15 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 	if stopped.Error.Rule != RuleStateTooLarge || !strings.Contains(stopped.Error.Message, `"long"`) {
 		t.Fatalf("stored error %+v, want rule %s naming the session", stopped.Error, RuleStateTooLarge)
 	}
-	_, err = QueryMessages(ctx(t), e.nc, "long", -1)
-	qe := queryErr(t, err, CodeStopped, "long")
-	if !strings.Contains(qe.Description, RuleStateTooLarge) {
-		t.Fatalf("409 description %q does not name the rule", qe.Description)
+	// Its messages are still served, folded from the log for each query.
+	r, err := QueryMessages(ctx(t), e.nc, "long", 599)
+	if err != nil || len(r.Messages) != 600 || r.AsOfSeq != 599 || !sameMessages(r.Messages, e.wantMessages("long", r.Nodes)) {
+		t.Fatalf("messages of the session whose state is too large: %d messages, asOfSeq %d, %v", len(r.Messages), r.AsOfSeq, err)
+	}
+	// The surface endpoint shows the stored error.
+	sp, err := QuerySurface(ctx(t), e.nc, "long", -1)
+	if err != nil || sp.Error == nil || sp.Error.Rule != RuleStateTooLarge {
+		t.Fatalf("surface of the stopped projection: %+v, %v", sp.Error, err)
 	}
 	if n := failed.Load(); n != 0 {
 		t.Errorf("%d checkpoints failed; a too-large state must stop the session, not fail the checkpoint", n)
