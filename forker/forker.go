@@ -376,12 +376,18 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
 			// An earlier fork of this source onto this child claimed the id and died before its
 			// record (a crash between steps 4 and 5): undo its claim and fork again.
-			if err := f.rollback(ctx, req.Child, *hdr); err != nil {
-				return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, err)
+			if rerr := f.rollback(ctx, req.Child, *hdr); rerr != nil {
+				// Another retry of the same fork may have cleared (and re-claimed) it first: look
+				// again. A claim or events now mean the child exists; nothing means go on, and the
+				// KV create below settles any race.
+				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
+					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
+				}
+			} else {
+				f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
+					"createdAt", hdr.CreatedAt)
+				hdr = nil
 			}
-			f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
-				"createdAt", hdr.CreatedAt)
-			hdr = nil
 		}
 		if hdr != nil || evs {
 			return Result{}, alreadyExists(req.Child)
@@ -519,7 +525,8 @@ func Fork(ctx context.Context, nc *nats.Conn, req Request) (Result, error) {
 // AbandonedForkAge is how old the metadata of a fork child without events must be before a new
 // fork of the same source onto the same child takes it for an incomplete fork (one that died
 // between claiming the child and writing its record) and replaces it. A fork in progress writes its
-// record within seconds, and gives up after its 30 s retry window.
+// record within seconds, and gives up after its 30 s retry window. The age is read from the claim's
+// createdAt against this forker's clock, so forkers' clocks must agree to well within it.
 const AbandonedForkAge = 2 * time.Minute
 
 // abandoned reports whether hdr, the metadata of a child without events, is an incomplete fork of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"io"
 	"log/slog"
@@ -439,5 +440,40 @@ func TestForkResumesAnAbandonedFork(t *testing.T) {
 	events, _, err := e.store.Read(ctx(t), "abandoned")
 	if err != nil || len(events) != res.SeedLength+1 || events[len(events)-1].Type != "session/end-seed" {
 		t.Fatalf("child log: %d events, %v; want the seed and an end-seed", len(events), err)
+	}
+}
+
+// TestConcurrentResumesOfAnAbandonedFork: two retries of the same abandoned fork race; one forks,
+// the other gets SESSION_ALREADY_EXISTS (never an internal error), and the child is whole.
+func TestConcurrentResumesOfAnAbandonedFork(t *testing.T) {
+	e := newEnv(t)
+	e.loadParent()
+	seed := int64(9)
+	for i := range 10 {
+		child := fmt.Sprintf("race%d", i)
+		h := session.Header{ID: child, CreatedAt: now.Add(-AbandonedForkAge).UnixMilli(), ParentSession: "parent", SeedLength: &seed}
+		if err := e.store.CreateSession(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: child}); errs <- err }()
+		}
+		won := 0
+		for range 2 {
+			err := <-errs
+			var fe *session.ForkError
+			switch {
+			case err == nil:
+				won++
+			case errors.As(err, &fe) && fe.Code == session.CodeSessionAlreadyExists:
+			default:
+				t.Fatalf("%s: %v, want success or SESSION_ALREADY_EXISTS", child, err)
+			}
+		}
+		events, _, err := e.store.Read(ctx(t), child)
+		if won != 1 || err != nil || len(events) == 0 || events[len(events)-1].Type != "session/end-seed" {
+			t.Fatalf("%s: %d forks won, %d events, %v", child, won, len(events), err)
+		}
 	}
 }

@@ -86,6 +86,7 @@ type Projector struct {
 	runCtx  context.Context
 	slots   chan struct{} // bounds the queries waiting for minSeq
 	work    chan struct{} // bounds the queries being answered
+	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 	waiting atomic.Int64  // queries waiting for minSeq (observed by tests)
 	applied atomic.Int64  // events folded (all partitions)
@@ -133,6 +134,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 		memberTTL:     opts.MemberTTL,
 		slots:         make(chan struct{}, 256),
 		work:          make(chan struct{}, 64),
+		folds:         make(chan struct{}, 2),
 		workers:       map[int]*worker{},
 	}
 	if p.cacheSessions <= 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ type QueryRequest struct {
 	// Unit is the projection unit's key (projection endpoint only).
 	Unit string `json:"unit,omitempty"`
 	// Nodes (messages endpoint only) asks for the messages of these surface nodes (event seqs)
-	// instead of the projection's: the continuation of a reply with Partial > 0. Every seq must
+	// instead of the projection's: the continuation of a reply with Partial set. Every seq must
 	// be a user/message, assistant/message or tool/result event at or below the projection's
 	// asOfSeq ("400" otherwise).
 	Nodes []int64 `json:"nodes,omitempty"`
@@ -64,17 +65,19 @@ type QueryRequest struct {
 // of those nodes, one message per node that derives one.
 //
 // One reply carries at most the server's max payload (1 MiB by default). When the messages do not
-// fit, Partial is set: Messages then holds the messages of Nodes[:Partial] only, and a request
-// with Nodes = Nodes[Partial:] continues. The events of surface nodes never change (the log is
-// append-only), so the pages of one query are consistent with its first reply's asOfSeq.
-// QueryMessages does this paging itself and returns the whole history.
+// fit, Partial is set to k: Messages then holds the messages of the first k nodes asked for only
+// (k may be 0 on a first page), and a request with Nodes = the nodes not covered yet continues. A
+// first page's Nodes are all the projection's nodes; a continuation's are the nodes it covers. The
+// events of surface nodes never change (the log is append-only), so the pages of one query are
+// consistent with its first reply's asOfSeq. QueryMessages does this paging itself and returns
+// the whole history.
 type MessagesReply struct {
 	Session           string            `json:"session"`
 	AsOfSeq           int64             `json:"asOfSeq"`
 	ReplaceGeneration int64             `json:"replaceGeneration"`
 	Nodes             []int64           `json:"nodes"`
 	Messages          []json.RawMessage `json:"messages"`
-	Partial           int               `json:"partial,omitempty"`
+	Partial           *int              `json:"partial,omitempty"`
 }
 
 // QueryError is an error reply of the agentlog-query service: Code is one of the Code* constants,
@@ -273,6 +276,14 @@ func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
 	return q, token, true
 }
 
+// timeoutMs is how long q may wait for minSeq, in ms.
+func (q QueryRequest) timeoutMs() int64 {
+	if q.TimeoutMs != nil && *q.TimeoutMs > 0 {
+		return min(*q.TimeoutMs, MaxTimeoutMs)
+	}
+	return DefaultTimeoutMs
+}
+
 // waits reports whether q asks to wait for a seq.
 func (q QueryRequest) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
@@ -325,10 +336,7 @@ func stoppedText(id string, pe *ProjectionError) string {
 func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, bool) {
 	key := Key(token)
 	minSeq := *q.MinSeq
-	timeoutMs := int64(DefaultTimeoutMs)
-	if q.TimeoutMs != nil && *q.TimeoutMs > 0 {
-		timeoutMs = min(*q.TimeoutMs, MaxTimeoutMs)
-	}
+	timeoutMs := q.timeoutMs()
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
 	defer cancel()
 	w, err := p.store.Projections.Watch(wctx, key)
@@ -356,8 +364,8 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 			}
 			last = &proj
 			if proj.Error != nil {
-				if allowStopped {
-					return proj, e.Value(), true
+				if allowStopped || proj.Error.Rule == RuleStateTooLarge {
+					return proj, e.Value(), true // too large: answerMessages folds the log
 				}
 				r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
 				return Projection{}, nil, false
@@ -421,6 +429,11 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		Nodes:             nodes,
 		Messages:          []json.RawMessage{},
 	}
+	// A first page carries every node; a continuation only the nodes it covers, added below.
+	first := q.Nodes == nil
+	if !first {
+		reply.Nodes = []int64{}
+	}
 	envelope, err := encodeReply(reply)
 	if err != nil {
 		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
@@ -437,6 +450,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		return
 	}
 	size := int64(len(envelope))
+	covered := len(nodes)
 	for i, seq := range nodes {
 		msgs, err := session.DeriveMessages([]int64{seq}, byseq)
 		if err != nil {
@@ -456,17 +470,25 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		for _, m := range msgs {
 			add += int64(len(m)) + 1 // the message and its comma
 		}
+		if !first {
+			add += int64(len(strconv.FormatInt(seq, 10))) + 1 // the node and its comma
+		}
 		if size+add > limit {
-			if i == 0 {
+			if i == 0 && !first {
+				// Alone on a page with the smallest envelope, it still does not fit.
 				r.fail(CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes; with the reply's other %d bytes that is more than one reply can carry (the server's max payload is %d bytes)",
-					q.Session, seq, add-1, size, p.nc.MaxPayload()))
+					q.Session, seq, add, size, p.nc.MaxPayload()))
 				return
 			}
-			reply.Partial = i
+			covered = i
+			reply.Partial = &covered
 			break
 		}
 		size += add
 		reply.Messages = append(reply.Messages, msgs...)
+	}
+	if !first {
+		reply.Nodes = nodes[:covered]
 	}
 	b, err := encodeReply(reply)
 	if err != nil {
@@ -477,29 +499,67 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 }
 
 // foldLog folds the whole log of q's session into a surface, for a session whose stored messages
-// state stopped with RuleStateTooLarge. It has answered (false) when the log breaks a rule, cannot
-// be read, or does not reach q's minSeq yet.
+// state stopped with RuleStateTooLarge. The log is streamed record by record and only the
+// surface-eligible events are kept (what replaces look up), and at most cap(p.folds) such folds run
+// at once, since these sessions are large by definition. With minSeq, it first waits (up to q's
+// timeout) for the log to reach it. It has answered (false) when the log breaks a rule, cannot be
+// read, or does not reach minSeq in time.
 func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (Projection, bool) {
-	events, _, err := p.store.Read(ctx, q.Session)
-	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
+	if q.waits() {
+		deadline := time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
+		for {
+			tail, err := p.store.GetTail(ctx, q.Session)
+			if err == nil && tail.NextSeq-1 >= *q.MinSeq {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.fail(CodeTimeout, fmt.Sprintf("session %q: its log did not reach seq %d within %d ms", q.Session, *q.MinSeq, q.timeoutMs()))
+				return Projection{}, false
+			}
+			select {
+			case <-ctx.Done():
+				r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+				return Projection{}, false
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	select {
+	case p.folds <- struct{}{}:
+		defer func() { <-p.folds }()
+	case <-ctx.Done():
+		r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 		return Projection{}, false
 	}
+	kept := map[int64]session.Event{}
 	byseq := func(seq int64) (session.Event, error) {
-		if seq >= 0 && seq < int64(len(events)) && events[seq].Seq == seq {
-			return events[seq], nil
+		if ev, ok := kept[seq]; ok {
+			return ev, nil
 		}
-		return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", q.Session, seq)
+		return session.Event{}, fmt.Errorf("session %q: event seq %d is not a user, assistant or tool-result event of the log", q.Session, seq)
 	}
 	surf := session.NewSurface()
-	for _, ev := range events {
-		if err := surf.Apply(q.Session, ev, byseq); err != nil {
-			r.fail(CodeStopped, fmt.Sprintf("session %q: %v", q.Session, err))
-			return Projection{}, false
+	var refused error
+	_, err := p.store.ReadRecords(ctx, q.Session, func(_ uint64, evs []session.Event) error {
+		for _, ev := range evs {
+			if err := surf.Apply(q.Session, ev, byseq); err != nil {
+				refused = err
+				return err
+			}
+			if session.SurfaceEligible(ev.Type) {
+				// Copies, so that the records (with their chunks) are not kept alive.
+				ev.Data, ev.SurfaceOp, ev.SourceEventSeqs = clone(ev.Data), clone(ev.SurfaceOp), clone(ev.SourceEventSeqs)
+				kept[ev.Seq] = ev
+			}
 		}
-	}
-	if q.waits() && surf.AsOfSeq < *q.MinSeq {
-		r.fail(CodeTimeout, fmt.Sprintf("session %q: its log ends at seq %d, before minSeq %d", q.Session, surf.AsOfSeq, *q.MinSeq))
+		return nil
+	})
+	switch {
+	case refused != nil:
+		r.fail(CodeStopped, fmt.Sprintf("session %q: %v", q.Session, refused))
+		return Projection{}, false
+	case err != nil:
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
 		return Projection{}, false
 	}
 	return fromSurface(surf), true
@@ -581,17 +641,20 @@ func QueryMessages(ctx context.Context, nc *nats.Conn, id string, minSeq int64) 
 	// A history larger than one reply comes in pages: ask for the messages of the nodes not
 	// covered yet until none is left.
 	rest := r.Nodes
-	for page := r; page.Partial > 0; {
-		if page.Partial > len(page.Nodes) {
-			return MessagesReply{}, fmt.Errorf("%s: session %q: malformed reply: partial %d of %d nodes", QueryService, id, page.Partial, len(page.Nodes))
+	for page, firstPage := r, true; page.Partial != nil; firstPage = false {
+		k := *page.Partial
+		if k < 0 || k > len(rest) || (k == 0 && !firstPage) { // a continuation must cover a node
+			return MessagesReply{}, fmt.Errorf("%s: session %q: malformed reply: partial %d of %d nodes", QueryService, id, k, len(rest))
 		}
-		rest = rest[page.Partial:]
+		if rest = rest[k:]; len(rest) == 0 {
+			break
+		}
 		if page, err = queryMessagesPage(ctx, nc, QueryRequest{Session: id, Nodes: rest}); err != nil {
 			return MessagesReply{}, err
 		}
 		r.Messages = append(r.Messages, page.Messages...)
 	}
-	r.Partial = 0
+	r.Partial = nil
 	return r, nil
 }
 

@@ -111,6 +111,15 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			return false, true, nil // no events
 		}
 		u.rev = rev
+		if g := ss.gate(); !d.gate && g.err == nil {
+			// The gate is not written here, so writeSessions would not see that its state is too
+			// large to store: the projector has stopped the session there; stop the unit too.
+			if b, err := g.encode(); err == nil {
+				if limit := maxStateBytes(store.JS); limit > 0 && int64(len(b)) > limit {
+					stopTooLarge(ss, g, len(b), limit)
+				}
+			}
+		}
 		for _, o := range ss.units[:len(ss.units)-1] {
 			o.written = true // only the rebuilt unit is written
 		}

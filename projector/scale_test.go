@@ -467,3 +467,54 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 		t.Errorf("%d checkpoints failed; a too-large state must stop the session, not fail the checkpoint", n)
 	}
 }
+
+// TestStateTooLargeWhileWaiting: a read-your-writes query that is waiting when the session's state
+// outgrows one KV value gets the messages (folded from the log), not 409; a minSeq past the end of
+// the log waits for it; and a rebuild of another unit of that session stops it too, instead of
+// storing it past the stopped gate.
+func TestStateTooLargeWhileWaiting(t *testing.T) {
+	old := maxStateBytes
+	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
+	t.Cleanup(func() { maxStateBytes = old })
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("long")
+	var evs []session.Event
+	for seq := int64(0); seq < 601; seq++ {
+		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
+	}
+	type result struct {
+		r   MessagesReply
+		err error
+	}
+	waiting := make(chan result, 1)
+	go func() { r, err := QueryMessages(ctx(t), e.nc, "long", 599); waiting <- result{r, err} }()
+	time.Sleep(100 * time.Millisecond) // let the query wait (it passes either way if it did not)
+	e.appendChunked("long", evs[:600], 100)
+	got := <-waiting
+	if got.err != nil || len(got.r.Messages) != 600 {
+		t.Fatalf("query waiting while the state outgrew KV: %d messages, %v", len(got.r.Messages), got.err)
+	}
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	later := make(chan result, 1)
+	go func() { r, err := QueryMessages(ctx(t), e.nc, "long", 600); later <- result{r, err} }()
+	time.Sleep(200 * time.Millisecond)
+	e.appendRecord("long", evs[600:])
+	got = <-later
+	if got.err != nil || len(got.r.Messages) != 601 {
+		t.Fatalf("minSeq past the end of the log: %d messages, %v", len(got.r.Messages), got.err)
+	}
+	reg, _ := NewRegistry()
+	if _, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"long"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ajs.Token("long")
+	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v storedValue
+	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != RuleStateTooLarge {
+		t.Fatalf("rebuilt title unit of the stopped session: %s", ent.Value())
+	}
+}

@@ -29,13 +29,18 @@ func TestMessagesReplyPaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Messages) != 12 || r.Partial != 0 || !sameMessages(r.Messages, e.wantMessages(id, r.Nodes)) {
-		t.Fatalf("paged messages: %d messages, partial %d; want the 12 derived from the log", len(r.Messages), r.Partial)
+	if len(r.Messages) != 12 || r.Partial != nil || !sameMessages(r.Messages, e.wantMessages(id, r.Nodes)) {
+		t.Fatalf("paged messages: %d messages, partial %v; want the 12 derived from the log", len(r.Messages), r.Partial)
 	}
 	// The first page alone is partial.
 	first, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id})
-	if err != nil || first.Partial < 1 || first.Partial >= 12 || len(first.Messages) != first.Partial {
-		t.Fatalf("first page: partial %d, %d messages, %v", first.Partial, len(first.Messages), err)
+	if err != nil || first.Partial == nil || *first.Partial < 1 || *first.Partial >= 12 || len(first.Messages) != *first.Partial || len(first.Nodes) != 12 {
+		t.Fatalf("first page: partial %v, %d messages, %d nodes, %v", first.Partial, len(first.Messages), len(first.Nodes), err)
+	}
+	// A continuation's nodes are the ones it covers.
+	next, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id, Nodes: first.Nodes[*first.Partial:]})
+	if err != nil || next.Partial == nil || len(next.Nodes) != *next.Partial || len(next.Messages) != *next.Partial {
+		t.Fatalf("continuation: partial %v, %d nodes, %d messages, %v", next.Partial, len(next.Nodes), len(next.Messages), err)
 	}
 	// A continuation naming a seq that is not a surface event, or past asOfSeq, is refused.
 	e.appendRecord(id, []session.Event{ev(12, "turn/start", `{"turn":1}`, "", "")})
@@ -52,9 +57,14 @@ func TestMessagesReplyPaged(t *testing.T) {
 	e.create(huge)
 	e.appendRecord(huge, []session.Event{userMsg(0, "h0", "small")})
 	e.appendRecord(huge, []session.Event{userMsg(1, "h1", strings.Repeat("y", 1047900))})
-	hr, err := QueryMessages(ctx(t), e.nc, huge, 1)
-	if err != nil || len(hr.Messages) != 2 || !sameMessages(hr.Messages, e.wantMessages(huge, hr.Nodes)) {
-		t.Fatalf("a message of about 1 MiB: %d messages, %v", len(hr.Messages), err)
+	var after []session.Event // many nodes after it: a page must not carry them all in its envelope
+	for seq := int64(2); seq < 300; seq++ {
+		after = append(after, userMsg(seq, fmt.Sprint("a", seq), "after"))
+	}
+	e.appendRecord(huge, after)
+	hr, err := QueryMessages(ctx(t), e.nc, huge, 299)
+	if err != nil || len(hr.Messages) != 300 || !sameMessages(hr.Messages, e.wantMessages(huge, hr.Nodes)) {
+		t.Fatalf("a message of about 1 MiB among 300: %d messages, %v", len(hr.Messages), err)
 	}
 
 	const small = "html"
