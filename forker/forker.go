@@ -378,10 +378,15 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 			// record (a crash between steps 4 and 5): undo its claim and fork again.
 			if rerr := f.rollback(ctx, req.Child, *hdr); rerr != nil {
 				// Another retry of the same fork may have cleared (and re-claimed) it first: look
-				// again. A claim or events now mean the child exists; nothing means go on, and the
-				// KV create below settles any race.
+				// again. Another claim or events mean the child exists; nothing means go on, and
+				// the KV create below settles any race; the same claim still there means the
+				// rollback itself failed (retry the fork).
+				abandonedAt := hdr.CreatedAt
 				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
 					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
+				}
+				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
+					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, rerr)
 				}
 			} else {
 				f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,

@@ -20,7 +20,7 @@ import (
 // The query micro service: name, version and endpoint subjects.
 const (
 	QueryService        = "agentlog-query"
-	QueryServiceVersion = "0.1.0"
+	QueryServiceVersion = "0.2.0" // 0.2.0: paged messages replies (partial, nodes)
 	MessagesSubject     = "agentlog.query.messages"
 	SurfaceSubject      = "agentlog.query.surface"
 )
@@ -58,6 +58,8 @@ type QueryRequest struct {
 	// be a user/message, assistant/message or tool/result event at or below the projection's
 	// asOfSeq ("400" otherwise).
 	Nodes []int64 `json:"nodes,omitempty"`
+
+	deadline time.Time // when waiting for minSeq ends: set once, when the request arrives
 }
 
 // MessagesReply is the reply of the messages endpoint: the session, the projection's asOfSeq and
@@ -204,6 +206,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			return
 		}
 		r.session = q.Session
+		q.deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
 		p.reqMu.Lock()
 		if p.closing {
 			p.reqMu.Unlock()
@@ -224,16 +227,19 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			defer p.reqs.Done()
 			ctx := p.runCtx
 			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
-			switch st {
-			case answered:
+			// A session whose state outgrew KV is answered by folding its log, which may wait
+			// for minSeq and for a fold slot: that is waiting, not answering.
+			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+			switch {
+			case st == answered:
 				<-p.work
 				return
-			case ready:
+			case st == ready && !slow:
 				answer(ctx, ar, q, proj, raw)
 				<-p.work
 				return
 			}
-			// Waiting for minSeq frees the work slot for others and takes a wait slot.
+			// Waiting frees the work slot for others and takes a wait slot.
 			<-p.work
 			select {
 			case p.slots <- struct{}{}:
@@ -242,9 +248,13 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 				return
 			}
 			defer func() { <-p.slots }()
-			if proj, raw, ok := p.waitProjection(ctx, ar, q, token, allowStopped); ok {
-				answer(ctx, ar, q, proj, raw)
+			if st == mustWait {
+				var ok bool
+				if proj, raw, ok = p.waitProjection(ctx, ar, q, token, allowStopped); !ok {
+					return
+				}
 			}
+			answer(ctx, ar, q, proj, raw)
 		}()
 	}
 }
@@ -337,7 +347,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 	key := Key(token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
+	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	w, err := p.store.Projections.Watch(wctx, key)
 	if err != nil {
@@ -393,11 +403,12 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 // refold the log.
 func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
 	tooLarge := proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+	var folded map[int64]session.Event // the surface events read by foldLog
 	if tooLarge && q.Nodes == nil {
 		// The session's surface is larger than the stored state may be: fold its log here, for
 		// this query (slower, but the history is still served).
 		var ok bool
-		if proj, ok = p.foldLog(ctx, r, q); !ok {
+		if proj, folded, ok = p.foldLog(ctx, r, q); !ok {
 			return
 		}
 	}
@@ -411,10 +422,13 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		}
 		nodes = q.Nodes
 	}
-	events, err := p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil)
-	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
-		return
+	events := folded
+	if events == nil {
+		var err error
+		if events, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil); err != nil {
+			r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
+			return
+		}
 	}
 	byseq := func(seq int64) (session.Event, error) {
 		if ev, ok := events[seq]; ok {
@@ -449,7 +463,8 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 			q.Session, len(nodes), len(envelope), p.nc.MaxPayload()))
 		return
 	}
-	size := int64(len(envelope))
+	// Room for `,"partial":k` too, in case the reply cannot cover every node.
+	size := int64(len(envelope) + len(`,"partial":`) + len(strconv.Itoa(len(nodes))))
 	covered := len(nodes)
 	for i, seq := range nodes {
 		msgs, err := session.DeriveMessages([]int64{seq}, byseq)
@@ -499,27 +514,40 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 }
 
 // foldLog folds the whole log of q's session into a surface, for a session whose stored messages
-// state stopped with RuleStateTooLarge. The log is streamed record by record and only the
-// surface-eligible events are kept (what replaces look up), and at most cap(p.folds) such folds run
-// at once, since these sessions are large by definition. With minSeq, it first waits (up to q's
-// timeout) for the log to reach it. It has answered (false) when the log breaks a rule, cannot be
-// read, or does not reach minSeq in time.
-func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (Projection, bool) {
+// state stopped with RuleStateTooLarge, and returns it with the log's surface-eligible events (all
+// that deriving its messages reads). The log is streamed record by record and only those events
+// are kept (copied), and at most cap(p.folds) such folds run at once, since these sessions are
+// large by definition. With minSeq, it first waits for the log to reach it. Both waits end at
+// q's deadline. It has answered (false) when the log breaks a rule, cannot be read, or does not
+// reach minSeq in time.
+func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (Projection, map[int64]session.Event, bool) {
+	deadline := q.deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
+	}
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	gone := func() {
+		if ctx.Err() != nil {
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+		} else {
+			what := "no fold of a whole log was free"
+			if q.waits() {
+				what = fmt.Sprintf("its log did not reach seq %d, or no fold of a whole log was free", *q.MinSeq)
+			}
+			r.fail(CodeTimeout, fmt.Sprintf("session %q: %s within %d ms (its state is too large to store; messages are folded from the log)", q.Session, what, q.timeoutMs()))
+		}
+	}
 	if q.waits() {
-		deadline := time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
 		for {
-			tail, err := p.store.GetTail(ctx, q.Session)
+			tail, err := p.store.GetTail(dctx, q.Session)
 			if err == nil && tail.NextSeq-1 >= *q.MinSeq {
 				break
 			}
-			if time.Now().After(deadline) {
-				r.fail(CodeTimeout, fmt.Sprintf("session %q: its log did not reach seq %d within %d ms", q.Session, *q.MinSeq, q.timeoutMs()))
-				return Projection{}, false
-			}
 			select {
-			case <-ctx.Done():
-				r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
-				return Projection{}, false
+			case <-dctx.Done():
+				gone()
+				return Projection{}, nil, false
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -527,9 +555,9 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (P
 	select {
 	case p.folds <- struct{}{}:
 		defer func() { <-p.folds }()
-	case <-ctx.Done():
-		r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
-		return Projection{}, false
+	case <-dctx.Done():
+		gone()
+		return Projection{}, nil, false
 	}
 	kept := map[int64]session.Event{}
 	byseq := func(seq int64) (session.Event, error) {
@@ -557,12 +585,12 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (P
 	switch {
 	case refused != nil:
 		r.fail(CodeStopped, fmt.Sprintf("session %q: %v", q.Session, refused))
-		return Projection{}, false
+		return Projection{}, nil, false
 	case err != nil:
 		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
-		return Projection{}, false
+		return Projection{}, nil, false
 	}
-	return fromSurface(surf), true
+	return fromSurface(surf), kept, true
 }
 
 // encodeReply encodes v without HTML-escaping (messages keep their bytes '<', '>', '&' as stored)

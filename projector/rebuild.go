@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -111,7 +112,21 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			return false, true, nil // no events
 		}
 		u.rev = rev
-		if g := ss.gate(); !d.gate && g.err == nil {
+		if !d.gate && u.err == nil {
+			// The projector stops a session for good when its stored gate state outgrew KV (even
+			// if a later compaction shrank the surface): the rebuilt unit stops with it.
+			ge, gerr := store.Projections.Get(ctx, UnitKey(defs[0].Key, token))
+			if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				return false, false, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
+			}
+			var gv storedValue
+			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == RuleStateTooLarge {
+				stopped := *gv.Error
+				u.err = &stopped
+				u.resetState()
+			}
+		}
+		if g := ss.gate(); !d.gate && g.err == nil && u.err == nil {
 			// The gate is not written here, so writeSessions would not see that its state is too
 			// large to store: the projector has stopped the session there; stop the unit too.
 			if b, err := g.encode(); err == nil {

@@ -518,3 +518,82 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 		t.Fatalf("rebuilt title unit of the stopped session: %s", ent.Value())
 	}
 }
+
+// TestRebuildAfterTooLargeAndShrink: a session stopped with state-too-large stays stopped even
+// when a later compaction shrinks its surface; rebuilding another unit stops that unit with the
+// same error instead of storing it running past the stopped gate.
+func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
+	old := maxStateBytes
+	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
+	t.Cleanup(func() { maxStateBytes = old })
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("long")
+	var evs []session.Event
+	for seq := int64(0); seq < 600; seq++ {
+		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
+	}
+	e.appendChunked("long", evs, 100)
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	src := make([]string, 600)
+	for i := range src {
+		src[i] = fmt.Sprint(i)
+	}
+	rep := ev(600, "user/message", `{"id":"sum","role":"user","content":[{"type":"text","text":"summary"}],"source":{"kind":"user"}}`,
+		`{"op":"replace","start":0,"end":599}`, "["+strings.Join(src, ",")+"]")
+	e.appendRecord("long", []session.Event{rep})
+	reg, _ := NewRegistry()
+	if _, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"long"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ajs.Token("long")
+	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v storedValue
+	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != RuleStateTooLarge {
+		t.Fatalf("rebuilt title unit of a stopped session whose surface shrank: %.300s", ent.Value())
+	}
+	// Its messages are the compacted history, folded from the log.
+	r, err := QueryMessages(ctx(t), e.nc, "long", 600)
+	if err != nil || len(r.Messages) != 1 || int64s(r.Nodes) != "[600]" {
+		t.Fatalf("messages after the compaction: %+v, %v", r.Nodes, err)
+	}
+}
+
+// TestTooLargeWaitersDoNotStarveOthers: queries of a session whose state outgrew KV that wait for
+// a seq past the end of its log wait in wait slots (not answering slots): other sessions are still
+// answered, and the waiters get 408 by their own deadline, not a client-side timeout.
+func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
+	old := maxStateBytes
+	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
+	t.Cleanup(func() { maxStateBytes = old })
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("long")
+	e.create("small")
+	var evs []session.Event
+	for seq := int64(0); seq < 600; seq++ {
+		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
+	}
+	e.appendChunked("long", evs, 100)
+	e.appendRecord("small", evs[:1])
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	errs := make(chan error, cap(p.work))
+	for range cap(p.work) {
+		go func() {
+			c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, err := QueryMessages(c, e.nc, "long", 10000)
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // let them wait (the check below holds either way if not)
+	if _, err := QueryMessages(ctx(t), e.nc, "small", 0); err != nil {
+		t.Fatalf("another session while the too-large session's queries wait: %v", err)
+	}
+	for range cap(p.work) {
+		queryErr(t, <-errs, CodeTimeout, "long")
+	}
+}
