@@ -205,6 +205,22 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 		return afterStreamSeq, nil // nothing new (or no records at all)
 	}
 	lastStreamSeq := afterStreamSeq
+	// take checks one record (it must continue the previous one), hands it to fn and moves on.
+	take := func(streamSeq uint64, h nats.Header, body []byte) error {
+		evs, err := s.decodeStored(id, h, body, streamSeq)
+		if err != nil {
+			return err
+		}
+		if evs[0].Seq != nextSeq {
+			return recordErr(id, evs[0].Seq, streamSeq, RuleRecordContinue,
+				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
+		}
+		if err := fn(streamSeq, evs); err != nil {
+			return err
+		}
+		nextSeq, lastStreamSeq = evs[len(evs)-1].Seq+1, streamSeq
+		return nil
+	}
 	// A few new records (an agent's read-your-writes loop, a short session): get them one by one
 	// from the stream leader, the next record of the subject after the last one read, instead of
 	// setting up a consumer. Each get returns the first record at or after its position, so none
@@ -214,18 +230,9 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 		if err != nil {
 			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
 		}
-		evs, err := s.decodeStored(id, m.Header, m.Data, m.Sequence)
-		if err != nil {
+		if err := take(m.Sequence, m.Header, m.Data); err != nil {
 			return 0, err
 		}
-		if evs[0].Seq != nextSeq {
-			return 0, recordErr(id, evs[0].Seq, m.Sequence, RuleRecordContinue,
-				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
-		}
-		if err := fn(m.Sequence, evs); err != nil {
-			return 0, err
-		}
-		nextSeq, lastStreamSeq = evs[len(evs)-1].Seq+1, m.Sequence
 		if lastStreamSeq >= target {
 			return lastStreamSeq, nil
 		}
@@ -265,21 +272,10 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 		if err != nil {
 			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d: %w", id, lastStreamSeq, err)
 		}
-		streamSeq := meta.Sequence.Stream
-		evs, err := s.decodeStored(id, msg.Headers(), msg.Data(), streamSeq)
-		if err != nil {
+		if err := take(meta.Sequence.Stream, msg.Headers(), msg.Data()); err != nil {
 			return 0, err
 		}
-		if evs[0].Seq != nextSeq {
-			return 0, recordErr(id, evs[0].Seq, streamSeq, RuleRecordContinue,
-				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
-		}
-		if err := fn(streamSeq, evs); err != nil {
-			return 0, err
-		}
-		nextSeq = evs[len(evs)-1].Seq + 1
-		lastStreamSeq = streamSeq
-		if streamSeq >= target && meta.NumPending == 0 {
+		if lastStreamSeq >= target && meta.NumPending == 0 {
 			return lastStreamSeq, nil
 		}
 	}

@@ -53,7 +53,7 @@ func (e *env) startProjector(name string) *Projector {
 	return e.startProjectorOpts(name, Options{})
 }
 
-// startProjectorOpts is startProjector with options (Name and Logger are set here).
+// startProjectorOpts is startProjector with options (Name is set here, and Logger when nil).
 func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	e.t.Helper()
 	nc, js, err := ajs.Connect(e.url, name)
@@ -68,7 +68,10 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	opts.Name, opts.Logger = name, logger
+	opts.Name = name
+	if opts.Logger == nil {
+		opts.Logger = logger
+	}
 	p := New(store, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
@@ -217,3 +220,11 @@ func queryErr(t *testing.T, err error, code, id string) *QueryError {
 }
 
 func int64s(a []int64) string { b, _ := json.Marshal(a); return string(b) }
+
+// lowerStateLimit makes checkpoints treat a stored value over n bytes as too large to store, for
+// the rest of the test.
+func lowerStateLimit(t *testing.T, n int64) {
+	old := maxStateBytes
+	maxStateBytes = func(jetstream.JetStream) int64 { return n }
+	t.Cleanup(func() { maxStateBytes = old })
+}

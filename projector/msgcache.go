@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -148,8 +149,7 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 			if !session.SurfaceEligible(ev.Type) {
 				continue
 			}
-			own := session.Event{Type: ev.Type, Seq: ev.Seq, Time: ev.Time, Ignorable: ev.Ignorable,
-				Data: clone(ev.Data), SurfaceOp: clone(ev.SurfaceOp), SourceEventSeqs: clone(ev.SourceEventSeqs)}
+			own := owned(ev)
 			l.events[ev.Seq] = own
 			added += int64(len(own.Data)+len(own.SurfaceOp)+len(own.SourceEventSeqs)+len(own.Time)) + eventOverhead
 		}
@@ -174,9 +174,9 @@ func (c *nodeCache) reset(l *nodeLog) {
 	c.account(l, -freed)
 }
 
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append(make([]byte, 0, len(b)), b...)
+// owned returns ev with its raw fields copied, so that keeping it does not keep the record it was
+// decoded from (with its streamed chunks) alive.
+func owned(ev session.Event) session.Event {
+	ev.Data, ev.SurfaceOp, ev.SourceEventSeqs = bytes.Clone(ev.Data), bytes.Clone(ev.SurfaceOp), bytes.Clone(ev.SourceEventSeqs)
+	return ev
 }

@@ -199,11 +199,14 @@ func (p *Projector) rebalance(ctx context.Context) {
 		owned = append(owned, part)
 	}
 	slices.Sort(owned)
-	p.owned.Store(&owned)
-	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(p.lastOwned, owned)
+	var before []int
+	if prev := p.owned.Swap(&owned); prev != nil {
+		before = *prev
+	}
+	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(before, owned)
 	if changed {
 		p.logger.Info("projector: partitions assigned", "members", members, "owned", owned, "started", started)
-		p.lastMembers, p.lastOwned = members, owned
+		p.lastMembers = members
 	}
 	p.wmu.Unlock()
 	if changed {

@@ -95,7 +95,6 @@ type Projector struct {
 	workers     map[int]*worker
 	wstopped    bool
 	lastMembers []string
-	lastOwned   []int
 	owned       atomic.Pointer[[]int] // the partitions consumed now (sorted), read without wmu
 }
 

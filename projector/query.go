@@ -575,9 +575,7 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (P
 				return err
 			}
 			if session.SurfaceEligible(ev.Type) {
-				// Copies, so that the records (with their chunks) are not kept alive.
-				ev.Data, ev.SurfaceOp, ev.SourceEventSeqs = clone(ev.Data), clone(ev.SurfaceOp), clone(ev.SourceEventSeqs)
-				kept[ev.Seq] = ev
+				kept[ev.Seq] = owned(ev)
 			}
 		}
 		return nil

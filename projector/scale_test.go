@@ -375,20 +375,7 @@ func (h countHandler) WithGroup(string) slog.Handler      { return h }
 func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 	e := newEnv(t)
 	var n atomic.Int64
-	nc, js, err := ajs.Connect(e.url, "p1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	store, err := ajs.Open(ctx(t), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(store, nc, Options{Name: "p1", Logger: slog.New(countHandler{"checkpoint failed", &n})})
-	if err := p.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop() }()
+	e.startProjectorOpts("p1", Options{Logger: slog.New(countHandler{"checkpoint failed", &n})})
 	kv, err := e.store.JS.Stream(ctx(t), "KV_"+ajs.ProjectionsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -419,25 +406,10 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 // stops with rule state-too-large naming the session (what is stored stays small), its messages
 // are still served (folded from the log per query), and another session is not affected.
 func TestStateTooLargeStopsTheSession(t *testing.T) {
-	old := maxStateBytes
-	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
-	t.Cleanup(func() { maxStateBytes = old })
+	lowerStateLimit(t, 3000)
 	e := newEnv(t)
 	var failed atomic.Int64
-	nc, js, err := ajs.Connect(e.url, "p1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	store, err := ajs.Open(ctx(t), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(store, nc, Options{Name: "p1", Logger: slog.New(countHandler{"checkpoint failed", &failed})})
-	if err := p.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop() }()
+	e.startProjectorOpts("p1", Options{Logger: slog.New(countHandler{"checkpoint failed", &failed})})
 	e.create("long")
 	e.create("short")
 	var evs []session.Event
@@ -473,9 +445,7 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 // the log waits for it; and a rebuild of another unit of that session stops it too, instead of
 // storing it past the stopped gate.
 func TestStateTooLargeWhileWaiting(t *testing.T) {
-	old := maxStateBytes
-	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
-	t.Cleanup(func() { maxStateBytes = old })
+	lowerStateLimit(t, 3000)
 	e := newEnv(t)
 	e.startProjector("p1")
 	e.create("long")
@@ -523,9 +493,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 // when a later compaction shrinks its surface; rebuilding another unit stops that unit with the
 // same error instead of storing it running past the stopped gate.
 func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
-	old := maxStateBytes
-	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
-	t.Cleanup(func() { maxStateBytes = old })
+	lowerStateLimit(t, 3000)
 	e := newEnv(t)
 	e.startProjector("p1")
 	e.create("long")
@@ -566,9 +534,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 // a seq past the end of its log wait in wait slots (not answering slots): other sessions are still
 // answered, and the waiters get 408 by their own deadline, not a client-side timeout.
 func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
-	old := maxStateBytes
-	maxStateBytes = func(jetstream.JetStream) int64 { return 3000 }
-	t.Cleanup(func() { maxStateBytes = old })
+	lowerStateLimit(t, 3000)
 	e := newEnv(t)
 	p := e.startProjector("p1")
 	e.create("long")
