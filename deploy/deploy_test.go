@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 var clusterFiles = []string{"cluster-3-node/n1.conf", "cluster-3-node/n2.conf", "cluster-3-node/n3.conf"}
@@ -107,7 +109,7 @@ func TestSingleNodeRuns(t *testing.T) {
 	o := load(t, "single-node.conf")
 	o.Port, o.StoreDir, o.JetStreamMaxStore = -1, t.TempDir(), 1<<30
 	srv := start(t, o)
-	nc, js, err := ajs.Connect(srv.ClientURL(), "deploy-test")
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name("deploy-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestClusterRunsR3(t *testing.T) {
 		}
 		urls += srv.ClientURL()
 	}
-	nc, js, err := ajs.Connect(urls, "deploy-test")
+	nc, js, err := natsdev.Connect(urls, nats.Name("deploy-test"))
 	if err != nil {
 		t.Fatal(err)
 	}

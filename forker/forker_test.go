@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentlog/agentlog/internal/testnats"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testnats"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -259,7 +260,7 @@ func TestConcurrentForksOntoOneChild(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
 	// A second forker instance on its own connection: the two share the queue group.
-	nc2, js2, err := ajs.Connect(e.nc.ConnectedUrl(), "forker-2")
+	nc2, js2, err := natsdev.Connect(e.nc.ConnectedUrl(), nats.Name("forker-2"))
 	if err != nil {
 		t.Fatal(err)
 	}

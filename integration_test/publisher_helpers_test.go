@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats-server/v2/server"
@@ -166,12 +167,12 @@ func startOwnServer(t *testing.T) *ownServer {
 
 func (s *ownServer) start() {
 	s.t.Helper()
-	// RunEmbedded may release the data directory's lock (and the port) a moment after
+	// natsdev.RunServer may release the data directory's lock (and the port) a moment after
 	// WaitForShutdown returns: retry a restart for a while.
 	var err error
 	for try := 0; try < 500; try++ {
 		var srv *server.Server
-		if srv, err = jetstream.RunEmbedded(jetstream.EmbeddedOptions{DataDir: s.dir, Port: s.port, ServerName: "agentlog-it-own"}); err == nil {
+		if srv, err = natsdev.RunServer(natsdev.ServerOptions{DataDir: s.dir, Port: s.port, ServerName: "agentlog-it-own"}); err == nil {
 			s.srv = srv
 			return
 		}
@@ -197,11 +198,11 @@ func (s *ownServer) restart() {
 
 func (s *ownServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
 
-// connectStore dials url (reconnecting forever, as jetstream.Connect does) and provisions (cfg) or
+// connectStore dials url (reconnecting forever, as natsdev.Connect does) and provisions (cfg) or
 // attaches to agentlog there.
 func connectStore(t *testing.T, url string, cfg *jetstream.Config) (*nats.Conn, *jetstream.Store) {
 	t.Helper()
-	nc, js, err := jetstream.Connect(url, t.Name())
+	nc, js, err := natsdev.Connect(url, nats.Name(t.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,8 +23,6 @@ var (
 	_ func(*Store, context.Context, string) (session.Header, error)                                = (*Store).GetSession
 	_ func(string, []session.Event) (nats.Header, []byte, error)                                   = EncodeRecord
 	_ func(nats.Header, []byte) ([]session.Event, error)                                           = DecodeRecord
-	_ func(EmbeddedOptions) (*server.Server, error)                                                = RunEmbedded
-	_ func(string, string) (*nats.Conn, jetstream.JetStream, error)                                = Connect
 	_ error                                                                                        = ErrConflict
 	_ error                                                                                        = ErrSessionExists
 	_ error                                                                                        = ErrSessionNotFound
@@ -33,7 +30,6 @@ var (
 	_                                                                                              = Config{Partitions: 0, Replicas: 0, MaxMsgSize: int32(0), DuplicateWindow: 0}
 	_                                                                                              = Tail{LastStreamSeq: uint64(0), NextSeq: int64(0), LastEvents: []session.Event(nil), LastMsgID: ""}
 	_                                                                                              = AppendResult{StreamSeq: uint64(0), Duplicate: false}
-	_                                                                                              = EmbeddedOptions{DataDir: "", Host: "", Port: 0, SyncAlways: false, ServerName: ""}
 	_                                                                                              = [7]string{StreamName, SubjectPrefix, SessionsBucket, ProjectionsBucket, ErrorsStream, ErrorsPrefix, ""}
 	_ int                                                                                          = DefaultPartitions
 )

@@ -1,7 +1,6 @@
 // Package jetstream maps agentlog sessions onto NATS JetStream: idempotent provisioning of the
 // AGENTLOG stream, the agentlog_sessions and agentlog_projections KV buckets and the AGENTLOG_ERRORS
-// stream (design.md §3); the injective mapping from session id to subject token; the record codec
-// (design.md §2: one JetStream message carries 1..K consecutive events of one session); guarded
-// append with Nats-Expected-Last-Subject-Sequence; reading a session's events in order; and an
-// embedded nats-server for `agentlog dev` and the tests.
+// stream; the injective mapping from session id to subject token; the record codec (one JetStream
+// message carries 1..K consecutive events of one session); guarded append with
+// Nats-Expected-Last-Subject-Sequence; and reading a session's events in order.
 package jetstream

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentlog/agentlog/internal/testnats"
 	"io"
 	"log/slog"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testnats"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -56,7 +57,7 @@ func (e *env) startProjector(name string) *Projector {
 // startProjectorOpts is startProjector with options (Name is set here, and Logger when nil).
 func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	e.t.Helper()
-	nc, js, err := ajs.Connect(e.url, name)
+	nc, js, err := natsdev.Connect(e.url, nats.Name(name))
 	if err != nil {
 		e.t.Fatalf("Connect: %v", err)
 	}

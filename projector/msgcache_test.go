@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testnats"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
 )
 
 // wantMessages derives the messages of nodes from the whole log, as the query service did before
@@ -170,7 +172,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 			}
 			appendEvs(evs)
 		}
-		nc, js, err := ajs.Connect(te.URL, "bench-"+id)
+		nc, js, err := natsdev.Connect(te.URL, nats.Name("bench-"+id))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
 )
 
 // counter is a user unit counting events; v2 counts twice as much, so that a state folded by v1
@@ -17,7 +19,7 @@ func counter(version int) Def[int] {
 
 func (e *env) startProjectorWith(name string, reg *Registry) *Projector {
 	e.t.Helper()
-	nc, js, err := ajs.Connect(e.url, name)
+	nc, js, err := natsdev.Connect(e.url, nats.Name(name))
 	if err != nil {
 		e.t.Fatal(err)
 	}

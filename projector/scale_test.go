@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -28,7 +30,7 @@ func TestHelperProjector(t *testing.T) {
 		t.Skip("helper process for TestKilledInstanceFailsOver (runs only when started by it)")
 	}
 	name := os.Getenv("AGENTLOG_HELPER_NAME")
-	nc, js, err := ajs.Connect(url, name)
+	nc, js, err := natsdev.Connect(url, nats.Name(name))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

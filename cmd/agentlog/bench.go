@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -175,12 +176,12 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"})
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"})
 	if err != nil {
 		return res, err
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := ajs.Connect(srv.ClientURL(), "agentlog-bench")
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name("agentlog-bench"))
 	if err != nil {
 		return res, err
 	}

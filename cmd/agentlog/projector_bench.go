@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
@@ -127,12 +128,12 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: dir})
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir})
 	if err != nil {
 		return res, err
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := ajs.Connect(srv.ClientURL(), "agentlog-bench-project")
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name("agentlog-bench-project"))
 	if err != nil {
 		return res, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -82,9 +83,15 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
+// natsOptions are the connection options of every command that dials --nats, named name. A flag
+// such as --creds or --tls adds its nats.Option here.
+func (g *globals) natsOptions(name string) []nats.Option {
+	return []nats.Option{nats.Name(name)}
+}
+
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
 func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.Store, error) {
-	nc, js, err := ajs.Connect(g.natsURL, name)
+	nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
 	if err != nil {
 		return nil, nil, err
 	}

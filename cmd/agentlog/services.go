@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/spf13/cobra"
@@ -78,7 +79,7 @@ setting, to run against an existing config it cannot use. The partition count is
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			nc, js, err := ajs.Connect(g.natsURL, "agentlog-provision")
+			nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions("agentlog-provision")...)
 			if err != nil {
 				return err
 			}

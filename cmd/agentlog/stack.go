@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/nats-io/nats-server/v2/server"
@@ -53,7 +54,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev"})
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev"})
 	if err != nil {
 		return nil, fmt.Errorf("start embedded nats-server (data %s, listen %s): %w", o.DataDir, o.Listen, err)
 	}
@@ -63,7 +64,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 			s.Close()
 		}
 	}()
-	nc, js, err := ajs.Connect(s.url, "agentlog-dev")
+	nc, js, err := natsdev.Connect(s.url, nats.Name("agentlog-dev"))
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
-// Package testnats starts real NATS for tests: an embedded nats-server (jetstream.RunEmbedded, file
+// Package testnats starts real NATS for tests: an embedded nats-server (natsdev.RunServer, file
 // storage in the test's temp dir), a connection to it, and a provisioned agentlog store, all torn
 // down when the test ends. It never mocks JetStream. (The jetstream package's own tests cannot import
-// it, as it imports jetstream; they keep a copy of the two calls.)
+// it, as it imports jetstream; they call natsdev directly.)
 package testnats
 
 import (
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 )
@@ -24,11 +25,11 @@ type Env struct {
 // with cfg (zero values: the defaults). Everything is stopped at cleanup; failures end the test.
 func Start(t testing.TB, cfg ajs.Config) *Env {
 	t.Helper()
-	srv, err := ajs.RunEmbedded(ajs.EmbeddedOptions{DataDir: t.TempDir()})
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: t.TempDir()})
 	if err != nil {
-		t.Fatalf("RunEmbedded: %v", err)
+		t.Fatalf("natsdev.RunServer: %v", err)
 	}
-	nc, js, err := ajs.Connect(srv.ClientURL(), t.Name())
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(t.Name()))
 	if err != nil {
 		srv.Shutdown()
 		t.Fatalf("Connect: %v", err)

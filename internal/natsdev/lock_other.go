@@ -1,10 +1,10 @@
 //go:build !unix
 
-package jetstream
+package natsdev
 
 import "os"
 
-// DataDirLockFile is the file RunEmbedded would lock inside its data directory; on this platform
+// DataDirLockFile is the file RunServer would lock inside its data directory; on this platform
 // the data directory is not locked.
 const DataDirLockFile = "agentlog.lock"
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package jetstream
+package natsdev
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// DataDirLockFile is the file RunEmbedded locks inside its data directory, so that two embedded
+// DataDirLockFile is the file RunServer locks inside its data directory, so that two embedded
 // servers never share one JetStream store (each would see only its own writes, and one's
 // acknowledged writes would be lost when the other's files win).
 const DataDirLockFile = "agentlog.lock"

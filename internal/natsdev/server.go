@@ -1,0 +1,112 @@
+package natsdev
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerOptions configure RunServer. Zero values: Host 127.0.0.1, Port -1 (random), SyncAlways
+// false, ServerName "agentlog-embedded". DataDir is required.
+type ServerOptions struct {
+	DataDir    string
+	Host       string
+	Port       int
+	SyncAlways bool
+	ServerName string
+
+	// Logs turns on the server's own logger (to stderr). Off by default: the embedded server is quiet.
+	Logs bool
+	// MaxPayload is the server's max_payload in bytes (0: the server default, 1 MiB). It bounds the
+	// max message size of the AGENTLOG stream.
+	MaxPayload int32
+}
+
+// ReadyTimeout is how long RunServer waits for the server to accept connections.
+const ReadyTimeout = 10 * time.Second
+
+// RunServer starts a single-node nats-server with JetStream and file storage in opts.DataDir
+// (created if missing) and waits until it is ready; stop it with Shutdown then WaitForShutdown.
+//
+// Port 0 and -1 pick a free port (see ClientURL). SyncAlways fsyncs every write; otherwise the
+// store syncs every 2 minutes, which survives a process crash but not a power loss. The server
+// installs no signal handlers. DataDir is locked (DataDirLockFile) until shutdown, so a second
+// server on it is refused at once, as is a busy port; errors name the directory and address.
+func RunServer(opts ServerOptions) (*server.Server, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("agentlog: embedded nats-server: DataDir is required (JetStream file storage directory)")
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("agentlog: embedded nats-server: data directory %s: %w", opts.DataDir, err)
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Port == 0 {
+		opts.Port = -1
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "agentlog-embedded"
+	}
+	if opts.MaxPayload < 0 {
+		return nil, fmt.Errorf("agentlog: embedded nats-server: max payload %d bytes, want ≥ 0", opts.MaxPayload)
+	}
+	lock, err := lockDataDir(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("agentlog: embedded nats-server: %w", err)
+	}
+	unlock := func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	listen := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+	if opts.Port > 0 {
+		// Fail at once, with the address, rather than waiting for a server that cannot bind.
+		l, err := net.Listen("tcp", listen)
+		if err != nil {
+			unlock()
+			return nil, fmt.Errorf("agentlog: embedded nats-server: cannot listen on %s: %w", listen, err)
+		}
+		l.Close()
+	}
+	sopts := &server.Options{
+		ServerName: opts.ServerName,
+		Host:       opts.Host,
+		Port:       opts.Port,
+		JetStream:  true,
+		StoreDir:   opts.DataDir,
+		SyncAlways: opts.SyncAlways,
+		MaxPayload: opts.MaxPayload,
+		NoLog:      !opts.Logs,
+		NoSigs:     true,
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s): %w", opts.DataDir, listen, err)
+	}
+	if opts.Logs {
+		srv.ConfigureLogger()
+	}
+	go srv.Start()
+	go func() { srv.WaitForShutdown(); unlock() }()
+	if !srv.ReadyForConnections(ReadyTimeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) not ready for connections within %s (see the server log with ServerOptions.Logs)",
+			opts.DataDir, listen, ReadyTimeout)
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) started without JetStream (data directory not writable? see the server log with ServerOptions.Logs)",
+			opts.DataDir, listen)
+	}
+	return srv, nil
+}
