@@ -186,11 +186,11 @@ func TestClusterRunsR3(t *testing.T) {
 	}
 	// A guarded append and a read on the replicated stream.
 	ev := session.Event{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: []byte(`{"turn":1}`)}
-	r, err := s.Append(ctx, "r3", 0, "r3-1", []session.Event{ev})
+	r, err := s.Append(ctx, "r3", 0, []session.Event{ev}, ajs.WithMsgID("r3-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "r3", 0, "r3-other", []session.Event{ev}); !errors.Is(err, ajs.ErrConflict) {
+	if _, err := s.Append(ctx, "r3", 0, []session.Event{ev}, ajs.WithMsgID("r3-other")); !errors.Is(err, ajs.ErrConflict) {
 		t.Fatalf("second writer on R3: %v, want ErrConflict", err)
 	}
 	got, last, err := s.Read(ctx, "r3")

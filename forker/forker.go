@@ -450,7 +450,7 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 	}
 	// Step 5: one record guarded with expected last subject sequence 0.
 	msgID := "fork:" + nuid.Next()
-	_, err = f.store.Append(ctx, child, 0, msgID, childEvents)
+	_, err = f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
 	if err == nil {
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
 		return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
@@ -463,7 +463,7 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 	defer wcancel()
 	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		if _, err = f.store.Append(wctx, child, 0, msgID, childEvents); err == nil {
+		if _, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
 			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
 			return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 		}

@@ -93,7 +93,7 @@ func (e *env) appendRecords(id string, events []session.Event, n int) {
 	var last uint64
 	for i := 0; i < len(events); i += n {
 		j := min(i+n, len(events))
-		res, err := e.store.Append(ctx(e.t), id, last, "src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10), events[i:j])
+		res, err := e.store.Append(ctx(e.t), id, last, events[i:j], ajs.WithMsgID("src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10)))
 		if err != nil {
 			e.t.Fatalf("Append %s: %v", id, err)
 		}
@@ -313,7 +313,7 @@ func TestForkRollsBackWhenTheRecordLosesTheRace(t *testing.T) {
 	// Events appear on the child's subject (without metadata) after the existence check: the
 	// guarded record then conflicts and the fork must undo its metadata.
 	e.f.beforeRecord = func(child string) {
-		if _, err := e.store.Append(context.Background(), child, 0, "", parent[:1]); err != nil {
+		if _, err := e.store.Append(context.Background(), child, 0, parent[:1]); err != nil {
 			t.Errorf("racing Append: %v", err)
 		}
 	}

@@ -40,9 +40,32 @@ type AppendResult struct {
 	Duplicate bool   // the server deduplicated it by Nats-Msg-Id: an earlier try was stored
 }
 
+// AppendOpt is an option of Store.Append.
+type AppendOpt func(*appendOpts) error
+
+type appendOpts struct {
+	msgID string // "" when WithMsgID was not given
+}
+
+// WithMsgID sends id as the record's Nats-Msg-Id, so that a retry after a lost ack is deduplicated
+// (see Append). id must be unique per append, not empty, without surrounding space or line breaks.
+func WithMsgID(id string) AppendOpt {
+	return func(o *appendOpts) error {
+		if id == "" {
+			return errors.New("empty msg id (leave out WithMsgID to send none)")
+		}
+		if strings.TrimSpace(id) != id || strings.ContainsAny(id, "\r\n") {
+			return fmt.Errorf("msg id %q has surrounding space or a line break", id)
+		}
+		o.msgID = id
+		return nil
+	}
+}
+
 // Append writes events (consecutive seqs of session id) as one record guarded with
-// expectedLastStreamSeq (0 for a new session), with Nats-Msg-Id msgID. When the encoded record is
-// larger than MaxMsgSize it is split into several records committed as one atomic batch.
+// expectedLastStreamSeq (0 for a new session); without WithMsgID it sends no Nats-Msg-Id. When the
+// encoded record is larger than MaxMsgSize it is split into several records committed as one
+// atomic batch.
 //
 // expectedLastStreamSeq is a STREAM sequence (Tail.LastStreamSeq: the stream seq of the session's
 // last record, 0 when it has none), not an event seq; the header
@@ -52,8 +75,7 @@ type AppendResult struct {
 // the first event must have seq 0 (rule record-continue); otherwise continuity with the stored
 // tail is the caller's (guard-protected) responsibility and Read verifies it.
 //
-// msgID (optional; "" sends none) becomes Nats-Msg-Id; it must be unique per append. A retry of
-// an append whose ack was lost is reported as Duplicate true with the stream seq of the stored
+// WithMsgID(msgID) (optional) becomes Nats-Msg-Id. A retry of an append whose ack was lost is reported as Duplicate true with the stream seq of the stored
 // record, and stores nothing, when either the server finds msgID in its duplicate window (2 min by
 // default) or the guard fails and the session's last record carries msgID (the retry "finds its
 // own record at the tail"; read with a direct get, so on R>1 a lagging follower can only turn that
@@ -69,15 +91,19 @@ type AppendResult struct {
 // Validation: the events must already be valid (session.Surface.Apply or Session.Append accepted
 // them, as the publisher and the forker do). Append checks seq continuity and encodability but does
 // not re-validate the JSON of data, surfaceOp and sourceEventSeqs; EncodeRecord does.
-func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, msgID string, events []session.Event) (AppendResult, error) {
+func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
 		return AppendResult{}, err
 	}
 	tok, _ := Token(id)
-	if err := checkMsgID(id, msgID); err != nil {
-		return AppendResult{}, err
+	var o appendOpts
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return AppendResult{}, fmt.Errorf("agentlog: append to session %q: %w", id, err)
+		}
 	}
+	msgID := o.msgID
 	lines, err := encodeLines(id, events, true)
 	if err != nil {
 		return AppendResult{}, err
@@ -192,8 +218,8 @@ func partMsgID(msgID string, k int) string { return msgID + "~" + strconv.Itoa(k
 // appendErr maps a failed publish or atomic batch. When the append carries a msg id and failed
 // on the guard (the session moved on) or as an atomic batch holding an already stored msg id, it
 // may be the retry of an append that was committed but whose ack was lost: if the session's last
-// record carries msgID, that is reported as Duplicate with its stream seq (design.md §2: a retry
-// "must either dedupe or find its own record at the tail").
+// record carries msgID, that is reported as Duplicate with its stream seq (a retry must either
+// dedupe or find its own record at the tail).
 func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint64, msgID string, err error) (AppendResult, error) {
 	var apiErr *natsjs.APIError
 	isAPI := errors.As(err, &apiErr)
@@ -213,13 +239,6 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 			ErrConflict, id, msgID, expected, err)
 	}
 	return AppendResult{}, fmt.Errorf("agentlog: append to session %q (expected last stream seq %d): %w", id, expected, err)
-}
-
-func checkMsgID(id, msgID string) error {
-	if strings.TrimSpace(msgID) != msgID || strings.ContainsAny(msgID, "\r\n") {
-		return fmt.Errorf("agentlog: session %q: msg id %q has surrounding space or a line break", id, msgID)
-	}
-	return nil
 }
 
 // CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's

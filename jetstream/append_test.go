@@ -24,7 +24,7 @@ func TestAppendGuardOnZero(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[w] = s.Append(ctx, "new", 0, fmt.Sprintf("writer-%d", w), evs(0, 2, fmt.Sprintf("w%d", w)))
+			_, errs[w] = s.Append(ctx, "new", 0, evs(0, 2, fmt.Sprintf("w%d", w)), WithMsgID(fmt.Sprintf("writer-%d", w)))
 		}()
 	}
 	wg.Wait()
@@ -46,7 +46,7 @@ func TestAppendGuardOnZero(t *testing.T) {
 		t.Fatalf("%d writers succeeded and %d got a conflict, want 1 and 1 (%v)", ok, conflicts, errs)
 	}
 	// And sequentially: a third writer expecting 0 is refused as well.
-	if _, err := s.Append(ctx, "new", 0, "writer-3", evs(0, 1, "w3")); !errors.Is(err, ErrConflict) {
+	if _, err := s.Append(ctx, "new", 0, evs(0, 1, "w3"), WithMsgID("writer-3")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("third writer expecting 0: %v, want ErrConflict", err)
 	}
 	got, _, err := s.Read(ctx, "new")
@@ -58,15 +58,15 @@ func TestAppendGuardOnZero(t *testing.T) {
 func TestAppendGuardStale(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "sess", 0, "", evs(0, 2, "a"))
+	r1, err := s.Append(ctx, "sess", 0, evs(0, 2, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := s.Append(ctx, "sess", r1.StreamSeq, "", evs(2, 3, "b"))
+	r2, err := s.Append(ctx, "sess", r1.StreamSeq, evs(2, 3, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Append(ctx, "sess", r1.StreamSeq, "", evs(2, 3, "stale"))
+	_, err = s.Append(ctx, "sess", r1.StreamSeq, evs(2, 3, "stale"))
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("expected last stream seq %d", r1.StreamSeq)) || !strings.Contains(err.Error(), `"sess"`) {
 		t.Fatalf("stale writer: %v, want ErrConflict naming session and expected seq %d", err, r1.StreamSeq)
 	}
@@ -80,7 +80,7 @@ func TestAppendGuardStale(t *testing.T) {
 	}
 	// A new session's first record must start at seq 0.
 	var se *session.Error
-	if _, err := s.Append(ctx, "other", 0, "", evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != RuleRecordContinue {
+	if _, err := s.Append(ctx, "other", 0, evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != RuleRecordContinue {
 		t.Fatalf("first record at seq 1: %v, want rule %s", err, RuleRecordContinue)
 	}
 }
@@ -94,7 +94,7 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 	for round := range 5 {
 		for _, id := range ids {
 			n := int64(1 + round%3)
-			r, err := s.Append(ctx, id, tails[id], fmt.Sprintf("%s-%d", id, round), evs(next[id], next[id]+n, id))
+			r, err := s.Append(ctx, id, tails[id], evs(next[id], next[id]+n, id), WithMsgID(fmt.Sprintf("%s-%d", id, round)))
 			if err != nil {
 				t.Fatalf("round %d %s: %v", round, id, err)
 			}
@@ -107,7 +107,7 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 	if tails["alpha"] == uint64(next["alpha"]) {
 		t.Fatalf("test setup: stream and event seqs coincide (%d)", tails["alpha"])
 	}
-	if _, err := s.Append(ctx, "alpha", uint64(next["alpha"]-1), "", evs(next["alpha"], next["alpha"]+1, "x")); !errors.Is(err, ErrConflict) {
+	if _, err := s.Append(ctx, "alpha", uint64(next["alpha"]-1), evs(next["alpha"], next["alpha"]+1, "x")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("guard with an event seq: %v, want ErrConflict", err)
 	}
 	for _, id := range ids {
@@ -133,13 +133,13 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 func TestAppendDedupeByMsgID(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "d", 0, "batch-1", evs(0, 3, "a"))
+	r1, err := s.Append(ctx, "d", 0, evs(0, 3, "a"), WithMsgID("batch-1"))
 	if err != nil || r1.Duplicate {
 		t.Fatalf("first append: %+v, %v", r1, err)
 	}
 	// The retry after a lost ack: same msg id, same guard. Stored once, reported as Duplicate,
 	// with the stream seq of the stored record.
-	r2, err := s.Append(ctx, "d", 0, "batch-1", evs(0, 3, "a"))
+	r2, err := s.Append(ctx, "d", 0, evs(0, 3, "a"), WithMsgID("batch-1"))
 	if err != nil || !r2.Duplicate || r2.StreamSeq != r1.StreamSeq {
 		t.Fatalf("retry: %+v, %v; want Duplicate at stream seq %d", r2, err, r1.StreamSeq)
 	}
@@ -150,8 +150,18 @@ func TestAppendDedupeByMsgID(t *testing.T) {
 	if tail, _ := s.GetTail(ctx, "d"); tail.LastMsgID != "batch-1" {
 		t.Errorf("tail msg id %q", tail.LastMsgID)
 	}
-	if _, err := s.Append(ctx, "d", r1.StreamSeq, "bad\nid", evs(3, 4, "a")); err == nil {
+	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a"), WithMsgID("bad\nid")); err == nil {
 		t.Errorf("msg id with a line break accepted")
+	}
+	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a"), WithMsgID("")); err == nil || !strings.Contains(err.Error(), "empty msg id") {
+		t.Errorf("empty msg id: %v, want a refusal", err)
+	}
+	// Without WithMsgID the record carries no Nats-Msg-Id.
+	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if tail, _ := s.GetTail(ctx, "d"); tail.LastMsgID != "" {
+		t.Errorf("append without WithMsgID: tail msg id %q, want none", tail.LastMsgID)
 	}
 }
 
@@ -166,13 +176,13 @@ func TestReadManyRecords(t *testing.T) {
 	const records = 300
 	for i := range records {
 		n := int64(1 + i%4)
-		r, err := s.Append(ctx, "many", tail, "", evs(next, next+n, "m"))
+		r, err := s.Append(ctx, "many", tail, evs(next, next+n, "m"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		tail, next = r.StreamSeq, next+n
 		if i%3 == 0 { // another session in between
-			rn, err := s.Append(ctx, "noise", noise, "", evs(int64(i/3), int64(i/3)+1, "n"))
+			rn, err := s.Append(ctx, "noise", noise, evs(int64(i/3), int64(i/3)+1, "n"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +225,7 @@ func TestReadRecordsAfter(t *testing.T) {
 	var next, read int64
 	for step := range 5 {
 		for range step + 1 {
-			r, err := s.Append(ctx, "steps", tail, "", evs(next, next+2, "s"))
+			r, err := s.Append(ctx, "steps", tail, evs(next, next+2, "s"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +258,7 @@ func TestReadRecordsAfter(t *testing.T) {
 	if _, err := s.ReadRecordsAfter(ctx, "steps", after+1000, read, func(uint64, []session.Event) error { return nil }); !errors.Is(err, ErrLogChanged) {
 		t.Fatalf("a position past the log's end: %v, want ErrLogChanged", err)
 	}
-	r, err := s.Append(ctx, "steps", tail, "", evs(next, next+1, "s"))
+	r, err := s.Append(ctx, "steps", tail, evs(next, next+1, "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +288,7 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	ctx := testCtx(t)
 
 	// A gap between records.
-	r, err := s.Append(ctx, "gap", 0, "", evs(0, 2, "a"))
+	r, err := s.Append(ctx, "gap", 0, evs(0, 2, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,12 +342,12 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 	const limit = 4096
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
-	r0, err := s.Append(ctx, "big", 0, "w0", bigEvents(0, 2, 100))
+	r0, err := s.Append(ctx, "big", 0, bigEvents(0, 2, 100), WithMsgID("w0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	window := bigEvents(2, 40, 500) // ~21 KB: about 6 records of ≤ 4 KiB
-	r1, err := s.Append(ctx, "big", r0.StreamSeq, "w1", window)
+	r1, err := s.Append(ctx, "big", r0.StreamSeq, window, WithMsgID("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,12 +388,12 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 
 	// The retry of the committed split append (lost ack): reported as Duplicate, nothing stored.
 	info0, _ := s.Stream.Info(ctx)
-	r2, err := s.Append(ctx, "big", r0.StreamSeq, "w1", window)
+	r2, err := s.Append(ctx, "big", r0.StreamSeq, window, WithMsgID("w1"))
 	if err != nil || !r2.Duplicate || r2.StreamSeq != r1.StreamSeq {
 		t.Fatalf("retry of split append: %+v, %v", r2, err)
 	}
 	// A stale split append: refused with ErrConflict, and none of its records is stored.
-	_, err = s.Append(ctx, "big", r0.StreamSeq, "w2", bigEvents(42, 40, 500))
+	_, err = s.Append(ctx, "big", r0.StreamSeq, bigEvents(42, 40, 500), WithMsgID("w2"))
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale split append: %v, want ErrConflict", err)
 	}
@@ -392,7 +402,7 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 		t.Fatalf("refused split appends stored records: %+v -> %+v", info0.State, info1.State)
 	}
 	// A fresh split append on a new session (guard 0), without msg id.
-	if r, err := s.Append(ctx, "big2", 0, "", bigEvents(0, 20, 500)); err != nil || r.StreamSeq == 0 {
+	if r, err := s.Append(ctx, "big2", 0, bigEvents(0, 20, 500)); err != nil || r.StreamSeq == 0 {
 		t.Fatalf("split append to a new session: %+v, %v", r, err)
 	}
 	if got, _, err := s.Read(ctx, "big2"); err != nil || len(got) != 20 {
@@ -405,7 +415,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
 	window := append(bigEvents(0, 3, 200), bigEvents(3, 1, 5000)...)
-	_, err := s.Append(ctx, "huge", 0, "", window)
+	_, err := s.Append(ctx, "huge", 0, window)
 	if !errors.Is(err, ErrEventTooLarge) || !strings.Contains(err.Error(), "seq 3") || !strings.Contains(err.Error(), "4096 bytes") || !strings.Contains(err.Error(), `"huge"`) {
 		t.Fatalf("Append with a 5 KB event under a 4 KiB limit: %v", err)
 	}
@@ -414,7 +424,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 	}
 	// Just at the limit: an event that fits alone in a record is written.
 	one := bigEvents(0, 1, 3500)
-	if _, err := s.Append(ctx, "huge", 0, "", one); err != nil {
+	if _, err := s.Append(ctx, "huge", 0, one); err != nil {
 		t.Fatalf("a 3.5 KB event under a 4 KiB limit: %v", err)
 	}
 }
@@ -422,15 +432,15 @@ func TestAppendEventTooLarge(t *testing.T) {
 func TestAppendRetryAfterSessionMovedOn(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "m", 0, "a-1", evs(0, 1, "a"))
+	r1, err := s.Append(ctx, "m", 0, evs(0, 1, "a"), WithMsgID("a-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "m", r1.StreamSeq, "a-2", evs(1, 2, "a")); err != nil {
+	if _, err := s.Append(ctx, "m", r1.StreamSeq, evs(1, 2, "a"), WithMsgID("a-2")); err != nil {
 		t.Fatal(err)
 	}
 	// The retry of a-1 finds a-2 at the tail: the guard fails and it is not its own record.
-	if _, err := s.Append(ctx, "m", 0, "a-1", evs(0, 1, "a")); !errors.Is(err, ErrConflict) {
+	if _, err := s.Append(ctx, "m", 0, evs(0, 1, "a"), WithMsgID("a-1")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("retry after the session moved on: %v, want ErrConflict", err)
 	}
 	if got, _, _ := s.Read(ctx, "m"); len(got) != 2 {

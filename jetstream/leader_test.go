@@ -14,11 +14,11 @@ func TestGetTailFromLeader(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(empty, Tail{}) {
 		t.Fatalf("empty session: %+v, %v; want the zero Tail", empty, err)
 	}
-	r1, err := s.Append(ctx, "a.b c", 0, "m1", evs(0, 3, "x"))
+	r1, err := s.Append(ctx, "a.b c", 0, evs(0, 3, "x"), WithMsgID("m1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "a.b c", r1.StreamSeq, "m2", evs(3, 5, "<y&>")); err != nil {
+	if _, err := s.Append(ctx, "a.b c", r1.StreamSeq, evs(3, 5, "<y&>"), WithMsgID("m2")); err != nil {
 		t.Fatal(err)
 	}
 	direct, err := s.GetTail(ctx, "a.b c")

@@ -56,7 +56,7 @@ func TestProvisionIdempotentAndOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Append(ctx, "x", 0, "m1", evs(0, 3, "a")); err != nil {
+	if _, err := s1.Append(ctx, "x", 0, evs(0, 3, "a"), WithMsgID("m1")); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := s1.Stream.Info(ctx)

@@ -44,7 +44,7 @@ func TestRealSessionsRoundTrip(t *testing.T) {
 		var tail uint64
 		for from := 0; from < len(events); from += 40 {
 			to := min(from+40, len(events))
-			r, err := s.Append(ctx, id, tail, "", events[from:to])
+			r, err := s.Append(ctx, id, tail, events[from:to])
 			if err != nil {
 				t.Fatalf("%s: append seq %d..%d: %v", name, events[from].Seq, events[to-1].Seq, err)
 			}

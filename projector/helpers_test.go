@@ -97,7 +97,7 @@ func (e *env) create(id string) {
 // appendRecord writes events as one record guarded by the session's last record.
 func (e *env) appendRecord(id string, events []session.Event) {
 	e.t.Helper()
-	res, err := e.store.Append(ctx(e.t), id, e.tails[id], "", events)
+	res, err := e.store.Append(ctx(e.t), id, e.tails[id], events)
 	if err != nil {
 		e.t.Fatalf("Append %q seqs %d..: %v", id, events[0].Seq, err)
 	}

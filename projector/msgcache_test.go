@@ -158,7 +158,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		var tail uint64
 		seq := int64(0)
 		appendEvs := func(evs []session.Event) {
-			r, err := te.Store.Append(bctx, id, tail, "", evs)
+			r, err := te.Store.Append(bctx, id, tail, evs)
 			if err != nil {
 				b.Fatal(err)
 			}

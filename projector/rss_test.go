@@ -32,7 +32,7 @@ func TestRSSManySessions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 8 {
-				if _, err := e.store.Append(context.Background(), fmt.Sprintf("rss-%06d", i), 0, "", events); err != nil {
+				if _, err := e.store.Append(context.Background(), fmt.Sprintf("rss-%06d", i), 0, events); err != nil {
 					t.Errorf("append: %v", err)
 					return
 				}

@@ -158,7 +158,7 @@ func (l *loader) write(id string, i int) {
 	var tail uint64
 	for k := 0; len(events) > 0; k++ {
 		size := min((i+k)%3+1, len(events))
-		res, err := store.Append(c, id, tail, "", events[:size])
+		res, err := store.Append(c, id, tail, events[:size])
 		if err != nil {
 			l.e.t.Errorf("Append %s: %v", id, err)
 			return

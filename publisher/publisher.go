@@ -355,7 +355,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			return 0, backoff.Permanent(ctx.Err())
 		}
 		actx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
-		res, err := p.store.Append(actx, id, guard, msgID, events)
+		res, err := p.store.Append(actx, id, guard, events, jetstream.WithMsgID(msgID))
 		cancel()
 		<-p.slots
 		if err == nil {

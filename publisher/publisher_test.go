@@ -600,7 +600,7 @@ func TestOpenRefusals(t *testing.T) {
 		ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`),
 		ev(t, `{"type":"user/message","seq":1,"time":2,"data":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}`),
 	}
-	if _, err := e.store.Append(ctx, "broken", 0, "raw.1", bad); err != nil {
+	if _, err := e.store.Append(ctx, "broken", 0, bad, jetstream.WithMsgID("raw.1")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Open(ctx, "broken")
@@ -841,7 +841,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	evs := fixtureEvents(t, 2)
 	// The first try was stored but its ack was lost; the retry carries the same Nats-Msg-Id.
 	msgID := p.msgID(tokenOf(t, "lost"), 0)
-	first, err := e.store.Append(ctx, "lost", 0, msgID, evs)
+	first, err := e.store.Append(ctx, "lost", 0, evs, jetstream.WithMsgID(msgID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 				n := 0
 				for len(evs) > 0 {
 					k := min(o.Batch, len(evs))
-					r, err := store.Append(ctx, id, tail, "", evs[:k])
+					r, err := store.Append(ctx, id, tail, evs[:k])
 					if err != nil {
 						errs <- err
 						return
@@ -274,7 +274,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 			if seq%2 == 1 {
 				ev = session.Event{Type: "turn/end", Seq: seq, Time: "1785000000000", Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"reason":{"kind":"completed"}}`, seq))}
 			}
-			r, err := store.Append(ctx, id, tails[id], "", []session.Event{ev})
+			r, err := store.Append(ctx, id, tails[id], []session.Event{ev})
 			if err != nil {
 				return res, err
 			}

@@ -62,7 +62,7 @@ func TestRunServer(t *testing.T) {
 		t.Fatalf("Provision on the embedded server: %+v, %v", s, err)
 	}
 	// A second server on the same data dir restarts from the stored state after a shutdown.
-	if _, err := s.Append(testCtx(t), "persist", 0, "", notes(2)); err != nil {
+	if _, err := s.Append(testCtx(t), "persist", 0, notes(2)); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
