@@ -79,7 +79,7 @@ func TestPublisherFaultsThroughProxy(t *testing.T) {
 	_, direct := connectStore(t, srv.URL(), &jetstream.Config{})
 	proxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 	nc, st := connectStore(t, proxy.URL(), nil)
-	p := publisher.New(st, nc, publisher.Options{
+	p := newPublisher(t, st, nc, publisher.Options{
 		Window: 20 * time.Millisecond, WriterID: "faulty",
 		AttemptTimeout: 700 * time.Millisecond, RetryBudget: 2 * time.Second,
 	})
@@ -196,7 +196,7 @@ func TestPublisherLostAck(t *testing.T) {
 			_, direct := connectStore(t, srv.URL(), &jetstream.Config{DuplicateWindow: 100 * time.Millisecond})
 			proxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 			nc, st := connectStore(t, proxy.URL(), nil)
-			p := publisher.New(st, nc, publisher.Options{WriterID: "lossy", AttemptTimeout: time.Second, RetryBudget: time.Minute})
+			p := newPublisher(t, st, nc, publisher.Options{WriterID: "lossy", AttemptTimeout: time.Second, RetryBudget: time.Minute})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			const id = "lost-ack"
@@ -264,7 +264,7 @@ func TestPublisherServerRestartMidWrite(t *testing.T) {
 	srv := startOwnServer(t)
 	_, _ = connectStore(t, srv.URL(), &jetstream.Config{})
 	nc, st := connectStore(t, srv.URL(), nil)
-	p := publisher.New(st, nc, publisher.Options{
+	p := newPublisher(t, st, nc, publisher.Options{
 		Window: 10 * time.Millisecond, WriterID: "restart",
 		AttemptTimeout: 500 * time.Millisecond, RetryBudget: 300 * time.Millisecond,
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -197,6 +198,16 @@ func (s *ownServer) restart() {
 }
 
 func (s *ownServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
+
+// newPublisher is publisher.New on st and nc; an error ends the test.
+func newPublisher(t *testing.T, st *jetstream.Store, nc *nats.Conn, opts publisher.Options) *publisher.Publisher {
+	t.Helper()
+	p, err := publisher.New(st, nc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // connectStore dials url (reconnecting forever, as natsdev.Connect does) and provisions (cfg) or
 // attaches to agentlog there.

@@ -231,7 +231,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 				t.Log("oracle not installed (/tmp/oracle, node): closers compared with session.Inspect only")
 			}
 			nc, st2 := connectStore(t, devURL, nil)
-			p := publisher.New(st2, nc, publisher.Options{WriterID: "resumer", Logger: quietLogger()})
+			p := newPublisher(t, st2, nc, publisher.Options{WriterID: "resumer", Logger: quietLogger()})
 			w, err := p.Open(ctx, id)
 			if err != nil {
 				t.Fatal(err)
@@ -271,7 +271,7 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nc, st2 := connectStore(t, devURL, nil)
-	p := publisher.New(st2, nc, publisher.Options{WriterID: "taker", Logger: quietLogger()})
+	p := newPublisher(t, st2, nc, publisher.Options{WriterID: "taker", Logger: quietLogger()})
 	var w *publisher.Writer
 	var err error
 	for try := 0; try < 50; try++ { // the live writer may win the race on the guard: then retry

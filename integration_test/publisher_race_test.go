@@ -31,8 +31,8 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
 	ncA, stA := connectStore(t, srv.URL(), nil)
 	ncB, stB := connectStore(t, srv.URL(), nil)
-	pa := publisher.New(stA, ncA, publisher.Options{WriterID: "A", Logger: quietLogger()})
-	pb := publisher.New(stB, ncB, publisher.Options{WriterID: "B", Logger: quietLogger()})
+	pa := newPublisher(t, stA, ncA, publisher.Options{WriterID: "A", Logger: quietLogger()})
+	pb := newPublisher(t, stB, ncB, publisher.Options{WriterID: "B", Logger: quietLogger()})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

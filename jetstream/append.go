@@ -257,7 +257,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 		return nil
 	}
 	// Worst-case headers of a one-event part of an atomic batch (see appendSplit), with room for
-	// any msg id a writer builds (writer id, token and seq).
+	// any msg id a writer builds (a writer id of up to 64 bytes, the token and the seq).
 	worst := recordHeader(tok, ev.Seq, 1)
 	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
 	worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20))

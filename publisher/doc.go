@@ -4,5 +4,5 @@
 // (200 ms by default), writes each batch as one guarded record, returns from Flush only once the
 // events are durable, fences off concurrent writers with the Nats-Expected-Last-Subject-Sequence
 // guard, and on failure keeps the events pending and reports the error on a channel. It never
-// writes a failure into the log (design.md §1–2).
+// writes a failure into the log.
 package publisher

@@ -121,12 +121,25 @@ func (e *env) connect(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// offline returns a Publisher with no server behind it (a zero Store, so no size limit), for tests
+// of a Writer's own state that never write.
+func offline(t testing.TB, writerID string) *Publisher {
+	t.Helper()
+	p, err := New(&jetstream.Store{}, nil, Options{WriterID: writerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // publisher returns a Publisher on e driven by clk (window 200 ms).
 func (e *env) publisher(t *testing.T, writerID string, clk *fakeClock) *Publisher {
 	t.Helper()
-	p := New(e.store, e.nc, Options{WriterID: writerID, Now: clk.Now})
+	p, err := New(e.store, e.nc, Options{WriterID: writerID, Now: clk.Now, RetryBudget: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.after = clk.AfterFunc
-	p.retryBudget = 300 * time.Millisecond
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

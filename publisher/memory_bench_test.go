@@ -25,7 +25,7 @@ func liveHeap() uint64 {
 // ends here). Run: go test -run x -bench WriterMemory -benchtime 1x ./publisher/
 func BenchmarkWriterMemory(b *testing.B) {
 	const writers, events = 1000, 200
-	p := New(nil, nil, Options{WriterID: "mem"})
+	p := offline(b, "mem")
 	p.after = func(time.Duration, func()) func() bool { return func() bool { return true } }
 	text := strings.Repeat("x", 512-110)
 	for range b.N {

@@ -23,7 +23,7 @@ import (
 // writeBatchMaxDelayMs (vectors.json "batching-window").
 const DefaultWindow = 200 * time.Millisecond
 
-// Defaults of the Options that bound one write and the memory of a Writer (design.md §2).
+// Defaults of the Options that bound one write and the memory of a Writer.
 const (
 	// DefaultAttemptTimeout bounds one try of a record write (one publish and its ack), counted
 	// from when the record is sent (after it got one of the MaxConcurrentWrites slots).
@@ -41,10 +41,17 @@ const (
 	errorsBuffer = 64
 )
 
-// Options configure a Publisher. Zero values take the defaults noted per field.
+// MaxWriterIDBytes is the longest Options.WriterID, in bytes: the room jetstream.CheckEventSize
+// keeps for it in a record's Nats-Msg-Id header.
+const MaxWriterIDBytes = 64
+
+// Options configure a Publisher. Zero values take the defaults noted per field; New refuses a
+// negative Window, AttemptTimeout, RetryBudget or MaxConcurrentWrites.
 type Options struct {
-	Window   time.Duration    // fixed batching window; default 200 ms
-	WriterID string           // identifies this publisher in Nats-Msg-Id; default a nuid
+	Window time.Duration // fixed batching window; default 200 ms
+	// WriterID prefixes this publisher's Nats-Msg-Id values: at most MaxWriterIDBytes bytes, no
+	// whitespace or control characters. Default a nuid.
+	WriterID string
 	Now      func() time.Time // clock for event times; default time.Now
 	Logger   *slog.Logger     // default slog.Default()
 
@@ -70,7 +77,6 @@ type Options struct {
 }
 
 // afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
-// Tests replace it to drive the batching window by hand.
 type afterFunc func(d time.Duration, f func()) (stop func() bool)
 
 func realAfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -82,13 +88,10 @@ type Publisher struct {
 	nc    *nats.Conn
 	opts  Options
 	log   *slog.Logger
-	// optErr refuses Create/Open when Options are unusable (e.g. a WriterID with whitespace).
-	optErr error
 
-	// test hooks (unexported): the window timer, the retry budget, and a hook run by the write
-	// goroutine before each record is written.
-	after       afterFunc
-	retryBudget time.Duration
+	// test hook: starts the batching window's timer (realAfterFunc); tests drive it by hand.
+	after afterFunc
+	// test hook: run by the write goroutine before each record is written (nil: none).
 	beforeWrite func(id string, firstSeq int64)
 
 	slots chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
@@ -98,10 +101,14 @@ type Publisher struct {
 	closed  bool
 }
 
-// New returns a Publisher writing to store. nc is the connection on which agent/error reports are
-// published to agentlog.errors.<token> (nil disables the reports; the Errors channels still work).
-func New(store *jetstream.Store, nc *nats.Conn, opts Options) *Publisher {
-	if opts.Window <= 0 {
+// New returns a Publisher writing to store. nc carries the agent/error reports to
+// agentlog.errors.<token> (nil: no reports; the Errors channels still work). It returns an error
+// for a nil store or unusable Options (see Options).
+func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
+	if err := checkOptions(store, opts); err != nil {
+		return nil, err
+	}
+	if opts.Window == 0 {
 		opts.Window = DefaultWindow
 	}
 	if opts.WriterID == "" {
@@ -113,35 +120,53 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) *Publisher {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.AttemptTimeout <= 0 {
+	if opts.AttemptTimeout == 0 {
 		opts.AttemptTimeout = DefaultAttemptTimeout
 	}
-	if opts.RetryBudget <= 0 {
+	if opts.RetryBudget == 0 {
 		opts.RetryBudget = DefaultRetryBudget
 	}
-	if opts.MaxConcurrentWrites <= 0 {
+	if opts.MaxConcurrentWrites == 0 {
 		opts.MaxConcurrentWrites = DefaultMaxConcurrentWrites
 	}
 	if opts.MaxPendingBytes == 0 {
 		opts.MaxPendingBytes = DefaultMaxPendingBytes
 	}
-	p := &Publisher{
-		store:       store,
-		nc:          nc,
-		opts:        opts,
-		log:         opts.Logger,
-		after:       realAfterFunc,
-		retryBudget: opts.RetryBudget,
-		slots:       make(chan struct{}, opts.MaxConcurrentWrites),
-		writers:     map[string]*Writer{},
+	return &Publisher{
+		store:   store,
+		nc:      nc,
+		opts:    opts,
+		log:     opts.Logger,
+		after:   realAfterFunc,
+		slots:   make(chan struct{}, opts.MaxConcurrentWrites),
+		writers: map[string]*Writer{},
+	}, nil
+}
+
+// checkOptions refuses what New cannot use: a nil store, a WriterID that does not fit in a
+// Nats-Msg-Id, negative durations and counts.
+func checkOptions(store *jetstream.Store, opts Options) error {
+	if store == nil {
+		return errors.New("publisher: nil *jetstream.Store")
 	}
 	if strings.IndexFunc(opts.WriterID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-		p.optErr = fmt.Errorf("publisher: Options.WriterID %q must not contain whitespace or control characters (it goes into the Nats-Msg-Id header)", opts.WriterID)
+		return fmt.Errorf("publisher: Options.WriterID %q must not contain whitespace or control characters (it goes into the Nats-Msg-Id header)", opts.WriterID)
 	}
-	if store == nil {
-		p.optErr = errors.New("publisher: nil *jetstream.Store")
+	if len(opts.WriterID) > MaxWriterIDBytes {
+		return fmt.Errorf("publisher: Options.WriterID is %d bytes, at most %d allowed (it goes into the Nats-Msg-Id header)", len(opts.WriterID), MaxWriterIDBytes)
 	}
-	return p
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Window", opts.Window}, {"AttemptTimeout", opts.AttemptTimeout}, {"RetryBudget", opts.RetryBudget}} {
+		if d.v < 0 {
+			return fmt.Errorf("publisher: Options.%s is %s, want > 0 (or 0 for the default)", d.name, d.v)
+		}
+	}
+	if opts.MaxConcurrentWrites < 0 {
+		return fmt.Errorf("publisher: Options.MaxConcurrentWrites is %d, want > 0 (or 0 for the default)", opts.MaxConcurrentWrites)
+	}
+	return nil
 }
 
 // WriterID returns the id that prefixes this publisher's Nats-Msg-Id values.
@@ -149,12 +174,9 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 
 // Create registers a new session's metadata (a KV create in agentlog_sessions) and returns its
 // Writer, positioned at seq 0 with guard 0 (no record yet). It writes NO event: a session that is
-// created but never written leaves nothing in the log (design.md §1, "Create").
+// created but never written leaves nothing in the log.
 // An id that already exists gives an error wrapping ErrSessionExists (and jetstream.ErrSessionExists).
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
-	if p.optErr != nil {
-		return nil, p.optErr
-	}
 	token, err := jetstream.Token(h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
@@ -176,7 +198,7 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	return w, nil
 }
 
-// Open resumes a stored session for writing (the reference's resume, design.md §1):
+// Open resumes a stored session for writing (the reference's resume):
 //
 //  1. read its log (store.Read) and validate it with session.Load; a log that breaks a rule is
 //     refused with that *session.Error (naming the session, seq and rule);
@@ -190,9 +212,6 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 // An id with neither metadata nor events gives an error wrapping jetstream.ErrSessionNotFound.
 // A session with metadata but no events gets an end-seed at seq 0 (reference: Session.create(id, [])).
 func (p *Publisher) Open(ctx context.Context, id string) (*Writer, error) {
-	if p.optErr != nil {
-		return nil, p.optErr
-	}
 	token, err := jetstream.Token(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
@@ -411,7 +430,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second),
-		backoff.WithMaxElapsedTime(p.retryBudget),
+		backoff.WithMaxElapsedTime(p.opts.RetryBudget),
 	)
 	seq, err := backoff.RetryWithData(op, backoff.WithContext(b, ctx))
 	if err != nil && lastErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
@@ -455,8 +474,8 @@ func ownTail(t jetstream.Tail, msgID string, lastSeq int64) bool {
 	return false
 }
 
-// ErrorReport is the agent/error report published to agentlog.errors.<token> when a write fails
-// (design.md §3). Time is Unix ms. FirstSeq..LastSeq is the seq range of the failed record.
+// ErrorReport is the agent/error report published to agentlog.errors.<token> when a write fails.
+// Time is Unix ms. FirstSeq..LastSeq is the seq range of the failed record.
 // It is a report only: a failure is never written as a session event.
 type ErrorReport struct {
 	Type     string `json:"type"` // always "agent/error"

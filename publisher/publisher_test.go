@@ -777,7 +777,7 @@ func setMaxMsgSize(t *testing.T, e *env, n int32) int32 {
 }
 
 func TestErrorsChannelDropsOldest(t *testing.T) {
-	p := New(nil, nil, Options{WriterID: "w"})
+	p := offline(t, "w")
 	w := newWriter(p, "s", "s", session.NewSurface(), 0)
 	for i := range errorsBuffer + 5 {
 		w.mu.Lock()

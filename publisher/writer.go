@@ -14,7 +14,7 @@ import (
 
 // Writer appends the events of one session. Append validates synchronously and admits the event
 // into the current batching window; a background write turns each ended window into one guarded
-// record (design.md §2). Flush is the durability checkpoint. It is safe for concurrent use.
+// record. Flush is the durability checkpoint. It is safe for concurrent use.
 //
 // Batching (the reference's fixed, non-resetting window, vectors.json "batching-window"): the
 // first pending event opens a window of Options.Window; later events join it without extending

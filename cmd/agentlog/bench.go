@@ -340,7 +340,10 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, store *ajs.Store, o benc
 	if err != nil {
 		return err
 	}
-	p := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: "bench", Logger: benchLogger})
+	p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: "bench", Logger: benchLogger})
+	if err != nil {
+		return err
+	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

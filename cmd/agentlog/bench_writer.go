@@ -60,7 +60,10 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID})
+			p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID})
+			if err != nil {
+				return &usageError{err} // --window or --writer-id
+			}
 			w, err := p.Create(ctx, session.Header{ID: o.Session, CreatedAt: o.T0})
 			if errors.Is(err, publisher.ErrSessionExists) {
 				w, err = p.Open(ctx, o.Session)

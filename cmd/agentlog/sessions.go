@@ -108,11 +108,14 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 // pending is written) and the session's metadata is removed again when its log is still empty, so
 // the import can simply be retried.
 func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (n int, err error) {
-	pub := publisher.New(store, nc, publisher.Options{
+	pub, err := publisher.New(store, nc, publisher.Options{
 		Window:          24 * time.Hour, // never fires: Close writes everything at once
 		MaxPendingBytes: -1,
 		AttemptTimeout:  2 * time.Minute,
 	})
+	if err != nil {
+		return 0, err
+	}
 	w, err := pub.Create(ctx, h)
 	if err != nil {
 		return 0, err
