@@ -133,7 +133,7 @@ Both the server and the clients run in this process and share its CPUs.`,
 	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event")
 	c.Flags().DurationVar(&o.Window, "window", publisher.DefaultWindow, "the publisher's batching window")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line instead of text")
-	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "run the server with sync: always (fsync every write, design.md §5)")
+	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "run the server with sync: always (fsync every write)")
 	c.Flags().StringVar(&o.DataDir, "data", "", "JetStream storage directory (default: a temporary directory, removed afterwards)")
 	c.Flags().IntVar(&o.MaxPending, "baseline-max-pending", 4000, "the baseline's async publish window (jetstream.WithPublishAsyncMaxPending; nats.go's default is 4000)")
 	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the publisher phase to this file")

@@ -22,7 +22,7 @@ type stackOptions struct {
 	Listen     string // host:port for the server; port 0 picks a free one
 	Projectors int    // projector instances to run (0: none)
 	Forker     bool   // run a forker
-	SyncAlways bool   // fsync every write (design.md §5)
+	SyncAlways bool   // fsync every write
 	Logger     *slog.Logger
 }
 
