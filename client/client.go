@@ -1,0 +1,268 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Client calls the agentlog services over one NATS connection. It is safe for concurrent use.
+type Client struct {
+	nc   *nats.Conn
+	base options
+}
+
+// Option configures a Client (New) or one call. Options check their input: a bad value makes
+// New or the call return an error (ErrBadRequest).
+type Option func(*options) error
+
+type options struct {
+	minSeq  *int64
+	timeout time.Duration
+	perCall bool // applying the options of a call, not of New
+}
+
+// MinSeq makes a query wait until the projection has applied event seq n (read-your-writes);
+// n >= 0. Without it a query answers from the projection as it is. Per call only.
+func MinSeq(n int64) Option {
+	return func(o *options) error {
+		if !o.perCall {
+			return fmt.Errorf("client.MinSeq is an option of a call, not of New")
+		}
+		if n < 0 {
+			return fmt.Errorf("client.MinSeq(%d): want a seq >= 0", n)
+		}
+		o.minSeq = &n
+		return nil
+	}
+}
+
+// Timeout bounds a call (in New: every call) when its ctx has no earlier deadline; d > 0.
+// Without it a query waits at most 10 s (plus its minSeq wait, 5 s by default) and a fork 30 s.
+func Timeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("client.Timeout(%s): want a duration > 0", d)
+		}
+		o.timeout = d
+		return nil
+	}
+}
+
+// New returns a Client over nc. Errors: nc is nil, or an option is bad.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client.New: the connection is nil")
+	}
+	c := &Client{nc: nc}
+	for _, o := range opts {
+		if err := o(&c.base); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// callOptions applies a call's options over the client's.
+func (c *Client) callOptions(service, id string, opts []Option) (options, error) {
+	o := c.base
+	o.perCall = true
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, &Error{Service: service, Code: CodeBadRequest, Session: id, Description: err.Error()}
+		}
+	}
+	return o, nil
+}
+
+// request sends data to subject and returns the reply body, or an *Error.
+func (c *Client) request(ctx context.Context, service, subject, id string, data []byte) ([]byte, error) {
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		what := "a projector"
+		if service == ForkService {
+			what = "a forker"
+		}
+		return nil, &Error{Service: service, Code: CodeUnavailable, Session: id, Err: err,
+			Description: fmt.Sprintf("no instance is serving %s (is %s running?)", subject, what)}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return nil, &Error{Service: service, Code: CodeTimeout, Session: id, Err: err, Description: describe(service, id)}
+	case err != nil:
+		return nil, &Error{Service: service, Session: id, Err: err, Description: describe(service, id)}
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return nil, &Error{Service: service, Code: Code(code), Session: id, Description: msg.Header.Get(micro.ErrorHeader)}
+	}
+	return msg.Data, nil
+}
+
+func describe(service, id string) string {
+	if service == ForkService {
+		return fmt.Sprintf("fork of session %q", id)
+	}
+	return fmt.Sprintf("session %q", id)
+}
+
+// decode unmarshals a reply body into v.
+func decode(service, id string, body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return &Error{Service: service, Code: CodeInternal, Session: id, Err: err, Description: describe(service, id) + ": malformed reply"}
+	}
+	return nil
+}
+
+// query sends q to a query endpoint and decodes the reply into v. Without a deadline on ctx (and
+// no Timeout) it waits 10 s beyond the minSeq wait; with one, the service is asked to give up
+// waiting for minSeq 250 ms before it, so that it answers "408" first.
+func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o options, v any) error {
+	if q.Session == "" {
+		return &Error{Service: QueryService, Code: CodeBadRequest, Description: "session id is empty"}
+	}
+	q.MinSeq = o.minSeq
+	var cancel context.CancelFunc
+	if o.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	if dl, ok := ctx.Deadline(); !ok {
+		wait := int64(0)
+		if q.MinSeq != nil {
+			wait = DefaultTimeoutMs
+		}
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(wait)*time.Millisecond+10*time.Second)
+		defer cancel()
+	} else if q.MinSeq != nil {
+		ms := min(max(time.Until(dl).Milliseconds()-250, 1), MaxTimeoutMs)
+		q.TimeoutMs = &ms
+	}
+	data, err := json.Marshal(q)
+	if err != nil {
+		return &Error{Service: QueryService, Code: CodeBadRequest, Session: q.Session, Err: err, Description: describe(QueryService, q.Session)}
+	}
+	body, err := c.request(ctx, QueryService, subject, q.Session, data)
+	if err != nil {
+		return err
+	}
+	return decode(QueryService, q.Session, body, v)
+}
+
+// Messages returns the derived messages of session id (the surface endpoint's nodes and
+// deriveMessages of them). A history larger than one reply is fetched in pages and returned whole
+// (Partial nil). Options: MinSeq, Timeout. Errors are *Error (ErrNotFound, ErrTimeout, ErrStopped,
+// ErrTooLarge for one message larger than a reply, ...).
+func (c *Client) Messages(ctx context.Context, id string, opts ...Option) (MessagesReply, error) {
+	o, err := c.callOptions(QueryService, id, opts)
+	if err != nil {
+		return MessagesReply{}, err
+	}
+	var r MessagesReply
+	if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id}, o, &r); err != nil {
+		return MessagesReply{}, err
+	}
+	// The continuation pages ask for the nodes not covered yet, without waiting again.
+	o.minSeq = nil
+	rest := r.Nodes
+	for page, first := r, true; page.Partial != nil; first = false {
+		k := *page.Partial
+		if k < 0 || k > len(rest) || (k == 0 && !first) { // a continuation must cover a node
+			return MessagesReply{}, &Error{Service: QueryService, Code: CodeInternal, Session: id,
+				Description: fmt.Sprintf("session %q: malformed reply: partial %d of %d nodes", id, k, len(rest))}
+		}
+		if rest = rest[k:]; len(rest) == 0 {
+			break
+		}
+		page = MessagesReply{}
+		if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id, Nodes: rest}, o, &page); err != nil {
+			return MessagesReply{}, err
+		}
+		r.Messages = append(r.Messages, page.Messages...)
+	}
+	r.Partial = nil
+	return r, nil
+}
+
+// Surface returns the stored messages projection of session id, as stored; a stopped projection
+// comes back with its Error set, not as an error. Options: MinSeq, Timeout.
+func (c *Client) Surface(ctx context.Context, id string, opts ...Option) (Projection, error) {
+	o, err := c.callOptions(QueryService, id, opts)
+	if err != nil {
+		return Projection{}, err
+	}
+	var p Projection
+	if err := c.query(ctx, SurfaceSubject, QueryRequest{Session: id}, o, &p); err != nil {
+		return Projection{}, err
+	}
+	return p, nil
+}
+
+// Projection returns the view of one projection unit of session id. An unknown unit is
+// ErrNotFound. Options: MinSeq, Timeout.
+func (c *Client) Projection(ctx context.Context, id, unit string, opts ...Option) (ProjectionReply, error) {
+	o, err := c.callOptions(QueryService, id, opts)
+	if err != nil {
+		return ProjectionReply{}, err
+	}
+	if unit == "" {
+		return ProjectionReply{}, &Error{Service: QueryService, Code: CodeBadRequest, Session: id, Description: "unit is empty"}
+	}
+	var r ProjectionReply
+	if err := c.query(ctx, ProjectionSubject, QueryRequest{Session: id, Unit: unit}, o, &r); err != nil {
+		return ProjectionReply{}, err
+	}
+	return r, nil
+}
+
+// Snapshot returns the views of every unit of session id at one consistent asOfSeq; stopped units
+// come back with their error. Options: MinSeq, Timeout.
+func (c *Client) Snapshot(ctx context.Context, id string, opts ...Option) (SnapshotReply, error) {
+	o, err := c.callOptions(QueryService, id, opts)
+	if err != nil {
+		return SnapshotReply{}, err
+	}
+	var r SnapshotReply
+	if err := c.query(ctx, SnapshotSubject, QueryRequest{Session: id}, o, &r); err != nil {
+		return SnapshotReply{}, err
+	}
+	return r, nil
+}
+
+// Fork asks the fork service to start req.Child from a prefix of req.Source. A refusal is an
+// *Error with the reference's code and exact text (ErrOpenTurn, ErrInvalidBoundary, ErrNotFound,
+// ErrExists, ErrInvalidSeed). Options: Timeout (default 30 s when ctx has no deadline).
+func (c *Client) Fork(ctx context.Context, req ForkRequest, opts ...Option) (ForkResult, error) {
+	o, err := c.callOptions(ForkService, req.Source, opts)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	if o.minSeq != nil {
+		return ForkResult{}, &Error{Service: ForkService, Code: CodeBadRequest, Session: req.Source, Description: "client.MinSeq is an option of queries"}
+	}
+	timeout := o.timeout
+	if _, ok := ctx.Deadline(); !ok && timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return ForkResult{}, &Error{Service: ForkService, Code: CodeBadRequest, Session: req.Source, Err: err, Description: describe(ForkService, req.Source)}
+	}
+	body, err := c.request(ctx, ForkService, ForkSubject, req.Source, data)
+	if err != nil {
+		return ForkResult{}, err
+	}
+	var res ForkResult
+	if err := decode(ForkService, req.Source, body, &res); err != nil {
+		return ForkResult{}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,88 @@
+package client
+
+import (
+	"fmt"
+
+	"github.com/agentlog/agentlog/session"
+)
+
+// Code is the error code of an agentlog service reply (micro's Nats-Service-Error-Code header):
+// an HTTP-like number, or the reference's code for a fork refusal.
+type Code string
+
+// Error codes of the query and fork services.
+const (
+	CodeBadRequest  Code = "400" // malformed request or invalid session id
+	CodeNotFound    Code = "404" // unknown session, no projection stored yet, or no such unit
+	CodeTimeout     Code = "408" // minSeq not reached in time (or the client's deadline passed)
+	CodeStopped     Code = "409" // the session's projection was stopped by a bad log
+	CodeTooLarge    Code = "413" // the reply is larger than the server's max payload
+	CodeBadSource   Code = "422" // the fork source's stored log breaks a record rule
+	CodeInternal    Code = "500" // KV or log failure
+	CodeUnavailable Code = "503" // the service is stopping or at capacity: retry
+
+	CodeOpenTurn        Code = session.CodeOpenTurn             // fork boundary inside an open turn
+	CodeInvalidBoundary Code = session.CodeInvalidBoundary      // fork boundary not a seq of the source
+	CodeSessionNotFound Code = session.CodeSessionNotFound      // fork source unknown
+	CodeSessionExists   Code = session.CodeSessionAlreadyExists // fork child exists
+	// CodeInvalidSeed is a seed-validation refusal, which the reference raises without a code.
+	CodeInvalidSeed Code = "INVALID_SEED"
+)
+
+// Error is an error reply of an agentlog service, or a request that failed on the way (then Err is
+// the cause). errors.Is matches it against the Err* values by Code.
+type Error struct {
+	Service     string // QueryService or ForkService
+	Code        Code
+	Session     string // the session asked about (the fork source for a fork)
+	Description string // the service's text; for a fork refusal, the reference's exact text
+	Err         error  // the cause of a failure on the client's side, else nil
+}
+
+// Errors to match with errors.Is. ErrNotFound matches CodeSessionNotFound too.
+var (
+	ErrBadRequest      = &Error{Code: CodeBadRequest, Description: "bad request"}
+	ErrNotFound        = &Error{Code: CodeNotFound, Description: "not found"}
+	ErrTimeout         = &Error{Code: CodeTimeout, Description: "timeout"}
+	ErrStopped         = &Error{Code: CodeStopped, Description: "projection stopped"}
+	ErrTooLarge        = &Error{Code: CodeTooLarge, Description: "reply too large"}
+	ErrBadSource       = &Error{Code: CodeBadSource, Description: "source log unreadable"}
+	ErrInternal        = &Error{Code: CodeInternal, Description: "internal error"}
+	ErrUnavailable     = &Error{Code: CodeUnavailable, Description: "service unavailable"}
+	ErrOpenTurn        = &Error{Code: CodeOpenTurn, Description: "fork boundary inside an open turn"}
+	ErrInvalidBoundary = &Error{Code: CodeInvalidBoundary, Description: "invalid fork boundary"}
+	ErrExists          = &Error{Code: CodeSessionExists, Description: "session already exists"}
+	ErrInvalidSeed     = &Error{Code: CodeInvalidSeed, Description: "invalid fork seed"}
+)
+
+// Error renders "<service>: <description> (code <code>)", or "<service>: <description>: <cause>".
+func (e *Error) Error() string {
+	s := e.Description
+	if e.Service != "" {
+		s = e.Service + ": " + s
+	}
+	if e.Err != nil {
+		return s + ": " + e.Err.Error()
+	}
+	if e.Code != "" {
+		s += fmt.Sprintf(" (code %s)", e.Code)
+	}
+	return s
+}
+
+// Unwrap returns the cause of a client-side failure.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code (CodeSessionNotFound is a
+// CodeNotFound).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code != "" && e.Code.class() == t.Code.class()
+}
+
+func (c Code) class() Code {
+	if c == CodeSessionNotFound {
+		return CodeNotFound
+	}
+	return c
+}

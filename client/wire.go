@@ -1,0 +1,114 @@
+package client
+
+import "encoding/json"
+
+// Names and subjects of the agentlog micro services.
+const (
+	QueryService      = "agentlog-query"
+	MessagesSubject   = "agentlog.query.messages"   // derived messages: MessagesReply
+	SurfaceSubject    = "agentlog.query.surface"    // the stored messages value: Projection
+	ProjectionSubject = "agentlog.query.projection" // one unit's view: ProjectionReply
+	SnapshotSubject   = "agentlog.query.snapshot"   // every unit's view at one asOfSeq: SnapshotReply
+
+	ForkService = "agentlog-fork"
+	ForkSubject = "agentlog.fork" // ForkRequest in, ForkResult out
+)
+
+// Query waits for minSeq, in milliseconds: the default when a request gives no timeoutMs, and the
+// longest a request may ask for.
+const (
+	DefaultTimeoutMs = 5000
+	MaxTimeoutMs     = 60000
+)
+
+// QueryRequest is the request of the query endpoints: {"session", "minSeq"?, "timeoutMs"?,
+// "unit"?, "nodes"?}. With MinSeq >= 0 the service waits (at most TimeoutMs ms) until the
+// projection has applied that seq. Unit is for the projection endpoint; Nodes (messages only)
+// continues a partial reply: the surface nodes whose messages are still wanted.
+type QueryRequest struct {
+	Session   string  `json:"session"`
+	MinSeq    *int64  `json:"minSeq,omitempty"`
+	TimeoutMs *int64  `json:"timeoutMs,omitempty"`
+	Unit      string  `json:"unit,omitempty"`
+	Nodes     []int64 `json:"nodes,omitempty"`
+}
+
+// MessagesReply is the reply of the messages endpoint: the projection's asOfSeq and
+// replaceGeneration, its surface nodes (seqs) and the messages derived from them. A reply that
+// does not fit one NATS message has Partial = k: Messages covers the first k Nodes only, and a
+// request with Nodes = the rest continues (Client.Messages joins the pages).
+type MessagesReply struct {
+	Session           string            `json:"session"`
+	AsOfSeq           int64             `json:"asOfSeq"`
+	ReplaceGeneration int64             `json:"replaceGeneration"`
+	Nodes             []int64           `json:"nodes"`
+	Messages          []json.RawMessage `json:"messages"`
+	Partial           *int              `json:"partial,omitempty"`
+}
+
+// State is the stored state of the messages unit: surface nodes (seqs, in model-visible order),
+// replaceGeneration, transcript (seqs of append-origin surface events) and the open turn, or nil.
+type State struct {
+	Nodes             []int64 `json:"nodes"`
+	ReplaceGeneration int64   `json:"replaceGeneration"`
+	Transcript        []int64 `json:"transcript"`
+	OpenTurn          *int64  `json:"openTurn"`
+}
+
+// ProjectionError is why a session's projection stopped: the seq of the first event not applied,
+// the rule it broke and the message.
+type ProjectionError struct {
+	Seq     int64  `json:"seq"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+// Projection is the stored messages value of a session (the surface endpoint's reply):
+// {"stateVersion","asOfSeq","state","error"?}. AsOfSeq is the last applied seq (-1 before any);
+// Error is set when the projection is stopped.
+type Projection struct {
+	StateVersion int              `json:"stateVersion"`
+	AsOfSeq      int64            `json:"asOfSeq"`
+	State        State            `json:"state"`
+	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// UnitView is one unit's part of a snapshot: its stateVersion, asOfSeq (lower than the snapshot's
+// for a stopped unit), view (JSON) and, for a stopped unit, its error.
+type UnitView struct {
+	StateVersion int              `json:"stateVersion"`
+	AsOfSeq      int64            `json:"asOfSeq"`
+	View         json.RawMessage  `json:"view"`
+	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// SnapshotReply is the reply of the snapshot endpoint: every registered unit's view of a session
+// at one consistent asOfSeq (stopped units may stand lower, with their error).
+type SnapshotReply struct {
+	Session string              `json:"session"`
+	AsOfSeq int64               `json:"asOfSeq"`
+	Units   map[string]UnitView `json:"units"`
+}
+
+// ProjectionReply is the reply of the projection endpoint: one unit's view of a session.
+type ProjectionReply struct {
+	Session string `json:"session"`
+	Unit    string `json:"unit"`
+	UnitView
+}
+
+// ForkRequest is a fork request: the source session, the boundary (the last source seq to copy,
+// inclusive; nil = the source's last event) and the child id (empty = a fresh unique id).
+type ForkRequest struct {
+	Source   string `json:"source"`
+	Boundary *int64 `json:"boundary,omitempty"`
+	Child    string `json:"child,omitempty"`
+}
+
+// ForkResult is a committed fork: the child id, the seed length (events copied, without the
+// end-seed marker) and the parent session id.
+type ForkResult struct {
+	Child         string `json:"child"`
+	SeedLength    int    `json:"seedLength"`
+	ParentSession string `json:"parentSession"`
+}
