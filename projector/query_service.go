@@ -1,0 +1,384 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// The query micro service: name, version and endpoint subjects.
+const (
+	QueryService        = "agentlog-query"
+	QueryServiceVersion = "0.2.0" // 0.2.0: paged messages replies (partial, nodes)
+	MessagesSubject     = "agentlog.query.messages"
+	SurfaceSubject      = "agentlog.query.surface"
+)
+
+// Query timeouts, in milliseconds: the minSeq wait when the request gives no timeoutMs, and the
+// longest wait a request may ask for.
+const (
+	DefaultTimeoutMs = 5000
+	MaxTimeoutMs     = 60000
+)
+
+// Query error codes (micro error codes of the agentlog-query service).
+const (
+	CodeBadRequest  = "400" // malformed request or invalid session id
+	CodeNotFound    = "404" // unknown session, or no projection stored yet
+	CodeTimeout     = "408" // minSeq not reached within timeoutMs
+	CodeStopped     = "409" // the session's projection was stopped by a bad log
+	CodeInternal    = "500" // KV or log read failure
+	CodeUnavailable = "503" // the projector is stopping
+	CodeTooLarge    = "413" // the reply is larger than the server's max payload
+)
+
+// QueryRequest is the request of both endpoints: {"session": id, "minSeq"?: n, "timeoutMs"?: n}.
+// MinSeq (an event seq) makes the service wait until the projection's asOfSeq >= minSeq, for at
+// most TimeoutMs milliseconds (default 5000, at most 60000). A negative or absent minSeq does not
+// wait.
+type QueryRequest struct {
+	Session   string `json:"session"`
+	MinSeq    *int64 `json:"minSeq,omitempty"`
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+	// Unit is the projection unit's key (projection endpoint only).
+	Unit string `json:"unit,omitempty"`
+	// Nodes (messages endpoint only) asks for the messages of these surface nodes (event seqs)
+	// instead of the projection's: the continuation of a reply with Partial set. Every seq must
+	// be a user/message, assistant/message or tool/result event at or below the projection's
+	// asOfSeq ("400" otherwise).
+	Nodes []int64 `json:"nodes,omitempty"`
+
+	deadline time.Time // when waiting for minSeq ends: set once, when the request arrives
+}
+
+// addService starts the agentlog-query micro service (queue group "q", micro's default).
+func (p *Projector) addService() (micro.Service, error) {
+	svc, err := micro.AddService(p.nc, micro.Config{
+		Name:        QueryService,
+		Version:     QueryServiceVersion,
+		Description: "agentlog projections: derived messages and stored surfaces of sessions",
+		Metadata:    map[string]string{"instance": p.name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: starting service %s: %w", QueryService, err)
+	}
+	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
+	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
+	pending := micro.WithEndpointPendingLimits(100_000, 256<<20)
+	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(MessagesSubject), pending); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
+	}
+	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(SurfaceSubject), pending); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
+	}
+	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(ProjectionSubject), pending); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
+	}
+	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(SnapshotSubject), pending); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
+	}
+	return svc, nil
+}
+
+// responder answers one request: through micro while the handler runs (so the endpoint's stats
+// count it), or, for a request handed to a goroutine to wait for minSeq, by publishing the same
+// reply (micro's error headers) to its reply subject.
+type responder interface {
+	respond(data []byte)
+	fail(code, desc string)
+}
+
+type syncResponder struct {
+	req     micro.Request
+	session string // named in the error of a reply that could not be sent ("" before parsing)
+}
+
+func (r syncResponder) respond(b []byte) {
+	if err := r.req.Respond(b); err != nil {
+		r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
+	}
+}
+func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil) }
+
+// replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
+// server's max payload, 500 otherwise.
+func replyErrCode(err error) string {
+	// micro reports a failed Respond as its own error type, with nats.go's text in it.
+	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
+		return CodeTooLarge
+	}
+	return CodeInternal
+}
+
+func replyErrDesc(id string, n int, err error) string {
+	return fmt.Sprintf("session %q: the reply of %d bytes could not be sent (the server's max payload bounds one reply): %v", id, n, err)
+}
+
+type replyResponder struct {
+	nc      *nats.Conn
+	reply   string
+	session string
+}
+
+func (r replyResponder) respond(b []byte) {
+	if r.reply != "" {
+		if err := r.nc.Publish(r.reply, b); err != nil {
+			r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
+		}
+	}
+}
+
+func (r replyResponder) fail(code, desc string) {
+	if r.reply != "" {
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
+			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{code}}})
+	}
+}
+
+// answerFunc answers a request from a projection that satisfies it (raw is the stored value).
+type answerFunc func(ctx context.Context, r responder, q QueryRequest, proj Projection, raw []byte)
+
+// readStatus is the outcome of readNow.
+type readStatus int
+
+const (
+	answered readStatus = iota // an error reply was sent
+	ready                      // the projection satisfies the request
+	mustWait                   // minSeq is not reached yet
+)
+
+// endpoint builds a handler. The handler only parses the request and hands it to a goroutine: at
+// most cap(p.work) are being answered at once and cap(p.slots) more are waiting for minSeq; beyond
+// that the request is answered "503" at once. The subscription is thus never held up by a slow
+// answer (a large history, a KV read) and does not fall behind and drop requests (a slow
+// consumer), and a burst of large queries cannot starve small ones for long.
+func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.HandlerFunc {
+	return func(req micro.Request) {
+		r := syncResponder{req: req}
+		q, token, ok := parseQuery(r, req.Data())
+		if !ok {
+			return
+		}
+		r.session = q.Session
+		q.deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
+		p.reqMu.Lock()
+		if p.closing {
+			p.reqMu.Unlock()
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+			return
+		}
+		p.reqs.Add(1)
+		p.reqMu.Unlock()
+		select {
+		case p.work <- struct{}{}:
+		default:
+			p.reqs.Done()
+			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
+			return
+		}
+		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session}
+		go func() {
+			defer p.reqs.Done()
+			ctx := p.runCtx
+			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
+			// A session whose state outgrew KV is answered by folding its log, which may wait
+			// for minSeq and for a fold slot: that is waiting, not answering.
+			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+			switch {
+			case st == answered:
+				<-p.work
+				return
+			case st == ready && !slow:
+				answer(ctx, ar, q, proj, raw)
+				<-p.work
+				return
+			}
+			// Waiting frees the work slot for others and takes a wait slot.
+			<-p.work
+			select {
+			case p.slots <- struct{}{}:
+			default:
+				ar.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
+				return
+			}
+			defer func() { <-p.slots }()
+			if st == mustWait {
+				var ok bool
+				if proj, raw, ok = p.waitProjection(ctx, ar, q, token, allowStopped); !ok {
+					return
+				}
+			}
+			answer(ctx, ar, q, proj, raw)
+		}()
+	}
+}
+
+// parseQuery decodes and checks a request; on failure it has already answered "400".
+func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
+	var q QueryRequest
+	if err := json.Unmarshal(data, &q); err != nil {
+		// Name the session when the request names one, even if another field is wrong.
+		var named struct {
+			Session string `json:"session"`
+		}
+		where := ""
+		if json.Unmarshal(data, &named) == nil && named.Session != "" {
+			where = fmt.Sprintf("session %q: ", named.Session)
+		}
+		r.fail(CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
+		return q, "", false
+	}
+	if q.Session == "" {
+		r.fail(CodeBadRequest, "bad request: \"session\" is required")
+		return q, "", false
+	}
+	token, err := ajs.Token(q.Session)
+	if err != nil {
+		r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
+		return q, "", false
+	}
+	return q, token, true
+}
+
+// timeoutMs is how long q may wait for minSeq, in ms.
+func (q QueryRequest) timeoutMs() int64 {
+	if q.TimeoutMs != nil && *q.TimeoutMs > 0 {
+		return min(*q.TimeoutMs, MaxTimeoutMs)
+	}
+	return DefaultTimeoutMs
+}
+
+// waits reports whether q asks to wait for a seq.
+func (q QueryRequest) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
+
+// readNow reads the stored projection once.
+func (p *Projector) readNow(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, readStatus) {
+	key := Key(token)
+	e, err := p.store.Projections.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if q.waits() {
+			return Projection{}, nil, mustWait
+		}
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
+		return Projection{}, nil, answered
+	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
+		return Projection{}, nil, answered
+	}
+	proj, current, err := decodeProjection(e.Value())
+	switch {
+	case err != nil:
+		r.fail(CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
+		return Projection{}, nil, answered
+	case !current && q.waits():
+		return Projection{}, nil, mustWait
+	case !current:
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
+		return Projection{}, nil, answered
+	case proj.Error != nil && allowStopped:
+		return proj, e.Value(), ready
+	case proj.Error != nil && proj.Error.Rule == RuleStateTooLarge:
+		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
+		return proj, e.Value(), ready
+	case proj.Error != nil:
+		r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+		return Projection{}, nil, answered
+	case q.waits() && proj.AsOfSeq < *q.MinSeq:
+		return Projection{}, nil, mustWait
+	}
+	return proj, e.Value(), ready
+}
+
+func stoppedText(id string, pe *ProjectionError) string {
+	return fmt.Sprintf("session %q: projection stopped at seq %d (rule %s): %s", id, pe.Seq, pe.Rule, pe.Message)
+}
+
+// waitProjection watches the projection's KV key until asOfSeq >= minSeq (or the projection
+// stops), for at most timeoutMs. On failure it has already answered: "408" on timeout, "409" for a
+// stopped projection (unless allowStopped), "503" when the projector stops meanwhile.
+func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, bool) {
+	key := Key(token)
+	minSeq := *q.MinSeq
+	timeoutMs := q.timeoutMs()
+	wctx, cancel := context.WithDeadline(ctx, q.deadline)
+	defer cancel()
+	w, err := p.store.Projections.Watch(wctx, key)
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
+		return Projection{}, nil, false
+	}
+	defer func() { _ = w.Stop() }()
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	var last *Projection
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				r.fail(CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
+				return Projection{}, nil, false
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			proj, current, err := decodeProjection(e.Value())
+			if err != nil || !current {
+				continue
+			}
+			last = &proj
+			if proj.Error != nil {
+				if allowStopped || proj.Error.Rule == RuleStateTooLarge {
+					return proj, e.Value(), true // too large: answerMessages folds the log
+				}
+				r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+				return Projection{}, nil, false
+			}
+			if proj.AsOfSeq >= minSeq {
+				return proj, e.Value(), true
+			}
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+				return Projection{}, nil, false
+			}
+			at := "no projection yet"
+			if last != nil {
+				at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
+			}
+			r.fail(CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
+			return Projection{}, nil, false
+		}
+	}
+}
+
+// and without the encoder's trailing newline.
+func encodeReply(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// answerSurface serves SurfaceSubject: the stored projection JSON, as stored (Projection),
+// including its "error" when the projection is stopped (no "409" here: this endpoint is how a
+// stopped projection is inspected).
+func (p *Projector) answerSurface(_ context.Context, r responder, _ QueryRequest, _ Projection, raw []byte) {
+	r.respond(raw)
+}

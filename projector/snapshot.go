@@ -1,0 +1,129 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoProjection is returned (wrapped) by ReadSnapshot for a session with no stored projection.
+var ErrNoProjection = errors.New("no projection (unknown session, or none of its events projected yet)")
+
+// ReadSnapshot reads the stored states of every unit of reg for session id and returns their
+// views at one consistent asOfSeq. The states of one checkpoint are written together but not
+// atomically, so a read that sees them at different seqs is repeated; units still behind after
+// that (a unit registered since, or one whose stored stateVersion differs) are folded from the
+// log here, to the end of the log, and written back with a revision compare-and-swap (the
+// rebuild in place of a new stateVersion). Errors: ErrNoProjection (wrapped), a log or KV failure.
+func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (SnapshotReply, error) {
+	token, err := ajs.Token(id)
+	if err != nil {
+		return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+	}
+	defs := reg.list()
+	var ss *sessState
+	for attempt := 0; ; attempt++ {
+		var consistent bool
+		ss, consistent, err = loadAll(ctx, store.Projections, defs, token, id)
+		if err != nil {
+			return SnapshotReply{}, err
+		}
+		if ss.gate().rev == 0 {
+			return SnapshotReply{}, fmt.Errorf("session %q: %w", id, ErrNoProjection)
+		}
+		if consistent {
+			break
+		}
+		if attempt == 10 {
+			if err := catchUp(ctx, store, ss); err != nil {
+				return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+			}
+			_, _ = writeSessions(ctx, store.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return SnapshotReply{}, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
+		}
+	}
+	rep := SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]UnitView{}}
+	for _, u := range ss.units {
+		var st any = u.state
+		if u.def.gate {
+			st = fromSurface(u.state.(*session.Surface)).State
+		}
+		b, err := json.Marshal(u.def.view(st))
+		if err != nil {
+			return SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+		}
+		rep.Units[u.def.Key] = UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
+		if u.err == nil {
+			rep.AsOfSeq = max(rep.AsOfSeq, u.asOfSeq)
+		}
+	}
+	return rep, nil
+}
+
+// loadAll reads every unit's stored state; consistent reports whether they all stand at the
+// messages unit's asOfSeq (units stopped by an error excepted) with the registered stateVersion.
+func loadAll(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, token, id string) (*sessState, bool, error) {
+	ss := &sessState{token: token, id: id}
+	consistent := true
+	for _, d := range defs {
+		u := newUnitState(d)
+		ss.units = append(ss.units, u)
+		e, err := kv.Get(ctx, UnitKey(d.Key, token))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			consistent = false
+			continue
+		}
+		if err != nil {
+			return nil, false, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
+		}
+		if !decodeUnit(u, e.Value(), e.Revision()) {
+			consistent = false
+		}
+	}
+	g := ss.gate()
+	for _, u := range ss.units[1:] {
+		if u.err == nil && u.asOfSeq != g.asOfSeq || u.err != nil && g.err == nil && u.asOfSeq > g.asOfSeq {
+			consistent = false
+		}
+	}
+	return ss, consistent, nil
+}
+
+// answerSnapshot serves SnapshotSubject (and ProjectionSubject when q.Unit is set).
+func (p *Projector) answerSnapshot(ctx context.Context, r responder, q QueryRequest, _ Projection, _ []byte) {
+	if q.Unit != "" && p.registry.get(q.Unit) == nil {
+		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
+		return
+	}
+	snap, err := ReadSnapshot(ctx, p.store, p.registry, q.Session)
+	if errors.Is(err, ErrNoProjection) {
+		r.fail(CodeNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the snapshot: %v", q.Session, err))
+		return
+	}
+	var b []byte
+	if q.Unit != "" {
+		b, err = json.Marshal(ProjectionReply{Session: q.Session, Unit: q.Unit, UnitView: snap.Units[q.Unit]})
+	} else {
+		b, err = json.Marshal(snap)
+	}
+	if err != nil {
+		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		return
+	}
+	r.respond(b)
+}
