@@ -1,0 +1,238 @@
+package forker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"time"
+	"unicode/utf8"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// ChildSuffix separates the source id from the unique part of a default child id:
+// "<source>~fork~<nuid>" (the source cut at a UTF-8 boundary so the id stays within
+// ajs.MaxSessionIDBytes bytes).
+const ChildSuffix = "~fork~"
+
+// exists reports whether session id has metadata or events.
+func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, events bool, err error) {
+	h, err := f.store.GetSession(ctx, id)
+	switch {
+	case err == nil:
+		hdr = &h
+	case errors.Is(err, ajs.ErrSessionNotFound):
+	default:
+		return nil, false, fmt.Errorf("session %q: reading metadata: %w", id, err)
+	}
+	tail, err := f.store.GetTail(ctx, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("session %q: reading the log tail: %w", id, err)
+	}
+	return hdr, tail.LastStreamSeq > 0, nil
+}
+
+// DefaultChildID returns a fresh child id for source: "<source>~fork~<nuid>", with source cut at a
+// UTF-8 boundary so that the id is at most ajs.MaxSessionIDBytes (256) bytes.
+func DefaultChildID(source string) string {
+	u := nuid.Next()
+	keep := ajs.MaxSessionIDBytes - len(ChildSuffix) - len(u)
+	if len(source) > keep {
+		source = source[:keep]
+		for len(source) > 0 && !utf8.ValidString(source) {
+			source = source[:len(source)-1]
+		}
+	}
+	return source + ChildSuffix + u
+}
+
+// Fork performs a fork in-process (the service handler calls it; it does not need Start): the
+// same checks, order, codes and texts as the service. Refusals are *session.ForkError; a
+// malformed request is an error naming the field; a source log that cannot be read back is an
+// error naming the session, the seq and the rule; anything else is a failure to read or write the
+// store.
+func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
+	if req.Source == "" {
+		return Result{}, &requestError{"bad request: \"source\" is required"}
+	}
+	if req.Child != "" {
+		if _, err := ajs.Token(req.Child); err != nil {
+			return Result{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
+		}
+		hdr, evs, err := f.exists(ctx, req.Child)
+		if err != nil {
+			return Result{}, err
+		}
+		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
+			// An earlier fork of this source onto this child claimed the id and died before its
+			// record (a crash between steps 4 and 5): undo its claim and fork again.
+			if rerr := f.rollback(ctx, req.Child, *hdr); rerr != nil {
+				// Another retry of the same fork may have cleared (and re-claimed) it first: look
+				// again. Another claim or events mean the child exists; nothing means go on, and
+				// the KV create below settles any race; the same claim still there means the
+				// rollback itself failed (retry the fork).
+				abandonedAt := hdr.CreatedAt
+				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
+					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
+				}
+				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
+					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, rerr)
+				}
+			} else {
+				f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
+					"createdAt", hdr.CreatedAt)
+				hdr = nil
+			}
+		}
+		if hdr != nil || evs {
+			return Result{}, alreadyExists(req.Child)
+		}
+	}
+	if _, err := ajs.Token(req.Source); err != nil {
+		// An id that has no subject token cannot name a stored session.
+		return Result{}, notFound(req.Source)
+	}
+	var srcHdr *session.Header
+	if h, err := f.store.GetSession(ctx, req.Source); err == nil {
+		srcHdr = &h
+	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
+		return Result{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
+	}
+	events, _, err := f.store.Read(ctx, req.Source)
+	if err != nil {
+		var se *session.Error
+		if errors.As(err, &se) {
+			return Result{}, &badSourceError{fmt.Sprintf("fork of session %q: the source log cannot be read back: %v", req.Source, err)}
+		}
+		return Result{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
+	}
+	if srcHdr == nil && len(events) == 0 {
+		return Result{}, notFound(req.Source)
+	}
+	seed, ferr := session.ForkSeed(req.Source, events, req.Boundary)
+	if ferr != nil {
+		return Result{}, ferr
+	}
+	nowMs := f.now().UnixMilli()
+	childEvents, ferr := session.ForkChild(seed, nowMs)
+	if ferr != nil {
+		return Result{}, ferr
+	}
+	child := req.Child
+	if child == "" {
+		child = DefaultChildID(req.Source)
+	}
+	seedLength := int64(len(seed))
+	hdr := session.Header{Version: 0, ID: child, CreatedAt: nowMs, ParentSession: req.Source, SeedLength: &seedLength}
+	if srcHdr != nil && srcHdr.Cwd != "" {
+		hdr.Cwd = srcHdr.Cwd
+	}
+
+	// Step 4: the KV create claims the child id.
+	if err := f.store.CreateSession(ctx, hdr); err != nil {
+		if errors.Is(err, ajs.ErrSessionExists) {
+			return Result{}, alreadyExists(child)
+		}
+		return Result{}, fmt.Errorf("fork of session %q onto %q: creating the child's metadata: %w", req.Source, child, err)
+	}
+	if f.beforeRecord != nil {
+		f.beforeRecord(child)
+	}
+	// Step 5: one record guarded with expected last subject sequence 0.
+	msgID := "fork:" + nuid.Next()
+	_, err = f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
+	if err == nil {
+		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
+		return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+	}
+	// The outcome may be unknown (a timeout, a lost ack, a dropped connection, an expired ctx):
+	// retry the same record with the same msg id, on a context of its own, until the answer is
+	// definite. A retry of a stored record is deduplicated (or found at the tail) and reported as
+	// written; only a definite "not stored" lets the metadata be rolled back.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer wcancel()
+	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
+		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
+		if _, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
+			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
+			return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+		}
+	}
+	if outcomeUnknown(err) {
+		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
+		return Result{}, fmt.Errorf("fork of session %q onto %q: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
+			req.Source, child, child, err)
+	}
+	if rerr := f.rollback(wctx, child, hdr); rerr != nil {
+		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
+	}
+	if errors.Is(err, ajs.ErrConflict) {
+		return Result{}, alreadyExists(child)
+	}
+	return Result{}, fmt.Errorf("fork of session %q onto %q: writing the child's record: %w", req.Source, child, err)
+}
+
+func alreadyExists(id string) *session.ForkError {
+	return &session.ForkError{Code: session.CodeSessionAlreadyExists, Msg: fmt.Sprintf("session %q already exists", id)}
+}
+
+func notFound(id string) *session.ForkError {
+	return &session.ForkError{Code: session.CodeSessionNotFound, Msg: fmt.Sprintf("session %q not found", id)}
+}
+
+// AbandonedForkAge is how old the metadata of a fork child without events must be before a new
+// fork of the same source onto the same child takes it for an incomplete fork (one that died
+// between claiming the child and writing its record) and replaces it. A fork in progress writes its
+// record within seconds, and gives up after its 30 s retry window. The age is read from the claim's
+// createdAt against this forker's clock, so forkers' clocks must agree to well within it.
+const AbandonedForkAge = 2 * time.Minute
+
+// abandoned reports whether hdr, the metadata of a child without events, is an incomplete fork of
+// source: written by a fork (parentSession source, a seedLength) at least AbandonedForkAge ago.
+func (f *Forker) abandoned(hdr session.Header, source string) bool {
+	return hdr.ParentSession == source && hdr.SeedLength != nil &&
+		f.now().UnixMilli()-hdr.CreatedAt >= AbandonedForkAge.Milliseconds()
+}
+
+// rollback removes the child metadata this fork created (step 4) after its record could not be
+// written: a KV delete guarded by the revision read, and only when the stored header is still the
+// one this fork wrote (same parentSession, seedLength and createdAt).
+func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header) error {
+	key, err := ajs.Token(child)
+	if err != nil {
+		return err
+	}
+	e, err := f.store.Sessions.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("session %q: reading the metadata to roll back: %w", child, err)
+	}
+	var got session.Header
+	if err := json.Unmarshal(e.Value(), &got); err != nil {
+		return fmt.Errorf("session %q: metadata to roll back does not decode: %w", child, err)
+	}
+	if got.ID != hdr.ID || got.ParentSession != hdr.ParentSession || got.CreatedAt != hdr.CreatedAt ||
+		got.SeedLength == nil || *got.SeedLength != *hdr.SeedLength {
+		return fmt.Errorf("session %q: metadata is no longer the one this fork created; left as is", child)
+	}
+	if err := f.store.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("session %q: deleting the metadata: %w", child, err)
+	}
+	return nil
+}
+
+// outcomeUnknown reports whether a failed store.Append may still have stored its record: anything
+// but a guard conflict, a JetStream API refusal or a codec/size refusal (which all mean nothing was
+// stored).
+func outcomeUnknown(err error) bool {
+	if err == nil || errors.Is(err, ajs.ErrConflict) || errors.Is(err, ajs.ErrEventTooLarge) {
+		return false
+	}
+	var api *natsjs.APIError
+	var se *session.Error
+	return !errors.As(err, &api) && !errors.As(err, &se)
+}
