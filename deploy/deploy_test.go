@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
@@ -207,7 +208,11 @@ func TestClusterRunsR3(t *testing.T) {
 	if mk, err := js.Stream(ctx, "KV_"+projector.MembersBucket); err != nil || mk.CachedInfo().Config.Replicas != 3 {
 		t.Fatalf("members bucket replicas: %v", err)
 	}
-	m, err := projector.QueryMessages(ctx, nc, "r3", 0)
+	qc, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := qc.Messages(ctx, "r3", client.MinSeq(0))
 	if err != nil || m.AsOfSeq != 0 {
 		t.Fatalf("projection on R3: %+v, %v", m, err)
 	}

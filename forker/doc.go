@@ -7,10 +7,11 @@
 // (INVALID_BOUNDARY, OPEN_TURN, via session.ForkSeed) and the seed (session.ForkChild). The child's
 // metadata (agentlog_sessions) is created before its record; Forker documents why.
 //
-// The service is agentlog-fork, endpoint "fork" on Subject (queue group "q"). A request is Request
-// as JSON; a success is Result as JSON. A refusal is a micro error whose code is the reference code
-// (OPEN_TURN, INVALID_BOUNDARY, SESSION_NOT_FOUND, SESSION_ALREADY_EXISTS, or INVALID_SEED for a
-// seed-validation refusal, which the reference raises without a code) and whose description is
-// the exact text; Fork, the client, turns it back into *session.ForkError. Other codes: 400 bad
-// request, 422 unreadable source log, 500 store failure, 503 stopping.
+// The service is client.ForkService, endpoint "fork" on client.ForkSubject (queue group "q"). A
+// request is client.ForkRequest as JSON; a success is client.ForkResult as JSON. A refusal is a
+// micro error whose code is the reference code (OPEN_TURN, INVALID_BOUNDARY, SESSION_NOT_FOUND,
+// SESSION_ALREADY_EXISTS, or INVALID_SEED for a seed-validation refusal, which the reference raises
+// without a code) and whose description is the exact text; client.Client.Fork returns it as a
+// *client.Error. Other codes (client.Code): 400 bad request, 422 unreadable source log, 500 store
+// failure, 503 stopping.
 package forker

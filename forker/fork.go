@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,17 +56,17 @@ func DefaultChildID(source string) string {
 // malformed request is an error naming the field; a source log that cannot be read back is an
 // error naming the session, the seq and the rule; anything else is a failure to read or write the
 // store.
-func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
+func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkResult, error) {
 	if req.Source == "" {
-		return Result{}, &requestError{"bad request: \"source\" is required"}
+		return client.ForkResult{}, &requestError{"bad request: \"source\" is required"}
 	}
 	if req.Child != "" {
 		if _, err := ajs.Token(req.Child); err != nil {
-			return Result{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
+			return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
 		}
 		hdr, evs, err := f.exists(ctx, req.Child)
 		if err != nil {
-			return Result{}, err
+			return client.ForkResult{}, err
 		}
 		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
 			// An earlier fork of this source onto this child claimed the id and died before its
@@ -78,10 +78,10 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 				// rollback itself failed (retry the fork).
 				abandonedAt := hdr.CreatedAt
 				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
-					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
+					return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
 				}
 				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
-					return Result{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, rerr)
+					return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, rerr)
 				}
 			} else {
 				f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
@@ -90,38 +90,38 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 			}
 		}
 		if hdr != nil || evs {
-			return Result{}, alreadyExists(req.Child)
+			return client.ForkResult{}, alreadyExists(req.Child)
 		}
 	}
 	if _, err := ajs.Token(req.Source); err != nil {
 		// An id that has no subject token cannot name a stored session.
-		return Result{}, notFound(req.Source)
+		return client.ForkResult{}, notFound(req.Source)
 	}
 	var srcHdr *session.Header
 	if h, err := f.store.GetSession(ctx, req.Source); err == nil {
 		srcHdr = &h
 	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
-		return Result{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
+		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
 	}
 	events, _, err := f.store.Read(ctx, req.Source)
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {
-			return Result{}, &badSourceError{fmt.Sprintf("fork of session %q: the source log cannot be read back: %v", req.Source, err)}
+			return client.ForkResult{}, &badSourceError{fmt.Sprintf("fork of session %q: the source log cannot be read back: %v", req.Source, err)}
 		}
-		return Result{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
+		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
 	}
 	if srcHdr == nil && len(events) == 0 {
-		return Result{}, notFound(req.Source)
+		return client.ForkResult{}, notFound(req.Source)
 	}
 	seed, ferr := session.ForkSeed(req.Source, events, req.Boundary)
 	if ferr != nil {
-		return Result{}, ferr
+		return client.ForkResult{}, ferr
 	}
 	nowMs := f.now().UnixMilli()
 	childEvents, ferr := session.ForkChild(seed, nowMs)
 	if ferr != nil {
-		return Result{}, ferr
+		return client.ForkResult{}, ferr
 	}
 	child := req.Child
 	if child == "" {
@@ -136,9 +136,9 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 	// Step 4: the KV create claims the child id.
 	if err := f.store.CreateSession(ctx, hdr); err != nil {
 		if errors.Is(err, ajs.ErrSessionExists) {
-			return Result{}, alreadyExists(child)
+			return client.ForkResult{}, alreadyExists(child)
 		}
-		return Result{}, fmt.Errorf("fork of session %q onto %q: creating the child's metadata: %w", req.Source, child, err)
+		return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: creating the child's metadata: %w", req.Source, child, err)
 	}
 	if f.beforeRecord != nil {
 		f.beforeRecord(child)
@@ -148,7 +148,7 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 	_, err = f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
 	if err == nil {
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
-		return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+		return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 	}
 	// The outcome may be unknown (a timeout, a lost ack, a dropped connection, an expired ctx):
 	// retry the same record with the same msg id, on a context of its own, until the answer is
@@ -160,21 +160,21 @@ func (f *Forker) Fork(ctx context.Context, req Request) (Result, error) {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
 		if _, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
 			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
-			return Result{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+			return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 		}
 	}
 	if outcomeUnknown(err) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
-		return Result{}, fmt.Errorf("fork of session %q onto %q: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
+		return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
 			req.Source, child, child, err)
 	}
 	if rerr := f.rollback(wctx, child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
 	}
 	if errors.Is(err, ajs.ErrConflict) {
-		return Result{}, alreadyExists(child)
+		return client.ForkResult{}, alreadyExists(child)
 	}
-	return Result{}, fmt.Errorf("fork of session %q onto %q: writing the child's record: %w", req.Source, child, err)
+	return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: writing the child's record: %w", req.Source, child, err)
 }
 
 func alreadyExists(id string) *session.ForkError {
@@ -232,7 +232,7 @@ func outcomeUnknown(err error) bool {
 	if err == nil || errors.Is(err, ajs.ErrConflict) || errors.Is(err, ajs.ErrEventTooLarge) {
 		return false
 	}
-	var api *natsjs.APIError
+	var api *jetstream.APIError
 	var se *session.Error
 	return !errors.As(err, &api) && !errors.As(err, &se)
 }

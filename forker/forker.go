@@ -12,30 +12,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
-// The fork micro service: name, version, endpoint name and subject.
+// The fork micro service's version and endpoint name (its name and subject are
+// client.ForkService and client.ForkSubject).
 const (
-	Service        = "agentlog-fork"
 	ServiceVersion = "0.1.0"
 	Endpoint       = "fork"
-	Subject        = "agentlog.fork"
-)
-
-// Micro error codes of the fork service besides the reference's fork codes (session.Code*), which
-// are sent as they are.
-const (
-	// CodeInvalidSeed carries a seed-validation refusal, which the reference raises without a code
-	// (session.ForkError.Code ""); Fork maps it back to Code "".
-	CodeInvalidSeed = "INVALID_SEED"
-	CodeBadRequest  = "400" // malformed request or invalid child id
-	CodeBadSource   = "422" // the source's stored log breaks a record rule (names the seq and rule)
-	CodeInternal    = "500" // the log or the KV bucket could not be read or written
-	CodeUnavailable = "503" // the forker is stopping
 )
 
 // Options configure a Forker. Logger defaults to slog.Default(); Now (the clock that stamps the
@@ -43,22 +31,6 @@ const (
 type Options struct {
 	Logger *slog.Logger
 	Now    func() time.Time
-}
-
-// Request is a fork request: the source session id, the fork boundary (an inclusive source event
-// seq; nil = the source's last event) and the child id (empty = a fresh unique id).
-type Request struct {
-	Source   string `json:"source"`
-	Boundary *int64 `json:"boundary,omitempty"`
-	Child    string `json:"child,omitempty"`
-}
-
-// Result is a committed fork: the child id, the seed length (events copied from the source,
-// excluding the end-seed marker) and the parent session id.
-type Result struct {
-	Child         string `json:"child"`
-	SeedLength    int    `json:"seedLength"`
-	ParentSession string `json:"parentSession"`
 }
 
 // Forker serves the agentlog-fork micro service (reference SessionStore.fork / _forkSeed).
@@ -103,7 +75,8 @@ type Forker struct {
 	reqs    sync.WaitGroup
 	closing bool
 
-	beforeRecord func(child string) // test hook: runs between the KV create and the record
+	// test hook: runs between the KV create and the record (nil in production).
+	beforeRecord func(child string)
 }
 
 // New returns a Forker over a provisioned store, serving on nc.
@@ -134,19 +107,19 @@ func (f *Forker) Start(ctx context.Context) error {
 		return err
 	}
 	svc, err := micro.AddService(f.nc, micro.Config{
-		Name:        Service,
+		Name:        client.ForkService,
 		Version:     ServiceVersion,
 		Description: "agentlog fork: starts a new session from a prefix of another",
 	})
 	if err != nil {
-		return fmt.Errorf("forker: starting service %s: %w", Service, err)
+		return fmt.Errorf("forker: starting service %s: %w", client.ForkService, err)
 	}
-	if err := svc.AddEndpoint(Endpoint, micro.HandlerFunc(f.serve), micro.WithEndpointSubject(Subject)); err != nil {
+	if err := svc.AddEndpoint(Endpoint, micro.HandlerFunc(f.serve), micro.WithEndpointSubject(client.ForkSubject)); err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("forker: adding endpoint %s: %w", Endpoint, err)
 	}
 	f.svc, f.started = svc, true
-	f.logger.Info("forker started", "service", Service, "subject", Subject)
+	f.logger.Info("forker started", "service", client.ForkService, "subject", client.ForkSubject)
 	return nil
 }
 
@@ -167,7 +140,7 @@ func (f *Forker) Stop() error {
 	f.reqs.Wait()
 	f.logger.Info("forker stopped")
 	if err != nil {
-		return fmt.Errorf("forker: stopping service %s: %w", Service, err)
+		return fmt.Errorf("forker: stopping service %s: %w", client.ForkService, err)
 	}
 	return nil
 }
@@ -179,7 +152,7 @@ func (f *Forker) serve(req micro.Request) {
 	f.mu.Lock()
 	if f.closing {
 		f.mu.Unlock()
-		_ = req.Error(CodeUnavailable, "forker is stopping", nil)
+		_ = req.Error(string(client.CodeUnavailable), "forker is stopping", nil)
 		return
 	}
 	f.reqs.Add(1)
@@ -190,10 +163,10 @@ func (f *Forker) serve(req micro.Request) {
 	res, err := f.handle(ctx, req.Data())
 	if err != nil {
 		code, desc := wireError(err)
-		if code == CodeInternal {
+		if code == client.CodeInternal {
 			f.logger.Error("fork failed", "err", err)
 		}
-		_ = req.Error(code, desc, nil)
+		_ = req.Error(string(code), desc, nil)
 		return
 	}
 	_ = req.RespondJSON(res)
@@ -212,45 +185,46 @@ type badSourceError struct{ msg string }
 
 func (e *badSourceError) Error() string { return e.msg }
 
-// wireError maps an error to a micro error code and description.
-func wireError(err error) (string, string) {
+// wireError maps an error to a micro error code and description: a refusal's reference code and
+// exact text (CodeInvalidSeed for a seed-validation refusal, which has no code).
+func wireError(err error) (client.Code, string) {
 	var fe *session.ForkError
 	var re *requestError
 	var bs *badSourceError
 	switch {
 	case errors.As(err, &fe):
 		if fe.Code == "" {
-			return CodeInvalidSeed, fe.Msg
+			return client.CodeInvalidSeed, fe.Msg
 		}
-		return fe.Code, fe.Msg
+		return client.Code(fe.Code), fe.Msg
 	case errors.As(err, &re):
-		return CodeBadRequest, re.msg
+		return client.CodeBadRequest, re.msg
 	case errors.As(err, &bs):
-		return CodeBadSource, bs.msg
+		return client.CodeBadSource, bs.msg
 	default:
-		return CodeInternal, err.Error()
+		return client.CodeInternal, err.Error()
 	}
 }
 
-// wireRequest is the request as read from the wire; boundary is kept raw so that a boundary that
-// is not an int64 (1.5, 1e300, "3") is refused with the reference's INVALID_BOUNDARY text.
+// wireRequest is client.ForkRequest as read from the wire, with its boundary kept raw so that a
+// boundary that is not an int64 (1.5, 1e300, "3") is refused with the reference's INVALID_BOUNDARY
+// text. The outer Boundary shadows the embedded one in encoding/json.
 type wireRequest struct {
-	Source   string          `json:"source"`
+	client.ForkRequest
 	Boundary json.RawMessage `json:"boundary"`
-	Child    string          `json:"child"`
 }
 
 // parseRequest decodes a request. The boundary error texts follow the reference's
 // `fork boundary for session "<id>" must be a non-negative safe integer, got <value>`.
-func parseRequest(data []byte) (Request, error) {
+func parseRequest(data []byte) (client.ForkRequest, error) {
 	var w wireRequest
 	if err := json.Unmarshal(data, &w); err != nil {
-		return Request{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
 	}
 	if w.Source == "" {
-		return Request{}, &requestError{"bad request: \"source\" is required"}
+		return client.ForkRequest{}, &requestError{"bad request: \"source\" is required"}
 	}
-	r := Request{Source: w.Source, Child: w.Child}
+	r := client.ForkRequest{Source: w.Source, Child: w.Child}
 	raw := bytes.TrimSpace(w.Boundary)
 	if len(raw) == 0 || string(raw) == "null" {
 		return r, nil
@@ -260,7 +234,7 @@ func parseRequest(data []byte) (Request, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return Request{}, &requestError{fmt.Sprintf("bad request: boundary: %v", err)}
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: boundary: %v", err)}
 	}
 	var got string
 	switch x := v.(type) {
@@ -282,9 +256,9 @@ func parseRequest(data []byte) (Request, error) {
 	case bool:
 		got = strconv.FormatBool(x)
 	default:
-		return Request{}, &requestError{fmt.Sprintf("bad request: boundary %s is not a number", raw)}
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: boundary %s is not a number", raw)}
 	}
-	return Request{}, &session.ForkError{Code: session.CodeInvalidBoundary,
+	return client.ForkRequest{}, &session.ForkError{Code: session.CodeInvalidBoundary,
 		Msg: fmt.Sprintf("fork boundary for session %q must be a non-negative safe integer, got %s", w.Source, got)}
 }
 
@@ -308,47 +282,10 @@ func jsNumber(f float64) string {
 }
 
 // handle performs one fork.
-func (f *Forker) handle(ctx context.Context, data []byte) (Result, error) {
+func (f *Forker) handle(ctx context.Context, data []byte) (client.ForkResult, error) {
 	req, err := parseRequest(data)
 	if err != nil {
-		return Result{}, err
+		return client.ForkResult{}, err
 	}
 	return f.Fork(ctx, req)
-}
-
-// Fork asks the agentlog-fork service to fork req.Source. A refusal comes back as
-// *session.ForkError with the reference's code (Code "" for a seed-validation refusal) and exact
-// text; other failures are plain errors. Without a deadline on ctx it waits at most 30 s.
-func Fork(ctx context.Context, nc *nats.Conn, req Request) (Result, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-	}
-	data, err := json.Marshal(req)
-	if err != nil {
-		return Result{}, err
-	}
-	msg, err := nc.RequestWithContext(ctx, Subject, data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return Result{}, fmt.Errorf("%s: no instance is serving %s (is a forker running?): %w", Service, Subject, err)
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("%s: fork of session %q: %w", Service, req.Source, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		desc := msg.Header.Get(micro.ErrorHeader)
-		switch code {
-		case session.CodeOpenTurn, session.CodeInvalidBoundary, session.CodeSessionNotFound, session.CodeSessionAlreadyExists:
-			return Result{}, &session.ForkError{Code: code, Msg: desc}
-		case CodeInvalidSeed:
-			return Result{}, &session.ForkError{Code: "", Msg: desc}
-		}
-		return Result{}, fmt.Errorf("%s: fork of session %q: %s (code %s)", Service, req.Source, desc, code)
-	}
-	var res Result
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return Result{}, fmt.Errorf("%s: fork of session %q: malformed reply: %w", Service, req.Source, err)
-	}
-	return res, nil
 }

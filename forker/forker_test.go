@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testnats"
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -103,16 +104,34 @@ func (e *env) appendRecords(id string, events []session.Event, n int) {
 
 func ptr(v int64) *int64 { return &v }
 
-// forkErr asserts err is a *session.ForkError with code and exact text.
+// forkErr asserts err is a refusal with code and exact text: a *session.ForkError (Forker.Fork)
+// or a *client.Error (through the service).
 func forkErr(t *testing.T, err error, code, text string) {
 	t.Helper()
 	var fe *session.ForkError
-	if !errors.As(err, &fe) {
-		t.Fatalf("want *session.ForkError %s, got %T %v", code, err, err)
+	var ce *client.Error
+	switch {
+	case errors.As(err, &fe):
+		if fe.Code != code || fe.Msg != text {
+			t.Fatalf("want %s %q, got %s %q", code, text, fe.Code, fe.Msg)
+		}
+	case errors.As(err, &ce):
+		if string(ce.Code) != code || ce.Description != text {
+			t.Fatalf("want %s %q, got %s %q", code, text, ce.Code, ce.Description)
+		}
+	default:
+		t.Fatalf("want a fork refusal %s, got %T %v", code, err, err)
 	}
-	if fe.Code != code || fe.Msg != text {
-		t.Fatalf("want %s %q, got %s %q", code, text, fe.Code, fe.Msg)
+}
+
+// fork forks through the service with the client.
+func (e *env) fork(req client.ForkRequest) (client.ForkResult, error) {
+	e.t.Helper()
+	c, err := client.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	return c.Fork(ctx(e.t), req)
 }
 
 // child reads the child back: its header, events and derived messages.
@@ -138,11 +157,11 @@ func TestForkParentExample(t *testing.T) {
 	parent := e.loadParent()
 
 	// Default boundary: the whole parent (8 events) plus the end-seed marker.
-	res, err := Fork(ctx(t), e.nc, Request{Source: "parent", Child: "c-all"})
+	res, err := e.fork(client.ForkRequest{Source: "parent", Child: "c-all"})
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
-	if res != (Result{Child: "c-all", SeedLength: 8, ParentSession: "parent"}) {
+	if res != (client.ForkResult{Child: "c-all", SeedLength: 8, ParentSession: "parent"}) {
 		t.Fatalf("result %+v", res)
 	}
 	h, events, msgs := e.child("c-all")
@@ -166,7 +185,7 @@ func TestForkParentExample(t *testing.T) {
 	}
 
 	// Boundary 4: turn 1 only.
-	res, err = Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(4), Child: "c-4"})
+	res, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(4), Child: "c-4"})
 	if err != nil {
 		t.Fatalf("Fork boundary 4: %v", err)
 	}
@@ -179,12 +198,12 @@ func TestForkParentExample(t *testing.T) {
 	}
 
 	// Boundary 2 ends inside turn 1.
-	_, err = Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(2), Child: "c-2"})
+	_, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(2), Child: "c-2"})
 	forkErr(t, err, session.CodeOpenTurn, `fork boundary 2 in session "parent" ends inside open turn 1`)
 	// Past the end and negative: ForkSeed's texts.
-	_, err = Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(8), Child: "c-8"})
+	_, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(8), Child: "c-8"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary 8 does not exist in session "parent" (last seq: 7)`)
-	_, err = Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(-1), Child: "c-neg"})
+	_, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(-1), Child: "c-neg"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got -1`)
 	for _, id := range []string{"c-2", "c-8", "c-neg"} {
 		if _, err := e.store.GetSession(ctx(t), id); !errors.Is(err, ajs.ErrSessionNotFound) {
@@ -196,31 +215,31 @@ func TestForkParentExample(t *testing.T) {
 	}
 
 	// Again onto an existing child: checked first, even with a bad boundary or source.
-	_, err = Fork(ctx(t), e.nc, Request{Source: "parent", Child: "c-all"})
+	_, err = e.fork(client.ForkRequest{Source: "parent", Child: "c-all"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "c-all" already exists`)
-	_, err = Fork(ctx(t), e.nc, Request{Source: "nobody", Boundary: ptr(99), Child: "c-4"})
+	_, err = e.fork(client.ForkRequest{Source: "nobody", Boundary: ptr(99), Child: "c-4"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "c-4" already exists`)
 	// A child with events but no metadata exists too.
 	e.appendRecords("events-only", parent[:1], 1)
-	_, err = Fork(ctx(t), e.nc, Request{Source: "parent", Child: "events-only"})
+	_, err = e.fork(client.ForkRequest{Source: "parent", Child: "events-only"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "events-only" already exists`)
 
 	// Unknown source.
-	_, err = Fork(ctx(t), e.nc, Request{Source: "nobody", Child: "c-x"})
+	_, err = e.fork(client.ForkRequest{Source: "nobody", Child: "c-x"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "nobody" not found`)
 }
 
 func TestForkDefaultChildAndHeaders(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
-	res, err := Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(4)})
+	res, err := e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(4)})
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
 	if !strings.HasPrefix(res.Child, "parent"+ChildSuffix) || len(res.Child) <= len("parent"+ChildSuffix) {
 		t.Fatalf("default child id %q", res.Child)
 	}
-	res2, err := Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: ptr(4)})
+	res2, err := e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(4)})
 	if err != nil || res2.Child == res.Child {
 		t.Fatalf("second default fork: %+v %v (first %q)", res2, err, res.Child)
 	}
@@ -286,7 +305,7 @@ func TestConcurrentForksOntoOneChild(t *testing.T) {
 			if i%2 == 0 {
 				b = nil
 			}
-			_, errs[i] = Fork(ctx(t), e.nc, Request{Source: "parent", Boundary: b, Child: "twin"})
+			_, errs[i] = e.fork(client.ForkRequest{Source: "parent", Boundary: b, Child: "twin"})
 		}()
 	}
 	wg.Wait()
@@ -317,7 +336,7 @@ func TestForkRollsBackWhenTheRecordLosesTheRace(t *testing.T) {
 			t.Errorf("racing Append: %v", err)
 		}
 	}
-	_, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: "raced"})
+	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "raced"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "raced" already exists`)
 	if _, err := e.store.GetSession(ctx(t), "raced"); !errors.Is(err, ajs.ErrSessionNotFound) {
 		t.Fatalf("the metadata of the failed fork was left behind: %v", err)
@@ -336,12 +355,12 @@ func TestForkRequestValidation(t *testing.T) {
 		{`{"source":"parent","boundary":"3","child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 3`},
 		{`{"source":"parent","boundary":1e21,"child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 1e+21`},
 		{`{"source":"parent","boundary":9007199254740992,"child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 9007199254740992`},
-		{`{"boundary":1}`, CodeBadRequest, ""},
-		{`not json`, CodeBadRequest, ""},
-		{`{"source":"parent","child":"` + strings.Repeat("x", 300) + `"}`, CodeBadRequest, ""},
+		{`{"boundary":1}`, string(client.CodeBadRequest), ""},
+		{`not json`, string(client.CodeBadRequest), ""},
+		{`{"source":"parent","child":"` + strings.Repeat("x", 300) + `"}`, string(client.CodeBadRequest), ""},
 	}
 	for _, c := range cases {
-		msg, err := e.nc.RequestWithContext(ctx(t), Subject, []byte(c.body))
+		msg, err := e.nc.RequestWithContext(ctx(t), client.ForkSubject, []byte(c.body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,11 +370,11 @@ func TestForkRequestValidation(t *testing.T) {
 		}
 	}
 	// A boundary of 4.0 is the integer 4 in JavaScript.
-	msg, err := e.nc.RequestWithContext(ctx(t), Subject, []byte(`{"source":"parent","boundary":4.0,"child":"c-4"}`))
+	msg, err := e.nc.RequestWithContext(ctx(t), client.ForkSubject, []byte(`{"source":"parent","boundary":4.0,"child":"c-4"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res Result
+	var res client.ForkResult
 	if err := json.Unmarshal(msg.Data, &res); err != nil || res.SeedLength != 5 {
 		t.Fatalf("boundary 4.0: %s %v %v", msg.Data, msg.Header, err)
 	}
@@ -367,7 +386,7 @@ func TestForkOfEmptySource(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Metadata but no events: the reference forks an empty seed (just the end-seed marker).
-	res, err := Fork(ctx(t), e.nc, Request{Source: "empty", Child: "e-child"})
+	res, err := e.fork(client.ForkRequest{Source: "empty", Child: "e-child"})
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
@@ -375,7 +394,7 @@ func TestForkOfEmptySource(t *testing.T) {
 	if res.SeedLength != 0 || len(events) != 1 || events[0].Type != "session/end-seed" || len(msgs) != 0 {
 		t.Fatalf("fork of an empty session: %+v, %d events", res, len(events))
 	}
-	_, err = Fork(ctx(t), e.nc, Request{Source: "empty", Boundary: ptr(0), Child: "e-0"})
+	_, err = e.fork(client.ForkRequest{Source: "empty", Boundary: ptr(0), Child: "e-0"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary 0 does not exist in session "empty" (last seq: none)`)
 }
 
@@ -393,14 +412,13 @@ func TestForkOfUnreadableSource(t *testing.T) {
 	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Fork(ctx(t), e.nc, Request{Source: "broken", Child: "b-child"})
-	if err == nil || !strings.Contains(err.Error(), `"broken"`) || !strings.Contains(err.Error(), "code "+CodeBadSource) ||
+	_, err = e.fork(client.ForkRequest{Source: "broken", Child: "b-child"})
+	if err == nil || !strings.Contains(err.Error(), `"broken"`) || !strings.Contains(err.Error(), "code "+string(client.CodeBadSource)) ||
 		!strings.Contains(err.Error(), ajs.RuleRecordEvent) {
 		t.Fatalf("fork of an unreadable source: %v", err)
 	}
-	var fe *session.ForkError
-	if errors.As(err, &fe) {
-		t.Fatalf("an unreadable source is not a reference refusal: %v", err)
+	if !errors.Is(err, client.ErrBadSource) {
+		t.Fatalf("an unreadable source is a 422, not a reference refusal: %v", err)
 	}
 	if _, err := e.store.GetSession(ctx(t), "b-child"); !errors.Is(err, ajs.ErrSessionNotFound) {
 		t.Fatalf("failed fork left metadata: %v", err)
@@ -422,15 +440,15 @@ func TestForkResumesAnAbandonedFork(t *testing.T) {
 		}
 	}
 	claim("young", "parent", AbandonedForkAge/2)
-	_, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: "young"})
+	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "young"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "young" already exists`)
 
 	claim("other", "someone-else", 2*AbandonedForkAge)
-	_, err = e.f.Fork(ctx(t), Request{Source: "parent", Child: "other"})
+	_, err = e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "other"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "other" already exists`)
 
 	claim("abandoned", "parent", AbandonedForkAge)
-	res, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: "abandoned"})
+	res, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "abandoned"})
 	if err != nil || res.Child != "abandoned" {
 		t.Fatalf("resuming an abandoned fork: %+v, %v", res, err)
 	}
@@ -458,7 +476,7 @@ func TestConcurrentResumesOfAnAbandonedFork(t *testing.T) {
 		}
 		errs := make(chan error, 2)
 		for range 2 {
-			go func() { _, err := e.f.Fork(ctx(t), Request{Source: "parent", Child: child}); errs <- err }()
+			go func() { _, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: child}); errs <- err }()
 		}
 		won := 0
 		for range 2 {

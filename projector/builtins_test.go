@@ -2,13 +2,14 @@ package projector
 
 import (
 	"encoding/json"
+	"github.com/agentlog/agentlog/client"
 	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
 )
 
-func foldViews(t *testing.T, events []session.Event) SnapshotReply {
+func foldViews(t *testing.T, events []session.Event) client.SnapshotReply {
 	t.Helper()
 	reg, err := NewRegistry()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/agentlog/agentlog/client"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,12 +103,12 @@ func TestRealSessionsMatchReference(t *testing.T) {
 			if p.Error.Seq != w.refusedAt || p.AsOfSeq != w.refusedAt-1 {
 				t.Errorf("%s: projection stopped at seq %d asOfSeq %d (%s), session.Load at seq %d (reference: %s)", w.id, p.Error.Seq, p.AsOfSeq, p.Error.Message, w.refusedAt, w.exp.Error)
 			}
-			_, err := QueryMessages(ctx(t), e.nc, w.id, -1)
-			queryErr(t, err, CodeStopped, w.id)
+			_, err := queryMessages(ctx(t), e.nc, w.id, -1)
+			queryErr(t, err, client.CodeStopped, w.id)
 			checked++
 			continue
 		}
-		r, err := QueryMessages(ctx(t), e.nc, w.id, int64(w.n-1))
+		r, err := queryMessages(ctx(t), e.nc, w.id, int64(w.n-1))
 		if err != nil {
 			t.Errorf("%s: %v", w.id, err)
 			continue
@@ -144,7 +145,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Fold: %v", w.id, err)
 		}
-		got, err := QuerySnapshot(ctx(t), e.nc, w.id, -1)
+		got, err := querySnapshot(ctx(t), e.nc, w.id, -1)
 		if err != nil {
 			t.Errorf("%s: snapshot: %v", w.id, err)
 			continue

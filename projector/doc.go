@@ -1,6 +1,6 @@
 // Package projector folds session logs into projection units, stores their states in the
 // agentlog_projections KV bucket, and serves them through the agentlog-query NATS micro service.
-// Instances scale out by partition (design.md §4).
+// Instances scale out by partition.
 //
 // # Projection units
 //
@@ -51,17 +51,18 @@
 //
 // # Query service
 //
-// agentlog-query (queue group "q"); requests {"session", "minSeq"?, "timeoutMs"?, "unit"?}; with
-// minSeq the service waits (watching the messages key, default 5000 ms, at most 60000 ms) until
-// the projection has applied that seq (read-your-writes for agents):
-//   - messages (MessagesSubject, QueryMessages): the surface nodes and deriveMessages of them,
-//     derived from the session's events read from the log;
-//   - surface (SurfaceSubject, QuerySurface): the stored messages value, error included;
-//   - projection (ProjectionSubject, QueryProjection): one unit's view;
-//   - snapshot (SnapshotSubject, QuerySnapshot, ReadSnapshot): the views of every unit at one
-//     consistent asOfSeq.
+// agentlog-query (client.QueryService, queue group "q") answers client.QueryRequest; with minSeq
+// the service waits (watching the messages key, default 5000 ms, at most 60000 ms) until the
+// projection has applied that seq (read-your-writes for agents):
+//   - messages (client.MessagesSubject): the surface nodes and deriveMessages of them, derived
+//     from the session's events read from the log;
+//   - surface (client.SurfaceSubject): the stored messages value, error included;
+//   - projection (client.ProjectionSubject): one unit's view;
+//   - snapshot (client.SnapshotSubject, ReadSnapshot): the views of every unit at one consistent
+//     asOfSeq.
 //
-// Error replies carry micro's error headers with a code (400 bad request, 404 no projection or no
-// such unit, 408 minSeq not reached in time, 409 projection stopped, 500 store failure, 503
-// stopping) and a description naming the session; the clients return *QueryError.
+// Error replies carry micro's error headers with a client.Code (400 bad request, 404 no
+// projection or no such unit, 408 minSeq not reached in time, 409 projection stopped, 413 reply
+// too large, 500 store failure, 503 stopping or busy) and a description naming the session. The
+// Go client is package client.
 package projector

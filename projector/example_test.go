@@ -15,7 +15,7 @@ import (
 //	p := projector.New(store, nc, projector.Options{Registry: reg})
 //
 // Its state is stored in agentlog_projections under "toolnames.<token>", and
-// projector.QueryProjection(ctx, nc, id, "toolnames", -1) returns its view. Bump StateVersion
+// projector.queryProjection(ctx, nc, id, "toolnames", -1) returns its view. Bump StateVersion
 // when the state shape or the fold changes: stored states are then rebuilt from the log.
 func Example_userUnit() {
 	toolNames := projector.Def[map[string]int]{

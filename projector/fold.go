@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -94,7 +95,7 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 	}
 	if u.def.gate {
 		p := Projection{AsOfSeq: v.AsOfSeq, State: st.(State)}
-		st = p.surface()
+		st = toSurface(p)
 	}
 	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
 	return true
@@ -461,16 +462,16 @@ func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, 
 // Fold folds a whole session log through every unit of reg in memory (no NATS) and returns their
 // views as the snapshot endpoint would: what each unit's definition gives for these events. A
 // rule broken by the log stops every unit at that seq (with its error), as in a projector.
-func Fold(reg *Registry, id string, events []session.Event) (SnapshotReply, error) {
+func Fold(reg *Registry, id string, events []session.Event) (client.SnapshotReply, error) {
 	ss := newSessState(reg.list(), "", id)
 	if len(ss.units) == 0 || !ss.units[0].def.gate {
-		return SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
+		return client.SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
 	lk := &logLookup{id: id, batch: events}
 	if err := ss.apply(events, lk); err != nil {
-		return SnapshotReply{}, err
+		return client.SnapshotReply{}, err
 	}
-	rep := SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]UnitView{}}
+	rep := client.SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
 	for _, u := range ss.units {
 		var st any = u.state
 		if u.def.gate {
@@ -478,9 +479,9 @@ func Fold(reg *Registry, id string, events []session.Event) (SnapshotReply, erro
 		}
 		b, err := json.Marshal(u.def.view(st))
 		if err != nil {
-			return SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+			return client.SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
 		}
-		rep.Units[u.def.Key] = UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
+		rep.Units[u.def.Key] = client.UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
 	}
 	return rep, nil
 }

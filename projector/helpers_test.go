@@ -3,13 +3,11 @@ package projector
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -202,22 +200,6 @@ func toolSession() []session.Event {
 		ev(9, "turn/start", `{"turn":2}`, "", ""),
 		userMsg(10, "m2", "thanks"),
 	}
-}
-
-// queryErr asserts err is a *QueryError with code and a description naming the session.
-func queryErr(t *testing.T, err error, code, id string) *QueryError {
-	t.Helper()
-	var qe *QueryError
-	if !errors.As(err, &qe) {
-		t.Fatalf("want a *QueryError %s, got %T %v", code, err, err)
-	}
-	if qe.Code != code {
-		t.Fatalf("want code %s, got %s (%s)", code, qe.Code, qe.Description)
-	}
-	if id != "" && !strings.Contains(qe.Description, strconv.Quote(id)) {
-		t.Fatalf("description %q does not name session %q", qe.Description, id)
-	}
-	return qe
 }
 
 func int64s(a []int64) string { b, _ := json.Marshal(a); return string(b) }

@@ -47,7 +47,7 @@ func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
 	for i := 0; i < len(events); i += 2 {
 		e.appendRecord("grow", events[i:min(i+2, len(events))])
 		last := events[min(i+2, len(events))-1].Seq
-		r, err := QueryMessages(ctx(t), e.nc, "grow", last)
+		r, err := queryMessages(ctx(t), e.nc, "grow", last)
 		if err != nil {
 			t.Fatalf("after seq %d: %v", last, err)
 		}
@@ -86,7 +86,7 @@ func TestMessagesQueryRecoversFromAStalePosition(t *testing.T) {
 	events := toolSession()
 	e.appendRecord("s", events[0:6])
 	e.appendRecord("s", events[6:11])
-	r, err := QueryMessages(ctx(t), e.nc, "s", 10)
+	r, err := queryMessages(ctx(t), e.nc, "s", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestMessagesQueryRecoversFromAStalePosition(t *testing.T) {
 		l.mu.Lock()
 		corrupt(l)
 		l.mu.Unlock()
-		got, err := QueryMessages(ctx(t), e.nc, "s", 10)
+		got, err := queryMessages(ctx(t), e.nc, "s", 10)
 		if err != nil || !sameMessages(got.Messages, want) {
 			t.Fatalf("%s: %s, %v; want %s", name, got.Messages, err, want)
 		}
@@ -118,7 +118,7 @@ func TestMessagesQueryCacheBound(t *testing.T) {
 				id := fmt.Sprintf("s%d", i)
 				e.create(id)
 				e.appendRecord(id, toolSession())
-				r, err := QueryMessages(ctx(t), e.nc, id, 10)
+				r, err := queryMessages(ctx(t), e.nc, id, 10)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -190,7 +190,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		n := 0
 		for ; n < b.N; n++ {
 			appendEvs([]session.Event{userMsg(seq, fmt.Sprint("m", seq), "hi")})
-			if _, err := QueryMessages(bctx, te.NC, id, seq-1); err != nil {
+			if _, err := queryMessages(bctx, te.NC, id, seq-1); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -213,7 +213,7 @@ func TestOversizedSessionDoesNotEmptyTheCache(t *testing.T) {
 		id := fmt.Sprintf("small%d", i)
 		e.create(id)
 		e.appendRecord(id, toolSession())
-		if _, err := QueryMessages(ctx(t), e.nc, id, 10); err != nil {
+		if _, err := queryMessages(ctx(t), e.nc, id, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -223,7 +223,7 @@ func TestOversizedSessionDoesNotEmptyTheCache(t *testing.T) {
 		evs = append(evs, userMsg(s, fmt.Sprint("m", s), strings.Repeat("x", 1000)))
 	}
 	e.appendChunked("big", evs, 3)
-	r, err := QueryMessages(ctx(t), e.nc, "big", 39)
+	r, err := queryMessages(ctx(t), e.nc, "big", 39)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestKeepNothingKeepsNoEntries(t *testing.T) {
 		id := fmt.Sprintf("z%d", i)
 		e.create(id)
 		e.appendRecord(id, []session.Event{ev(0, "turn/start", `{"turn":1}`, "", ""), ev(1, "step/start", `{"turn":1,"step":1}`, "", "")})
-		if _, err := QueryMessages(ctx(t), e.nc, id, 1); err != nil {
+		if _, err := queryMessages(ctx(t), e.nc, id, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

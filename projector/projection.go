@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -12,39 +13,22 @@ import (
 const Unit = "messages"
 
 // StateVersion is the version of the stored State shape and of its fold. A stored projection with
-// another stateVersion is discarded and rebuilt from the session log (design.md §1, projection unit).
+// another stateVersion is discarded and rebuilt from the session log.
 const StateVersion = 1
 
-// State is the fold state of one session as stored: the surface nodes (seqs, in model-visible
-// order), replaceGeneration (count of committed replaces), the transcript (seqs of append-origin
-// surface events) and the open turn (turn number, or null). It is session.Surface without AsOfSeq,
-// which the Projection envelope carries.
-type State struct {
-	Nodes             []int64 `json:"nodes"`
-	ReplaceGeneration int64   `json:"replaceGeneration"`
-	Transcript        []int64 `json:"transcript"`
-	OpenTurn          *int64  `json:"openTurn"`
-}
+// State is the stored state of the messages unit: session.Surface without AsOfSeq, which the
+// Projection envelope carries.
+type State = client.State
 
-// ProjectionError records why a session's projection stopped: the seq of the first event that
-// could not be applied, the rule it broke (session.Error.Rule, or "record-decode" for a record that
-// does not decode, "log-read" for a log that cannot be read back) and the message.
-type ProjectionError struct {
-	Seq     int64  `json:"seq"`
-	Rule    string `json:"rule"`
-	Message string `json:"message"`
-}
+// ProjectionError records why a session's projection stopped: the seq of the first event not
+// applied, the rule it broke (session.Error.Rule, or "record-decode" for a record that does not
+// decode, "log-read" for a log that cannot be read back) and the message.
+type ProjectionError = client.ProjectionError
 
-// Projection is the value stored in the agentlog_projections KV bucket under "messages.<token>":
-// {"stateVersion":1,"asOfSeq":N,"state":{...},"error"?:{...}}. AsOfSeq is the last applied event
-// seq (-1 before any). When Error is set the projection is stopped: later records of the session
-// are acknowledged and ignored, and the query service answers "409".
-type Projection struct {
-	StateVersion int              `json:"stateVersion"`
-	AsOfSeq      int64            `json:"asOfSeq"`
-	State        State            `json:"state"`
-	Error        *ProjectionError `json:"error,omitempty"`
-}
+// Projection is the value stored under "messages.<token>":
+// {"stateVersion":1,"asOfSeq":N,"state":{...},"error"?:{...}}. When Error is set the projection is
+// stopped: later records of the session are acknowledged and ignored, and queries answer "409".
+type Projection = client.Projection
 
 // Key returns the agentlog_projections key of a session token: "messages.<token>".
 func Key(token string) string { return Unit + "." + token }
@@ -54,8 +38,8 @@ func newProjection() Projection {
 	return Projection{StateVersion: StateVersion, AsOfSeq: -1, State: State{Nodes: []int64{}, Transcript: []int64{}}}
 }
 
-// surface returns the session.Surface the projection holds (a copy).
-func (p Projection) surface() *session.Surface {
+// toSurface returns the session.Surface that p holds (a copy).
+func toSurface(p Projection) *session.Surface {
 	s := &session.Surface{
 		Nodes:             append([]int64{}, p.State.Nodes...),
 		ReplaceGeneration: p.State.ReplaceGeneration,

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -207,7 +208,7 @@ func (p *Projector) Start(ctx context.Context) error {
 	p.loop.Add(2)
 	go p.membership(mctx)
 	go p.heartbeat(mctx)
-	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", QueryService)
+	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", client.QueryService)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"encoding/json"
+	"github.com/agentlog/agentlog/client"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	e.appendRecord("s1", events[4:7])
 	e.appendRecord("s1", events[7:11])
 
-	r, err := QueryMessages(ctx(t), e.nc, "s1", 10)
+	r, err := queryMessages(ctx(t), e.nc, "s1", 10)
 	if err != nil {
 		t.Fatalf("QueryMessages: %v", err)
 	}
@@ -46,7 +47,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 		p.State.OpenTurn == nil || *p.State.OpenTurn != 2 {
 		t.Fatalf("stored projection %+v", p)
 	}
-	sp, err := QuerySurface(ctx(t), e.nc, "s1", -1)
+	sp, err := querySurface(ctx(t), e.nc, "s1", -1)
 	if err != nil {
 		t.Fatalf("QuerySurface: %v", err)
 	}
@@ -216,7 +217,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	}
 	e.appendRecord("good", events[6:11])
 
-	r, err := QueryMessages(ctx(t), e.nc, "good", 10)
+	r, err := queryMessages(ctx(t), e.nc, "good", 10)
 	if err != nil {
 		t.Fatalf("the good session stopped too: %v", err)
 	}
@@ -228,14 +229,14 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	if bad.Error == nil || bad.Error.Seq != 2 || bad.Error.Rule == "" || bad.AsOfSeq != 1 || !strings.Contains(bad.Error.Message, "bad") {
 		t.Fatalf("bad session: %+v (error %+v)", bad, bad.Error)
 	}
-	_, err = QueryMessages(ctx(t), e.nc, "bad", -1)
-	qe := queryErr(t, err, CodeStopped, "bad")
+	_, err = queryMessages(ctx(t), e.nc, "bad", -1)
+	qe := queryErr(t, err, client.CodeStopped, "bad")
 	if !strings.Contains(qe.Description, "seq 2") || !strings.Contains(qe.Description, bad.Error.Rule) {
 		t.Fatalf("409 description does not name the seq and rule: %q", qe.Description)
 	}
 	// minSeq on a stopped projection answers 409 at once rather than waiting.
-	_, err = QueryMessages(ctx(t), e.nc, "bad", 4)
-	queryErr(t, err, CodeStopped, "bad")
+	_, err = queryMessages(ctx(t), e.nc, "bad", 4)
+	queryErr(t, err, client.CodeStopped, "bad")
 
 	garbage := e.waitStored("garbage", func(p Projection) bool { return p.Error != nil })
 	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != ajs.RuleRecordEvent || garbage.AsOfSeq != -1 {
@@ -246,7 +247,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 		t.Fatalf("alien session: %+v", alien.Error)
 	}
 	// The surface endpoint shows a stopped projection with its error.
-	sp, err := QuerySurface(ctx(t), e.nc, "garbage", -1)
+	sp, err := querySurface(ctx(t), e.nc, "garbage", -1)
 	if err != nil || sp.Error == nil || *sp.Error != *garbage.Error {
 		t.Fatalf("surface of a stopped projection: %+v %v", sp, err)
 	}
@@ -258,17 +259,17 @@ func TestQueryWaitsForMinSeq(t *testing.T) {
 	e.create("s1")
 	events := toolSession()
 	e.appendRecord("s1", events[0:3])
-	if r, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil || r.AsOfSeq != 2 {
+	if r, err := queryMessages(ctx(t), e.nc, "s1", 2); err != nil || r.AsOfSeq != 2 {
 		t.Fatalf("QueryMessages minSeq 2: %+v %v", r, err)
 	}
 
 	type result struct {
-		r   MessagesReply
+		r   client.MessagesReply
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := QueryMessages(ctx(t), e.nc, "s1", 8)
+		r, err := queryMessages(ctx(t), e.nc, "s1", 8)
 		done <- result{r, err}
 	}()
 	// Append only once the query is known to be waiting on the KV key.
@@ -293,36 +294,36 @@ func TestQueryErrors(t *testing.T) {
 	e.startProjector("p1")
 	e.create("s1")
 	e.appendRecord("s1", toolSession()[0:3])
-	if _, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, "s1", 2); err != nil {
 		t.Fatal(err)
 	}
 
-	_, err := QueryMessages(ctx(t), e.nc, "nobody", -1)
-	queryErr(t, err, CodeNotFound, "nobody")
+	_, err := queryMessages(ctx(t), e.nc, "nobody", -1)
+	queryErr(t, err, client.CodeNotFound, "nobody")
 
 	// minSeq never reached within timeoutMs: 408 naming the session and where it stands.
 	body, _ := json.Marshal(map[string]any{"session": "s1", "minSeq": 50, "timeoutMs": 100})
-	msg, err := e.nc.RequestWithContext(ctx(t), MessagesSubject, body)
+	msg, err := e.nc.RequestWithContext(ctx(t), client.MessagesSubject, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, desc := msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"); code != CodeTimeout ||
+	if code, desc := msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"); client.Code(code) != client.CodeTimeout ||
 		!strings.Contains(desc, `"s1"`) || !strings.Contains(desc, "asOfSeq 2") {
 		t.Fatalf("want 408 naming s1 at asOfSeq 2, got %s %q", code, desc)
 	}
 
 	for _, bad := range []string{`not json`, `{}`, `{"session":""}`, `{"session":5}`} {
-		msg, err := e.nc.RequestWithContext(ctx(t), MessagesSubject, []byte(bad))
+		msg, err := e.nc.RequestWithContext(ctx(t), client.MessagesSubject, []byte(bad))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := msg.Header.Get("Nats-Service-Error-Code"); code != CodeBadRequest {
+		if code := msg.Header.Get("Nats-Service-Error-Code"); client.Code(code) != client.CodeBadRequest {
 			t.Fatalf("request %s: want 400, got %q (%s)", bad, code, msg.Data)
 		}
 	}
 	long := strings.Repeat("x", 300)
-	_, err = QueryMessages(ctx(t), e.nc, long, -1)
-	queryErr(t, err, CodeBadRequest, "")
+	_, err = queryMessages(ctx(t), e.nc, long, -1)
+	queryErr(t, err, client.CodeBadRequest, "")
 }
 
 func TestStopIsGraceful(t *testing.T) {
@@ -330,24 +331,24 @@ func TestStopIsGraceful(t *testing.T) {
 	p := e.startProjector("p1")
 	e.create("s1")
 	e.appendRecord("s1", toolSession()[0:3])
-	if _, err := QueryMessages(ctx(t), e.nc, "s1", 2); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, "s1", 2); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := QueryMessages(ctx(t), e.nc, "s1", 99)
+		_, err := queryMessages(ctx(t), e.nc, "s1", 99)
 		done <- err
 	}()
 	e.waitFor(func() bool { return p.waiting.Load() == 1 })
 	if err := p.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	queryErr(t, <-done, CodeUnavailable, "s1")
+	queryErr(t, <-done, client.CodeUnavailable, "s1")
 	if err := p.Stop(); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 	// Nothing serves the query subject any more.
-	_, err := QueryMessages(ctx(t), e.nc, "s1", -1)
+	_, err := queryMessages(ctx(t), e.nc, "s1", -1)
 	if err == nil || !strings.Contains(err.Error(), "no instance") {
 		t.Fatalf("after Stop: %v", err)
 	}
@@ -386,7 +387,7 @@ func TestStaleStateVersionIsRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.appendRecord("s1", events[4:11])
-	r, err := QueryMessages(ctx(t), e.nc, "s1", 10)
+	r, err := queryMessages(ctx(t), e.nc, "s1", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +416,7 @@ func TestTwoInstancesOnOneConsumer(t *testing.T) {
 		i += k
 	}
 	for _, id := range ids {
-		r, err := QueryMessages(ctx(t), e.nc, id, 10)
+		r, err := queryMessages(ctx(t), e.nc, id, 10)
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 )
 
-// answerMessages serves MessagesSubject: the stored projection's nodes, and their messages
+// answerMessages serves client.MessagesSubject: the stored projection's nodes, and their messages
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
-func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequest, proj Projection, _ []byte) {
+func (p *Projector) answerMessages(ctx context.Context, r responder, q query, proj Projection, _ []byte) {
 	tooLarge := proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
 	var folded map[int64]session.Event // the surface events read by foldLog
 	if tooLarge && q.Nodes == nil {
@@ -30,7 +31,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	if q.Nodes != nil {
 		for _, seq := range q.Nodes {
 			if seq < 0 || (seq > proj.AsOfSeq && !tooLarge) {
-				r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: node seq %d is not an event at or below the projection's asOfSeq %d", q.Session, seq, proj.AsOfSeq))
+				r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: node seq %d is not an event at or below the projection's asOfSeq %d", q.Session, seq, proj.AsOfSeq))
 				return
 			}
 		}
@@ -40,7 +41,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	if events == nil {
 		var err error
 		if events, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil); err != nil {
-			r.fail(CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
+			r.fail(client.CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 			return
 		}
 	}
@@ -50,7 +51,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		}
 		return session.Event{}, fmt.Errorf("session %q: surface node seq %d is not a user, assistant or tool-result event of its log", q.Session, seq)
 	}
-	reply := MessagesReply{
+	reply := client.MessagesReply{
 		Session:           q.Session,
 		AsOfSeq:           proj.AsOfSeq,
 		ReplaceGeneration: proj.State.ReplaceGeneration,
@@ -64,7 +65,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	}
 	envelope, err := encodeReply(reply)
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
 	// A reply without headers (success) may take the whole max payload; keep a little room.
@@ -73,7 +74,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		limit = max - 64
 	}
 	if int64(len(envelope)) > limit {
-		r.fail(CodeTooLarge, fmt.Sprintf("session %q: its %d surface nodes alone take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
+		r.fail(client.CodeTooLarge, fmt.Sprintf("session %q: its %d surface nodes alone take %d bytes, more than one reply can carry (the server's max payload is %d bytes)",
 			q.Session, len(nodes), len(envelope), p.nc.MaxPayload()))
 		return
 	}
@@ -83,9 +84,9 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	for i, seq := range nodes {
 		msgs, err := session.DeriveMessages([]int64{seq}, byseq)
 		if err != nil {
-			code := CodeInternal
+			code := client.CodeInternal
 			if q.Nodes != nil {
-				code = CodeBadRequest
+				code = client.CodeBadRequest
 			}
 			msg := err.Error()
 			var se *session.Error
@@ -105,7 +106,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 		if size+add > limit {
 			if i == 0 && !first {
 				// Alone on a page with the smallest envelope, it still does not fit.
-				r.fail(CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes; with the reply's other %d bytes that is more than one reply can carry (the server's max payload is %d bytes)",
+				r.fail(client.CodeTooLarge, fmt.Sprintf("session %q: the message of surface node seq %d takes %d bytes; with the reply's other %d bytes that is more than one reply can carry (the server's max payload is %d bytes)",
 					q.Session, seq, add, size, p.nc.MaxPayload()))
 				return
 			}
@@ -121,7 +122,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 	}
 	b, err := encodeReply(reply)
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
 	r.respond(b)
@@ -134,7 +135,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q QueryRequ
 // large by definition. With minSeq, it first waits for the log to reach it. Both waits end at
 // q's deadline. It has answered (false) when the log breaks a rule, cannot be read, or does not
 // reach minSeq in time.
-func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (Projection, map[int64]session.Event, bool) {
+func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projection, map[int64]session.Event, bool) {
 	deadline := q.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
@@ -143,13 +144,13 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (P
 	defer cancel()
 	gone := func() {
 		if ctx.Err() != nil {
-			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 		} else {
 			what := "no fold of a whole log was free"
 			if q.waits() {
 				what = fmt.Sprintf("its log did not reach seq %d, or no fold of a whole log was free", *q.MinSeq)
 			}
-			r.fail(CodeTimeout, fmt.Sprintf("session %q: %s within %d ms (its state is too large to store; messages are folded from the log)", q.Session, what, q.timeoutMs()))
+			r.fail(client.CodeTimeout, fmt.Sprintf("session %q: %s within %d ms (its state is too large to store; messages are folded from the log)", q.Session, what, q.timeoutMs()))
 		}
 	}
 	if q.waits() {
@@ -196,10 +197,10 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q QueryRequest) (P
 	})
 	switch {
 	case refused != nil:
-		r.fail(CodeStopped, fmt.Sprintf("session %q: %v", q.Session, refused))
+		r.fail(client.CodeStopped, fmt.Sprintf("session %q: %v", q.Session, refused))
 		return Projection{}, nil, false
 	case err != nil:
-		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
 		return Projection{}, nil, false
 	}
 	return fromSurface(surf), kept, true

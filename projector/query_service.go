@@ -9,84 +9,51 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
-// The query micro service: name, version and endpoint subjects.
-const (
-	QueryService        = "agentlog-query"
-	QueryServiceVersion = "0.2.0" // 0.2.0: paged messages replies (partial, nodes)
-	MessagesSubject     = "agentlog.query.messages"
-	SurfaceSubject      = "agentlog.query.surface"
-)
+// QueryServiceVersion is the version of the agentlog-query micro service (client.client.QueryService).
+// 0.2.0: paged messages replies (partial, nodes).
+const QueryServiceVersion = "0.2.0"
 
-// Query timeouts, in milliseconds: the minSeq wait when the request gives no timeoutMs, and the
-// longest wait a request may ask for.
-const (
-	DefaultTimeoutMs = 5000
-	MaxTimeoutMs     = 60000
-)
-
-// Query error codes (micro error codes of the agentlog-query service).
-const (
-	CodeBadRequest  = "400" // malformed request or invalid session id
-	CodeNotFound    = "404" // unknown session, or no projection stored yet
-	CodeTimeout     = "408" // minSeq not reached within timeoutMs
-	CodeStopped     = "409" // the session's projection was stopped by a bad log
-	CodeInternal    = "500" // KV or log read failure
-	CodeUnavailable = "503" // the projector is stopping
-	CodeTooLarge    = "413" // the reply is larger than the server's max payload
-)
-
-// QueryRequest is the request of both endpoints: {"session": id, "minSeq"?: n, "timeoutMs"?: n}.
-// MinSeq (an event seq) makes the service wait until the projection's asOfSeq >= minSeq, for at
-// most TimeoutMs milliseconds (default 5000, at most 60000). A negative or absent minSeq does not
-// wait.
-type QueryRequest struct {
-	Session   string `json:"session"`
-	MinSeq    *int64 `json:"minSeq,omitempty"`
-	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
-	// Unit is the projection unit's key (projection endpoint only).
-	Unit string `json:"unit,omitempty"`
-	// Nodes (messages endpoint only) asks for the messages of these surface nodes (event seqs)
-	// instead of the projection's: the continuation of a reply with Partial set. Every seq must
-	// be a user/message, assistant/message or tool/result event at or below the projection's
-	// asOfSeq ("400" otherwise).
-	Nodes []int64 `json:"nodes,omitempty"`
-
-	deadline time.Time // when waiting for minSeq ends: set once, when the request arrives
+// query is a request being answered: the wire request, and when its wait for minSeq ends (set
+// once, when the request arrives).
+type query struct {
+	client.QueryRequest
+	deadline time.Time
 }
 
 // addService starts the agentlog-query micro service (queue group "q", micro's default).
 func (p *Projector) addService() (micro.Service, error) {
 	svc, err := micro.AddService(p.nc, micro.Config{
-		Name:        QueryService,
+		Name:        client.QueryService,
 		Version:     QueryServiceVersion,
 		Description: "agentlog projections: derived messages and stored surfaces of sessions",
 		Metadata:    map[string]string{"instance": p.name},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("projector: starting service %s: %w", QueryService, err)
+		return nil, fmt.Errorf("projector: starting service %s: %w", client.QueryService, err)
 	}
 	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
 	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
 	pending := micro.WithEndpointPendingLimits(100_000, 256<<20)
-	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(MessagesSubject), pending); err != nil {
+	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(client.MessagesSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
 	}
-	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(SurfaceSubject), pending); err != nil {
+	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(client.SurfaceSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
 	}
-	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(ProjectionSubject), pending); err != nil {
+	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(client.ProjectionSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
 	}
-	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(SnapshotSubject), pending); err != nil {
+	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(client.SnapshotSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
 	}
@@ -98,7 +65,7 @@ func (p *Projector) addService() (micro.Service, error) {
 // reply (micro's error headers) to its reply subject.
 type responder interface {
 	respond(data []byte)
-	fail(code, desc string)
+	fail(code client.Code, desc string)
 }
 
 type syncResponder struct {
@@ -111,16 +78,16 @@ func (r syncResponder) respond(b []byte) {
 		r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
 	}
 }
-func (r syncResponder) fail(code, desc string) { _ = r.req.Error(code, desc, nil) }
+func (r syncResponder) fail(code client.Code, desc string) { _ = r.req.Error(string(code), desc, nil) }
 
 // replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
 // server's max payload, 500 otherwise.
-func replyErrCode(err error) string {
+func replyErrCode(err error) client.Code {
 	// micro reports a failed Respond as its own error type, with nats.go's text in it.
 	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
-		return CodeTooLarge
+		return client.CodeTooLarge
 	}
-	return CodeInternal
+	return client.CodeInternal
 }
 
 func replyErrDesc(id string, n int, err error) string {
@@ -141,15 +108,15 @@ func (r replyResponder) respond(b []byte) {
 	}
 }
 
-func (r replyResponder) fail(code, desc string) {
+func (r replyResponder) fail(code client.Code, desc string) {
 	if r.reply != "" {
 		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
-			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{code}}})
+			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
 	}
 }
 
 // answerFunc answers a request from a projection that satisfies it (raw is the stored value).
-type answerFunc func(ctx context.Context, r responder, q QueryRequest, proj Projection, raw []byte)
+type answerFunc func(ctx context.Context, r responder, q query, proj Projection, raw []byte)
 
 // readStatus is the outcome of readNow.
 type readStatus int
@@ -177,7 +144,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 		p.reqMu.Lock()
 		if p.closing {
 			p.reqMu.Unlock()
-			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 			return
 		}
 		p.reqs.Add(1)
@@ -186,7 +153,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 		case p.work <- struct{}{}:
 		default:
 			p.reqs.Done()
-			r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
+			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
 			return
 		}
 		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session}
@@ -211,7 +178,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			select {
 			case p.slots <- struct{}{}:
 			default:
-				ar.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
+				ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
 				return
 			}
 			defer func() { <-p.slots }()
@@ -227,9 +194,9 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 }
 
 // parseQuery decodes and checks a request; on failure it has already answered "400".
-func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
-	var q QueryRequest
-	if err := json.Unmarshal(data, &q); err != nil {
+func parseQuery(r responder, data []byte) (query, string, bool) {
+	var q query
+	if err := json.Unmarshal(data, &q.QueryRequest); err != nil {
 		// Name the session when the request names one, even if another field is wrong.
 		var named struct {
 			Session string `json:"session"`
@@ -238,56 +205,56 @@ func parseQuery(r responder, data []byte) (QueryRequest, string, bool) {
 		if json.Unmarshal(data, &named) == nil && named.Session != "" {
 			where = fmt.Sprintf("session %q: ", named.Session)
 		}
-		r.fail(CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
+		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
 		return q, "", false
 	}
 	if q.Session == "" {
-		r.fail(CodeBadRequest, "bad request: \"session\" is required")
+		r.fail(client.CodeBadRequest, "bad request: \"session\" is required")
 		return q, "", false
 	}
 	token, err := ajs.Token(q.Session)
 	if err != nil {
-		r.fail(CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
+		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
 		return q, "", false
 	}
 	return q, token, true
 }
 
 // timeoutMs is how long q may wait for minSeq, in ms.
-func (q QueryRequest) timeoutMs() int64 {
+func (q query) timeoutMs() int64 {
 	if q.TimeoutMs != nil && *q.TimeoutMs > 0 {
-		return min(*q.TimeoutMs, MaxTimeoutMs)
+		return min(*q.TimeoutMs, client.MaxTimeoutMs)
 	}
-	return DefaultTimeoutMs
+	return client.DefaultTimeoutMs
 }
 
 // waits reports whether q asks to wait for a seq.
-func (q QueryRequest) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
+func (q query) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
 // readNow reads the stored projection once.
-func (p *Projector) readNow(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, readStatus) {
+func (p *Projector) readNow(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, readStatus) {
 	key := Key(token)
 	e, err := p.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if q.waits() {
 			return Projection{}, nil, mustWait
 		}
-		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
+		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
 		return Projection{}, nil, answered
 	}
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
 		return Projection{}, nil, answered
 	}
 	proj, current, err := decodeProjection(e.Value())
 	switch {
 	case err != nil:
-		r.fail(CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
 		return Projection{}, nil, answered
 	case !current && q.waits():
 		return Projection{}, nil, mustWait
 	case !current:
-		r.fail(CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
+		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
 		return Projection{}, nil, answered
 	case proj.Error != nil && allowStopped:
 		return proj, e.Value(), ready
@@ -295,7 +262,7 @@ func (p *Projector) readNow(ctx context.Context, r responder, q QueryRequest, to
 		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
 		return proj, e.Value(), ready
 	case proj.Error != nil:
-		r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+		r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
 		return Projection{}, nil, answered
 	case q.waits() && proj.AsOfSeq < *q.MinSeq:
 		return Projection{}, nil, mustWait
@@ -310,7 +277,7 @@ func stoppedText(id string, pe *ProjectionError) string {
 // waitProjection watches the projection's KV key until asOfSeq >= minSeq (or the projection
 // stops), for at most timeoutMs. On failure it has already answered: "408" on timeout, "409" for a
 // stopped projection (unless allowStopped), "503" when the projector stops meanwhile.
-func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequest, token string, allowStopped bool) (Projection, []byte, bool) {
+func (p *Projector) waitProjection(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, bool) {
 	key := Key(token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
@@ -318,7 +285,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 	defer cancel()
 	w, err := p.store.Projections.Watch(wctx, key)
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
 		return Projection{}, nil, false
 	}
 	defer func() { _ = w.Stop() }()
@@ -329,7 +296,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				r.fail(CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
+				r.fail(client.CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
 				return Projection{}, nil, false
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -344,7 +311,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 				if allowStopped || proj.Error.Rule == RuleStateTooLarge {
 					return proj, e.Value(), true // too large: answerMessages folds the log
 				}
-				r.fail(CodeStopped, stoppedText(q.Session, proj.Error))
+				r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
 				return Projection{}, nil, false
 			}
 			if proj.AsOfSeq >= minSeq {
@@ -352,19 +319,20 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q QueryRequ
 			}
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				r.fail(CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+				r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 				return Projection{}, nil, false
 			}
 			at := "no projection yet"
 			if last != nil {
 				at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
 			}
-			r.fail(CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
+			r.fail(client.CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
 			return Projection{}, nil, false
 		}
 	}
 }
 
+// encodeReply encodes v without HTML-escaping (messages keep their bytes '<', '>', '&' as stored)
 // and without the encoder's trailing newline.
 func encodeReply(v any) ([]byte, error) {
 	var buf bytes.Buffer
@@ -376,9 +344,9 @@ func encodeReply(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// answerSurface serves SurfaceSubject: the stored projection JSON, as stored (Projection),
+// answerSurface serves client.SurfaceSubject: the stored projection JSON, as stored (Projection),
 // including its "error" when the projection is stopped (no "409" here: this endpoint is how a
 // stopped projection is inspected).
-func (p *Projector) answerSurface(_ context.Context, r responder, _ QueryRequest, _ Projection, raw []byte) {
+func (p *Projector) answerSurface(_ context.Context, r responder, _ query, _ Projection, raw []byte) {
 	r.respond(raw)
 }

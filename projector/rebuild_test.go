@@ -45,7 +45,7 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 		e.appendRecord(id, events[0:5])
 	}
 	for _, id := range []string{"busy", "idle"} {
-		if r, err := QueryProjection(ctx(t), e.nc, id, "counter", 4); err != nil || string(r.View) != "5" || r.StateVersion != 1 {
+		if r, err := queryProjection(ctx(t), e.nc, id, "counter", 4); err != nil || string(r.View) != "5" || r.StateVersion != 1 {
 			t.Fatalf("%s: v1 counter %+v %v", id, r, err)
 		}
 	}
@@ -58,11 +58,11 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 	reg2, _ := NewRegistry(counter(2))
 	e.startProjectorWith("v2", reg2)
 	e.appendRecord("busy", events[5:11])
-	r, err := QueryProjection(ctx(t), e.nc, "busy", "counter", 10)
+	r, err := queryProjection(ctx(t), e.nc, "busy", "counter", 10)
 	if err != nil || string(r.View) != "22" || r.StateVersion != 2 || r.AsOfSeq != 10 {
 		t.Fatalf("busy: v2 counter %+v %v", r, err)
 	}
-	r, err = QueryProjection(ctx(t), e.nc, "idle", "counter", -1)
+	r, err = queryProjection(ctx(t), e.nc, "idle", "counter", -1)
 	if err != nil || string(r.View) != "10" || r.StateVersion != 2 || r.AsOfSeq != 4 {
 		t.Fatalf("idle: v2 counter %+v %v", r, err)
 	}
@@ -84,7 +84,7 @@ func TestRebuildCommand(t *testing.T) {
 	}
 	e.create("empty")
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := QueryMessages(ctx(t), e.nc, id, 11); err != nil {
+		if _, err := queryMessages(ctx(t), e.nc, id, 11); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,7 +112,7 @@ func TestRebuildCommand(t *testing.T) {
 	if res.Sessions != 3 || res.Empty != 1 || res.Stopped != 0 || len(calls) != 4 || calls[3] != 4 {
 		t.Fatalf("rebuild: %+v, progress %v", res, calls)
 	}
-	r, err := QueryProjection(ctx(t), e.nc, "b", UnitTitle, -1)
+	r, err := queryProjection(ctx(t), e.nc, "b", UnitTitle, -1)
 	if err != nil || string(r.View) != `{"title":"T","seq":11,"source":{"kind":"fallback"}}` {
 		t.Fatalf("b: title %+v %v", r, err)
 	}
@@ -124,7 +124,7 @@ func TestRebuildCommand(t *testing.T) {
 	if err != nil || res.Sessions != 1 {
 		t.Fatalf("rebuild messages of a: %+v %v", res, err)
 	}
-	if r, err := QueryMessages(ctx(t), e.nc, "a", -1); err != nil || int64s(r.Nodes) != toolNodes {
+	if r, err := queryMessages(ctx(t), e.nc, "a", -1); err != nil || int64s(r.Nodes) != toolNodes {
 		t.Fatalf("a after rebuild: %+v %v", r, err)
 	}
 }

@@ -75,7 +75,7 @@ func TestRSSManySessions(t *testing.T) {
 		n, 3*n, elapsed.Round(time.Millisecond), float64(3*n)/elapsed.Seconds(), rss, hwm)
 	// Every session is projected (spot check across the range).
 	for _, i := range []int{0, n / 2, n - 1} {
-		if _, err := QueryMessages(ctx(t), e.nc, fmt.Sprintf("rss-%06d", i), 2); err != nil {
+		if _, err := queryMessages(ctx(t), e.nc, fmt.Sprintf("rss-%06d", i), 2); err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}
 	}

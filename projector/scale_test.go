@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/agentlog/agentlog/client"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -180,7 +182,7 @@ func (l *loader) checkAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range l.ids {
-		r, err := QueryMessages(ctx(t), l.e.nc, id, 10)
+		r, err := queryMessages(ctx(t), l.e.nc, id, 10)
 		if err != nil {
 			tok, _ := ajs.Token(id)
 			part := ajs.Partition(tok, l.e.store.Partitions)
@@ -206,10 +208,9 @@ func (l *loader) checkAll(t *testing.T) {
 // waitProjected blocks until the messages projection of id reaches seq.
 func (e *env) waitProjected(id string, seq int64) {
 	e.t.Helper()
-	if _, err := QueryMessages(ctx(e.t), e.nc, id, seq); err != nil {
+	if _, err := queryMessages(ctx(e.t), e.nc, id, seq); err != nil {
 		// The wait of one query is bounded; ask again while the partition is being taken over.
-		var qe *QueryError
-		if !strings.Contains(err.Error(), "408") && !(errorsAs(err, &qe) && qe.Code == CodeTimeout) {
+		if !strings.Contains(err.Error(), "408") && !errors.Is(err, client.ErrTimeout) {
 			e.t.Fatalf("%s: %v", id, err)
 		}
 		e.waitProjected(id, seq)
@@ -309,14 +310,6 @@ func TestScaleOneThreeOne(t *testing.T) {
 		}
 	})
 	l.checkAll(t)
-}
-
-func errorsAs(err error, target **QueryError) bool {
-	qe, ok := err.(*QueryError)
-	if ok {
-		*target = qe
-	}
-	return ok
 }
 
 // TestLeaseRenewalDoesNotWaitForHandover holds the workers' mutex, as a slow handover in rebalance
@@ -420,7 +413,7 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 	}
 	e.appendChunked("long", evs, 100)
 	e.appendRecord("short", evs[:3])
-	if r, err := QueryMessages(ctx(t), e.nc, "short", 2); err != nil || len(r.Messages) != 3 {
+	if r, err := queryMessages(ctx(t), e.nc, "short", 2); err != nil || len(r.Messages) != 3 {
 		t.Fatalf("the other session: %+v, %v", r, err)
 	}
 	stopped := e.waitStored("long", func(p Projection) bool { return p.Error != nil })
@@ -428,12 +421,12 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 		t.Fatalf("stored error %+v, want rule %s naming the session", stopped.Error, RuleStateTooLarge)
 	}
 	// Its messages are still served, folded from the log for each query.
-	r, err := QueryMessages(ctx(t), e.nc, "long", 599)
+	r, err := queryMessages(ctx(t), e.nc, "long", 599)
 	if err != nil || len(r.Messages) != 600 || r.AsOfSeq != 599 || !sameMessages(r.Messages, e.wantMessages("long", r.Nodes)) {
 		t.Fatalf("messages of the session whose state is too large: %d messages, asOfSeq %d, %v", len(r.Messages), r.AsOfSeq, err)
 	}
 	// The surface endpoint shows the stored error.
-	sp, err := QuerySurface(ctx(t), e.nc, "long", -1)
+	sp, err := querySurface(ctx(t), e.nc, "long", -1)
 	if err != nil || sp.Error == nil || sp.Error.Rule != RuleStateTooLarge {
 		t.Fatalf("surface of the stopped projection: %+v, %v", sp.Error, err)
 	}
@@ -456,11 +449,11 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
 	}
 	type result struct {
-		r   MessagesReply
+		r   client.MessagesReply
 		err error
 	}
 	waiting := make(chan result, 1)
-	go func() { r, err := QueryMessages(ctx(t), e.nc, "long", 599); waiting <- result{r, err} }()
+	go func() { r, err := queryMessages(ctx(t), e.nc, "long", 599); waiting <- result{r, err} }()
 	time.Sleep(100 * time.Millisecond) // let the query wait (it passes either way if it did not)
 	e.appendChunked("long", evs[:600], 100)
 	got := <-waiting
@@ -469,7 +462,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 	}
 	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
 	later := make(chan result, 1)
-	go func() { r, err := QueryMessages(ctx(t), e.nc, "long", 600); later <- result{r, err} }()
+	go func() { r, err := queryMessages(ctx(t), e.nc, "long", 600); later <- result{r, err} }()
 	time.Sleep(200 * time.Millisecond)
 	e.appendRecord("long", evs[600:])
 	got = <-later
@@ -526,7 +519,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 		t.Fatalf("rebuilt title unit of a stopped session whose surface shrank: %.300s", ent.Value())
 	}
 	// Its messages are the compacted history, folded from the log.
-	r, err := QueryMessages(ctx(t), e.nc, "long", 600)
+	r, err := queryMessages(ctx(t), e.nc, "long", 600)
 	if err != nil || len(r.Messages) != 1 || int64s(r.Nodes) != "[600]" {
 		t.Fatalf("messages after the compaction: %+v, %v", r.Nodes, err)
 	}
@@ -553,15 +546,15 @@ func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
 		go func() {
 			c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			_, err := QueryMessages(c, e.nc, "long", 10000)
+			_, err := queryMessages(c, e.nc, "long", 10000)
 			errs <- err
 		}()
 	}
 	time.Sleep(300 * time.Millisecond) // let them wait (the check below holds either way if not)
-	if _, err := QueryMessages(ctx(t), e.nc, "small", 0); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, "small", 0); err != nil {
 		t.Fatalf("another session while the too-large session's queries wait: %v", err)
 	}
 	for range cap(p.work) {
-		queryErr(t, <-errs, CodeTimeout, "long")
+		queryErr(t, <-errs, client.CodeTimeout, "long")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,10 +22,10 @@ var ErrNoProjection = errors.New("no projection (unknown session, or none of its
 // that (a unit registered since, or one whose stored stateVersion differs) are folded from the
 // log here, to the end of the log, and written back with a revision compare-and-swap (the
 // rebuild in place of a new stateVersion). Errors: ErrNoProjection (wrapped), a log or KV failure.
-func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (SnapshotReply, error) {
+func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (client.SnapshotReply, error) {
 	token, err := ajs.Token(id)
 	if err != nil {
-		return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+		return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
 	}
 	defs := reg.list()
 	var ss *sessState
@@ -32,28 +33,28 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		var consistent bool
 		ss, consistent, err = loadAll(ctx, store.Projections, defs, token, id)
 		if err != nil {
-			return SnapshotReply{}, err
+			return client.SnapshotReply{}, err
 		}
 		if ss.gate().rev == 0 {
-			return SnapshotReply{}, fmt.Errorf("session %q: %w", id, ErrNoProjection)
+			return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, ErrNoProjection)
 		}
 		if consistent {
 			break
 		}
 		if attempt == 10 {
 			if err := catchUp(ctx, store, ss); err != nil {
-				return SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+				return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
 			}
 			_, _ = writeSessions(ctx, store.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return SnapshotReply{}, ctx.Err()
+			return client.SnapshotReply{}, ctx.Err()
 		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
 		}
 	}
-	rep := SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]UnitView{}}
+	rep := client.SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
 	for _, u := range ss.units {
 		var st any = u.state
 		if u.def.gate {
@@ -61,9 +62,9 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		}
 		b, err := json.Marshal(u.def.view(st))
 		if err != nil {
-			return SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+			return client.SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
 		}
-		rep.Units[u.def.Key] = UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
+		rep.Units[u.def.Key] = client.UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
 		if u.err == nil {
 			rep.AsOfSeq = max(rep.AsOfSeq, u.asOfSeq)
 		}
@@ -100,29 +101,29 @@ func loadAll(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, tok
 	return ss, consistent, nil
 }
 
-// answerSnapshot serves SnapshotSubject (and ProjectionSubject when q.Unit is set).
-func (p *Projector) answerSnapshot(ctx context.Context, r responder, q QueryRequest, _ Projection, _ []byte) {
+// answerSnapshot serves client.SnapshotSubject (and client.ProjectionSubject when q.Unit is set).
+func (p *Projector) answerSnapshot(ctx context.Context, r responder, q query, _ Projection, _ []byte) {
 	if q.Unit != "" && p.registry.get(q.Unit) == nil {
-		r.fail(CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
+		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
 		return
 	}
 	snap, err := ReadSnapshot(ctx, p.store, p.registry, q.Session)
 	if errors.Is(err, ErrNoProjection) {
-		r.fail(CodeNotFound, err.Error())
+		r.fail(client.CodeNotFound, err.Error())
 		return
 	}
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: reading the snapshot: %v", q.Session, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading the snapshot: %v", q.Session, err))
 		return
 	}
 	var b []byte
 	if q.Unit != "" {
-		b, err = json.Marshal(ProjectionReply{Session: q.Session, Unit: q.Unit, UnitView: snap.Units[q.Unit]})
+		b, err = json.Marshal(client.ProjectionReply{Session: q.Session, Unit: q.Unit, UnitView: snap.Units[q.Unit]})
 	} else {
 		b, err = json.Marshal(snap)
 	}
 	if err != nil {
-		r.fail(CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
+		r.fail(client.CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
 		return
 	}
 	r.respond(b)

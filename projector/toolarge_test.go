@@ -3,6 +3,7 @@ package projector
 import (
 	"errors"
 	"fmt"
+	"github.com/agentlog/agentlog/client"
 	"strings"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestMessagesReplyPaged(t *testing.T) {
 	for _, ev := range events {
 		e.appendRecord(id, []session.Event{ev})
 	}
-	r, err := QueryMessages(ctx(t), e.nc, id, 11)
+	r, err := queryMessages(ctx(t), e.nc, id, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,23 +34,23 @@ func TestMessagesReplyPaged(t *testing.T) {
 		t.Fatalf("paged messages: %d messages, partial %v; want the 12 derived from the log", len(r.Messages), r.Partial)
 	}
 	// The first page alone is partial.
-	first, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id})
+	first, err := queryMessagesPage(ctx(t), e.nc, client.QueryRequest{Session: id})
 	if err != nil || first.Partial == nil || *first.Partial < 1 || *first.Partial >= 12 || len(first.Messages) != *first.Partial || len(first.Nodes) != 12 {
 		t.Fatalf("first page: partial %v, %d messages, %d nodes, %v", first.Partial, len(first.Messages), len(first.Nodes), err)
 	}
 	// A continuation's nodes are the ones it covers.
-	next, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id, Nodes: first.Nodes[*first.Partial:]})
+	next, err := queryMessagesPage(ctx(t), e.nc, client.QueryRequest{Session: id, Nodes: first.Nodes[*first.Partial:]})
 	if err != nil || next.Partial == nil || len(next.Nodes) != *next.Partial || len(next.Messages) != *next.Partial {
 		t.Fatalf("continuation: partial %v, %d nodes, %d messages, %v", next.Partial, len(next.Nodes), len(next.Messages), err)
 	}
 	// A continuation naming a seq that is not a surface event, or past asOfSeq, is refused.
 	e.appendRecord(id, []session.Event{ev(12, "turn/start", `{"turn":1}`, "", "")})
-	if _, err := QueryMessages(ctx(t), e.nc, id, 12); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, id, 12); err != nil {
 		t.Fatal(err)
 	}
 	for _, nodes := range [][]int64{{12}, {99}, {-1}} {
-		_, err := queryMessagesPage(ctx(t), e.nc, QueryRequest{Session: id, Nodes: nodes})
-		queryErr(t, err, CodeBadRequest, id)
+		_, err := queryMessagesPage(ctx(t), e.nc, client.QueryRequest{Session: id, Nodes: nodes})
+		queryErr(t, err, client.CodeBadRequest, id)
 	}
 
 	// A message as large as one record can hold comes back too, alone on its page.
@@ -62,7 +63,7 @@ func TestMessagesReplyPaged(t *testing.T) {
 		after = append(after, userMsg(seq, fmt.Sprint("a", seq), "after"))
 	}
 	e.appendRecord(huge, after)
-	hr, err := QueryMessages(ctx(t), e.nc, huge, 299)
+	hr, err := queryMessages(ctx(t), e.nc, huge, 299)
 	if err != nil || len(hr.Messages) != 300 || !sameMessages(hr.Messages, e.wantMessages(huge, hr.Nodes)) {
 		t.Fatalf("a message of about 1 MiB among 300: %d messages, %v", len(hr.Messages), err)
 	}
@@ -70,7 +71,7 @@ func TestMessagesReplyPaged(t *testing.T) {
 	const small = "html"
 	e.create(small)
 	e.appendRecord(small, []session.Event{userMsg(0, "h", "<a & b>")})
-	reply, err := QueryMessages(ctx(t), e.nc, small, 0)
+	reply, err := queryMessages(ctx(t), e.nc, small, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +114,11 @@ func TestSnapshotReplyTooLarge(t *testing.T) {
 	big := strings.Repeat("t", 600<<10)
 	e.appendRecord(id, []session.Event{ev(0, "session/title", `{"title":"`+big+`"}`, "", "")})
 	e.appendRecord(id, []session.Event{ev(1, "todo/write", `{"todos":[{"content":"`+big+`","status":"pending"}]}`, "", "")})
-	if _, err := QueryMessages(ctx(t), e.nc, id, 1); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, id, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err := QuerySnapshot(ctx(t), e.nc, id, -1)
-	qe := queryErr(t, err, CodeTooLarge, id)
+	_, err := querySnapshot(ctx(t), e.nc, id, -1)
+	qe := queryErr(t, err, client.CodeTooLarge, id)
 	if !strings.Contains(qe.Description, "max payload") {
 		t.Fatalf("description %q does not say why", qe.Description)
 	}
@@ -131,19 +132,19 @@ func TestBusyProjectorAnswers503(t *testing.T) {
 	p := e.startProjector("p1")
 	e.create("s")
 	e.appendRecord("s", toolSession()[:3])
-	if _, err := QueryMessages(ctx(t), e.nc, "s", 2); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, "s", 2); err != nil {
 		t.Fatal(err)
 	}
 	for range cap(p.work) {
 		p.work <- struct{}{}
 	}
-	_, err := QueryMessages(ctx(t), e.nc, "s", -1)
-	qe := queryErr(t, err, CodeUnavailable, "s")
+	_, err := queryMessages(ctx(t), e.nc, "s", -1)
+	qe := queryErr(t, err, client.CodeUnavailable, "s")
 	if !strings.Contains(qe.Description, "retry") {
 		t.Fatalf("503 description %q does not say to retry", qe.Description)
 	}
 	<-p.work
-	if _, err := QueryMessages(ctx(t), e.nc, "s", -1); err != nil {
+	if _, err := queryMessages(ctx(t), e.nc, "s", -1); err != nil {
 		t.Fatalf("after a slot freed: %v", err)
 	}
 	for range cap(p.work) - 1 {

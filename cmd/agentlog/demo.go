@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 	"github.com/spf13/cobra"
 )
@@ -119,6 +119,10 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 	p.section(fmt.Sprintf("derived messages (deriveMessages, from the projector: %d)", len(msgs)))
 	printMessages(p, msgs)
 
+	c, err := client.New(s.nc)
+	if err != nil {
+		return err
+	}
 	good, bad := demoForkBoundaries(stored)
 	if good < 0 {
 		p.section("fork at a turn boundary: skipped")
@@ -126,7 +130,7 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 	}
 	if good >= 0 {
 		child := id + "/fork-at-" + fmt.Sprint(good)
-		res, err := forker.Fork(ctx, s.nc, forker.Request{Source: id, Boundary: &good, Child: child})
+		res, err := c.Fork(ctx, client.ForkRequest{Source: id, Boundary: &good, Child: child})
 		if err != nil {
 			return fmt.Errorf("demo fork at %d: %w", good, err)
 		}
@@ -144,12 +148,12 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 		p.line("  session %q's last turn is too short to fork inside", id)
 	}
 	if bad >= 0 {
-		_, err := forker.Fork(ctx, s.nc, forker.Request{Source: id, Boundary: &bad, Child: id + "/fork-at-" + fmt.Sprint(bad)})
-		var fe *session.ForkError
+		_, err := c.Fork(ctx, client.ForkRequest{Source: id, Boundary: &bad, Child: id + "/fork-at-" + fmt.Sprint(bad)})
+		var ce *client.Error
 		switch {
-		case errors.As(err, &fe):
+		case errors.As(err, &ce) && errors.Is(err, client.ErrOpenTurn):
 			p.section(fmt.Sprintf("fork inside an open turn, seq %d: refused", bad))
-			p.line("  %s: %s", fe.Code, fe.Msg)
+			p.line("  %s: %s", ce.Code, ce.Description)
 		case err != nil:
 			return err
 		default:

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
@@ -257,6 +258,10 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 
 	// Lag under a steady append load: append acknowledged -> the query service answers minSeq.
 	if o.LagRate > 0 {
+		qc, err := client.New(nc)
+		if err != nil {
+			return res, err
+		}
 		var lags []time.Duration
 		var lmu sync.Mutex
 		var qwg sync.WaitGroup
@@ -283,7 +288,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 			qwg.Add(1)
 			go func() {
 				defer qwg.Done()
-				_, err := projector.QueryMessages(ctx, nc, id, seq)
+				_, err := qc.Messages(ctx, id, client.MinSeq(seq))
 				lag := time.Since(acked)
 				lmu.Lock()
 				defer lmu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -36,7 +36,11 @@ func TestRebuildCmd(t *testing.T) {
 	if err := s.store.CreateSession(ctx, session.Header{ID: "r1", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := projector.QueryMessages(ctx, s.nc, "r1", 1); err != nil {
+	qc, err := client.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qc.Messages(ctx, "r1", client.MinSeq(1)); err != nil {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
@@ -49,7 +53,7 @@ func TestRebuildCmd(t *testing.T) {
 	if !strings.Contains(out.String(), "rebuilt title: 1 session(s)") {
 		t.Fatalf("output %q", out.String())
 	}
-	r, err := projector.QueryProjection(ctx, s.nc, "r1", "title", -1)
+	r, err := qc.Projection(ctx, "r1", "title")
 	if err != nil || !strings.Contains(string(r.View), `"hello"`) {
 		t.Fatalf("title after rebuild: %+v %v", r, err)
 	}

@@ -10,9 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
-	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -248,9 +247,16 @@ func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id stri
 		}
 		minSeq = tail.NextSeq - 1
 	}
-	reply, err := projector.QueryMessages(ctx, nc, id, minSeq)
-	var qe *projector.QueryError
-	if errors.As(err, &qe) && qe.Code == projector.CodeNotFound {
+	c, err := client.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	var opts []client.Option
+	if minSeq >= 0 {
+		opts = append(opts, client.MinSeq(minSeq))
+	}
+	reply, err := c.Messages(ctx, id, opts...)
+	if errors.Is(err, client.ErrNotFound) {
 		// A session that exists but has no events has no projection yet: its history is empty.
 		if _, herr := store.GetSession(ctx, id); herr == nil {
 			if tail, terr := store.GetTail(ctx, id); terr == nil && tail.NextSeq == 0 {
@@ -306,11 +312,15 @@ and prints the reference's code and exact text on stderr, e.g.
 				return err
 			}
 			defer nc.Close()
-			req := forker.Request{Source: args[0], Child: child}
+			req := client.ForkRequest{Source: args[0], Child: child}
 			if cmd.Flags().Changed("at") {
 				req.Boundary = &at
 			}
-			res, err := forker.Fork(ctx, nc, req)
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			res, err := c.Fork(ctx, req)
 			if err != nil {
 				return forkExit(err)
 			}
@@ -322,14 +332,17 @@ and prints the reference's code and exact text on stderr, e.g.
 	return c
 }
 
-// forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr.
+// forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr (the text alone
+// for a seed-validation refusal, which the reference raises without a code).
 func forkExit(err error) error {
-	var fe *session.ForkError
-	if errors.As(err, &fe) {
-		if fe.Code != "" {
-			return &exitError{code: 1, err: fmt.Errorf("%s: %s", fe.Code, fe.Msg)}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		switch ce.Code {
+		case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeSessionNotFound, client.CodeSessionExists:
+			return &exitError{code: 1, err: fmt.Errorf("%s: %s", ce.Code, ce.Description)}
+		case client.CodeInvalidSeed:
+			return &exitError{code: 1, err: errors.New(ce.Description)}
 		}
-		return &exitError{code: 1, err: errors.New(fe.Msg)}
 	}
 	return err
 }
