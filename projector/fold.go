@@ -291,7 +291,8 @@ const RuleStateTooLarge = "state-too-large"
 // stateHeaderRoom is what a stored value leaves of the max payload for the subject and headers.
 const stateHeaderRoom = 512
 
-// maxStateBytes is the largest stored value a checkpoint publishes, in bytes (tests lower it).
+// maxStateBytes is the largest stored value a checkpoint publishes, in bytes.
+// test hook: lowerStateLimit replaces it.
 var maxStateBytes = func(js jetstream.JetStream) int64 { return js.Conn().MaxPayload() - stateHeaderRoom }
 
 // stopTooLarge stops unit u of session ss, whose stored value would take size bytes, more than

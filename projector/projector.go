@@ -44,14 +44,15 @@ type Options struct {
 	// nothing, read the whole log for every query).
 	QueryCacheBytes int64
 	// MemberTTL is the member lease: an instance that stops renewing it (killed) loses its
-	// partitions after this (default 3 s; renewed every MemberTTL/3).
+	// partitions after this (default 3 s; renewed every MemberTTL/4, partitions rebalanced every
+	// MemberTTL/3).
 	MemberTTL time.Duration
 }
 
 // Projector folds the sessions of the AGENTLOG stream into their projection units' states in the
 // agentlog_projections KV bucket, and serves the agentlog-query micro service.
 //
-// Instances divide the stream's partitions among themselves (design.md §4): each holds a lease
+// Instances divide the stream's partitions among themselves: each holds a lease
 // in the MembersBucket KV bucket, and partition p is consumed, in stream order, by the member
 // Assign gives it, through the durable consumer agentlog-projector-<p> whose pinned-client
 // priority group lets only one instance be served at a time.
@@ -61,42 +62,59 @@ type Options struct {
 // log, and every write is a revision compare-and-swap, so a redelivered record is never applied
 // twice. A session whose log breaks a rule stops only its own projection (its values' "error").
 type Projector struct {
-	store         *ajs.Store
-	nc            *nats.Conn
-	name          string
-	memberKey     string
-	logger        *slog.Logger
-	registry      *Registry
-	defs          []*Definition
-	cacheSessions int
-	flushInterval time.Duration
-	memberTTL     time.Duration
-	startedAt     time.Time
+	store    *ajs.Store
+	nc       *nats.Conn
+	name     string
+	logger   *slog.Logger
+	registry *Registry
+	defs     []*Definition // registry.list(), taken at Start
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards started and stopped
 	started bool
 	stopped bool
-	cancel  context.CancelFunc
-	mcancel context.CancelFunc // stops the membership loop
+	runCtx  context.Context    // from Start to Stop
+	cancel  context.CancelFunc // ends runCtx
+
+	memberState
+	foldState
+	queryState
+}
+
+// memberState is the membership of an instance: its lease in MembersBucket and the loops that
+// renew it and rebalance the partitions.
+type memberState struct {
+	memberKey   string
+	memberTTL   time.Duration
+	startedAt   time.Time
+	members     jetstream.KeyValue
+	mcancel     context.CancelFunc // stops the membership loops
+	loop        sync.WaitGroup     // the membership and heartbeat loops
+	lastMembers []string           // the members at the last rebalance (guarded by wmu)
+}
+
+// foldState is the folding of the partitions this instance owns.
+type foldState struct {
+	cacheSessions int
+	flushInterval time.Duration
+	applied       atomic.Int64 // events folded (all partitions)
+
+	wmu      sync.Mutex
+	workers  map[int]*worker
+	wstopped bool
+	owned    atomic.Pointer[[]int] // the partitions consumed now (sorted), read without wmu
+}
+
+// queryState is the agentlog-query service of an instance.
+type queryState struct {
 	svc     micro.Service
-	members jetstream.KeyValue
-	loop    sync.WaitGroup // the membership loop
 	reqs    sync.WaitGroup // query handlers in flight, including those waiting for minSeq
 	reqMu   sync.Mutex     // guards closing and reqs.Add
 	closing bool
-	runCtx  context.Context
 	slots   chan struct{} // bounds the queries waiting for minSeq
 	work    chan struct{} // bounds the queries being answered
 	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
-	waiting atomic.Int64  // queries waiting for minSeq (observed by tests)
-	applied atomic.Int64  // events folded (all partitions)
-
-	wmu         sync.Mutex
-	workers     map[int]*worker
-	wstopped    bool
-	lastMembers []string
-	owned       atomic.Pointer[[]int] // the partitions consumed now (sorted), read without wmu
+	waiting atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
@@ -123,19 +141,18 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 		memberKey = fmt.Sprintf("projector-%d", os.Getpid())
 	}
 	p := &Projector{
-		store:         store,
-		nc:            nc,
-		name:          name,
-		memberKey:     memberKey,
-		logger:        logger.With("component", "projector", "instance", name),
-		registry:      reg,
-		cacheSessions: opts.CacheSessions,
-		flushInterval: opts.FlushInterval,
-		memberTTL:     opts.MemberTTL,
-		slots:         make(chan struct{}, 256),
-		work:          make(chan struct{}, 64),
-		folds:         make(chan struct{}, 2),
-		workers:       map[int]*worker{},
+		store:       store,
+		nc:          nc,
+		name:        name,
+		logger:      logger.With("component", "projector", "instance", name),
+		registry:    reg,
+		memberState: memberState{memberKey: memberKey, memberTTL: opts.MemberTTL},
+		foldState:   foldState{cacheSessions: opts.CacheSessions, flushInterval: opts.FlushInterval, workers: map[int]*worker{}},
+		queryState: queryState{
+			slots: make(chan struct{}, 256),
+			work:  make(chan struct{}, 64),
+			folds: make(chan struct{}, 2),
+		},
 	}
 	if p.cacheSessions <= 0 {
 		p.cacheSessions = DefaultCacheSessions
