@@ -152,10 +152,10 @@ func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o op
 	return decode(QueryService, q.Session, body, v)
 }
 
-// Messages returns the derived messages of session id (the surface endpoint's nodes and
-// deriveMessages of them). A history larger than one reply is fetched in pages and returned whole
-// (Partial nil). Options: MinSeq, Timeout. Errors are *Error (ErrNotFound, ErrTimeout, ErrStopped,
-// ErrTooLarge for one message larger than a reply, ...).
+// Messages returns the derived messages of session id: its surface nodes and deriveMessages of
+// them. A history larger than one reply is fetched in pages and returned whole (Partial nil).
+// Options: MinSeq, Timeout. Errors are *Error: ErrNotFound, ErrTimeout, ErrStopped, ErrTooLarge
+// (one message larger than a reply), ...
 func (c *Client) Messages(ctx context.Context, id string, opts ...Option) (MessagesReply, error) {
 	o, err := c.callOptions(QueryService, id, opts)
 	if err != nil {
