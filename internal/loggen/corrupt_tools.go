@@ -1,0 +1,186 @@
+package loggen
+
+import "fmt"
+
+// Tool/result replaces (prunes): refused and accepted rewrites.
+
+func (c *ctx) toolResultReplaceMulti() bool {
+	i := c.pick(func(i int, e Ev) bool { return e.Type == "tool/result" && isSurface(e) && len(c.nodesBefore(i)) >= 2 })
+	if i < 0 {
+		return false
+	}
+	nodes := c.nodesBefore(i)
+	a := c.r.IntN(len(nodes) - 1)
+	b := a + 1 + c.r.IntN(min(4, len(nodes)-a-1))
+	e := &c.log.Events[i]
+	c.variant(fmt.Sprintf("%d-nodes", b-a+1))
+	e.SurfaceOp = replaceOp(nodes[a], nodes[b])
+	e.Sources, e.HasSources = append([]int64{}, nodes[a:b+1]...), true
+	c.refuse(i)
+	return true
+}
+
+func (c *ctx) toolResultReplaceTarget() bool {
+	i := c.pick(func(i int, e Ev) bool {
+		if e.Type != "tool/result" || !isSurface(e) {
+			return false
+		}
+		for _, n := range c.nodesBefore(i) {
+			if c.log.Events[n].Type != "tool/result" {
+				return true
+			}
+		}
+		return false
+	})
+	if i < 0 {
+		return false
+	}
+	var targets []int64
+	for _, n := range c.nodesBefore(i) {
+		if c.log.Events[n].Type != "tool/result" {
+			targets = append(targets, n)
+		}
+	}
+	t := targets[c.r.IntN(len(targets))]
+	e := &c.log.Events[i]
+	c.variant(c.log.Events[t].Type)
+	e.SurfaceOp = replaceOp(t, t)
+	e.Sources, e.HasSources = []int64{t}, true
+	c.refuse(i)
+	return true
+}
+
+func (c *ctx) toolResultReplaceMore() bool {
+	i := c.pick(func(i int, e Ev) bool {
+		if e.Type != "tool/result" || !isSurface(e) {
+			return false
+		}
+		for _, n := range c.nodesBefore(i) {
+			if c.log.Events[n].Type == "tool/result" {
+				return true
+			}
+		}
+		return false
+	})
+	if i < 0 {
+		return false
+	}
+	var targets []int64
+	for _, n := range c.nodesBefore(i) {
+		if c.log.Events[n].Type == "tool/result" {
+			targets = append(targets, n)
+		}
+	}
+	t := targets[c.r.IntN(len(targets))]
+	data := Clone(c.log.Events[t].Data).(Obj)
+	msg := mustGet(data, "message").(Obj)
+	block := mustGet(msg, "content").(Arr)[0].(Obj)
+	block.Set("content", Arr{Obj{{"type", "text"}, {"text", "[pruned]"}}})
+	switch c.variant("message-id", "is-error", "turn", "meta", "tool-call-id", "block-key", "role", "error") {
+	case "message-id":
+		msg.Set("id", "pruned-"+fmt.Sprint(mustGet(msg, "id")))
+	case "is-error":
+		if v, ok := block.Get("isError"); ok {
+			block.Set("isError", v != true)
+		} else {
+			msg.Set("content", Arr{append(block, KV{"isError", false})})
+		}
+	case "turn":
+		data.Set("turn", int64(99))
+	case "meta":
+		data = data.Set("meta", Obj{{"pruned", true}, {"n", int64(c.r.IntN(9))}})
+		if v, ok := c.log.Events[t].Data.(Obj).Get("meta"); ok && string(JSON(v)) == string(JSON(mustGet(data, "meta"))) {
+			data.Set("meta", Obj{{"pruned", "twice"}})
+		}
+	case "tool-call-id":
+		block.Set("toolCallId", "other-call")
+	case "block-key":
+		msg.Set("content", Arr{append(block, KV{"pruned", true})})
+	case "role":
+		msg.Set("role", "tool")
+	default:
+		data = data.Set("error", Obj{{"name", "Pruned"}, {"code", "PRUNED"}})
+		if v, ok := c.log.Events[t].Data.(Obj).Get("error"); ok && string(JSON(v)) == string(JSON(mustGet(data, "error"))) {
+			data.Set("error", Obj{{"name", "Pruned2"}})
+		}
+	}
+	e := &c.log.Events[i]
+	e.Data = data
+	e.SurfaceOp = replaceOp(t, t)
+	e.Sources, e.HasSources = []int64{t}, true
+	c.refuse(i)
+	return true
+}
+
+func (c *ctx) pruneQuirk() bool {
+	// A tool/result replace that the reference's rewrite check (assertToolResultRewrite)
+	// accepts: it compares the data as JavaScript values, and only the first block of
+	// the message content.
+	i := c.pick(func(i int, e Ev) bool {
+		if e.Type != "tool/result" || !isSurface(e) {
+			return false
+		}
+		for _, n := range c.nodesBefore(i) {
+			if c.log.Events[n].Type == "tool/result" {
+				return true
+			}
+		}
+		return false
+	})
+	if i < 0 {
+		return false
+	}
+	var targets []int64
+	for _, n := range c.nodesBefore(i) {
+		if c.log.Events[n].Type == "tool/result" {
+			targets = append(targets, n)
+		}
+	}
+	t := targets[c.r.IntN(len(targets))]
+	orig := c.log.Events[t].Data.(Obj)
+	data := Clone(orig).(Obj)
+	msg := mustGet(data, "message").(Obj)
+	block := mustGet(msg, "content").(Arr)[0].(Obj)
+	block.Set("content", Arr{Obj{{"type", "text"}, {"text", "[pruned]"}}})
+	switch c.variant("original-two-blocks", "replacement-two-blocks", "block-content-missing", "key-order", "number-spelling", "duplicate-key", "unicode-escape") {
+	case "original-two-blocks":
+		om := mustGet(orig, "message").(Obj)
+		ob := mustGet(om, "content").(Arr)
+		om.Set("content", append(Clone(ob).(Arr), Obj{{"type", "text"}, {"text", "second block"}}))
+	case "replacement-two-blocks":
+		msg.Set("content", Arr{block, Obj{{"type", "text"}, {"text", "extra"}}})
+	case "block-content-missing":
+		msg.Set("content", Arr{block.Del("content")})
+	case "key-order":
+		rev := make(Obj, len(data))
+		for k := range data {
+			rev[len(data)-1-k] = data[k]
+		}
+		data = rev
+	case "number-spelling":
+		data.Set("turn", Raw(fmt.Sprintf("%d.0", mustGet(data, "turn"))))
+		data.Set("step", Raw(fmt.Sprintf("%de0", mustGet(data, "step"))))
+	case "duplicate-key":
+		data = append(Obj{{"turn", int64(999)}}, data...)
+	default:
+		id, _ := mustGet(msg, "id").(string)
+		if id == "" {
+			return false
+		}
+		msg.Set("id", Raw(fmt.Sprintf(`"\u%04x%s"`, id[0], escapeRest(id[1:]))))
+	}
+	e := &c.log.Events[i]
+	e.Data = data
+	e.SurfaceOp = replaceOp(t, t)
+	e.Sources, e.HasSources = []int64{t}, true
+	// Later events may build on the surface this event no longer makes: the log ends here.
+	c.log.Events = c.log.Events[:i+1]
+	c.accept(i)
+	return true
+}
+
+// escapeRest returns s as the inside of a JSON string literal.
+func escapeRest(s string) string {
+	q := JSON(s)
+	return string(q[1 : len(q)-1])
+}
