@@ -7,6 +7,7 @@ import (
 
 // Faults in the data of core events: message shapes, turn/step/call ids, request/header.
 
+// legacyHeader writes a legacy request/header-delta, or a request/header with reason "fallback".
 func (c *ctx) legacyHeader() bool {
 	if len(c.log.Events) == 0 {
 		return false
@@ -15,7 +16,7 @@ func (c *ctx) legacyHeader() bool {
 	var i int
 	switch v {
 	case "header-delta-type", "fallback-reason":
-		i = c.pick(func(_ int, e Ev) bool { return e.Type == "request/header" })
+		i = c.pickType("request/header")
 		if i < 0 {
 			return false
 		}
@@ -36,8 +37,9 @@ func (c *ctx) legacyHeader() bool {
 	return true
 }
 
+// messageShape writes message shapes that append accepts and a fork's seed check refuses.
 func (c *ctx) messageShape() bool {
-	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) })
+	i := c.pickSurface()
 	if i < 0 {
 		return false
 	}
@@ -58,11 +60,11 @@ func (c *ctx) messageShape() bool {
 			c.accept(i)
 		case "content-object":
 			msg.Set("content", Obj{}) // derives; the crash-repair scan cannot iterate it
-			c.f.Seq, c.f.Expect = int64(i), Unknown
+			c.unknown(i)
 		case "content-null-block":
 			// the crash-repair scan reads block.type of every assistant/message block
 			msg.Set("content", append(Arr{nil}, mustGet(msg, "content").(Arr)...))
-			c.f.Seq, c.f.Expect, c.f.Accepted = int64(i), Refused, len(c.log.Events)
+			c.refuseAll(i)
 		default:
 			found := false
 			content := mustGet(msg, "content").(Arr)
@@ -132,14 +134,14 @@ func (c *ctx) messageShape() bool {
 	}
 	if e.Type == "tool/result" || (e.Type == "assistant/message" && c.f.Variant == "content-string") {
 		// a later prune of this tool/result, or the crash-repair scan, may trip over it
-		c.f.Expect = Unknown
-		c.f.Seq = int64(i)
+		c.unknown(i)
 		return true
 	}
 	c.accept(i)
 	return true
 }
 
+// legacyShape writes an assistant/message or tool/result without data.message (or its content).
 func (c *ctx) legacyShape() bool {
 	i := c.pick(func(_ int, e Ev) bool { return e.Type == "assistant/message" || e.Type == "tool/result" })
 	if i < 0 {
@@ -155,11 +157,11 @@ func (c *ctx) legacyShape() bool {
 		msg := mustGet(e.Data.(Obj), "message").(Obj)
 		e.Data = e.Data.(Obj).Set("message", msg.Del("content"))
 	}
-	c.f.Seq = int64(i)
-	c.f.Expect = Unknown
+	c.unknown(i)
 	return true
 }
 
+// turnOdd writes turn and step numbers and call ids of unexpected types.
 func (c *ctx) turnOdd() bool {
 	// Turn, step and call-id values of other JSON types: they show in openTurn, in the fork
 	// texts ("open turn <String(turn)>") and in the crash-repair closers (message id
@@ -245,6 +247,7 @@ func (c *ctx) turnOdd() bool {
 	return true
 }
 
+// coreDataOdd writes null or odd data on a core event.
 func (c *ctx) coreDataOdd() bool {
 	// data of a core event that the reference reads only when deriving, folding the open
 	// turn or scanning for crash repair.
@@ -269,15 +272,16 @@ func (c *ctx) coreDataOdd() bool {
 	switch v {
 	case "turn-start-null", "step-start-null", "tool-call-null":
 		// the crash-repair scan reads data.turn / data.step / data.callId of every such event
-		c.f.Seq, c.f.Expect, c.f.Accepted = int64(i), Refused, len(c.log.Events)
+		c.refuseAll(i)
 	default:
 		c.accept(i)
 	}
 	return true
 }
 
+// headerShape writes request/header data only a fork's seed check refuses.
 func (c *ctx) headerShape() bool {
-	i := c.pick(func(_ int, e Ev) bool { return e.Type == "request/header" })
+	i := c.pickType("request/header")
 	if i < 0 {
 		return false
 	}

@@ -7,11 +7,12 @@ import (
 
 // Faults in the envelope: seq, time, type, data, ignorable, header lines.
 
+// seqGap gives an event a seq other than its position (or none).
 func (c *ctx) seqGap() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	switch c.variant("skip", "far", "negative", "string", "missing", "null") {
 	case "skip":
 		c.log.Events[i].Seq = int64(i + 1)
@@ -34,6 +35,7 @@ func (c *ctx) seqGap() bool {
 	return true
 }
 
+// seqRepeat repeats a line, or an earlier seq.
 func (c *ctx) seqRepeat() bool {
 	if len(c.log.Events) < 2 {
 		return false
@@ -50,22 +52,24 @@ func (c *ctx) seqRepeat() bool {
 	return true
 }
 
+// nonObjectLine replaces an event line with a JSON value that is not an object.
 func (c *ctx) nonObjectLine() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	k := c.lineFor(i)
 	c.lines[k].Bytes = []byte(c.variant("null", "42", `"event"`, "[]", "true", "[1,2]"))
 	c.refuse(i)
 	return true
 }
 
+// misplacedHeader inserts a second session header line, or an event of type "session".
 func (c *ctx) misplacedHeader() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	if c.variant("second-header", "session-typed-event") == "session-typed-event" {
 		// a later line of type "session" with a valid envelope is just an event
 		e := &c.log.Events[i]
@@ -89,19 +93,20 @@ func (c *ctx) misplacedHeader() bool {
 	return true
 }
 
+// numberSpelling spells integers another way (3.0, 3e0, 0.3e1) or reorders replace keys.
 func (c *ctx) numberSpelling() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
 	v := c.variant("seq-x.0", "seq-e0", "seq-scaled", "time-x.0", "time-e0", "turn-1.0", "turn-1e0", "turn-1e21", "step-2.00", "sources-x.0", "replace-x.0", "replace-key-order")
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	switch v {
 	case "replace-x.0", "replace-key-order":
-		i = c.pick(func(_ int, e Ev) bool { _, ok := e.SurfaceOp.(Obj); return ok })
+		i = c.pickReplace()
 	case "turn-1.0", "turn-1e0", "turn-1e21":
-		i = c.pick(func(_ int, e Ev) bool { return e.Type == "turn/start" })
+		i = c.pickType("turn/start")
 	case "step-2.00":
-		i = c.pick(func(_ int, e Ev) bool { return e.Type == "step/start" })
+		i = c.pickType("step/start")
 	case "sources-x.0":
 		i = c.pick(func(_ int, e Ev) bool { return isSurface(e) && e.HasSources && len(e.Sources) > 0 })
 	}
@@ -109,8 +114,7 @@ func (c *ctx) numberSpelling() bool {
 		return false
 	}
 	e := c.log.Events[i]
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	_, f := c.eventLine(i)
 	switch v {
 	case "seq-x.0":
 		f.Set("seq", Raw(fmt.Sprintf("%d.0", i)))
@@ -151,14 +155,14 @@ func (c *ctx) numberSpelling() bool {
 	return true
 }
 
+// timeOdd writes a time that is not a number, fractional, negative or unsafe.
 func (c *ctx) timeOdd() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	v := c.variant("string", "null", "missing", "bool", "object", "fraction", "negative", "unsafe-int")
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	k, f := c.eventLine(i)
 	switch v {
 	case "string":
 		f.Set("time", "1785000000000")
@@ -185,12 +189,13 @@ func (c *ctx) timeOdd() bool {
 	return true
 }
 
+// envelopeOdd writes odd ignorable values, unknown envelope keys, odd types and data.
 func (c *ctx) envelopeOdd() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
 	v := c.variant("ignorable-false", "ignorable-string", "ignorable-null", "unknown-key", "type-number", "type-missing", "data-missing", "data-null", "data-array", "proto-key")
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	switch v {
 	case "type-number", "type-missing", "data-null", "data-array":
 		// plugin events only: the reference never reads their data
@@ -201,8 +206,7 @@ func (c *ctx) envelopeOdd() bool {
 			return false
 		}
 	}
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	k, f := c.eventLine(i)
 	switch v {
 	case "ignorable-false":
 		c.lines[k].Fields = f.Set("ignorable", false)

@@ -7,6 +7,7 @@ import (
 
 // Faults in the JSON text: values JSON.parse refuses or reads its own way, bytes, lines.
 
+// nonJSON makes a line something JSON.parse refuses.
 func (c *ctx) nonJSON() bool {
 	c.render()
 	if len(c.lines) == 0 {
@@ -42,31 +43,31 @@ func (c *ctx) nonJSON() bool {
 		bad = append([]byte("\u00a0"), ln...)
 	}
 	c.lines[k].Bytes = bad
-	c.f.Line, c.f.Expect, c.f.Accepted = k+1, Refused, 0
+	c.refuseLine(k)
 	return true
 }
 
+// duplicateKey writes a key twice (JSON.parse keeps the last).
 func (c *ctx) duplicateKey() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	v := c.variant("seq-wrong-first", "seq-wrong-last", "data-key", "surfaceop-first-bad", "type-first-other", "header-id", "replace-start-twice")
 	switch v {
 	case "surfaceop-first-bad":
-		if i = c.pick(func(_ int, e Ev) bool { return isSurface(e) }); i < 0 {
+		if i = c.pickSurface(); i < 0 {
 			return false
 		}
 	case "replace-start-twice":
-		if i = c.pick(func(_ int, e Ev) bool { _, ok := e.SurfaceOp.(Obj); return ok }); i < 0 {
+		if i = c.pickReplace(); i < 0 {
 			return false
 		}
 	}
 	if v == "header-id" && c.log.Header == nil {
 		return false
 	}
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	k, f := c.eventLine(i)
 	switch v {
 	case "seq-wrong-first":
 		c.lines[k].Fields = append(Obj{{"seq", int64(i + 7)}}, f...)
@@ -103,19 +104,19 @@ func (c *ctx) duplicateKey() bool {
 	return true
 }
 
+// numberTooLarge writes numbers beyond float64 (refused) or not exact in it (accepted).
 func (c *ctx) numberTooLarge() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	v := c.variant("data-1e400", "data-neg-1e400", "data-1e309", "data-inexact-int", "data-2^53+1", "data-max-float-overflow", "time-inexact-int", "seq-1e400", "user-text-1e400")
 	if v == "user-text-1e400" {
-		if i = c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" }); i < 0 {
+		if i = c.pickType("user/message"); i < 0 {
 			return false
 		}
 	}
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	_, f := c.eventLine(i)
 	num := map[string]string{
 		"data-1e400": "1e400", "data-neg-1e400": "-1e400", "data-1e309": "1e309",
 		"data-inexact-int": "123456789012345678901", "data-2^53+1": "9007199254740993",
@@ -144,11 +145,12 @@ func (c *ctx) numberTooLarge() bool {
 	return true
 }
 
+// negativeZero writes -0 and spellings of it.
 func (c *ctx) negativeZero() bool {
 	if len(c.log.Events) == 0 {
 		return false
 	}
-	i := c.r.IntN(len(c.log.Events))
+	i := c.anyEvent()
 	v := c.variant("data--0", "data--0.0", "data--0e3", "data--1e-400", "time--0", "seq--0", "sources--0", "start--0")
 	switch v {
 	case "seq--0":
@@ -158,8 +160,7 @@ func (c *ctx) negativeZero() bool {
 			return false
 		}
 	}
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	k, f := c.eventLine(i)
 	switch v {
 	case "time--0":
 		f.Set("time", Raw("-0"))
@@ -183,6 +184,7 @@ func (c *ctx) negativeZero() bool {
 	return true
 }
 
+// invalidUTF8 writes invalid UTF-8 bytes (read as U+FFFD) or lone surrogate escapes.
 func (c *ctx) invalidUTF8() bool {
 	if len(c.log.Events) == 0 {
 		return false
@@ -194,7 +196,7 @@ func (c *ctx) invalidUTF8() bool {
 	}
 	v := c.variant("ff", "overlong", "truncated-3", "surrogate-bytes", "above-max", "truncated-4", "continuation", "lone-surrogate-escape", "low-surrogate-escape", "reversed-pair-escape", "header-id", "in-key")
 	if v == "in-key" {
-		i := c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" })
+		i := c.pickType("user/message")
 		if i < 0 {
 			return false
 		}
@@ -215,12 +217,11 @@ func (c *ctx) invalidUTF8() bool {
 		return true
 	}
 	s := Raw(`"a` + seqs[v] + `b"`)
-	i := c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" })
+	i := c.pickType("user/message")
 	if i < 0 || c.p(0.3) {
-		i = c.r.IntN(len(c.log.Events))
+		i = c.anyEvent()
 	}
-	k := c.lineFor(i)
-	f := c.lines[k].Fields
+	_, f := c.eventLine(i)
 	if d, ok := mustGet(f, "data").(Obj); ok && c.log.Events[i].Type == "user/message" {
 		if content, ok := mustGet(d, "content").(Arr); ok && len(content) > 0 {
 			if b, ok := content[0].(Obj); ok {
@@ -237,6 +238,7 @@ func (c *ctx) invalidUTF8() bool {
 	return true
 }
 
+// blankLines adds an empty or whitespace-only line, or changes the line ends.
 func (c *ctx) blankLines() bool {
 	c.render()
 	v := c.variant("empty", "spaces-tabs", "cr-only-line", "crlf", "no-final-newline", "nbsp", "bom-line", "line-separator", "ideographic-space", "vt-ff", "cr-separators", "nel", "nul")
@@ -295,6 +297,7 @@ func (c *ctx) blankLines() bool {
 	return true
 }
 
+// truncatedLastLine cuts the last line short, as a crash mid-write does.
 func (c *ctx) truncatedLastLine() bool {
 	c.render()
 	if len(c.lines) == 0 {
@@ -309,10 +312,11 @@ func (c *ctx) truncatedLastLine() bool {
 		out = out[:len(out)-1] // the crash also lost the newline
 	}
 	c.out = out
-	c.f.Line, c.f.Expect, c.f.Accepted = k+1, Refused, 0
+	c.refuseLine(k)
 	return true
 }
 
+// bom starts the log with a UTF-8 byte order mark.
 func (c *ctx) bom() bool {
 	c.render()
 	if len(c.lines) == 0 {
@@ -324,6 +328,7 @@ func (c *ctx) bom() bool {
 	return true
 }
 
+// deepNesting adds deeply nested arrays to an event's data.
 func (c *ctx) deepNesting() bool {
 	v := c.variant("plugin-1000", "plugin-5000", "plugin-20000", "message-800")
 	depth := map[string]int{"plugin-1000": 1000, "plugin-5000": 5000, "plugin-20000": 20000, "message-800": 800}[v]
@@ -331,7 +336,7 @@ func (c *ctx) deepNesting() bool {
 	var i int
 	if v == "message-800" {
 		// deeper than ~2000 levels inside a message crashes the oracle's own JSON.stringify
-		i = c.pick(func(_ int, e Ev) bool { return e.Type == "user/message" })
+		i = c.pickType("user/message")
 	} else {
 		i = c.pick(func(_ int, e Ev) bool { return !isSurfaceType(e.Type) && e.Type != "assistant/chunk" })
 	}

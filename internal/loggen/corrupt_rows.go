@@ -4,23 +4,11 @@ import "fmt"
 
 // Faults in packed chunk rows.
 
+// malformedChunkRow breaks a packed chunk row so that the reference refuses it.
 func (c *ctx) malformedChunkRow() bool {
-	c.render()
-	var rows []int
-	for k, ln := range c.lines {
-		if ln.Count > 1 {
-			rows = append(rows, k)
-		}
-	}
-	if len(rows) == 0 {
+	k, f, d, payload := c.pickRow()
+	if k < 0 {
 		return false
-	}
-	k := rows[c.r.IntN(len(rows))]
-	f := c.lines[k].Fields
-	d := mustGet(f, "data").(Obj)
-	payload := "texts"
-	if _, ok := d.Get("args"); ok {
-		payload = "args"
 	}
 	switch c.variant("dt-short", "payload-empty", "payload-number", "extra-envelope-key", "seq0-negative", "time0-fraction", "turn-string", "extra-data-key", "dt-fraction", "data-array") {
 	case "dt-short":
@@ -53,28 +41,16 @@ func (c *ctx) malformedChunkRow() bool {
 	default:
 		f.Set("data", Arr{})
 	}
-	c.f.Line, c.f.Expect, c.f.Accepted = k+1, Refused, 0
+	c.refuseLine(k)
 	c.f.Seq = c.lines[k].FirstSeq
 	return true
 }
 
+// rowQuirk writes a packed row the reference decodes though no writer makes it.
 func (c *ctx) rowQuirk() bool {
-	c.render()
-	var rows []int
-	for k, ln := range c.lines {
-		if ln.Count > 1 {
-			rows = append(rows, k)
-		}
-	}
-	if len(rows) == 0 {
+	k, f, d, payload := c.pickRow()
+	if k < 0 {
 		return false
-	}
-	k := rows[c.r.IntN(len(rows))]
-	f := c.lines[k].Fields
-	d := mustGet(f, "data").(Obj)
-	payload := "texts"
-	if _, ok := d.Get("args"); ok {
-		payload = "args"
 	}
 	switch c.variant("index-fraction", "turn-negative", "turn-huge", "dt-negative", "time0-negative", "seq0-spelled", "empty-members", "name-empty", "single-member", "key-order", "dt-spelled") {
 	case "index-fraction":
@@ -121,11 +97,7 @@ func (c *ctx) rowQuirk() bool {
 		c.lines[k] = Line{Fields: one, FirstSeq: first.FirstSeq, Count: 1, Index: first.Index}
 		c.lines = append(c.lines[:k+1:k+1], append(rest, c.lines[k+1:]...)...)
 	case "key-order":
-		rev := make(Obj, len(d))
-		for j := range d {
-			rev[len(d)-1-j] = d[j]
-		}
-		f.Set("data", rev)
+		f.Set("data", reversed(d))
 		c.lines[k].Fields = Obj{f[3], f[2], f[1], f[0]}
 	default:
 		dt := mustGet(d, "dt").([]int64)

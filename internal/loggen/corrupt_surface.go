@@ -7,8 +7,9 @@ import (
 
 // Surface rules: the refusals of VOCABULARY.md "Surface rules the reference enforces".
 
+// surfaceOpMissing drops the surfaceOp of a surface event.
 func (c *ctx) surfaceOpMissing() bool {
-	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) })
+	i := c.pickSurface()
 	if i < 0 {
 		return false
 	}
@@ -18,8 +19,9 @@ func (c *ctx) surfaceOpMissing() bool {
 	return true
 }
 
+// surfaceOpOnNonSurface gives a non-surface event a surfaceOp.
 func (c *ctx) surfaceOpOnNonSurface() bool {
-	i := c.pick(func(_ int, e Ev) bool { return !isSurfaceType(e.Type) })
+	i := c.pickNonSurfaceType()
 	if i < 0 {
 		return false
 	}
@@ -33,8 +35,9 @@ func (c *ctx) surfaceOpOnNonSurface() bool {
 	return true
 }
 
+// sourcesOnNonSurface gives a non-surface event sourceEventSeqs.
 func (c *ctx) sourcesOnNonSurface() bool {
-	i := c.pick(func(_ int, e Ev) bool { return !isSurfaceType(e.Type) })
+	i := c.pickNonSurfaceType()
 	if i < 0 {
 		return false
 	}
@@ -50,8 +53,9 @@ func (c *ctx) sourcesOnNonSurface() bool {
 	return true
 }
 
+// surfaceOpInvalid writes a surfaceOp that is neither "append" nor exactly {op:"replace",start,end}.
 func (c *ctx) surfaceOpInvalid() bool {
-	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) })
+	i := c.pickSurface()
 	if i < 0 {
 		return false
 	}
@@ -71,19 +75,19 @@ func (c *ctx) surfaceOpInvalid() bool {
 		"end-unsafe":  replaceOp(n, Raw("9007199254740992")),
 	}
 	v := c.variant("prepend", "Append", "number", "array", "null", "extra-key", "op-case", "start-str", "start-neg", "start-frac", "end-missing", "end-unsafe")
-	k := c.lineFor(i)
-	c.lines[k].Fields = c.lines[k].Fields.Set("surfaceOp", ops[v])
+	c.setField(i, "surfaceOp", ops[v])
 	c.refuse(i)
 	return true
 }
 
+// replaceStartNotNode and replaceEndNotNode write a replace whose start (end) is not a current node.
 func (c *ctx) replaceStartNotNode() bool { return c.replaceNotNode(true) }
 
 func (c *ctx) replaceEndNotNode() bool { return c.replaceNotNode(false) }
 
 // replaceNotNode writes a replace whose start (or end) is not a current surface node.
 func (c *ctx) replaceNotNode(start bool) bool {
-	i := c.pick(func(i int, e Ev) bool { return isSurface(e) && len(c.nodesBefore(i)) >= 1 })
+	i := c.pickOverNodes("", 1)
 	if i < 0 {
 		return false
 	}
@@ -120,8 +124,9 @@ func (c *ctx) replaceNotNode(start bool) bool {
 	return true
 }
 
+// replaceStartAfterEnd writes a replace whose start comes after its end in surface order.
 func (c *ctx) replaceStartAfterEnd() bool {
-	i := c.pick(func(i int, e Ev) bool { return isSurface(e) && len(c.nodesBefore(i)) >= 2 })
+	i := c.pickOverNodes("", 2)
 	if i < 0 {
 		return false
 	}
@@ -136,19 +141,20 @@ func (c *ctx) replaceStartAfterEnd() bool {
 	return true
 }
 
+// sourcesNotArray writes sourceEventSeqs that is not an array.
 func (c *ctx) sourcesNotArray() bool {
-	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) })
+	i := c.pickSurface()
 	if i < 0 {
 		return false
 	}
 	vals := map[string]any{"number": int64(0), "string": "0", "object": Obj{{"0", int64(0)}}, "null": nil, "bool": true}
 	v := c.variant("number", "string", "object", "null", "bool")
-	k := c.lineFor(i)
-	c.lines[k].Fields = c.lines[k].Fields.Set("sourceEventSeqs", vals[v])
+	c.setField(i, "sourceEventSeqs", vals[v])
 	c.refuse(i)
 	return true
 }
 
+// sourcesEmpty writes sourceEventSeqs [] on a surface event other than assistant/message.
 func (c *ctx) sourcesEmpty() bool {
 	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) && e.Type != "assistant/message" })
 	if i < 0 {
@@ -160,6 +166,7 @@ func (c *ctx) sourcesEmpty() bool {
 	return true
 }
 
+// sourcesDuplicate repeats a value of sourceEventSeqs (or spells it again as 3.0, 3e0).
 func (c *ctx) sourcesDuplicate() bool {
 	i := c.pick(func(i int, e Ev) bool { return isSurface(e) && i > 0 })
 	if i < 0 {
@@ -183,8 +190,7 @@ func (c *ctx) sourcesDuplicate() bool {
 		if at == len(e.Sources) {
 			elems = append(elems, Raw(fmt.Sprintf("%de0", d)))
 		}
-		k := c.lineFor(i)
-		c.lines[k].Fields = c.lines[k].Fields.Set("sourceEventSeqs", elems)
+		c.setField(i, "sourceEventSeqs", elems)
 		c.refuse(i)
 		return true
 	}
@@ -193,8 +199,9 @@ func (c *ctx) sourcesDuplicate() bool {
 	return true
 }
 
+// sourcesNotEarlier adds a sourceEventSeqs value that is not an earlier seq.
 func (c *ctx) sourcesNotEarlier() bool {
-	i := c.pick(func(_ int, e Ev) bool { return isSurface(e) })
+	i := c.pickSurface()
 	if i < 0 {
 		return false
 	}
@@ -210,14 +217,14 @@ func (c *ctx) sourcesNotEarlier() bool {
 	v := c.variant("self", "later", "negative", "fraction", "string", "null", "unsafe")
 	at := c.r.IntN(len(elems) + 1)
 	elems = append(elems[:at:at], append([]any{vals[v]}, elems[at:]...)...)
-	k := c.lineFor(i)
-	c.lines[k].Fields = c.lines[k].Fields.Set("sourceEventSeqs", Arr(elems))
+	c.setField(i, "sourceEventSeqs", Arr(elems))
 	c.refuse(i)
 	return true
 }
 
+// replaceMissingShadowed writes a replace whose sourceEventSeqs miss a node it shadows.
 func (c *ctx) replaceMissingShadowed() bool {
-	i := c.pick(func(i int, e Ev) bool { return isSurface(e) && len(c.nodesBefore(i)) >= 1 })
+	i := c.pickOverNodes("", 1)
 	if i < 0 {
 		return false
 	}

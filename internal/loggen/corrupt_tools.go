@@ -4,8 +4,9 @@ import "fmt"
 
 // Tool/result replaces (prunes): refused and accepted rewrites.
 
+// toolResultReplaceMulti writes a tool/result replace shadowing more than one node.
 func (c *ctx) toolResultReplaceMulti() bool {
-	i := c.pick(func(i int, e Ev) bool { return e.Type == "tool/result" && isSurface(e) && len(c.nodesBefore(i)) >= 2 })
+	i := c.pickOverNodes("tool/result", 2)
 	if i < 0 {
 		return false
 	}
@@ -20,62 +21,25 @@ func (c *ctx) toolResultReplaceMulti() bool {
 	return true
 }
 
+// toolResultReplaceTarget writes a tool/result replace of a node that is not a tool/result.
 func (c *ctx) toolResultReplaceTarget() bool {
-	i := c.pick(func(i int, e Ev) bool {
-		if e.Type != "tool/result" || !isSurface(e) {
-			return false
-		}
-		for _, n := range c.nodesBefore(i) {
-			if c.log.Events[n].Type != "tool/result" {
-				return true
-			}
-		}
-		return false
-	})
+	i, t := c.pickPrune(isNotToolResult)
 	if i < 0 {
 		return false
 	}
-	var targets []int64
-	for _, n := range c.nodesBefore(i) {
-		if c.log.Events[n].Type != "tool/result" {
-			targets = append(targets, n)
-		}
-	}
-	t := targets[c.r.IntN(len(targets))]
-	e := &c.log.Events[i]
 	c.variant(c.log.Events[t].Type)
-	e.SurfaceOp = replaceOp(t, t)
-	e.Sources, e.HasSources = []int64{t}, true
+	c.prune(i, t)
 	c.refuse(i)
 	return true
 }
 
+// toolResultReplaceMore writes a tool/result replace that changes more than the inner content.
 func (c *ctx) toolResultReplaceMore() bool {
-	i := c.pick(func(i int, e Ev) bool {
-		if e.Type != "tool/result" || !isSurface(e) {
-			return false
-		}
-		for _, n := range c.nodesBefore(i) {
-			if c.log.Events[n].Type == "tool/result" {
-				return true
-			}
-		}
-		return false
-	})
+	i, t := c.pickPrune(isToolResult)
 	if i < 0 {
 		return false
 	}
-	var targets []int64
-	for _, n := range c.nodesBefore(i) {
-		if c.log.Events[n].Type == "tool/result" {
-			targets = append(targets, n)
-		}
-	}
-	t := targets[c.r.IntN(len(targets))]
-	data := Clone(c.log.Events[t].Data).(Obj)
-	msg := mustGet(data, "message").(Obj)
-	block := mustGet(msg, "content").(Arr)[0].(Obj)
-	block.Set("content", Arr{Obj{{"type", "text"}, {"text", "[pruned]"}}})
+	data, msg, block := prunedData(c.log.Events[t].Data)
 	switch c.variant("message-id", "is-error", "turn", "meta", "tool-call-id", "block-key", "role", "error") {
 	case "message-id":
 		msg.Set("id", "pruned-"+fmt.Sprint(mustGet(msg, "id")))
@@ -104,44 +68,22 @@ func (c *ctx) toolResultReplaceMore() bool {
 			data.Set("error", Obj{{"name", "Pruned2"}})
 		}
 	}
-	e := &c.log.Events[i]
-	e.Data = data
-	e.SurfaceOp = replaceOp(t, t)
-	e.Sources, e.HasSources = []int64{t}, true
+	c.log.Events[i].Data = data
+	c.prune(i, t)
 	c.refuse(i)
 	return true
 }
 
+// pruneQuirk writes a tool/result replace that the reference's rewrite check
+// (assertToolResultRewrite) accepts: it compares the data as JavaScript values, and only the first
+// block of the message content.
 func (c *ctx) pruneQuirk() bool {
-	// A tool/result replace that the reference's rewrite check (assertToolResultRewrite)
-	// accepts: it compares the data as JavaScript values, and only the first block of
-	// the message content.
-	i := c.pick(func(i int, e Ev) bool {
-		if e.Type != "tool/result" || !isSurface(e) {
-			return false
-		}
-		for _, n := range c.nodesBefore(i) {
-			if c.log.Events[n].Type == "tool/result" {
-				return true
-			}
-		}
-		return false
-	})
+	i, t := c.pickPrune(isToolResult)
 	if i < 0 {
 		return false
 	}
-	var targets []int64
-	for _, n := range c.nodesBefore(i) {
-		if c.log.Events[n].Type == "tool/result" {
-			targets = append(targets, n)
-		}
-	}
-	t := targets[c.r.IntN(len(targets))]
 	orig := c.log.Events[t].Data.(Obj)
-	data := Clone(orig).(Obj)
-	msg := mustGet(data, "message").(Obj)
-	block := mustGet(msg, "content").(Arr)[0].(Obj)
-	block.Set("content", Arr{Obj{{"type", "text"}, {"text", "[pruned]"}}})
+	data, msg, block := prunedData(orig)
 	switch c.variant("original-two-blocks", "replacement-two-blocks", "block-content-missing", "key-order", "number-spelling", "duplicate-key", "unicode-escape") {
 	case "original-two-blocks":
 		om := mustGet(orig, "message").(Obj)
@@ -152,11 +94,7 @@ func (c *ctx) pruneQuirk() bool {
 	case "block-content-missing":
 		msg.Set("content", Arr{block.Del("content")})
 	case "key-order":
-		rev := make(Obj, len(data))
-		for k := range data {
-			rev[len(data)-1-k] = data[k]
-		}
-		data = rev
+		data = reversed(data)
 	case "number-spelling":
 		data.Set("turn", Raw(fmt.Sprintf("%d.0", mustGet(data, "turn"))))
 		data.Set("step", Raw(fmt.Sprintf("%de0", mustGet(data, "step"))))
@@ -169,15 +107,17 @@ func (c *ctx) pruneQuirk() bool {
 		}
 		msg.Set("id", Raw(fmt.Sprintf(`"\u%04x%s"`, id[0], escapeRest(id[1:]))))
 	}
-	e := &c.log.Events[i]
-	e.Data = data
-	e.SurfaceOp = replaceOp(t, t)
-	e.Sources, e.HasSources = []int64{t}, true
+	c.log.Events[i].Data = data
+	c.prune(i, t)
 	// Later events may build on the surface this event no longer makes: the log ends here.
 	c.log.Events = c.log.Events[:i+1]
 	c.accept(i)
 	return true
 }
+
+func isToolResult(e Ev) bool { return e.Type == "tool/result" }
+
+func isNotToolResult(e Ev) bool { return e.Type != "tool/result" }
 
 // escapeRest returns s as the inside of a JSON string literal.
 func escapeRest(s string) string {
