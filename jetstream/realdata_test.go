@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -17,10 +18,7 @@ const dshSessions = "../../shared/data/dsh-sessions"
 // them back byte for byte. The max message size (62 KiB) is just above the largest real event
 // (about 60 KB), so some windows must be split into atomic batches of several records.
 func TestRealSessionsRoundTrip(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(dshSessions, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skipf("no real sessions at %s (the shared data directory is absent); skipping", dshSessions)
-	}
+	files := sessiontest.RecordedLogs(t, dshSessions)
 	s := testStore(t, Config{MaxMsgSize: 62 << 10})
 	ctx := testCtx(t)
 	checked, appends := 0, 0

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -21,10 +22,7 @@ const dshDir = "../../shared/data/dsh-sessions"
 // (oracle.mjs): nodes, replaceGeneration and messages for accepted logs; a stopped projection
 // (409) at the refused event for refused ones.
 func TestRealSessionsMatchReference(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(dshDir, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skipf("no recorded sessions at %s (the shared data directory is absent)", dshDir)
-	}
+	files := sessiontest.RecordedLogs(t, dshDir)
 	e := newEnv(t)
 	e.startProjector("p1")
 

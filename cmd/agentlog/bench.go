@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -195,7 +196,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 	events := make([][]session.Event, o.Sessions)
 	t0 := time.Now().UnixMilli()
 	for i := range events {
-		if events[i], err = benchEvents(uint64(i), o.Events, o.Size, t0); err != nil {
+		if events[i], err = sessiontest.ChunkTurn(uint64(i), o.Events, o.Size, t0); err != nil {
 			return res, err
 		}
 	}

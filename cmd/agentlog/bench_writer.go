@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/spf13/cobra"
@@ -35,8 +36,8 @@ type benchWriterOptions struct {
 //	durable <n>        Flush returned: every seq < n is durable
 //	done <n>           Close returned with n events written
 //
-// The events are benchEvents(0, --events, --size, --t0) (an open turn of assistant/chunk events
-// until the last two), so the caller can rebuild them exactly. Only the create-or-resume branch
+// The events are sessiontest.ChunkTurn(0, --events, --size, --t0) (an open turn of assistant/chunk
+// events until the last two), so the caller can rebuild them exactly. Only the create-or-resume branch
 // differs: when the session already exists it is opened (resume: closers + end-seed) and the
 // events continue from its next seq with the same generator's tail shifted to that seq.
 func newBenchWriterCmd(g *globals) *cobra.Command {
@@ -56,7 +57,7 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			events, err := benchEvents(0, o.Events, o.Size, o.T0)
+			events, err := sessiontest.ChunkTurn(0, o.Events, o.Size, o.T0)
 			if err != nil {
 				return err
 			}

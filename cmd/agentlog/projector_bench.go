@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
@@ -156,7 +157,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		go func() {
 			defer wg.Done()
 			for s := range next {
-				evs, err := benchEvents(uint64(s), o.Events, o.Size, t0)
+				evs, err := sessiontest.ChunkTurn(uint64(s), o.Events, o.Size, t0)
 				if err != nil {
 					errs <- err
 					return

@@ -1,4 +1,4 @@
-package main
+package sessiontest
 
 import (
 	"encoding/json"
@@ -8,13 +8,13 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// benchEvents builds the m events of one bench session: a closed turn of streamed assistant
-// chunks (turn/start, step/start, assistant/chunk…, step/end, turn/end; chunks only when m < 4).
+// ChunkTurn returns the m events of one bench session: a closed turn of streamed assistant chunks
+// (turn/start, step/start, assistant/chunk…, step/end, turn/end; only chunks when m < 4).
 // Every assistant/chunk is padded so that its encoded JSON line is size bytes (when size leaves
 // room for the envelope; the four turn/step events are ~60–90 bytes). The padding text is
 // pseudo-random letters seeded by salt, so S2 compression sees realistic, not trivially
 // repetitive, data. Times start at t0 (Unix ms) and advance 1 ms per event.
-func benchEvents(salt uint64, m, size int, t0 int64) ([]session.Event, error) {
+func ChunkTurn(salt uint64, m, size int, t0 int64) ([]session.Event, error) {
 	evs := make([]session.Event, 0, m)
 	x := salt*0x9E3779B97F4A7C15 + 1
 	rnd := func() byte {
@@ -44,10 +44,7 @@ func benchEvents(salt uint64, m, size int, t0 int64) ([]session.Event, error) {
 			if err != nil {
 				return nil, fmt.Errorf("bench event seq %d: %w", seq, err)
 			}
-			pad := size - len(line)
-			if pad < 1 {
-				pad = 1
-			}
+			pad := max(size-len(line), 1)
 			text := make([]byte, 0, len(prefix)+pad+len(suffix))
 			text = append(text, prefix...)
 			for range pad {
