@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"sort"
 	"sync"
@@ -251,42 +250,6 @@ func fixtureEvents(t *testing.T, n int) []session.Event {
 		out[i] = ev(t, fixture[i])
 	}
 	return out
-}
-
-// sameEvent compares two events field by field, raw JSON byte for byte.
-func sameEvent(a, b session.Event) error {
-	switch {
-	case a.Type != b.Type:
-		return fmt.Errorf("type %q != %q", a.Type, b.Type)
-	case a.Seq != b.Seq:
-		return fmt.Errorf("seq %d != %d", a.Seq, b.Seq)
-	case a.Time != b.Time:
-		return fmt.Errorf("seq %d: time %q != %q", a.Seq, a.Time, b.Time)
-	case string(a.Data) != string(b.Data):
-		return fmt.Errorf("seq %d: data\n%s\n!=\n%s", a.Seq, a.Data, b.Data)
-	case string(a.SurfaceOp) != string(b.SurfaceOp):
-		return fmt.Errorf("seq %d: surfaceOp %s != %s", a.Seq, a.SurfaceOp, b.SurfaceOp)
-	case string(a.SourceEventSeqs) != string(b.SourceEventSeqs):
-		return fmt.Errorf("seq %d: sourceEventSeqs %s != %s", a.Seq, a.SourceEventSeqs, b.SourceEventSeqs)
-	case a.Ignorable != b.Ignorable:
-		return fmt.Errorf("seq %d: ignorable %v != %v", a.Seq, a.Ignorable, b.Ignorable)
-	}
-	return nil
-}
-
-// jsonEqual compares two JSON values semantically (key order ignored).
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Fatalf("bad JSON %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &y); err != nil {
-		t.Fatalf("bad JSON %s: %v", b, err)
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return string(xa) == string(ya)
 }
 
 func mustAs[T error](t *testing.T, err error) T {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -108,7 +109,7 @@ func TestAppendFlushDurable(t *testing.T) {
 			t.Fatalf("%s: read back %d events, want %d", id, len(got), len(want))
 		}
 		for i := range want {
-			if err := sameEvent(got[i], want[i]); err != nil {
+			if err := sessiontest.SameEvent(got[i], want[i]); err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}
 		}
@@ -312,7 +313,7 @@ func TestInvalidEventRefused(t *testing.T) {
 		t.Fatalf("stored %d events, want 2", len(got))
 	}
 	for i := range got {
-		if err := sameEvent(got[i], good[i]); err != nil {
+		if err := sessiontest.SameEvent(got[i], good[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -499,14 +500,14 @@ func TestOpenRepairsOpenTurn(t *testing.T) {
 	}
 	for i, oracleLine := range openTurnRepair {
 		got := written[i]
-		if err := sameEvent(got, wantRepair[i]); err != nil {
+		if err := sessiontest.SameEvent(got, wantRepair[i]); err != nil {
 			t.Fatalf("closer %d differs from session.Repair: %v", i, err)
 		}
 		gotLine, err := json.Marshal(got)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !jsonEqual(t, gotLine, []byte(oracleLine)) {
+		if !sessiontest.JSONEqual(t, gotLine, []byte(oracleLine)) {
 			t.Fatalf("closer %d\n%s\ndiffers from the oracle's repair\n%s", i, gotLine, oracleLine)
 		}
 	}
@@ -741,7 +742,7 @@ func TestFailureNeverAnEvent(t *testing.T) {
 		t.Fatalf("stored %d events, want %d", len(got), len(all))
 	}
 	for i := range all {
-		if err := sameEvent(got[i], all[i]); err != nil {
+		if err := sessiontest.SameEvent(got[i], all[i]); err != nil {
 			t.Fatal(err)
 		}
 	}

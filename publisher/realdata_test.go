@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -20,10 +21,7 @@ type realSession struct {
 // acceptedRealSessions loads every recorded session that the oracle accepts (X.expected.json ok).
 func acceptedRealSessions(t *testing.T) []realSession {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(realDataDir, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skipf("no recorded sessions at %s (shared data absent)", realDataDir)
-	}
+	files := sessiontest.RecordedLogs(t, realDataDir)
 	var out []realSession
 	for _, f := range files {
 		base := strings.TrimSuffix(filepath.Base(f), ".jsonl")
@@ -40,15 +38,7 @@ func acceptedRealSessions(t *testing.T) []realSession {
 		if !oracle.OK {
 			continue
 		}
-		r, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, events, err := session.ReadJSONL(r, base)
-		r.Close()
-		if err != nil {
-			t.Fatalf("%s: ReadJSONL: %v", base, err)
-		}
+		_, events := sessiontest.ReadLog(t, f, base)
 		out = append(out, realSession{name: base, events: events})
 	}
 	return out
@@ -80,7 +70,7 @@ func TestRealSessionsRoundTrip(t *testing.T) {
 			t.Fatalf("%s: read back %d events, want %d", s.name, len(got), len(s.events))
 		}
 		for i := range got {
-			if err := sameEvent(got[i], s.events[i]); err != nil {
+			if err := sessiontest.SameEvent(got[i], s.events[i]); err != nil {
 				t.Fatalf("%s: %v", s.name, err)
 			}
 		}
@@ -153,7 +143,7 @@ func TestRealSessionsResumeAfterCrash(t *testing.T) {
 			t.Fatalf("%s: resume record has %d events, want %d closers + end-seed", id, len(written), len(want))
 		}
 		for i := range want {
-			if err := sameEvent(written[i], want[i]); err != nil {
+			if err := sessiontest.SameEvent(written[i], want[i]); err != nil {
 				t.Fatalf("%s: closer %d: %v", id, i, err)
 			}
 		}
