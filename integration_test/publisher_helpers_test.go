@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -257,31 +258,11 @@ func checkLog(t *testing.T, st *jetstream.Store, id string, sent []session.Event
 		if got[i].Seq != int64(i) {
 			t.Fatalf("session %q: stored event %d has seq %d", id, i, got[i].Seq)
 		}
-		if err := sameEvent(got[i], sent[i]); err != nil {
+		if err := sessiontest.SameEvent(got[i], sent[i]); err != nil {
 			t.Fatalf("session %q: stored event %d is not the one sent: %v", id, i, err)
 		}
 	}
 	return got
-}
-
-func sameEvent(a, b session.Event) error {
-	switch {
-	case a.Type != b.Type:
-		return fmt.Errorf("type %q != %q", a.Type, b.Type)
-	case a.Seq != b.Seq:
-		return fmt.Errorf("seq %d != %d", a.Seq, b.Seq)
-	case a.Time != b.Time:
-		return fmt.Errorf("seq %d: time %q != %q", a.Seq, a.Time, b.Time)
-	case string(a.Data) != string(b.Data):
-		return fmt.Errorf("seq %d: data %s != %s", a.Seq, a.Data, b.Data)
-	case string(a.SurfaceOp) != string(b.SurfaceOp):
-		return fmt.Errorf("seq %d: surfaceOp %s != %s", a.Seq, a.SurfaceOp, b.SurfaceOp)
-	case string(a.SourceEventSeqs) != string(b.SourceEventSeqs):
-		return fmt.Errorf("seq %d: sourceEventSeqs %s != %s", a.Seq, a.SourceEventSeqs, b.SourceEventSeqs)
-	case a.Ignorable != b.Ignorable:
-		return fmt.Errorf("seq %d: ignorable %v != %v", a.Seq, a.Ignorable, b.Ignorable)
-	}
-	return nil
 }
 
 // chunkEvents is n events of one open turn: turn/start, step/start, then assistant/chunk events

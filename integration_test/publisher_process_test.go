@@ -16,50 +16,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nuid"
 )
 
-// writerEvents rebuilds the events of `agentlog bench writer --events m --size size --t0 t0`
-// (cmd/agentlog/bench_events.go, benchEvents with salt 0): this copy must stay identical, or
-// the prefix checks below fail.
-func writerEvents(m, size int, t0 int64) []session.Event {
-	evs := make([]session.Event, 0, m)
-	x := uint64(1)
-	rnd := func() byte {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		return "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[x%63]
-	}
-	turn := m >= 4
-	for seq := 0; seq < m; seq++ {
-		ev := session.Event{Seq: int64(seq), Time: json.Number(strconv.FormatInt(t0+int64(seq), 10))}
-		switch {
-		case turn && seq == 0:
-			ev.Type, ev.Data = "turn/start", json.RawMessage(`{"turn":1}`)
-		case turn && seq == 1:
-			ev.Type, ev.Data = "step/start", json.RawMessage(`{"turn":1,"step":1}`)
-		case turn && seq == m-2:
-			ev.Type, ev.Data = "step/end", json.RawMessage(`{"turn":1,"step":1}`)
-		case turn && seq == m-1:
-			ev.Type, ev.Data = "turn/end", json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)
-		default:
-			ev.Type = "assistant/chunk"
-			prefix := `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"`
-			const suffix = `"}}`
-			ev.Data = json.RawMessage(prefix + suffix)
-			line, _ := json.Marshal(ev)
-			pad := max(size-len(line), 1)
-			text := []byte(prefix)
-			for range pad {
-				text = append(text, rnd())
-			}
-			ev.Data = json.RawMessage(append(text, suffix...))
-		}
-		evs = append(evs, ev)
+// writerEvents are the events of `agentlog bench writer --events m --size size --t0 t0`
+// (sessiontest.ChunkTurn with salt 0, the generator the writer uses).
+func writerEvents(t *testing.T, m, size int, t0 int64) []session.Event {
+	t.Helper()
+	evs, err := sessiontest.ChunkTurn(0, m, size, t0)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return evs
 }
@@ -172,7 +142,7 @@ func oracleRepair(t *testing.T, id string, events []session.Event) ([]json.RawMe
 func TestPublisherKill9MidWindow(t *testing.T) {
 	st := devStore(t)
 	const total, size = 4000, 512
-	sent := writerEvents(total, size, 1785000000000)
+	sent := writerEvents(t, total, size, 1785000000000)
 	cases := []struct {
 		name string
 		args []string
@@ -223,7 +193,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 				}
 				for k := range want {
 					have, _ := res.Repair[k].MarshalJSON()
-					if !jsonEqual(t, want[k], have) {
+					if !sessiontest.JSONEqual(t, want[k], have) {
 						t.Fatalf("repair %d: oracle %s, ours %s", k, want[k], have)
 					}
 				}
@@ -244,7 +214,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 				t.Fatalf("after resume: %d events (want %d + %d closers + end-seed)", len(after), len(got), len(res.Repair))
 			}
 			for k, r := range res.Repair {
-				if err := sameEvent(after[len(got)+k], r); err != nil {
+				if err := sessiontest.SameEvent(after[len(got)+k], r); err != nil {
 					t.Fatalf("closer %d: %v", k, err)
 				}
 			}
@@ -264,7 +234,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	st := devStore(t)
 	const total = 100000
-	sent := writerEvents(total, 256, 1785000000000)
+	sent := writerEvents(t, total, 256, 1785000000000)
 	id := "live-" + nuid.Next()
 	wp := startWriter(t, id, "--events", strconv.Itoa(total), "--size", "256", "--batch", "5", "--flush-every", "1", "--pause", "1ms", "--window", "20ms", "--writer-id", "live")
 	wp.waitFor(t, "durable ", 3)
@@ -305,7 +275,7 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	}
 	// Before our closers: a prefix of the live writer's events holding all it acknowledged.
 	live := 0
-	for live < len(got) && live < len(sent) && sameEvent(got[live], sent[live]) == nil {
+	for live < len(got) && live < len(sent) && sessiontest.SameEvent(got[live], sent[live]) == nil {
 		live++
 	}
 	if live < wp.durable {

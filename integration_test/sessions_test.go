@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -21,16 +21,6 @@ type expected struct {
 	AcceptedEvents int               `json:"acceptedEvents"`
 	Events         int               `json:"events"`
 	Messages       []json.RawMessage `json:"messages"`
-}
-
-func recordedLogs(t *testing.T) []string {
-	t.Helper()
-	dir := filepath.Join(dataDir, "dsh-sessions")
-	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err != nil || len(files) == 0 {
-		t.Skipf("no recorded sessions at %s (the shared data sits beside the repository; absent on a bare clone)", dir)
-	}
-	return files
 }
 
 func readExpected(t *testing.T, logPath string) expected {
@@ -46,26 +36,13 @@ func readExpected(t *testing.T, logPath string) expected {
 	return e
 }
 
-// jsonEqual compares two JSON texts as values (numbers as float64, as the reference reads them).
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("decode %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
-}
-
 // TestRecordedSessionsEndToEnd imports every recorded log through the publisher (agentlog import),
 // reads it back (agentlog events), and reads the derived messages through the projector's query
 // service (agentlog messages), comparing with the reference's expected output. Logs the reference
 // refuses must be refused by import, with nothing written.
 func TestRecordedSessionsEndToEnd(t *testing.T) {
 	run := runTag(t)
-	for _, path := range recordedLogs(t) {
+	for _, path := range sessiontest.RecordedLogs(t, filepath.Join(dataDir, "dsh-sessions")) {
 		name := strings.TrimSuffix(filepath.Base(path), ".jsonl")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -89,15 +66,7 @@ func TestRecordedSessionsEndToEnd(t *testing.T) {
 			}
 
 			// The events read back equal the events imported, data bytes included.
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, want, err := session.ReadJSONL(f, id)
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, want := sessiontest.ReadLog(t, path, id)
 			out := mustAgentlog(t, nil, "events", id)
 			h, got, err := session.ReadJSONL(strings.NewReader(out), id)
 			if err != nil {
@@ -121,7 +90,7 @@ func TestRecordedSessionsEndToEnd(t *testing.T) {
 			if exp.Messages == nil {
 				wantMsgs = []byte("[]")
 			}
-			if !jsonEqual(t, []byte(msgs), wantMsgs) {
+			if !sessiontest.JSONEqual(t, []byte(msgs), wantMsgs) {
 				t.Fatalf("messages differ from the reference:\ngot  %s\nwant %s", clip(msgs), clip(string(wantMsgs)))
 			}
 		})
