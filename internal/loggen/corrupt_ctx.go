@@ -48,8 +48,13 @@ func (c *ctx) setField(i int, k string, v any) {
 	c.lines[at].Fields = c.lines[at].Fields.Set(k, v)
 }
 
-// anyEvent returns the index of a random event; the log must have one.
-func (c *ctx) anyEvent() int { return c.r.IntN(len(c.log.Events)) }
+// anyEvent returns the index of a random event, -1 when the log has none.
+func (c *ctx) anyEvent() int {
+	if len(c.log.Events) == 0 {
+		return -1
+	}
+	return c.r.IntN(len(c.log.Events))
+}
 
 // p reports true with probability prob.
 func (c *ctx) p(prob float64) bool { return c.r.Float64() < prob }

@@ -9,9 +9,6 @@ import (
 
 // legacyHeader writes a legacy request/header-delta, or a request/header with reason "fallback".
 func (c *ctx) legacyHeader() bool {
-	if len(c.log.Events) == 0 {
-		return false
-	}
 	v := c.variant("header-delta-type", "header-delta-event", "fallback-reason")
 	var i int
 	switch v {

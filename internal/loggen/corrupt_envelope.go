@@ -9,10 +9,10 @@ import (
 
 // seqGap gives an event a seq other than its position (or none).
 func (c *ctx) seqGap() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	switch c.variant("skip", "far", "negative", "string", "missing", "null") {
 	case "skip":
 		c.log.Events[i].Seq = int64(i + 1)
@@ -54,10 +54,10 @@ func (c *ctx) seqRepeat() bool {
 
 // nonObjectLine replaces an event line with a JSON value that is not an object.
 func (c *ctx) nonObjectLine() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	k := c.lineFor(i)
 	c.lines[k].Bytes = []byte(c.variant("null", "42", `"event"`, "[]", "true", "[1,2]"))
 	c.refuse(i)
@@ -66,10 +66,10 @@ func (c *ctx) nonObjectLine() bool {
 
 // misplacedHeader inserts a second session header line, or an event of type "session".
 func (c *ctx) misplacedHeader() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	if c.variant("second-header", "session-typed-event") == "session-typed-event" {
 		// a later line of type "session" with a valid envelope is just an event
 		e := &c.log.Events[i]
@@ -95,9 +95,6 @@ func (c *ctx) misplacedHeader() bool {
 
 // numberSpelling spells integers another way (3.0, 3e0, 0.3e1) or reorders replace keys.
 func (c *ctx) numberSpelling() bool {
-	if len(c.log.Events) == 0 {
-		return false
-	}
 	v := c.variant("seq-x.0", "seq-e0", "seq-scaled", "time-x.0", "time-e0", "turn-1.0", "turn-1e0", "turn-1e21", "step-2.00", "sources-x.0", "replace-x.0", "replace-key-order")
 	i := c.anyEvent()
 	switch v {
@@ -157,10 +154,10 @@ func (c *ctx) numberSpelling() bool {
 
 // timeOdd writes a time that is not a number, fractional, negative or unsafe.
 func (c *ctx) timeOdd() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	v := c.variant("string", "null", "missing", "bool", "object", "fraction", "negative", "unsafe-int")
 	k, f := c.eventLine(i)
 	switch v {
@@ -191,11 +188,11 @@ func (c *ctx) timeOdd() bool {
 
 // envelopeOdd writes odd ignorable values, unknown envelope keys, odd types and data.
 func (c *ctx) envelopeOdd() bool {
-	if len(c.log.Events) == 0 {
-		return false
-	}
 	v := c.variant("ignorable-false", "ignorable-string", "ignorable-null", "unknown-key", "type-number", "type-missing", "data-missing", "data-null", "data-array", "proto-key")
 	i := c.anyEvent()
+	if i < 0 {
+		return false
+	}
 	switch v {
 	case "type-number", "type-missing", "data-null", "data-array":
 		// plugin events only: the reference never reads their data

@@ -49,10 +49,10 @@ func (c *ctx) nonJSON() bool {
 
 // duplicateKey writes a key twice (JSON.parse keeps the last).
 func (c *ctx) duplicateKey() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	v := c.variant("seq-wrong-first", "seq-wrong-last", "data-key", "surfaceop-first-bad", "type-first-other", "header-id", "replace-start-twice")
 	switch v {
 	case "surfaceop-first-bad":
@@ -106,10 +106,10 @@ func (c *ctx) duplicateKey() bool {
 
 // numberTooLarge writes numbers beyond float64 (refused) or not exact in it (accepted).
 func (c *ctx) numberTooLarge() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	v := c.variant("data-1e400", "data-neg-1e400", "data-1e309", "data-inexact-int", "data-2^53+1", "data-max-float-overflow", "time-inexact-int", "seq-1e400", "user-text-1e400")
 	if v == "user-text-1e400" {
 		if i = c.pickType("user/message"); i < 0 {
@@ -147,10 +147,10 @@ func (c *ctx) numberTooLarge() bool {
 
 // negativeZero writes -0 and spellings of it.
 func (c *ctx) negativeZero() bool {
-	if len(c.log.Events) == 0 {
+	i := c.anyEvent()
+	if i < 0 {
 		return false
 	}
-	i := c.anyEvent()
 	v := c.variant("data--0", "data--0.0", "data--0e3", "data--1e-400", "time--0", "seq--0", "sources--0", "start--0")
 	switch v {
 	case "seq--0":
