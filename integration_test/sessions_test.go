@@ -42,8 +42,8 @@ func readExpected(t *testing.T, logPath string) expected {
 // refuses must be refused by import, with nothing written.
 func TestRecordedSessionsEndToEnd(t *testing.T) {
 	run := runTag(t)
-	for _, path := range sessiontest.RecordedLogs(t, filepath.Join(dataDir, "dsh-sessions")) {
-		name := strings.TrimSuffix(filepath.Base(path), ".jsonl")
+	for _, rec := range sessiontest.RecordedLogs(t, filepath.Join(dataDir, "dsh-sessions")) {
+		name, path := rec.Name, rec.Path
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			exp := readExpected(t, path)

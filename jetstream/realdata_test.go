@@ -3,7 +3,6 @@ package jetstream
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,11 +22,11 @@ func TestRealSessionsRoundTrip(t *testing.T) {
 	ctx := testCtx(t)
 	checked, appends := 0, 0
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
+		raw, err := os.ReadFile(f.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := strings.TrimSuffix(filepath.Base(f), ".jsonl")
+		name := f.Name
 		h, events, err := session.ReadJSONL(bytes.NewReader(raw), name)
 		if err != nil && strings.Contains(err.Error(), "unimplemented") {
 			t.Skip("session.ReadJSONL is not implemented yet")

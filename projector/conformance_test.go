@@ -6,8 +6,6 @@ import (
 	"errors"
 	"github.com/agentlog/agentlog/client"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
@@ -35,20 +33,21 @@ func TestRealSessionsMatchReference(t *testing.T) {
 	var wants []want
 	pending := map[string][]session.Event{}
 	raws := map[string][]byte{}
-	for _, f := range files {
+	for _, rec := range files {
+		f := rec.Path
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var exp session.InspectResult
-		expRaw, err := os.ReadFile(strings.TrimSuffix(f, ".jsonl") + ".expected.json")
+		expRaw, err := os.ReadFile(rec.Expected)
 		if err != nil {
 			t.Fatalf("%s: no oracle output: %v", f, err)
 		}
 		if err := json.Unmarshal(expRaw, &exp); err != nil {
 			t.Fatalf("%s: oracle output: %v", f, err)
 		}
-		id := filepath.Base(strings.TrimSuffix(f, ".jsonl"))
+		id := rec.Name
 		raws[id] = raw
 		_, events, err := session.ReadJSONL(bytes.NewReader(raw), id)
 		if err != nil || len(events) == 0 {

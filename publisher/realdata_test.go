@@ -3,8 +3,6 @@ package publisher
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
@@ -24,8 +22,8 @@ func acceptedRealSessions(t *testing.T) []realSession {
 	files := sessiontest.RecordedLogs(t, realDataDir)
 	var out []realSession
 	for _, f := range files {
-		base := strings.TrimSuffix(filepath.Base(f), ".jsonl")
-		exp, err := os.ReadFile(filepath.Join(realDataDir, base+".expected.json"))
+		base := f.Name
+		exp, err := os.ReadFile(f.Expected)
 		if err != nil {
 			t.Fatalf("%s: %v", base, err)
 		}
@@ -38,7 +36,7 @@ func acceptedRealSessions(t *testing.T) []realSession {
 		if !oracle.OK {
 			continue
 		}
-		_, events := sessiontest.ReadLog(t, f, base)
+		_, events := sessiontest.ReadLog(t, f.Path, base)
 		out = append(out, realSession{name: base, events: events})
 	}
 	return out
