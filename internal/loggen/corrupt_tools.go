@@ -52,10 +52,7 @@ func (c *ctx) toolResultReplaceMore() bool {
 	case "turn":
 		data.Set("turn", int64(99))
 	case "meta":
-		data = data.Set("meta", Obj{{"pruned", true}, {"n", int64(c.r.IntN(9))}})
-		if v, ok := c.log.Events[t].Data.(Obj).Get("meta"); ok && string(JSON(v)) == string(JSON(mustGet(data, "meta"))) {
-			data.Set("meta", Obj{{"pruned", "twice"}})
-		}
+		data = setChanged(data, c.log.Events[t].Data.(Obj), "meta", Obj{{"pruned", true}, {"n", int64(c.r.IntN(9))}}, Obj{{"pruned", "twice"}})
 	case "tool-call-id":
 		block.Set("toolCallId", "other-call")
 	case "block-key":
@@ -63,10 +60,7 @@ func (c *ctx) toolResultReplaceMore() bool {
 	case "role":
 		msg.Set("role", "tool")
 	default:
-		data = data.Set("error", Obj{{"name", "Pruned"}, {"code", "PRUNED"}})
-		if v, ok := c.log.Events[t].Data.(Obj).Get("error"); ok && string(JSON(v)) == string(JSON(mustGet(data, "error"))) {
-			data.Set("error", Obj{{"name", "Pruned2"}})
-		}
+		data = setChanged(data, c.log.Events[t].Data.(Obj), "error", Obj{{"name", "Pruned"}, {"code", "PRUNED"}}, Obj{{"name", "Pruned2"}})
 	}
 	c.log.Events[i].Data = data
 	c.prune(i, t)
@@ -113,6 +107,15 @@ func (c *ctx) pruneQuirk() bool {
 	c.log.Events = c.log.Events[:i+1]
 	c.accept(i)
 	return true
+}
+
+// setChanged sets key k of data to v, or to alt when orig already holds v there.
+func setChanged(data, orig Obj, k string, v, alt any) Obj {
+	data = data.Set(k, v)
+	if old, ok := orig.Get(k); ok && string(JSON(old)) == string(JSON(mustGet(data, k))) {
+		data.Set(k, alt)
+	}
+	return data
 }
 
 func isToolResult(e Ev) bool { return e.Type == "tool/result" }
