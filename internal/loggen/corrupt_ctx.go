@@ -198,13 +198,13 @@ func (c *ctx) acceptData(i int) {
 	}
 }
 
-// isSurface reports whether e has a surfaceOp; isReplace whether that is a replace.
+// isSurface reports whether e has a surfaceOp.
 func isSurface(e Ev) bool { return e.SurfaceOp != nil }
 
+// isReplace reports whether e's surfaceOp is a replace.
 func isReplace(e Ev) bool { _, ok := e.SurfaceOp.(Obj); return ok }
 
 // isSurfaceType reports whether t is a type that takes a surfaceOp.
-
 func isSurfaceType(t string) bool {
 	return t == "user/message" || t == "assistant/message" || t == "tool/result"
 }
@@ -212,9 +212,10 @@ func isSurfaceType(t string) bool {
 // nodesBefore returns the current surface nodes before event i.
 func (c *ctx) nodesBefore(i int) []int64 { return foldNodes(c.log.Events[:i]) }
 
-// replaceOp returns {op:"replace",start,end}; prune makes event i a replace of node t alone.
+// replaceOp returns {op:"replace",start,end}.
 func replaceOp(start, end any) Obj { return Obj{{"op", "replace"}, {"start", start}, {"end", end}} }
 
+// prune makes event i a replace of node t alone (sourceEventSeqs [t]).
 func (c *ctx) prune(i int, t int64) {
 	e := &c.log.Events[i]
 	e.SurfaceOp = replaceOp(t, t)
