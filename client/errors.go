@@ -49,6 +49,7 @@ var (
 	ErrBadSource       = &Error{Code: CodeBadSource, Description: "source log unreadable"}
 	ErrInternal        = &Error{Code: CodeInternal, Description: "internal error"}
 	ErrUnavailable     = &Error{Code: CodeUnavailable, Description: "service unavailable"}
+	ErrBusy            = ErrUnavailable // 503: the service is at capacity or stopping; retry later
 	ErrOpenTurn        = &Error{Code: CodeOpenTurn, Description: "fork boundary inside an open turn"}
 	ErrInvalidBoundary = &Error{Code: CodeInvalidBoundary, Description: "invalid fork boundary"}
 	ErrExists          = &Error{Code: CodeSessionExists, Description: "session already exists"}
