@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // minChunkRun is the reference's MIN_RUN: runs shorter than this are stored verbatim.
@@ -23,68 +25,68 @@ func malformedRow(tag, why string) string { return "malformed " + tag + " storag
 
 // expandChunkRow validates a row-tagged object exactly as validateRow does and expands it into
 // its member events (expandRow). The error string is the reference's text.
-func expandChunkRow(row *jval, tag string) ([]Event, string) {
-	if !hasExactKeys(row, "type", "seq0", "time0", "data") {
+func expandChunkRow(row *jsvalue.Value, tag string) ([]Event, string) {
+	if !jsvalue.HasExactKeys(row, "type", "seq0", "time0", "data") {
 		return nil, malformedRow(tag, "envelope must be exactly {type, seq0, time0, data}")
 	}
-	seq0, time0 := row.field("seq0"), row.field("time0")
-	if seq0.kind != jNum || !isSafeInteger(seq0.n) || seq0.n < 0 {
+	seq0, time0 := row.Field("seq0"), row.Field("time0")
+	if seq0.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(seq0.Num()) || seq0.Num() < 0 {
 		return nil, malformedRow(tag, "seq0 must be a non-negative safe integer")
 	}
-	if time0.kind != jNum || !isSafeInteger(time0.n) {
+	if time0.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(time0.Num()) {
 		return nil, malformedRow(tag, "time0 must be a safe integer")
 	}
-	data := row.field("data")
-	if !isObjectLike(data) {
+	data := row.Field("data")
+	if !jsvalue.IsObjectLike(data) {
 		return nil, malformedRow(tag, "data must be an object")
 	}
 	payloadKey := "texts"
 	withName := false
 	if tag == "tool-call-chunks" {
 		payloadKey = "args"
-		withName = hasExactKeys(data, "turn", "step", "index", "id", "name", "dt", "args")
-		if !withName && !hasExactKeys(data, "turn", "step", "index", "id", "dt", "args") {
+		withName = jsvalue.HasExactKeys(data, "turn", "step", "index", "id", "name", "dt", "args")
+		if !withName && !jsvalue.HasExactKeys(data, "turn", "step", "index", "id", "dt", "args") {
 			return nil, malformedRow(tag, "data must be exactly {turn, step, index, id, name?, dt, args}")
 		}
-		if id := data.field("id"); id == nil || id.kind != jStr || (withName && data.field("name").kind != jStr) {
+		if id := data.Field("id"); id == nil || id.Kind() != jsvalue.String || (withName && data.Field("name").Kind() != jsvalue.String) {
 			return nil, malformedRow(tag, "id (and name when present) must be strings")
 		}
-	} else if !hasExactKeys(data, "turn", "step", "index", "dt", "texts") {
+	} else if !jsvalue.HasExactKeys(data, "turn", "step", "index", "dt", "texts") {
 		return nil, malformedRow(tag, "data must be exactly {turn, step, index, dt, texts}")
 	}
-	turn, step, index := data.field("turn"), data.field("step"), data.field("index")
-	if turn.kind != jNum || step.kind != jNum || index.kind != jNum {
+	turn, step, index := data.Field("turn"), data.Field("step"), data.Field("index")
+	if turn.Kind() != jsvalue.Number || step.Kind() != jsvalue.Number || index.Kind() != jsvalue.Number {
 		return nil, malformedRow(tag, "turn/step/index must be numbers")
 	}
-	payload := data.field(payloadKey)
-	if payload.kind != jArr || len(payload.arr) == 0 {
+	payload := data.Field(payloadKey)
+	if payload.Kind() != jsvalue.Array || len(payload.Elems()) == 0 {
 		return nil, malformedRow(tag, payloadKey+" must be a non-empty string array")
 	}
-	for _, e := range payload.arr {
-		if e.kind != jStr {
+	for _, e := range payload.Elems() {
+		if e.Kind() != jsvalue.String {
 			return nil, malformedRow(tag, payloadKey+" must be a non-empty string array")
 		}
 	}
-	dt := data.field("dt")
-	if dt.kind != jArr {
+	dt := data.Field("dt")
+	if dt.Kind() != jsvalue.Array {
 		return nil, malformedRow(tag, "dt must be an array of safe integers")
 	}
-	for _, g := range dt.arr {
-		if g.kind != jNum || !isSafeInteger(g.n) {
+	for _, g := range dt.Elems() {
+		if g.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(g.Num()) {
 			return nil, malformedRow(tag, "dt must be an array of safe integers")
 		}
 	}
-	if len(dt.arr) != len(payload.arr)-1 {
-		return nil, malformedRow(tag, fmt.Sprintf("dt length %d does not match %d members", len(dt.arr), len(payload.arr)))
+	if len(dt.Elems()) != len(payload.Elems())-1 {
+		return nil, malformedRow(tag, fmt.Sprintf("dt length %d does not match %d members", len(dt.Elems()), len(payload.Elems())))
 	}
 	// Evaluated as JavaScript does, left to right in float64: (seq0 + length) - 1.
-	if last := seq0.n + float64(len(payload.arr)); !isSafeInteger(last - 1) {
+	if last := seq0.Num() + float64(len(payload.Elems())); !jsvalue.IsSafeInteger(last - 1) {
 		return nil, malformedRow(tag, "member seqs must stay safe integers")
 	}
-	t := time0.n
-	for _, g := range dt.arr {
-		t += g.n
-		if !isSafeInteger(t) {
+	t := time0.Num()
+	for _, g := range dt.Elems() {
+		t += g.Num()
+		if !jsvalue.IsSafeInteger(t) {
 			return nil, malformedRow(tag, "member times must stay safe integers")
 		}
 	}
@@ -99,34 +101,34 @@ func expandChunkRow(row *jval, tag string) ([]Event, string) {
 	default:
 		chunkType = "tool-call-delta"
 	}
-	var name *jval
+	var name *jsvalue.Value
 	if withName {
-		name = data.field("name")
+		name = data.Field("name")
 	}
-	events := make([]Event, len(payload.arr))
-	tm := int64(time0.n)
-	for k, member := range payload.arr {
+	events := make([]Event, len(payload.Elems()))
+	tm := int64(time0.Num())
+	for k, member := range payload.Elems() {
 		if k > 0 {
-			tm += int64(dt.arr[k-1].n)
+			tm += int64(dt.Elems()[k-1].Num())
 		}
 		events[k] = Event{
 			Type: "assistant/chunk",
-			Seq:  int64(seq0.n) + int64(k),
+			Seq:  int64(seq0.Num()) + int64(k),
 			Time: json.Number(strconv.FormatInt(tm, 10)),
-			Data: chunkData(turn.raw, step.raw, chunkType, index.raw, rawOrNil(data.field("id"), tag), rawOf(name), member.raw),
+			Data: chunkData(turn.Raw(), step.Raw(), chunkType, index.Raw(), rawOrNil(data.Field("id"), tag), rawOf(name), member.Raw()),
 		}
 	}
 	return events, ""
 }
 
-func rawOf(v *jval) []byte {
+func rawOf(v *jsvalue.Value) []byte {
 	if v == nil {
 		return nil
 	}
-	return v.raw
+	return v.Raw()
 }
 
-func rawOrNil(v *jval, tag string) []byte {
+func rawOrNil(v *jsvalue.Value, tag string) []byte {
 	if tag != "tool-call-chunks" {
 		return nil
 	}
@@ -179,47 +181,47 @@ func classifyChunk(ev *Event) (*packable, bool) {
 	if ev.Type != "assistant/chunk" || ev.SurfaceOp != nil || ev.SourceEventSeqs != nil || ev.Ignorable {
 		return nil, false
 	}
-	if ev.Seq < 0 || ev.Seq > maxSafeInteger {
+	if ev.Seq < 0 || ev.Seq > jsvalue.MaxSafeInteger {
 		return nil, false
 	}
 	tf, ok := timeValue(ev.Time)
-	if !ok || !isSafeInteger(tf) || string(ev.Time) != strconv.FormatInt(int64(tf), 10) {
+	if !ok || !jsvalue.IsSafeInteger(tf) || string(ev.Time) != strconv.FormatInt(int64(tf), 10) {
 		return nil, false
 	}
-	data, err := parseJSON(ev.Data)
-	if err != nil || !isObjectLike(data) || !hasExactKeys(data, "turn", "step", "chunk") {
+	data, err := jsvalue.Parse(ev.Data)
+	if err != nil || !jsvalue.IsObjectLike(data) || !jsvalue.HasExactKeys(data, "turn", "step", "chunk") {
 		return nil, false
 	}
-	turn, step, chunk := data.field("turn"), data.field("step"), data.field("chunk")
-	if turn.kind != jNum || step.kind != jNum || !isObjectLike(chunk) {
+	turn, step, chunk := data.Field("turn"), data.Field("step"), data.Field("chunk")
+	if turn.Kind() != jsvalue.Number || step.Kind() != jsvalue.Number || !jsvalue.IsObjectLike(chunk) {
 		return nil, false
 	}
-	index := chunk.field("index")
-	if index == nil || index.kind != jNum {
+	index := chunk.Field("index")
+	if index == nil || index.Kind() != jsvalue.Number {
 		return nil, false
 	}
-	p := &packable{seq: ev.Seq, time: int64(tf), turn: turn.raw, step: step.raw, index: index.raw}
-	ct := chunk.field("type")
-	if ct == nil || ct.kind != jStr {
+	p := &packable{seq: ev.Seq, time: int64(tf), turn: turn.Raw(), step: step.Raw(), index: index.Raw()}
+	ct := chunk.Field("type")
+	if ct == nil || ct.Kind() != jsvalue.String {
 		return nil, false
 	}
-	switch ct.s {
+	switch ct.Str() {
 	case "text-delta", "reasoning-delta":
-		text := chunk.field("text")
-		if !hasExactKeys(chunk, "type", "index", "text") || text.kind != jStr {
+		text := chunk.Field("text")
+		if !jsvalue.HasExactKeys(chunk, "type", "index", "text") || text.Kind() != jsvalue.String {
 			return nil, false
 		}
-		p.kind, p.member = ct.s, text.raw
+		p.kind, p.member = ct.Str(), text.Raw()
 	case "tool-call-delta":
-		id, args, name := chunk.field("id"), chunk.field("argumentsDelta"), chunk.field("name")
-		exact := hasExactKeys(chunk, "type", "index", "id", "argumentsDelta") ||
-			(hasExactKeys(chunk, "type", "index", "id", "name", "argumentsDelta") && name.kind == jStr)
-		if !exact || id.kind != jStr || args.kind != jStr {
+		id, args, name := chunk.Field("id"), chunk.Field("argumentsDelta"), chunk.Field("name")
+		exact := jsvalue.HasExactKeys(chunk, "type", "index", "id", "argumentsDelta") ||
+			(jsvalue.HasExactKeys(chunk, "type", "index", "id", "name", "argumentsDelta") && name.Kind() == jsvalue.String)
+		if !exact || id.Kind() != jsvalue.String || args.Kind() != jsvalue.String {
 			return nil, false
 		}
-		p.kind, p.id, p.member = ct.s, id.raw, args.raw
+		p.kind, p.id, p.member = ct.Str(), id.Raw(), args.Raw()
 		if name != nil {
-			p.name, p.hasName = name.raw, true
+			p.name, p.hasName = name.Raw(), true
 		}
 	default:
 		return nil, false
@@ -240,7 +242,7 @@ func continuesRun(prev, next *packable) bool {
 	if next.seq != prev.seq+1 {
 		return false
 	}
-	if d := next.time - prev.time; d > maxSafeInteger || d < -maxSafeInteger {
+	if d := next.time - prev.time; d > jsvalue.MaxSafeInteger || d < -jsvalue.MaxSafeInteger {
 		return false
 	}
 	if !bytes.Equal(next.turn, prev.turn) || !bytes.Equal(next.step, prev.step) || !bytes.Equal(next.index, prev.index) {

@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // decodeEventLineFast is DecodeEventLine's fast path: one pass over the line, with no allocation
@@ -10,7 +12,7 @@ import (
 // decodes the line with decodeEventLineGeneral, whenever the line is not of that shape or would be
 // refused; when ok is true the event equals what decodeEventLineGeneral returns for the line.
 //
-// It follows parseShallowObject token by token (the same JSON whitespace, the same parser.skip for
+// It follows jsvalue.ParseShallow token by token (the same JSON whitespace, the same Skip for
 // every member other than the envelope scalars) and accepts only:
 //   - a key with no escape and no control character (raw bytes are then the key, and invalid
 //     UTF-8 in them can only decode to a key that is not one of the envelope keys);
@@ -23,15 +25,15 @@ import (
 //
 // Repeated keys overwrite (the last one wins); every other key is validated with skip and dropped.
 func decodeEventLineFast(line []byte) (ev Event, ok bool) {
-	p := parser{b: line, maxDepth: maxJSONDepth}
+	p := jsvalue.Scanner{B: line}
 	b := line
-	p.ws()
-	if p.i >= len(b) || b[p.i] != '{' {
+	p.Space()
+	if p.Pos >= len(b) || b[p.Pos] != '{' {
 		return Event{}, false
 	}
-	p.i++
-	p.ws()
-	if p.i < len(b) && b[p.i] == '}' {
+	p.Pos++
+	p.Space()
+	if p.Pos < len(b) && b[p.Pos] == '}' {
 		return Event{}, false // {} has no type: refused
 	}
 	var (
@@ -45,94 +47,94 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 		ignorable bool
 	)
 	for {
-		p.ws()
-		if p.i >= len(b) || b[p.i] != '"' {
+		p.Space()
+		if p.Pos >= len(b) || b[p.Pos] != '"' {
 			return Event{}, false
 		}
-		ks := p.i + 1
-		ke := plainRun(b, ks)
+		ks := p.Pos + 1
+		ke := jsvalue.PlainRun(b, ks)
 		if ke >= len(b) || b[ke] != '"' {
 			return Event{}, false // an escape, a control character or no closing quote
 		}
 		key := b[ks:ke]
-		p.i = ke + 1
-		p.ws()
-		if p.i >= len(b) || b[p.i] != ':' {
+		p.Pos = ke + 1
+		p.Space()
+		if p.Pos >= len(b) || b[p.Pos] != ':' {
 			return Event{}, false
 		}
-		p.i++
-		p.ws()
-		if p.i >= len(b) {
+		p.Pos++
+		p.Space()
+		if p.Pos >= len(b) {
 			return Event{}, false
 		}
 		switch string(key) {
 		case "type":
-			if b[p.i] != '"' {
+			if b[p.Pos] != '"' {
 				return Event{}, false
 			}
-			s := p.i + 1
-			e := plainRun(b, s)
+			s := p.Pos + 1
+			e := jsvalue.PlainRun(b, s)
 			if e >= len(b) || b[e] != '"' {
 				return Event{}, false
 			}
 			typ, haveType = b[s:e], true
-			p.i = e + 1
+			p.Pos = e + 1
 		case "seq":
-			n, ok := p.plainSeq()
+			n, ok := plainSeq(&p)
 			if !ok {
 				return Event{}, false
 			}
 			seq = n
 		case "time":
-			if c := b[p.i]; c != '-' && !isDigit(c) {
+			if c := b[p.Pos]; c != '-' && !isDigit(c) {
 				return Event{}, false
 			}
-			start := p.i
-			if _, err := p.numberEnd(); err != nil {
+			start := p.Pos
+			if p.Number() != nil {
 				return Event{}, false
 			}
-			timeRaw = b[start:p.i]
+			timeRaw = b[start:p.Pos]
 		case "ignorable":
 			switch {
-			case len(b)-p.i >= 4 && string(b[p.i:p.i+4]) == "true":
+			case len(b)-p.Pos >= 4 && string(b[p.Pos:p.Pos+4]) == "true":
 				ignorable = true
-				p.i += 4
-			case len(b)-p.i >= 5 && string(b[p.i:p.i+5]) == "false":
+				p.Pos += 4
+			case len(b)-p.Pos >= 5 && string(b[p.Pos:p.Pos+5]) == "false":
 				ignorable = false
-				p.i += 5
+				p.Pos += 5
 			default:
 				return Event{}, false
 			}
 		default:
-			start := p.i
-			if _, err := p.skip(1); err != nil {
+			start := p.Pos
+			if _, err := p.Skip(1); err != nil {
 				return Event{}, false
 			}
 			switch string(key) {
 			case "data":
-				data = b[start:p.i]
+				data = b[start:p.Pos]
 			case "surfaceOp":
-				op = b[start:p.i]
+				op = b[start:p.Pos]
 			case "sourceEventSeqs":
-				srcs = b[start:p.i]
+				srcs = b[start:p.Pos]
 			}
 		}
-		p.ws()
-		if p.i >= len(b) {
+		p.Space()
+		if p.Pos >= len(b) {
 			return Event{}, false
 		}
-		if b[p.i] == ',' {
-			p.i++
+		if b[p.Pos] == ',' {
+			p.Pos++
 			continue
 		}
-		if b[p.i] == '}' {
-			p.i++
+		if b[p.Pos] == '}' {
+			p.Pos++
 			break
 		}
 		return Event{}, false
 	}
-	p.ws()
-	if p.i != len(b) || !haveType || seq < 0 || data == nil {
+	p.Space()
+	if p.Pos != len(b) || !haveType || seq < 0 || data == nil {
 		return Event{}, false
 	}
 	t, ok := eventTypeString(typ)
@@ -155,29 +157,29 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 	return ev, true
 }
 
-// plainSeq reads a plain integer literal of at most 15 digits at p.i (without a sign, fraction or
+// plainSeq reads a plain integer literal of at most 15 digits at p.Pos (without a sign, fraction or
 // exponent, and without a leading zero unless it is 0): a non-negative safe integer whose value is
 // exact. ok is false for any other form (which the general path reads with the full number rules).
-func (p *parser) plainSeq() (int64, bool) {
-	b := p.b
-	i := p.i
+func plainSeq(p *jsvalue.Scanner) (int64, bool) {
+	b := p.B
+	i := p.Pos
 	var n int64
 	for i < len(b) && isDigit(b[i]) {
 		n = n*10 + int64(b[i]-'0')
 		i++
-		if i-p.i > 15 {
+		if i-p.Pos > 15 {
 			return 0, false
 		}
 	}
 	switch {
-	case i == p.i:
+	case i == p.Pos:
 		return 0, false
-	case b[p.i] == '0' && i-p.i > 1:
+	case b[p.Pos] == '0' && i-p.Pos > 1:
 		return 0, false // "0" followed by digits: the general path refuses it
 	case i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E'):
 		return 0, false
 	}
-	p.i = i
+	p.Pos = i
 	return n, true
 }
 
@@ -246,3 +248,5 @@ func eventTypeString(raw []byte) (string, bool) {
 	}
 	return s, true
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // deriveEvent is the reference's deriveEventMessage for one event, with JavaScript's failure
@@ -10,8 +12,8 @@ import (
 // content is empty; tool/result gives data.message; anything else gives nothing. Like
 // Session.deriveMessages it then skips a falsy result. The error is the read the reference fails
 // on (a TypeError).
-func deriveEvent(typ string, data *jval) (*jval, error) {
-	var msg *jval
+func deriveEvent(typ string, data *jsvalue.Value) (*jsvalue.Value, error) {
+	var msg *jsvalue.Value
 	switch typ {
 	case "user/message":
 		msg = data
@@ -21,22 +23,22 @@ func deriveEvent(typ string, data *jval) (*jval, error) {
 			err.hint = oldFormatHint(data)
 			return nil, err
 		}
-		if isNullish(content) {
+		if jsvalue.IsNullish(content) {
 			return nil, &shapeError{typ: typ, path: "data.message.content", val: content, reading: "length", hint: oldFormatHint(data)}
 		}
-		if n, _ := get(content, "length"); n != nil && n.kind == jNum && n.n == 0 {
+		if n, _ := jsvalue.Get(content, "length"); n != nil && n.Kind() == jsvalue.Number && n.Num() == 0 {
 			return nil, nil
 		}
-		msg, _ = get(data, "message")
+		msg, _ = jsvalue.Get(data, "message")
 	case "tool/result":
-		if data != nil && data.kind == jNull {
+		if data != nil && data.Kind() == jsvalue.Null {
 			return nil, &shapeError{typ: typ, path: "data", val: data, reading: "message"}
 		}
-		msg, _ = get(data, "message")
+		msg, _ = jsvalue.Get(data, "message")
 	default:
 		return nil, nil
 	}
-	if !truthy(msg) {
+	if !jsvalue.Truthy(msg) {
 		return nil, nil
 	}
 	return msg, nil
@@ -58,7 +60,7 @@ func DeriveMessages(nodes []int64, event func(seq int64) (Event, error)) ([]json
 		if !isSurfaceType(ev.Type) {
 			continue
 		}
-		data, err := parseJSON(ev.Data)
+		data, err := jsvalue.Parse(ev.Data)
 		if err != nil {
 			return nil, newError("", seq, 0, RuleJSON, fmt.Sprintf("session event %q data: %v", ev.Type, err))
 		}
@@ -67,7 +69,7 @@ func DeriveMessages(nodes []int64, event func(seq int64) (Event, error)) ([]json
 			return nil, newError("", seq, 0, RuleEventShape, err.Error())
 		}
 		if msg != nil {
-			out = append(out, json.RawMessage(msg.raw))
+			out = append(out, json.RawMessage(msg.Raw()))
 		}
 	}
 	return out, nil

@@ -121,6 +121,9 @@ func (e *Error) reason() string {
 	return msg
 }
 
+// jsQuote is the text `"${s}"` of a JavaScript template literal (no escaping at all).
+func jsQuote(s string) string { return `"` + s + `"` }
+
 // SessionNotFound is the reference's SESSION_NOT_FOUND fork refusal: `session "<id>" not found`.
 func SessionNotFound(id string) *ForkError {
 	return &ForkError{Code: CodeSessionNotFound, Msg: "session " + jsQuote(id) + " not found"}

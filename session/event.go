@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // MarshalJSON writes the event as one compact JSON object with the fields in the reference's
@@ -48,14 +50,14 @@ func appendEventJSONMode(dst []byte, ev *Event, mode encodeMode) ([]byte, error)
 		compact = appendTrusted
 	}
 	t := string(ev.Time)
-	if !validNumberLiteral(t) && !(lenientTime && t == "null") {
+	if !jsvalue.ValidNumber(t) && !(lenientTime && t == "null") {
 		return nil, fmt.Errorf("session event seq %d: time %q is not a JSON number", ev.Seq, t)
 	}
 	if len(ev.Data) == 0 {
 		return nil, fmt.Errorf("session event seq %d: data is absent", ev.Seq)
 	}
 	dst = append(dst, `{"type":`...)
-	dst = appendJSString(dst, ev.Type)
+	dst = jsvalue.AppendQuote(dst, ev.Type)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendInt(dst, ev.Seq, 10)
 	dst = append(dst, `,"time":`...)
@@ -149,13 +151,13 @@ func (ev *Event) AppendJSON(dst []byte) ([]byte, error) {
 // is absent. A packed chunk row is refused (use ReadJSONL to expand rows).
 func (ev *Event) UnmarshalJSON(b []byte) error {
 	buf := append([]byte(nil), b...)
-	v, err := parseJSON(buf)
+	v, err := jsvalue.Parse(buf)
 	if err != nil {
 		return err
 	}
-	if isObjectLike(v) {
-		if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
-			return errors.New("session: a packed " + t.s + " row holds several events; read it with ReadJSONL")
+	if jsvalue.IsObjectLike(v) {
+		if t := v.Field("type"); t != nil && t.Kind() == jsvalue.String && isChunkRowTag(t.Str()) {
+			return errors.New("session: a packed " + t.Str() + " row holds several events; read it with ReadJSONL")
 		}
 	}
 	out, _, rerr := decodeEvent(v, "session", false)
@@ -168,9 +170,9 @@ func (ev *Event) UnmarshalJSON(b []byte) error {
 
 // parsedEvent holds an event's parsed JSON parts; nil means absent (undefined).
 type parsedEvent struct {
-	data *jval
-	op   *jval
-	srcs *jval
+	data *jsvalue.Value
+	op   *jsvalue.Value
+	srcs *jsvalue.Value
 	// typeKind is typeString, or (Inspect only) typeUndefined / typeOther for an event whose
 	// type is not a string; Event.Type is then "".
 	typeKind int8
@@ -187,32 +189,32 @@ const (
 // undefined, ignorable when true; everything else is dropped. anyType (Inspect) accepts a type
 // that is not a string, as the reference's append does: Event.Type is then "" and p.typeKind says
 // what it was.
-func decodeEvent(v *jval, session string, anyType bool) (Event, parsedEvent, *Error) {
+func decodeEvent(v *jsvalue.Value, session string, anyType bool) (Event, parsedEvent, *Error) {
 	var ev Event
 	var p parsedEvent
-	if v == nil || v.kind != jObj {
+	if v == nil || v.Kind() != jsvalue.Object {
 		what := "a JSON array"
 		switch {
-		case v == nil || v.kind == jNull:
+		case v == nil || v.Kind() == jsvalue.Null:
 			what = "null"
-		case v.kind == jStr:
+		case v.Kind() == jsvalue.String:
 			what = "a JSON string"
-		case v.kind == jNum:
+		case v.Kind() == jsvalue.Number:
 			what = "a JSON number"
-		case v.kind == jBool:
+		case v.Kind() == jsvalue.Bool:
 			what = "a JSON boolean"
 		}
 		return ev, p, newError(session, -1, 0, RuleRecord, "line is "+what+", not an event object")
 	}
 	seq := int64(-1)
-	sv := v.field("seq")
-	if sv != nil && sv.kind == jNum && isSafeInteger(sv.n) && sv.n >= 0 {
-		seq = int64(sv.n)
+	sv := v.Field("seq")
+	if sv != nil && sv.Kind() == jsvalue.Number && jsvalue.IsSafeInteger(sv.Num()) && sv.Num() >= 0 {
+		seq = int64(sv.Num())
 	}
-	tv := v.field("type")
+	tv := v.Field("type")
 	switch {
-	case tv != nil && tv.kind == jStr:
-		ev.Type = tv.s
+	case tv != nil && tv.Kind() == jsvalue.String:
+		ev.Type = tv.Str()
 	case anyType && tv == nil:
 		p.typeKind = typeUndefined
 	case anyType:
@@ -225,32 +227,32 @@ func decodeEvent(v *jval, session string, anyType bool) (Event, parsedEvent, *Er
 			fmt.Sprintf("event of type %s: seq must be a non-negative safe integer, got %s", describe(tv), describe(sv)))
 	}
 	ev.Seq = seq
-	if t := v.field("time"); t != nil && t.kind == jNum {
-		ev.Time = json.Number(t.raw)
+	if t := v.Field("time"); t != nil && t.Kind() == jsvalue.Number {
+		ev.Time = json.Number(t.Raw())
 	}
-	p.data = v.field("data")
+	p.data = v.Field("data")
 	if p.data == nil {
 		return ev, p, newError(session, seq, 0, RuleData, fmt.Sprintf("session event %q has no data", ev.Type))
 	}
-	ev.Data = json.RawMessage(p.data.raw)
-	if p.op = v.field("surfaceOp"); p.op != nil {
-		ev.SurfaceOp = json.RawMessage(p.op.raw)
+	ev.Data = json.RawMessage(p.data.Raw())
+	if p.op = v.Field("surfaceOp"); p.op != nil {
+		ev.SurfaceOp = json.RawMessage(p.op.Raw())
 	}
-	if p.srcs = v.field("sourceEventSeqs"); p.srcs != nil {
-		ev.SourceEventSeqs = json.RawMessage(p.srcs.raw)
+	if p.srcs = v.Field("sourceEventSeqs"); p.srcs != nil {
+		ev.SourceEventSeqs = json.RawMessage(p.srcs.Raw())
 	}
-	if ig := v.field("ignorable"); ig != nil && ig.kind == jBool && ig.b {
+	if ig := v.Field("ignorable"); ig != nil && ig.Kind() == jsvalue.Bool && ig.Bool() {
 		ev.Ignorable = true
 	}
 	return ev, p, nil
 }
 
 // describe renders a value briefly for an error message.
-func describe(v *jval) string {
+func describe(v *jsvalue.Value) string {
 	if v == nil {
 		return "nothing"
 	}
-	s := stringify(v)
+	s := jsvalue.Stringify(v)
 	if len(s) > 60 {
 		return string(s[:57]) + "..."
 	}
@@ -264,20 +266,20 @@ func parseEvent(session string, ev *Event) (parsedEvent, *Error) {
 		return p, newError(session, ev.Seq, 0, RuleData, fmt.Sprintf("session event %q has no data", ev.Type))
 	}
 	var err error
-	parse := parseJSON
+	parse := jsvalue.Parse
 	if !dataIsRead(ev.Type) {
-		parse = scanJSON // nothing reads this type's fields: validate without building
+		parse = jsvalue.Scan // nothing reads this type's fields: validate without building
 	}
 	if p.data, err = parse(ev.Data); err != nil {
 		return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q data: %v", ev.Type, err))
 	}
 	if ev.SurfaceOp != nil {
-		if p.op, err = parseJSON(ev.SurfaceOp); err != nil {
+		if p.op, err = jsvalue.Parse(ev.SurfaceOp); err != nil {
 			return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q surfaceOp: %v", ev.Type, err))
 		}
 	}
 	if ev.SourceEventSeqs != nil {
-		if p.srcs, err = parseJSON(ev.SourceEventSeqs); err != nil {
+		if p.srcs, err = jsvalue.Parse(ev.SourceEventSeqs); err != nil {
 			return p, newError(session, ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q sourceEventSeqs: %v", ev.Type, err))
 		}
 	}
@@ -302,10 +304,10 @@ func EndSeed(seq int64, nowMs int64) Event {
 // a JSON number literal.
 func timeValue(t json.Number) (float64, bool) {
 	s := string(t)
-	if !validNumberLiteral(s) {
+	if !jsvalue.ValidNumber(s) {
 		return 0, false
 	}
-	return parseNumberLiteral([]byte(s)), true
+	return jsvalue.ParseNumber([]byte(s)), true
 }
 
 // dataIsRead reports whether validation, derivation, repair or the surface fold read fields of
@@ -340,15 +342,15 @@ func DecodeEventLine(line []byte, session string) (Event, error) {
 }
 
 // decodeEventLineGeneral is DecodeEventLine for any input: it parses the line with
-// parseShallowObject and reads the envelope with decodeEvent.
+// jsvalue.ParseShallow and reads the envelope with decodeEvent.
 func decodeEventLineGeneral(line []byte, session string) (Event, error) {
-	v, err := parseShallowObject(line)
+	v, err := jsvalue.ParseShallow(line, "type", "seq", "time", "ignorable")
 	if err != nil {
 		return Event{}, newError(session, -1, 0, RuleJSON, err.Error())
 	}
-	if v.kind == jObj {
-		if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
-			return Event{}, newError(session, -1, 0, RuleRecord, "a packed "+t.s+" row holds several events; read it with ReadJSONL")
+	if v.Kind() == jsvalue.Object {
+		if t := v.Field("type"); t != nil && t.Kind() == jsvalue.String && isChunkRowTag(t.Str()) {
+			return Event{}, newError(session, -1, 0, RuleRecord, "a packed "+t.Str()+" row holds several events; read it with ReadJSONL")
 		}
 	}
 	ev, _, derr := decodeEvent(v, session, false)
@@ -356,95 +358,4 @@ func decodeEventLineGeneral(line []byte, session string) (Event, error) {
 		return Event{}, derr
 	}
 	return ev, nil
-}
-
-// parseShallowObject parses one JSON value like parseJSON, but when it is an object only its
-// scalar envelope members (type, seq, time, ignorable) are built; every other member is validated
-// with skip and kept as a placeholder carrying its raw bytes, kind and lossiness.
-func parseShallowObject(b []byte) (*jval, error) {
-	p := parser{b: b, maxDepth: maxJSONDepth}
-	p.ws()
-	if p.i >= len(b) || b[p.i] != '{' {
-		return parseJSON(b)
-	}
-	start := p.i
-	v := &jval{kind: jObj}
-	p.i++
-	p.ws()
-	if p.i < len(b) && b[p.i] == '}' {
-		p.i++
-	} else {
-		for {
-			p.ws()
-			if p.i >= len(b) || b[p.i] != '"' {
-				return nil, p.fail("expected a string key")
-			}
-			key, err := p.str()
-			if err != nil {
-				return nil, err
-			}
-			p.ws()
-			if p.i >= len(b) || b[p.i] != ':' {
-				return nil, p.fail("expected ':' after an object key")
-			}
-			p.i++
-			p.ws()
-			var child *jval
-			switch key {
-			case "type", "seq", "time", "ignorable":
-				if child, err = p.value(1); err != nil {
-					return nil, err
-				}
-			default:
-				cs := p.i
-				if p.i >= len(b) {
-					return nil, p.fail("unexpected end of JSON input")
-				}
-				lossy, err := p.skip(1)
-				if err != nil {
-					return nil, err
-				}
-				child = &jval{kind: kindOfFirstByte(b[cs]), raw: b[cs:p.i], lossy: lossy}
-			}
-			v.set(key, child)
-			v.lossy = v.lossy || child.lossy
-			p.ws()
-			if p.i >= len(b) {
-				return nil, p.fail("unexpected end of JSON input")
-			}
-			if b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if b[p.i] == '}' {
-				p.i++
-				break
-			}
-			return nil, p.fail("expected ',' or '}' in an object")
-		}
-	}
-	v.raw = b[start:p.i]
-	p.ws()
-	if p.i != len(b) {
-		return nil, p.fail("unexpected data after the JSON value")
-	}
-	return v, nil
-}
-
-// kindOfFirstByte is the kind of a valid JSON value that starts with c.
-func kindOfFirstByte(c byte) jkind {
-	switch c {
-	case '{':
-		return jObj
-	case '[':
-		return jArr
-	case '"':
-		return jStr
-	case 't', 'f':
-		return jBool
-	case 'n':
-		return jNull
-	default:
-		return jNum
-	}
 }

@@ -8,6 +8,8 @@ package session
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // ForkSeed selects the seed for forking events (the session named id) at boundary (nil = the
@@ -22,8 +24,8 @@ import (
 // A nil boundary on an empty session gives an empty seed. The seed excludes the end-seed marker
 // (ForkChild adds it).
 func ForkSeed(id string, events []Event, boundary *int64) ([]Event, *ForkError) {
-	end, ferr := forkBoundary(id, events, boundary, func(i int64) (*jval, error) {
-		return parseJSON(events[i].Data)
+	end, ferr := forkBoundary(id, events, boundary, func(i int64) (*jsvalue.Value, error) {
+		return jsvalue.Parse(events[i].Data)
 	})
 	if ferr != nil {
 		return nil, ferr
@@ -33,7 +35,7 @@ func ForkSeed(id string, events []Event, boundary *int64) ([]Event, *ForkError) 
 
 // forkBoundary checks a fork boundary as _forkSeed does and returns the seed length. dataOf
 // returns the parsed data of events[i] (read only for the turn/start that makes a turn open).
-func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int64) (*jval, error)) (int, *ForkError) {
+func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int64) (*jsvalue.Value, error)) (int, *ForkError) {
 	var b int64
 	if boundary != nil {
 		b = *boundary
@@ -44,14 +46,14 @@ func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int6
 		b = events[len(events)-1].Seq
 	}
 	q := jsQuote(id)
-	if b < 0 || b > maxSafeInteger {
+	if b < 0 || b > jsvalue.MaxSafeInteger {
 		return 0, &ForkError{Code: CodeInvalidBoundary,
-			Msg: "fork boundary for session " + q + " must be a non-negative safe integer, got " + jsNumberString(float64(b))}
+			Msg: "fork boundary for session " + q + " must be a non-negative safe integer, got " + jsvalue.NumberString(float64(b))}
 	}
 	if b >= int64(len(events)) {
 		last := "none"
 		if len(events) > 0 {
-			last = jsNumberString(float64(events[len(events)-1].Seq))
+			last = jsvalue.NumberString(float64(events[len(events)-1].Seq))
 		}
 		return 0, &ForkError{Code: CodeInvalidBoundary,
 			Msg: fmt.Sprintf("fork boundary %d does not exist in session %s (last seq: %s)", b, q, last)}
@@ -69,12 +71,12 @@ func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int6
 			if err != nil {
 				return 0, &ForkError{Msg: fmt.Sprintf("turn/start at seq %d has data that is not JSON: %v", events[i].Seq, err)}
 			}
-			turn, terr := get(data, "turn")
+			turn, terr := jsvalue.Get(data, "turn")
 			if terr != nil {
 				return 0, &ForkError{Msg: terr.Error()}
 			}
 			return 0, &ForkError{Code: CodeOpenTurn,
-				Msg: fmt.Sprintf("fork boundary %d in session %s ends inside open turn %s", b, q, jsToString(turn))}
+				Msg: fmt.Sprintf("fork boundary %d in session %s ends inside open turn %s", b, q, jsvalue.ToString(turn))}
 		}
 	}
 	return int(b + 1), nil
@@ -93,7 +95,7 @@ func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int6
 //   - `invalid seed event at index <i>: <surface rule text>`
 func ForkChild(seed []Event, nowMs int64) ([]Event, *ForkError) {
 	surf := NewSurface()
-	datas := make([]*jval, len(seed))
+	datas := make([]*jsvalue.Value, len(seed))
 	for i := range seed {
 		ev := &seed[i]
 		p, ok := parseSeedEvent(ev)
@@ -104,7 +106,7 @@ func ForkChild(seed []Event, nowMs int64) ([]Event, *ForkError) {
 		if msg := seedEventProblem(ev, &p, i); msg != "" {
 			return nil, &ForkError{Msg: msg}
 		}
-		lookup := func(seq int64) (string, *jval, error) {
+		lookup := func(seq int64) (string, *jsvalue.Value, error) {
 			if seq < 0 || seq >= int64(i) {
 				return "", nil, fmt.Errorf("seq %d is not in the seed", seq)
 			}
@@ -130,17 +132,17 @@ func parseSeedEvent(ev *Event) (parsedEvent, bool) {
 	var p parsedEvent
 	var err error
 	if len(ev.Data) > 0 {
-		if p.data, err = parseJSON(ev.Data); err != nil {
+		if p.data, err = jsvalue.Parse(ev.Data); err != nil {
 			return p, false
 		}
 	}
 	if ev.SurfaceOp != nil {
-		if p.op, err = parseJSON(ev.SurfaceOp); err != nil {
+		if p.op, err = jsvalue.Parse(ev.SurfaceOp); err != nil {
 			return p, false
 		}
 	}
 	if ev.SourceEventSeqs != nil {
-		if p.srcs, err = parseJSON(ev.SourceEventSeqs); err != nil {
+		if p.srcs, err = jsvalue.Parse(ev.SourceEventSeqs); err != nil {
 			return p, false
 		}
 	}
@@ -153,14 +155,14 @@ func parseSeedEvent(ev *Event) (parsedEvent, bool) {
 func seedEventProblem(ev *Event, p *parsedEvent, index int) string {
 	at := "seed event at index " + strconv.Itoa(index)
 	tf, tok := timeValue(ev.Time)
-	if (p.data != nil && p.data.lossy) || (p.op != nil && p.op.lossy) || (p.srcs != nil && p.srcs.lossy) ||
-		(tok && !losslessNumber(tf)) || p.typeKind == typeUndefined {
+	if (p.data != nil && p.data.Lossy()) || (p.op != nil && p.op.Lossy()) || (p.srcs != nil && p.srcs.Lossy()) ||
+		(tok && !jsvalue.IsLossless(tf)) || p.typeKind == typeUndefined {
 		return at + " is not losslessly JSON-serializable"
 	}
 	if ev.Type == "request/header-delta" {
 		return at + " uses unsupported legacy request/header-delta format"
 	}
-	if p.typeKind != typeString || ev.Seq < 0 || ev.Seq > maxSafeInteger || !tok || !isSafeInteger(tf) || p.data == nil {
+	if p.typeKind != typeString || ev.Seq < 0 || ev.Seq > jsvalue.MaxSafeInteger || !tok || !jsvalue.IsSafeInteger(tf) || p.data == nil {
 		return at + " has an invalid event envelope"
 	}
 	switch ev.Type {
@@ -173,31 +175,31 @@ func seedEventProblem(ev *Event, p *parsedEvent, index int) string {
 		return msg
 	}
 	if ev.Seq != int64(index) {
-		return fmt.Sprintf("%s has seq %s (expected %d); seed must be contiguous from 0", at, jsNumberString(float64(ev.Seq)), index)
+		return fmt.Sprintf("%s has seq %s (expected %d); seed must be contiguous from 0", at, jsvalue.NumberString(float64(ev.Seq)), index)
 	}
 	return ""
 }
 
 // currentLLMShape is the reference's assertCurrentLlmShape.
-func currentLLMShape(typ string, data *jval, index int) string {
+func currentLLMShape(typ string, data *jsvalue.Value, index int) string {
 	idx := strconv.Itoa(index)
 	if typ == "request/header" {
-		var header *jval
-		if isObjectLike(data) {
-			header, _ = get(data, "header")
+		var header *jsvalue.Value
+		if jsvalue.IsObjectLike(data) {
+			header, _ = jsvalue.Get(data, "header")
 		}
-		var headerRecord, config *jval
-		if isPlainObject(header) {
+		var headerRecord, config *jsvalue.Value
+		if jsvalue.IsPlainObject(header) {
 			headerRecord = header
-			config = header.field("config")
+			config = header.Field("config")
 		}
 		if !hasProviderModel(config) {
 			return "seed request/header at index " + idx + " lacks provider/model"
 		}
-		if re, _ := get(config, "reasoningEffort"); re != nil && !isNonEmptyString(re) {
+		if re, _ := jsvalue.Get(config, "reasoningEffort"); re != nil && !jsvalue.IsNonEmptyString(re) {
 			return "seed request/header at index " + idx + " has an invalid reasoningEffort"
 		}
-		if !adapterDefaultsValid(headerRecord.field("adapterDefaults"), config) {
+		if !adapterDefaultsValid(headerRecord.Field("adapterDefaults"), config) {
 			return "seed request/header at index " + idx + " has invalid adapterDefaults"
 		}
 	}
@@ -208,79 +210,79 @@ func currentLLMShape(typ string, data *jval, index int) string {
 }
 
 // hasProviderModel: an object with non-empty string provider and model.
-func hasProviderModel(v *jval) bool {
-	if !isObjectLike(v) {
+func hasProviderModel(v *jsvalue.Value) bool {
+	if !jsvalue.IsObjectLike(v) {
 		return false
 	}
-	p, _ := get(v, "provider")
-	m, _ := get(v, "model")
-	return isNonEmptyString(p) && isNonEmptyString(m)
+	p, _ := jsvalue.Get(v, "provider")
+	m, _ := jsvalue.Get(v, "model")
+	return jsvalue.IsNonEmptyString(p) && jsvalue.IsNonEmptyString(m)
 }
 
 // adapterDefaultsValid is the reference's assertAdapterDefaults.
-func adapterDefaultsValid(v, config *jval) bool {
+func adapterDefaultsValid(v, config *jsvalue.Value) bool {
 	if v == nil {
 		return true
 	}
-	if !isPlainObject(v) {
+	if !jsvalue.IsPlainObject(v) {
 		return false
 	}
-	for i, k := range v.keys {
+	for i, k := range v.Keys() {
 		if k != "reasoningEffort" && k != "maxTokens" {
 			return false
 		}
-		if x := v.vals[i]; x.kind != jBool || !x.b {
+		if x := v.Values()[i]; x.Kind() != jsvalue.Bool || !x.Bool() {
 			return false
 		}
 	}
-	re, _ := get(config, "reasoningEffort")
-	mt, _ := get(config, "maxTokens")
-	if v.field("reasoningEffort") != nil && re == nil {
+	re, _ := jsvalue.Get(config, "reasoningEffort")
+	mt, _ := jsvalue.Get(config, "maxTokens")
+	if v.Field("reasoningEffort") != nil && re == nil {
 		return false
 	}
-	if v.field("maxTokens") != nil && mt == nil {
+	if v.Field("maxTokens") != nil && mt == nil {
 		return false
 	}
 	return true
 }
 
 // messageEventShape is the reference's assertMessageEventShape; subject prefixes the text.
-func messageEventShape(typ string, data *jval, subject string) string {
-	var record *jval
-	if isObjectLike(data) {
+func messageEventShape(typ string, data *jsvalue.Value, subject string) string {
+	var record *jsvalue.Value
+	if jsvalue.IsObjectLike(data) {
 		record = data
 	}
 	message := record
 	if typ != "user/message" {
 		message = nil
 		if record != nil {
-			message, _ = get(record, "message")
+			message, _ = jsvalue.Get(record, "message")
 		}
 	}
-	if !isObjectLike(message) {
+	if !jsvalue.IsObjectLike(message) {
 		return subject + " lacks an identified message"
 	}
-	if id, _ := get(message, "id"); !isNonEmptyString(id) {
+	if id, _ := jsvalue.Get(message, "id"); !jsvalue.IsNonEmptyString(id) {
 		return subject + " lacks an identified message"
 	}
 	expectedRole := "user"
 	if typ == "assistant/message" {
 		expectedRole = "assistant"
 	}
-	if role, _ := get(message, "role"); !isString(role, expectedRole) {
+	if role, _ := jsvalue.Get(message, "role"); !jsvalue.IsString(role, expectedRole) {
 		return subject + ` message must have role "` + expectedRole + `"`
 	}
-	source, _ := get(message, "source")
-	kind, _ := get(source, "kind")
-	if !isObjectLike(source) || !isNonEmptyString(kind) {
+	source, _ := jsvalue.Get(message, "source")
+	kind, _ := jsvalue.Get(source, "kind")
+	if !jsvalue.IsObjectLike(source) || !jsvalue.IsNonEmptyString(kind) {
 		return subject + " message has invalid source"
 	}
-	content, _ := get(message, "content")
-	if content == nil || content.kind != jArr {
+	content, _ := jsvalue.Get(message, "content")
+	if content == nil || content.Kind() != jsvalue.Array {
 		return subject + " message has invalid content"
 	}
 	if typ == "assistant/message" {
-		if !isString(kind, "model") || !hasProviderModel(source) {
+		if !jsvalue.IsString(kind, "model") || !hasProviderModel(source) {
 			return subject + " message must have model source"
 		}
 		return ""
@@ -288,23 +290,23 @@ func messageEventShape(typ string, data *jval, subject string) string {
 	if typ != "tool/result" {
 		return ""
 	}
-	callID, _ := get(source, "callId")
-	if !isString(kind, "tool") || !isNonEmptyString(callID) {
+	callID, _ := jsvalue.Get(source, "callId")
+	if !jsvalue.IsString(kind, "tool") || !jsvalue.IsNonEmptyString(callID) {
 		return subject + " message must have tool source"
 	}
-	if len(content.arr) != 1 {
+	if len(content.Elems()) != 1 {
 		return subject + " message must contain one tool-result block"
 	}
-	block := content.arr[0]
-	if !isObjectLike(block) {
+	block := content.Elems()[0]
+	if !jsvalue.IsObjectLike(block) {
 		return subject + " message must contain one tool-result block"
 	}
-	bt, _ := get(block, "type")
-	bc, _ := get(block, "content")
-	if !isString(bt, "tool-result") || bc == nil || bc.kind != jArr {
+	bt, _ := jsvalue.Get(block, "type")
+	bc, _ := jsvalue.Get(block, "content")
+	if !jsvalue.IsString(bt, "tool-result") || bc == nil || bc.Kind() != jsvalue.Array {
 		return subject + " message must contain one tool-result block"
 	}
-	if tc, _ := get(block, "toolCallId"); !strictEqual(tc, callID) {
+	if tc, _ := jsvalue.Get(block, "toolCallId"); !jsvalue.StrictEqual(tc, callID) {
 		return subject + " message has mismatched tool call ids"
 	}
 	return ""

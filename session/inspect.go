@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"strconv"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // The oracle's output fields, in the order judge() assigns them.
@@ -70,7 +72,7 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 			return fail(e.Msg, n)
 		}
 		if m := s.msgVals[seq]; m != nil {
-			res.Messages = append(res.Messages, stringify(m))
+			res.Messages = append(res.Messages, jsvalue.Stringify(m))
 		}
 	}
 	res.stage = stageMessages
@@ -85,12 +87,12 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 	switch t := s.markTurn; {
 	case t == nil:
 		res.openTurnUndefined = true
-	case t.kind == jNull:
-	case t.kind == jNum && isSafeInteger(t.n):
-		v := int64(t.n)
+	case t.Kind() == jsvalue.Null:
+	case t.Kind() == jsvalue.Number && jsvalue.IsSafeInteger(t.Num()):
+		v := int64(t.Num())
 		res.OpenTurn = &v
 	default:
-		res.openTurnJSON = stringify(t)
+		res.openTurnJSON = jsvalue.Stringify(t)
 	}
 	res.stage = stageOpenTurn
 
@@ -157,7 +159,7 @@ func inspectForks(s *Session, plans []surfPlan, allForks bool) []ForkOutcome {
 		}
 		counts[i] = total
 	}
-	dataOf := func(i int64) (*jval, error) { return s.datas[i], nil }
+	dataOf := func(i int64) (*jsvalue.Value, error) { return s.datas[i], nil }
 
 	var boundaries []*int64
 	boundaries = append(boundaries, nil)
@@ -262,7 +264,7 @@ func (r InspectResult) MarshalJSON() ([]byte, error) {
 	}
 	if !r.OK {
 		b = append(b, `,"error":`...)
-		b = appendJSString(b, r.Error)
+		b = jsvalue.AppendQuote(b, r.Error)
 		b = append(b, `,"acceptedEvents":`...)
 		b = strconv.AppendInt(b, int64(deref(r.AcceptedEvents)), 10)
 	} else {
@@ -295,11 +297,11 @@ func (f ForkOutcome) MarshalJSON() ([]byte, error) {
 	b = strconv.AppendBool(b, f.OK)
 	if f.Code != "" {
 		b = append(b, `,"code":`...)
-		b = appendJSString(b, f.Code)
+		b = jsvalue.AppendQuote(b, f.Code)
 	}
 	if !f.OK || f.Error != "" {
 		b = append(b, `,"error":`...)
-		b = appendJSString(b, f.Error)
+		b = jsvalue.AppendQuote(b, f.Error)
 	}
 	num := func(key string, v *int) {
 		if v != nil {
@@ -311,7 +313,7 @@ func (f ForkOutcome) MarshalJSON() ([]byte, error) {
 	num("childEvents", f.ChildEvents)
 	if f.ChildLast != nil {
 		b = append(b, `,"childLast":`...)
-		b = appendJSString(b, *f.ChildLast)
+		b = jsvalue.AppendQuote(b, *f.ChildLast)
 	}
 	num("childMessages", f.ChildMessages)
 	return append(b, '}'), nil

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // MaxLineBytes is the longest JSONL line (64 MiB, without its newline) that ReadJSONL and Inspect
@@ -57,7 +59,7 @@ func (lr *lineReader) next(session string) ([]byte, int, error) {
 				fmt.Sprintf("line is longer than %d bytes", MaxLineBytes))
 		}
 		buf = bytes.TrimSuffix(buf, []byte("\n"))
-		if isJSWhitespaceOnly(buf) {
+		if jsvalue.IsBlank(buf) {
 			continue
 		}
 		return buf, lr.line, nil
@@ -74,11 +76,15 @@ type item struct {
 
 // jsonlDoc is a fully read JSONL stream.
 type jsonlDoc struct {
-	header     *jval // nil when the first line is not {"type":"session",...}
+	header     *jsvalue.Value // nil when the first line is not {"type":"session",...}
 	headerLine int
 	id         string // the header's id when it is a string, else the caller's default
 	items      []item
 }
+
+// inspectMaxJSONDepth is the nesting limit for Inspect, which never re-encodes event data; the
+// public path allows jsvalue.MaxDepth (see DEPARTURES.md).
+const inspectMaxJSONDepth = 100000
 
 // readJSONLDoc reads a whole stream the way the oracle does: every line is parsed first, then the
 // header is dropped, then packed rows are validated and expanded. A line that is not JSON, an
@@ -103,31 +109,31 @@ func readJSONLDoc(r io.Reader, defaultID string, anyType bool) (*jsonlDoc, *Erro
 			}
 			return doc, newError(doc.id, -1, n, RuleJSON, "read failed: "+err.Error())
 		}
-		maxDepth := maxJSONDepth
+		maxDepth := jsvalue.MaxDepth
 		if anyType {
 			maxDepth = inspectMaxJSONDepth
 		}
-		v, perr := parseJSONDepth(line, maxDepth)
+		v, perr := jsvalue.ParseDepth(line, maxDepth)
 		if perr != nil {
 			return doc, newError(doc.id, -1, n, RuleJSON, perr.Error())
 		}
 		if first {
 			first = false
-			if isPlainObject(v) && isString(v.field("type"), "session") {
+			if jsvalue.IsPlainObject(v) && jsvalue.IsString(v.Field("type"), "session") {
 				doc.header, doc.headerLine = v, n
-				if id := v.field("id"); id != nil && id.kind == jStr {
-					doc.id = id.s
+				if id := v.Field("id"); id != nil && id.Kind() == jsvalue.String {
+					doc.id = id.Str()
 				}
 				continue
 			}
 		}
-		if isObjectLike(v) {
-			if t := v.field("type"); t != nil && t.kind == jStr && isChunkRowTag(t.s) {
+		if jsvalue.IsObjectLike(v) {
+			if t := v.Field("type"); t != nil && t.Kind() == jsvalue.String && isChunkRowTag(t.Str()) {
 				seq := int64(-1)
-				if s0 := v.field("seq0"); s0 != nil && s0.kind == jNum && isSafeInteger(s0.n) && s0.n >= 0 {
-					seq = int64(s0.n)
+				if s0 := v.Field("seq0"); s0 != nil && s0.Kind() == jsvalue.Number && jsvalue.IsSafeInteger(s0.Num()) && s0.Num() >= 0 {
+					seq = int64(s0.Num())
 				}
-				evs, why := expandChunkRow(v, t.s)
+				evs, why := expandChunkRow(v, t.Str())
 				if why != "" {
 					return doc, newError(doc.id, seq, n, RuleChunkRow, why)
 				}
@@ -180,18 +186,18 @@ func ReadJSONL(r io.Reader, sessionID string) (*Header, []Event, error) {
 
 // headerFromValue fills a Header from a parsed header line, taking each known field only when it
 // has the right JSON type (the oracle reads nothing but a string id from it). Raw keeps the line.
-func headerFromValue(v *jval) *Header {
-	h := &Header{Raw: json.RawMessage(v.raw)}
+func headerFromValue(v *jsvalue.Value) *Header {
+	h := &Header{Raw: json.RawMessage(v.Raw())}
 	intField := func(key string) (int64, bool) {
-		x := v.field(key)
-		if x == nil || x.kind != jNum || !isSafeInteger(x.n) {
+		x := v.Field(key)
+		if x == nil || x.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(x.Num()) {
 			return 0, false
 		}
-		return int64(x.n), true
+		return int64(x.Num()), true
 	}
 	strField := func(key string) string {
-		if x := v.field(key); x != nil && x.kind == jStr {
-			return x.s
+		if x := v.Field(key); x != nil && x.Kind() == jsvalue.String {
+			return x.Str()
 		}
 		return ""
 	}
@@ -221,11 +227,11 @@ func headerFromValue(v *jval) *Header {
 // delegationDepth?, agentPreset?).
 func headerLine(h *Header) ([]byte, error) {
 	if len(h.Raw) > 0 {
-		v, err := parseJSON(h.Raw)
+		v, err := jsvalue.Parse(h.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("session header: Raw is not JSON: %w", err)
 		}
-		if !isPlainObject(v) || !isString(v.field("type"), "session") {
+		if !jsvalue.IsPlainObject(v) || !jsvalue.IsString(v.Field("type"), "session") {
 			return nil, errors.New(`session header: Raw must be a JSON object with "type":"session"`)
 		}
 		return appendCompact(nil, h.Raw)
@@ -233,13 +239,13 @@ func headerLine(h *Header) ([]byte, error) {
 	b := []byte(`{"type":"session","version":`)
 	b = strconv.AppendInt(b, int64(h.Version), 10)
 	b = append(b, `,"id":`...)
-	b = appendJSString(b, h.ID)
+	b = jsvalue.AppendQuote(b, h.ID)
 	b = append(b, `,"createdAt":`...)
 	b = strconv.AppendInt(b, h.CreatedAt, 10)
 	str := func(key, val string) {
 		if val != "" {
 			b = append(b, `,"`+key+`":`...)
-			b = appendJSString(b, val)
+			b = jsvalue.AppendQuote(b, val)
 		}
 	}
 	num := func(key string, val *int64) {

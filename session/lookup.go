@@ -1,9 +1,9 @@
 package session
 
 import (
-	"bytes"
 	"encoding/json"
-	"unicode/utf8"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // LookupJSON returns the raw JSON value at path in the JSON object data: path[0] is a member of
@@ -17,81 +17,11 @@ import (
 // data (say the chunk type of an assistant/chunk) finds them in one pass, allocation-free, instead
 // of decoding the whole data with encoding/json. The value returned aliases data.
 func LookupJSON(data []byte, path ...string) (value json.RawMessage, ok bool) {
-	if len(path) == 0 {
-		return nil, false
-	}
-	b := data
-	for _, name := range path {
-		p := parser{b: b, maxDepth: maxJSONDepth}
-		p.ws()
-		if p.i >= len(b) || b[p.i] != '{' {
-			return nil, false
-		}
-		p.i++
-		var found []byte
-		p.ws()
-		if p.i < len(b) && b[p.i] == '}' {
-			return nil, false
-		}
-		for {
-			p.ws()
-			if p.i >= len(b) || b[p.i] != '"' {
-				return nil, false
-			}
-			kstart := p.i
-			if p.skipString() != nil {
-				return nil, false
-			}
-			match := keyEquals(b[kstart:p.i], name)
-			p.ws()
-			if p.i >= len(b) || b[p.i] != ':' {
-				return nil, false
-			}
-			p.i++
-			p.ws()
-			vstart := p.i
-			if _, err := p.skip(1); err != nil {
-				return nil, false
-			}
-			if match {
-				found = b[vstart:p.i]
-			}
-			p.ws()
-			if p.i < len(b) && b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.i < len(b) && b[p.i] == '}' {
-				break
-			}
-			return nil, false
-		}
-		if found == nil {
-			return nil, false
-		}
-		b = found
-	}
-	return b, true
-}
-
-// keyEquals reports whether the JSON string literal quoted (quotes included) names name.
-func keyEquals(quoted []byte, name string) bool {
-	raw := quoted[1 : len(quoted)-1]
-	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
-		return string(raw) == name // no escapes, valid UTF-8: the bytes are the name
-	}
-	p := parser{b: quoted, maxDepth: maxJSONDepth}
-	s, err := p.str()
-	return err == nil && s == name
+	return jsvalue.Lookup(data, path...)
 }
 
 // StringIs reports whether the raw JSON value v is a string equal to s (escapes decoded).
-func StringIs(v json.RawMessage, s string) bool {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return false
-	}
-	return keyEquals(v, s)
-}
+func StringIs(v json.RawMessage, s string) bool { return jsvalue.StringIs(v, s) }
 
 // SurfaceEligible reports whether events of type typ can be surface nodes (the reference's
 // surface-eligible types: user/message, assistant/message, tool/result). DeriveMessages reads only

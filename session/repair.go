@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // Texts and codes of the synthetic tool results (reference repair.ts).
@@ -22,9 +24,9 @@ const (
 // shapeError explains a property read the reference would fail on (a TypeError in JavaScript).
 type shapeError struct {
 	typ     string
-	path    string // e.g. data.message
-	val     *jval  // the nullish value read (nil = undefined)
-	reading string // the property the reference then reads
+	path    string         // e.g. data.message
+	val     *jsvalue.Value // the nullish value read (nil = undefined)
+	reading string         // the property the reference then reads
 	hint    string
 }
 
@@ -42,14 +44,14 @@ func (e *shapeError) Error() string {
 }
 
 // access reads base.k1.k2... like JavaScript, reporting which part was undefined or null.
-func access(typ string, base *jval, baseName string, keys ...string) (*jval, *shapeError) {
+func access(typ string, base *jsvalue.Value, baseName string, keys ...string) (*jsvalue.Value, *shapeError) {
 	cur, path := base, baseName
 	for _, k := range keys {
-		if isNullish(cur) {
+		if jsvalue.IsNullish(cur) {
 			return nil, &shapeError{typ: typ, path: path, val: cur, reading: k}
 		}
-		cur, _ = get(cur, k)
-		if _, isIdx := arrayIndex(k); isIdx {
+		cur, _ = jsvalue.Get(cur, k)
+		if _, isIdx := jsvalue.ArrayIndex(k); isIdx {
 			path += "[" + k + "]"
 		} else {
 			path += "." + k
@@ -60,15 +62,15 @@ func access(typ string, base *jval, baseName string, keys ...string) (*jval, *sh
 
 // oldFormatHint recognises the older dsh format of the four refused recorded logs, whose
 // assistant/message and tool/result keep content directly in data instead of data.message.
-func oldFormatHint(data *jval) string {
-	if isPlainObject(data) && data.field("message") == nil && data.hasOwn("content") {
+func oldFormatHint(data *jsvalue.Value) string {
+	if jsvalue.IsPlainObject(data) && data.Field("message") == nil && data.HasOwn("content") {
 		return "data has content but no message: this is the older dsh event format (" + describeKeys(data) + ")"
 	}
 	return ""
 }
 
-func describeKeys(v *jval) string {
-	keys := v.keys
+func describeKeys(v *jsvalue.Value) string {
+	keys := v.Keys()
 	if len(keys) > 8 {
 		keys = keys[:8]
 	}
@@ -78,10 +80,10 @@ func describeKeys(v *jval) string {
 // repairRead is what interruptedTurnClosers reads from one event.
 type repairRead struct {
 	kind   int
-	turn   *jval   // turn/start data.turn
-	step   *jval   // step/start data.step; assistant/message data.step
-	ids    []*jval // assistant/message: ids of tool-call blocks, in order
-	callID *jval   // tool/call data.callId; tool/result data.message.source.callId
+	turn   *jsvalue.Value   // turn/start data.turn
+	step   *jsvalue.Value   // step/start data.step; assistant/message data.step
+	ids    []*jsvalue.Value // assistant/message: ids of tool-call blocks, in order
+	callID *jsvalue.Value   // tool/call data.callId; tool/result data.message.source.callId
 }
 
 const (
@@ -97,7 +99,7 @@ const (
 
 // readForRepair performs the reads interruptedTurnClosers performs on one event, failing where
 // the reference would throw.
-func readForRepair(typ string, data *jval) (repairRead, error) {
+func readForRepair(typ string, data *jsvalue.Value) (repairRead, error) {
 	var rr repairRead
 	switch typ {
 	case "turn/start":
@@ -125,27 +127,27 @@ func readForRepair(typ string, data *jval) (repairRead, error) {
 			err.hint = oldFormatHint(data)
 			return rr, err
 		}
-		var blocks []*jval
+		var blocks []*jsvalue.Value
 		switch {
-		case content != nil && content.kind == jArr:
-			blocks = content.arr
-		case content != nil && content.kind == jStr:
+		case content != nil && content.Kind() == jsvalue.Array:
+			blocks = content.Elems()
+		case content != nil && content.Kind() == jsvalue.String:
 			// a string iterates by code point; no character has a "type"
 		default:
 			return rr, &shapeError{typ: typ, path: "data.message.content", val: content, reading: "Symbol.iterator",
 				hint: "content must be an array (it is " + kindName(content) + ")"}
 		}
 		for i, b := range blocks {
-			if isNullish(b) {
+			if jsvalue.IsNullish(b) {
 				return rr, &shapeError{typ: typ, path: "data.message.content[" + strconv.Itoa(i) + "]", val: b, reading: "type"}
 			}
-			if t, _ := get(b, "type"); isString(t, "tool-call") {
-				id, _ := get(b, "id")
+			if t, _ := jsvalue.Get(b, "type"); jsvalue.IsString(t, "tool-call") {
+				id, _ := jsvalue.Get(b, "id")
 				rr.ids = append(rr.ids, id)
 			}
 		}
 		if len(rr.ids) > 0 {
-			rr.step, _ = get(data, "step")
+			rr.step, _ = jsvalue.Get(data, "step")
 		}
 	case "tool/call":
 		rr.kind = rToolCall
@@ -166,25 +168,25 @@ func readForRepair(typ string, data *jval) (repairRead, error) {
 	return rr, nil
 }
 
-func kindName(v *jval) string {
+func kindName(v *jsvalue.Value) string {
 	if v == nil {
 		return "undefined"
 	}
-	return [...]string{"null", "a boolean", "a number", "a string", "an array", "an object"}[v.kind]
+	return [...]string{"null", "a boolean", "a number", "a string", "an array", "an object"}[v.Kind()]
 }
 
 // pendingCall is one entry of the reference's pendingCalls Map.
 type pendingCall struct {
-	id      *jval
-	step    *jval
+	id      *jsvalue.Value
+	step    *jsvalue.Value
 	callSeq int64 // -1: no tool/call recorded yet
 	deleted bool
 }
 
 // repairState is the fold of interruptedTurnClosers over the events so far.
 type repairState struct {
-	openTurn *jval // jsNull when no turn is open; nil is JavaScript undefined (still "open")
-	openStep *jval
+	openTurn *jsvalue.Value // jsvalue.NullValue when no turn is open; nil is JavaScript undefined (still "open")
+	openStep *jsvalue.Value
 	calls    []*pendingCall // Map insertion order; deleted entries are skipped
 	index    map[string]int // live keys -> position in calls
 	hasLast  bool
@@ -193,26 +195,26 @@ type repairState struct {
 }
 
 func newRepairState() repairState {
-	return repairState{openTurn: jsNull, openStep: jsNull, index: map[string]int{}}
+	return repairState{openTurn: jsvalue.NullValue, openStep: jsvalue.NullValue, index: map[string]int{}}
 }
 
 // mapKey is SameValueZero identity for Map keys: primitives by value, objects by reference.
-func mapKey(v *jval) string {
+func mapKey(v *jsvalue.Value) string {
 	if v == nil {
 		return "u"
 	}
-	switch v.kind {
-	case jNull:
+	switch v.Kind() {
+	case jsvalue.Null:
 		return "z"
-	case jBool:
-		if v.b {
+	case jsvalue.Bool:
+		if v.Bool() {
 			return "t"
 		}
 		return "f"
-	case jNum:
-		return "n" + jsNumberString(v.n)
-	case jStr:
-		return "s" + v.s
+	case jsvalue.Number:
+		return "n" + jsvalue.NumberString(v.Num())
+	case jsvalue.String:
+		return "s" + v.Str()
 	}
 	return fmt.Sprintf("p%p", v)
 }
@@ -225,16 +227,16 @@ func (st *repairState) clearCalls() {
 func (st *repairState) apply(rr repairRead, seq int64, t json.Number) {
 	switch rr.kind {
 	case rTurnStart:
-		st.openTurn, st.openStep = rr.turn, jsNull
+		st.openTurn, st.openStep = rr.turn, jsvalue.NullValue
 		st.clearCalls()
 	case rTurnEnd:
-		st.openTurn, st.openStep = jsNull, jsNull
+		st.openTurn, st.openStep = jsvalue.NullValue, jsvalue.NullValue
 		st.clearCalls()
 	case rStepStart:
 		st.openStep = rr.step
 	case rStepEnd:
 		st.clearCalls()
-		st.openStep = jsNull
+		st.openStep = jsvalue.NullValue
 	case rAssistant:
 		for _, id := range rr.ids {
 			k := mapKey(id)
@@ -294,13 +296,13 @@ func (o *objWriter) raw(key string, val []byte) *objWriter {
 		o.b = append(o.b, ',')
 	}
 	o.first = false
-	o.b = appendJSString(o.b, key)
+	o.b = jsvalue.AppendQuote(o.b, key)
 	o.b = append(o.b, ':')
 	o.b = append(o.b, val...)
 	return o
 }
 
-func (o *objWriter) str(key, val string) *objWriter { return o.raw(key, appendJSString(nil, val)) }
+func (o *objWriter) str(key, val string) *objWriter { return o.raw(key, jsvalue.AppendQuote(nil, val)) }
 
 func (o *objWriter) done() []byte { return append(o.b, '}') }
 
@@ -310,22 +312,22 @@ func (o *objWriter) done() []byte { return append(o.b, '}') }
 // turn/end {kind:"interrupted"}. Seqs continue the log; every closer reuses the last event's
 // time. Empty when no turn is open.
 func (st *repairState) closers() []Event {
-	if !st.hasLast || (st.openTurn != nil && st.openTurn.kind == jNull) {
+	if !st.hasLast || (st.openTurn != nil && st.openTurn.Kind() == jsvalue.Null) {
 		return []Event{}
 	}
 	seq := st.lastSeq + 1
 	t := st.lastTime
 	if f, ok := timeValue(t); ok {
-		t = json.Number(jsNumberString(f))
+		t = json.Number(jsvalue.NumberString(f))
 	}
-	turn := stringify(st.openTurn)
+	turn := jsvalue.Stringify(st.openTurn)
 	var out []Event
 	for _, c := range st.calls {
 		if c.deleted {
 			continue
 		}
 		started := c.callSeq >= 0
-		callID := stringify(c.id)
+		callID := jsvalue.Stringify(c.id)
 		text, errName, errCode := toolNotStartedText, "ToolNotStartedError", toolNotStarted
 		if started {
 			text, errName, errCode = toolOutcomeUnknownText, "ToolOutcomeUnknownError", toolOutcomeUnknown
@@ -334,12 +336,12 @@ func (st *repairState) closers() []Event {
 		result := newObj().str("type", "tool-result").raw("toolCallId", callID).raw("isError", []byte("true")).
 			raw("content", append(append([]byte{'['}, inner...), ']')).done()
 		msg := newObj().
-			str("id", interruptedToolIDPrefix+jsToString(c.id)+"-"+strconv.FormatInt(seq, 10)).
+			str("id", interruptedToolIDPrefix+jsvalue.ToString(c.id)+"-"+strconv.FormatInt(seq, 10)).
 			str("role", "user").
 			raw("source", newObj().str("kind", "tool").raw("callId", callID).done()).
 			raw("content", append(append([]byte{'['}, result...), ']')).
 			done()
-		data := newObj().raw("turn", turn).raw("step", stringify(c.step)).raw("message", msg).
+		data := newObj().raw("turn", turn).raw("step", jsvalue.Stringify(c.step)).raw("message", msg).
 			raw("error", newObj().str("name", errName).str("code", errCode).done()).done()
 		ev := Event{Type: "tool/result", Seq: seq, Time: t, Data: data, SurfaceOp: json.RawMessage(`"append"`)}
 		if started {
@@ -348,9 +350,9 @@ func (st *repairState) closers() []Event {
 		out = append(out, ev)
 		seq++
 	}
-	if st.openStep == nil || st.openStep.kind != jNull {
+	if st.openStep == nil || st.openStep.Kind() != jsvalue.Null {
 		out = append(out, Event{Type: "step/end", Seq: seq, Time: t,
-			Data: newObj().raw("turn", turn).raw("step", stringify(st.openStep)).done()})
+			Data: newObj().raw("turn", turn).raw("step", jsvalue.Stringify(st.openStep)).done()})
 		seq++
 	}
 	out = append(out, Event{Type: "turn/end", Seq: seq, Time: t,
@@ -365,10 +367,10 @@ func RepairChecked(events []Event) ([]Event, error) {
 	st := newRepairState()
 	for i := range events {
 		ev := &events[i]
-		var data *jval
+		var data *jsvalue.Value
 		if needsRepairRead(ev.Type) {
 			var err error
-			if data, err = parseJSON(ev.Data); err != nil {
+			if data, err = jsvalue.Parse(ev.Data); err != nil {
 				return nil, newError("", ev.Seq, 0, RuleJSON, fmt.Sprintf("session event %q data: %v", ev.Type, err))
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // Session is an in-memory session: its events, its Surface, the deriveMessages cache and the
@@ -27,19 +29,19 @@ type Session struct {
 	derivedGen   int64
 
 	// lenient mode (Inspect) only
-	datas      []*jval // parsed data per event
-	typeKinds  []int8  // typeString, or what a non-string type was
-	msgVals    []*jval // parsed derived message per event
+	datas      []*jsvalue.Value // parsed data per event
+	typeKinds  []int8           // typeString, or what a non-string type was
+	msgVals    []*jsvalue.Value // parsed derived message per event
 	deriveErrs map[int64]error
-	repErr     *Error // the first event interruptedTurnClosers cannot read
-	markTurn   *jval  // data.turn of the last turn/start (jsNull after a turn/end)
-	markErr    error  // reading that turn failed
+	repErr     *Error         // the first event interruptedTurnClosers cannot read
+	markTurn   *jsvalue.Value // data.turn of the last turn/start (jsvalue.NullValue after a turn/end)
+	markErr    error          // reading that turn failed
 	lastPlan   surfPlan
 }
 
 // New returns an empty session named id.
 func New(id string) *Session {
-	return &Session{id: id, strict: true, surf: *NewSurface(), rep: newRepairState(), markTurn: jsNull}
+	return &Session{id: id, strict: true, surf: *NewSurface(), rep: newRepairState(), markTurn: jsvalue.NullValue}
 }
 
 func newLenient(id string) *Session {
@@ -93,7 +95,7 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 	if err != nil {
 		return err
 	}
-	var msg *jval
+	var msg *jsvalue.Value
 	if v.plan.kind != planNone {
 		m, derr := deriveEvent(ev.Type, v.p.data)
 		if derr != nil && s.deriveErrs != nil {
@@ -114,9 +116,9 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 		}
 		switch ev.Type {
 		case "turn/start":
-			s.markTurn, s.markErr = get(v.p.data, "turn")
+			s.markTurn, s.markErr = jsvalue.Get(v.p.data, "turn")
 		case "turn/end":
-			s.markTurn, s.markErr = jsNull, nil
+			s.markTurn, s.markErr = jsvalue.NullValue, nil
 		}
 		s.datas = append(s.datas, v.p.data)
 		s.typeKinds = append(s.typeKinds, v.p.typeKind)
@@ -126,7 +128,7 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 	s.lastPlan = v.plan
 	s.events = append(s.events, ev)
 	if msg != nil {
-		s.msgs = append(s.msgs, msg.raw)
+		s.msgs = append(s.msgs, msg.Raw())
 	} else {
 		s.msgs = append(s.msgs, nil)
 	}
@@ -134,7 +136,7 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 }
 
 // lookup returns an earlier event's type and parsed data (for a tool/result replace).
-func (s *Session) lookup(seq int64) (string, *jval, error) {
+func (s *Session) lookup(seq int64) (string, *jsvalue.Value, error) {
 	if seq < 0 || seq >= int64(len(s.events)) {
 		return "", nil, fmt.Errorf("seq %d is not in the session", seq)
 	}
@@ -142,7 +144,7 @@ func (s *Session) lookup(seq int64) (string, *jval, error) {
 	if s.datas != nil {
 		return ev.Type, s.datas[seq], nil
 	}
-	data, err := parseJSON(ev.Data)
+	data, err := jsvalue.Parse(ev.Data)
 	if err != nil {
 		return "", nil, err
 	}

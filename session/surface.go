@@ -2,6 +2,8 @@ package session
 
 import (
 	"fmt"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // NewSurface returns the empty fold state (AsOfSeq -1, no nodes, replaceGeneration 0).
@@ -64,8 +66,8 @@ func (s *Surface) commit(ev *Event, v *validated) {
 	}
 	switch ev.Type {
 	case "turn/start":
-		if t, _ := get(v.p.data, "turn"); t != nil && t.kind == jNum && isSafeInteger(t.n) {
-			n := int64(t.n)
+		if t, _ := jsvalue.Get(v.p.data, "turn"); t != nil && t.Kind() == jsvalue.Number && jsvalue.IsSafeInteger(t.Num()) {
+			n := int64(t.Num())
 			s.OpenTurn = &n
 		} else {
 			s.OpenTurn = nil // only reachable in Inspect's lenient mode
@@ -78,7 +80,7 @@ func (s *Surface) commit(ev *Event, v *validated) {
 
 // surfaceLookup adapts a Lookup to the validator.
 func surfaceLookup(lookup Lookup) lookupFn {
-	return func(seq int64) (string, *jval, error) {
+	return func(seq int64) (string, *jsvalue.Value, error) {
 		if lookup == nil {
 			return "", nil, fmt.Errorf("no Lookup given")
 		}
@@ -89,7 +91,7 @@ func surfaceLookup(lookup Lookup) lookupFn {
 		if ev.Seq != seq {
 			return "", nil, fmt.Errorf("Lookup(%d) returned seq %d", seq, ev.Seq)
 		}
-		data, err := parseJSON(ev.Data)
+		data, err := jsvalue.Parse(ev.Data)
 		if err != nil {
 			return "", nil, fmt.Errorf("event %d data: %v", seq, err)
 		}

@@ -9,7 +9,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
+
+// isEventSeq is the reference's isEventSeq: a non-negative safe integer number.
+func isEventSeq(v *jsvalue.Value) bool {
+	return v.Kind() == jsvalue.Number && jsvalue.IsSafeInteger(v.Num()) && v.Num() >= 0
+}
 
 // refusal is a broken rule with the reference's message text (or ours where it has none).
 type refusal struct {
@@ -39,7 +46,7 @@ const (
 )
 
 // lookupFn returns the type and parsed data of an earlier event (for a tool/result replace).
-type lookupFn func(seq int64) (typ string, data *jval, err error)
+type lookupFn func(seq int64) (typ string, data *jsvalue.Value, err error)
 
 // checkAppend validates ev as the event at seq expected against the current surface nodes, in
 // the order the reference's Session.append checks: seq, data serializability, legacy request
@@ -52,24 +59,24 @@ func checkAppend(nodes []int64, ev *Event, p *parsedEvent, expected int64, looku
 	if p.data == nil {
 		return surfPlan{}, &refusal{RuleData, `session event "` + ev.Type + `" carries non-JSON-serializable data (data is absent)`}
 	}
-	if p.data.lossy {
+	if p.data.Lossy() {
 		return surfPlan{}, &refusal{RuleLosslessJSON, `session event "` + ev.Type + `" carries non-JSON-serializable data`}
 	}
 	if r := legacyRequestHeader(ev.Type, p.data, `session event "`+ev.Type+`"`); r != "" {
 		return surfPlan{}, &refusal{RuleLegacyRequestHeader, r}
 	}
-	if (p.op != nil && p.op.lossy) || (p.srcs != nil && p.srcs.lossy) {
+	if (p.op != nil && p.op.Lossy()) || (p.srcs != nil && p.srcs.Lossy()) {
 		return surfPlan{}, &refusal{RuleLosslessJSON, `session event "` + ev.Type + `" carries non-JSON-serializable surface metadata`}
 	}
 	return planSurface(nodes, ev, p, lookup)
 }
 
 // legacyRequestHeader is the reference's assertSupportedRequestHeader; "" when supported.
-func legacyRequestHeader(typ string, data *jval, location string) string {
+func legacyRequestHeader(typ string, data *jsvalue.Value, location string) string {
 	if typ == "request/header-delta" {
 		return location + " uses unsupported legacy request/header-delta format"
 	}
-	if typ == "request/header" && isPlainObject(data) && isString(data.field("reason"), "fallback") {
+	if typ == "request/header" && jsvalue.IsPlainObject(data) && jsvalue.IsString(data.Field("reason"), "fallback") {
 		return location + ` uses unsupported legacy request/header reason "fallback"`
 	}
 	return ""
@@ -92,20 +99,20 @@ func planSurface(nodes []int64, ev *Event, p *parsedEvent, lookup lookupFn) (sur
 	if op == nil {
 		return surfPlan{}, &refusal{RuleSurfaceOp, q + " is surface-eligible and requires a surfaceOp marker"}
 	}
-	if isString(op, "append") {
+	if jsvalue.IsString(op, "append") {
 		if r := assertProvenance(ev, p.srcs, nil); r != nil {
 			return surfPlan{}, r
 		}
 		return surfPlan{kind: planAppend}, nil
 	}
-	if op.kind != jObj {
+	if op.Kind() != jsvalue.Object {
 		return surfPlan{}, &refusal{RuleSurfaceOp, q + " carries an invalid surfaceOp"}
 	}
-	if len(op.keys) != 3 || !op.hasOwn("op") || !op.hasOwn("start") || !op.hasOwn("end") ||
-		!isString(op.field("op"), "replace") || !isEventSeq(op.field("start")) || !isEventSeq(op.field("end")) {
+	if len(op.Keys()) != 3 || !op.HasOwn("op") || !op.HasOwn("start") || !op.HasOwn("end") ||
+		!jsvalue.IsString(op.Field("op"), "replace") || !isEventSeq(op.Field("start")) || !isEventSeq(op.Field("end")) {
 		return surfPlan{}, &refusal{RuleSurfaceOp, q + " carries an invalid replace surfaceOp"}
 	}
-	start, end := int64(op.field("start").n), int64(op.field("end").n)
+	start, end := int64(op.Field("start").Num()), int64(op.Field("end").Num())
 	// replacementRange
 	startIdx := indexOf(nodes, start)
 	if startIdx < 0 {
@@ -142,27 +149,27 @@ func indexOf(nodes []int64, seq int64) int {
 
 // assertProvenance is the reference's check of sourceEventSeqs against earlier events and the
 // shadowed nodes.
-func assertProvenance(ev *Event, raw *jval, shadowed []int64) *refusal {
+func assertProvenance(ev *Event, raw *jsvalue.Value, shadowed []int64) *refusal {
 	sources := map[int64]struct{}{}
 	if raw != nil {
-		if raw.kind != jArr {
+		if raw.Kind() != jsvalue.Array {
 			return &refusal{RuleSourceEventSeqs, fmt.Sprintf("sourceEventSeqs on event at seq %d must be an array when present", ev.Seq)}
 		}
-		if len(raw.arr) == 0 && ev.Type != "assistant/message" {
+		if len(raw.Elems()) == 0 && ev.Type != "assistant/message" {
 			return &refusal{RuleSourceEventSeqs, "sourceEventSeqs must not be empty except on assistant/message"}
 		}
 		nonEarlier := int64(-1)
-		for _, s := range raw.arr {
+		for _, s := range raw.Elems() {
 			if !isEventSeq(s) {
 				return &refusal{RuleSourceEventSeqs, `session event "` + ev.Type + `" sourceEventSeqs must densely contain non-negative safe integers`}
 			}
-			v := int64(s.n)
+			v := int64(s.Num())
 			sources[v] = struct{}{}
 			if nonEarlier < 0 && v >= ev.Seq {
 				nonEarlier = v
 			}
 		}
-		if len(sources) != len(raw.arr) {
+		if len(sources) != len(raw.Elems()) {
 			return &refusal{RuleSourceEventSeqs, "sourceEventSeqs must not contain duplicates"}
 		}
 		if nonEarlier >= 0 {
@@ -183,7 +190,7 @@ func assertProvenance(ev *Event, raw *jval, shadowed []int64) *refusal {
 
 // assertToolResultRewrite is the reference's restriction of a tool/result replace to one current
 // tool/result whose inner result content is the only change.
-func assertToolResultRewrite(data *jval, shadowed []int64, lookup lookupFn) *refusal {
+func assertToolResultRewrite(data *jsvalue.Value, shadowed []int64, lookup lookupFn) *refusal {
 	if len(shadowed) != 1 {
 		return &refusal{RuleToolResultReplace, "tool/result surface replacement must rewrite exactly one current node"}
 	}
@@ -194,27 +201,27 @@ func assertToolResultRewrite(data *jval, shadowed []int64, lookup lookupFn) *ref
 	if origType != "tool/result" {
 		return &refusal{RuleToolResultReplace, "tool/result surface replacement must target a current tool/result"}
 	}
-	origRest := spread(origData)
-	replRest := spread(data)
-	origResult, err := getPath(origData, "message", "content", "0")
+	origRest := jsvalue.Spread(origData)
+	replRest := jsvalue.Spread(data)
+	origResult, err := jsvalue.GetPath(origData, "message", "content", "0")
 	if err != nil {
 		return &refusal{RuleToolResultReplace, "tool/result surface replacement: target: " + err.Error()}
 	}
-	replResult, err := getPath(data, "message", "content", "0")
+	replResult, err := jsvalue.GetPath(data, "message", "content", "0")
 	if err != nil {
 		return &refusal{RuleToolResultReplace, "tool/result surface replacement: " + err.Error()}
 	}
-	withoutContent := func(d, result *jval) *jval {
-		msg, _ := get(d, "message") // d.message was read above without error
-		inner := spread(result)
-		inner.set("content", jsNull)
-		m := spread(msg)
-		m.set("content", &jval{kind: jArr, arr: []*jval{inner}})
+	withoutContent := func(d, result *jsvalue.Value) *jsvalue.Value {
+		msg, _ := jsvalue.Get(d, "message") // d.message was read above without error
+		inner := jsvalue.Spread(result)
+		inner.Set("content", jsvalue.NullValue)
+		m := jsvalue.Spread(msg)
+		m.Set("content", jsvalue.NewArray(inner))
 		return m
 	}
-	origRest.set("message", withoutContent(origData, origResult))
-	replRest.set("message", withoutContent(data, replResult))
-	if !deepEqualJSON(origRest, replRest) {
+	origRest.Set("message", withoutContent(origData, origResult))
+	replRest.Set("message", withoutContent(data, replResult))
+	if !jsvalue.DeepEqual(origRest, replRest) {
 		return &refusal{RuleToolResultReplace, "tool/result surface replacement may change only content"}
 	}
 	return nil
@@ -224,12 +231,12 @@ func assertToolResultRewrite(data *jval, shadowed []int64, lookup lookupFn) *ref
 // it at append and then fail on it in deriveMessages or interruptedTurnClosers (a TypeError such
 // as "Cannot read properties of undefined (reading 'content')"), and a turn/start must carry an
 // integer turn. Events that pass can always be derived and repaired.
-func eventShape(ev *Event, data *jval) *refusal {
+func eventShape(ev *Event, data *jsvalue.Value) *refusal {
 	rr, err := readForRepair(ev.Type, data)
 	if err != nil {
 		return &refusal{RuleEventShape, err.Error()}
 	}
-	if ev.Type == "turn/start" && (rr.turn == nil || rr.turn.kind != jNum || !isSafeInteger(rr.turn.n)) {
+	if ev.Type == "turn/start" && (rr.turn == nil || rr.turn.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(rr.turn.Num())) {
 		return &refusal{RuleEventShape, "turn/start data.turn must be an integer, got " + describe(rr.turn)}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 const vectorsPath = "../../shared/conformance/vectors.json"
@@ -152,7 +154,7 @@ func TestVectorsSurfaceAndDerive(t *testing.T) {
 		}
 		if id == "derive-empty-assistant-null" {
 			for _, seq := range []int64{1, 2} {
-				data, _ := parseJSON(s.Events()[seq].Data)
+				data, _ := jsvalue.Parse(s.Events()[seq].Data)
 				if m, err := deriveEvent(s.Events()[seq].Type, data); m != nil || err != nil {
 					t.Errorf("%s: deriveEventMessage(seq %d) = %v, %v; want null", id, seq, m, err)
 				}
