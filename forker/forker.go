@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/jsvalue"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -250,7 +251,7 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 			r.Boundary = &b
 			return r, nil
 		}
-		got = jsNumber(fl)
+		got = jsvalue.NumberString(fl)
 	case string:
 		got = x
 	case bool:
@@ -260,25 +261,6 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 	}
 	return client.ForkRequest{}, &session.ForkError{Code: session.CodeInvalidBoundary,
 		Msg: fmt.Sprintf("fork boundary for session %q must be a non-negative safe integer, got %s", w.Source, got)}
-}
-
-// jsNumber formats f as JavaScript's String(number) does for the values that reach it here
-// (non-integers and integers too large for int64).
-func jsNumber(f float64) string {
-	switch {
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	case math.IsNaN(f):
-		return "NaN"
-	}
-	abs := math.Abs(f)
-	if abs != 0 && (abs >= 1e21 || abs < 1e-6) {
-		s := strconv.FormatFloat(f, 'e', -1, 64) // 1e+21, 1.5e-7
-		return s
-	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 // handle performs one fork.

@@ -214,7 +214,7 @@ func (r InspectResult) MarshalJSON() ([]byte, error) {
 	}
 	if stage >= stageNodes {
 		b = append(b, `,"nodes":`...)
-		b = appendInts(b, r.Nodes)
+		b = jsvalue.AppendInts(b, r.Nodes)
 	}
 	if stage >= stageReplaceGeneration {
 		b = append(b, `,"replaceGeneration":`...)
@@ -236,7 +236,7 @@ func (r InspectResult) MarshalJSON() ([]byte, error) {
 	}
 	if stage >= stageTranscript {
 		b = append(b, `,"transcript":`...)
-		b = appendInts(b, r.Transcript)
+		b = jsvalue.AppendInts(b, r.Transcript)
 	}
 	if stage >= stageOpenTurn && !r.openTurnUndefined {
 		b = append(b, `,"openTurn":`...)
@@ -324,15 +324,4 @@ func deref(p *int) int {
 		return 0
 	}
 	return *p
-}
-
-func appendInts(b []byte, xs []int64) []byte {
-	b = append(b, '[')
-	for i, x := range xs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, x, 10)
-	}
-	return append(b, ']')
 }

@@ -318,7 +318,7 @@ func (st *repairState) closers() []Event {
 	seq := st.lastSeq + 1
 	t := st.lastTime
 	if f, ok := timeValue(t); ok {
-		t = json.Number(jsvalue.NumberString(f))
+		t = json.Number(jsvalue.NumberJSON(f))
 	}
 	turn := jsvalue.Stringify(st.openTurn)
 	var out []Event

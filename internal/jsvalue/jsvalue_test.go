@@ -3,6 +3,7 @@ package jsvalue
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -63,6 +64,25 @@ func TestPlainRun(t *testing.T) {
 			if got := PlainRun(b, start); got != want {
 				t.Fatalf("PlainRun(%q, %d) = %d, want %d", b, start, got, want)
 			}
+		}
+	}
+}
+
+func TestNumberString(t *testing.T) {
+	for _, c := range []struct {
+		f         float64
+		str, json string
+	}{
+		{0, "0", "0"}, {-0.0, "0", "0"}, {123.456, "123.456", "123.456"}, {-1.5, "-1.5", "-1.5"},
+		{1e21, "1e+21", "1e+21"}, {1e20, "100000000000000000000", "100000000000000000000"},
+		{0.000001, "0.000001", "0.000001"}, {1e-7, "1e-7", "1e-7"}, {1.5e-7, "1.5e-7", "1.5e-7"},
+		{math.Inf(1), "Infinity", "null"}, {math.Inf(-1), "-Infinity", "null"}, {math.NaN(), "NaN", "null"},
+	} {
+		if got := NumberString(c.f); got != c.str {
+			t.Errorf("NumberString(%v) = %q, want %q", c.f, got, c.str)
+		}
+		if got := NumberJSON(c.f); got != c.json {
+			t.Errorf("NumberJSON(%v) = %q, want %q", c.f, got, c.json)
 		}
 	}
 }

@@ -69,12 +69,29 @@ func IsSafeInteger(f float64) bool {
 	return !math.IsInf(f, 0) && !math.IsNaN(f) && f == math.Trunc(f) && math.Abs(f) <= MaxSafeInteger
 }
 
-// NumberString is String(f), Number::toString in radix 10 (1e21, 0.000001, 1e-7, 123.456);
-// non-finite values give "null", as JSON.stringify writes them.
+// NumberString is String(f), Number::toString in radix 10: 1e+21, 0.000001, 1e-7, 123.456,
+// Infinity, -Infinity, NaN.
 func NumberString(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return finiteString(f)
+}
+
+// NumberJSON is JSON.stringify(f): NumberString, or "null" for a non-finite f.
+func NumberJSON(f float64) string {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return "null"
 	}
+	return finiteString(f)
+}
+
+func finiteString(f float64) string {
 	if f == 0 {
 		return "0"
 	}

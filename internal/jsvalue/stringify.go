@@ -54,7 +54,7 @@ func appendStringify(dst []byte, v *Value) []byte {
 		}
 		return append(dst, "false"...)
 	case Number:
-		return append(dst, NumberString(v.n)...)
+		return append(dst, NumberJSON(v.n)...)
 	case String:
 		return AppendQuote(dst, v.s)
 	case Array:
