@@ -2,7 +2,8 @@ package loggen
 
 import (
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/agentlog/agentlog/internal/jsvalue"
 )
 
 // This file holds the tiny ordered JSON model the generator builds events with. Objects keep their
@@ -86,8 +87,8 @@ func Clone(v any) any {
 	}
 }
 
-// AppendJSON appends the compact JSON text of v to b. Strings are escaped the way JavaScript's
-// JSON.stringify escapes them (quote, backslash and control characters only).
+// AppendJSON appends the compact JSON text of v to b; strings as JSON.stringify writes them
+// (jsvalue.AppendQuote). Generated strings are valid UTF-8: Raw carries invalid bytes.
 func AppendJSON(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case nil:
@@ -101,18 +102,11 @@ func AppendJSON(b []byte, v any) []byte {
 	case float64:
 		return strconv.AppendFloat(b, x, 'g', -1, 64)
 	case string:
-		return appendString(b, x)
+		return jsvalue.AppendQuote(b, x)
 	case Raw:
 		return append(b, x...)
 	case []int64:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, e, 10)
-		}
-		return append(b, ']')
+		return jsvalue.AppendInts(b, x)
 	case Arr:
 		b = append(b, '[')
 		for i, e := range x {
@@ -130,7 +124,7 @@ func AppendJSON(b []byte, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, kv.K)
+			b = jsvalue.AppendQuote(b, kv.K)
 			b = append(b, ':')
 			b = AppendJSON(b, kv.V)
 		}
@@ -142,41 +136,3 @@ func AppendJSON(b []byte, v any) []byte {
 
 // JSON returns the compact JSON text of v.
 func JSON(v any) []byte { return AppendJSON(nil, v) }
-
-const hexDigits = "0123456789abcdef"
-
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"':
-				b = append(b, '\\', '"')
-			case c == '\\':
-				b = append(b, '\\', '\\')
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c == '\b':
-				b = append(b, '\\', 'b')
-			case c == '\f':
-				b = append(b, '\\', 'f')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		// Bytes >= 0x80 are copied as they are: generated strings are valid UTF-8, and the
-		// corrupter uses Raw when it wants invalid bytes.
-		b = append(b, c)
-		i++
-	}
-	return append(b, '"')
-}
