@@ -21,10 +21,10 @@ const (
 	CodeInternal    Code = "500" // KV or log failure
 	CodeUnavailable Code = "503" // the service is stopping or at capacity: retry
 
-	CodeOpenTurn        Code = session.CodeOpenTurn             // fork boundary inside an open turn
-	CodeInvalidBoundary Code = session.CodeInvalidBoundary      // fork boundary not a seq of the source
-	CodeSessionNotFound Code = session.CodeSessionNotFound      // fork source unknown
-	CodeSessionExists   Code = session.CodeSessionAlreadyExists // fork child exists
+	CodeOpenTurn        Code = Code(session.CodeOpenTurn)             // fork boundary inside an open turn
+	CodeInvalidBoundary Code = Code(session.CodeInvalidBoundary)      // fork boundary not a seq of the source
+	CodeSessionNotFound Code = Code(session.CodeSessionNotFound)      // fork source unknown
+	CodeSessionExists   Code = Code(session.CodeSessionAlreadyExists) // fork child exists
 	// CodeInvalidSeed is a seed-validation refusal, which the reference raises without a code.
 	CodeInvalidSeed Code = "INVALID_SEED"
 )

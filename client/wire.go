@@ -1,6 +1,10 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/agentlog/agentlog/session"
+)
 
 // Names and subjects of the agentlog micro services.
 const (
@@ -58,9 +62,9 @@ type State struct {
 // ProjectionError is why a session's projection stopped: the seq of the first event not applied,
 // the rule it broke and the message.
 type ProjectionError struct {
-	Seq     int64  `json:"seq"`
-	Rule    string `json:"rule"`
-	Message string `json:"message"`
+	Seq     int64        `json:"seq"`
+	Rule    session.Rule `json:"rule"`
+	Message string       `json:"message"`
 }
 
 // Projection is the stored messages value of a session (the surface endpoint's reply):

@@ -106,7 +106,7 @@ func ptr(v int64) *int64 { return &v }
 
 // forkErr asserts err is a refusal with code and exact text: a *session.ForkError (Forker.Fork)
 // or a *client.Error (through the service).
-func forkErr(t *testing.T, err error, code, text string) {
+func forkErr(t *testing.T, err error, code session.Code, text string) {
 	t.Helper()
 	var fe *session.ForkError
 	var ce *client.Error
@@ -116,7 +116,7 @@ func forkErr(t *testing.T, err error, code, text string) {
 			t.Fatalf("want %s %q, got %s %q", code, text, fe.Code, fe.Msg)
 		}
 	case errors.As(err, &ce):
-		if string(ce.Code) != code || ce.Description != text {
+		if string(ce.Code) != string(code) || ce.Description != text {
 			t.Fatalf("want %s %q, got %s %q", code, text, ce.Code, ce.Description)
 		}
 	default:
@@ -351,10 +351,10 @@ func TestForkRequestValidation(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
 	cases := []struct{ body, code, text string }{
-		{`{"source":"parent","boundary":1.5,"child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 1.5`},
-		{`{"source":"parent","boundary":"3","child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 3`},
-		{`{"source":"parent","boundary":1e21,"child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 1e+21`},
-		{`{"source":"parent","boundary":9007199254740992,"child":"c"}`, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got 9007199254740992`},
+		{`{"source":"parent","boundary":1.5,"child":"c"}`, string(session.CodeInvalidBoundary), `fork boundary for session "parent" must be a non-negative safe integer, got 1.5`},
+		{`{"source":"parent","boundary":"3","child":"c"}`, string(session.CodeInvalidBoundary), `fork boundary for session "parent" must be a non-negative safe integer, got 3`},
+		{`{"source":"parent","boundary":1e21,"child":"c"}`, string(session.CodeInvalidBoundary), `fork boundary for session "parent" must be a non-negative safe integer, got 1e+21`},
+		{`{"source":"parent","boundary":9007199254740992,"child":"c"}`, string(session.CodeInvalidBoundary), `fork boundary for session "parent" must be a non-negative safe integer, got 9007199254740992`},
 		{`{"boundary":1}`, string(client.CodeBadRequest), ""},
 		{`not json`, string(client.CodeBadRequest), ""},
 		{`{"source":"parent","child":"` + strings.Repeat("x", 300) + `"}`, string(client.CodeBadRequest), ""},
@@ -414,7 +414,7 @@ func TestForkOfUnreadableSource(t *testing.T) {
 	}
 	_, err = e.fork(client.ForkRequest{Source: "broken", Child: "b-child"})
 	if err == nil || !strings.Contains(err.Error(), `"broken"`) || !strings.Contains(err.Error(), "code "+string(client.CodeBadSource)) ||
-		!strings.Contains(err.Error(), ajs.RuleRecordEvent) {
+		!strings.Contains(err.Error(), string(session.RuleRecordEvent)) {
 		t.Fatalf("fork of an unreadable source: %v", err)
 	}
 	if !errors.Is(err, client.ErrBadSource) {

@@ -109,7 +109,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		return AppendResult{}, err
 	}
 	if expectedLastStreamSeq == 0 && events[0].Seq != 0 {
-		return AppendResult{}, recordErr(id, events[0].Seq, 0, RuleRecordContinue,
+		return AppendResult{}, recordErr(id, events[0].Seq, 0, session.RuleRecordContinue,
 			"the first record of a session (expected last stream seq 0) must start at seq 0")
 	}
 	limit := int(s.MaxMsgSize)
@@ -273,7 +273,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 	}
 	line, err := ev.AppendJSON(nil)
 	if err != nil {
-		return recordErr(id, ev.Seq, 0, RuleRecordEvent, "cannot encode event: %v", err)
+		return recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 	}
 	if len(line) > budget {
 		return fmt.Errorf("%w: session %q seq %d: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",

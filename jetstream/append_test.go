@@ -80,8 +80,8 @@ func TestAppendGuardStale(t *testing.T) {
 	}
 	// A new session's first record must start at seq 0.
 	var se *session.Error
-	if _, err := s.Append(ctx, "other", 0, evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != RuleRecordContinue {
-		t.Fatalf("first record at seq 1: %v, want rule %s", err, RuleRecordContinue)
+	if _, err := s.Append(ctx, "other", 0, evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue {
+		t.Fatalf("first record at seq 1: %v, want rule %s", err, session.RuleRecordContinue)
 	}
 }
 
@@ -264,8 +264,8 @@ func TestReadRecordsAfter(t *testing.T) {
 	}
 	_, err = s.ReadRecordsAfter(ctx, "steps", after, read+5, func(uint64, []session.Event) error { return nil })
 	var se *session.Error
-	if !errors.As(err, &se) || se.Rule != RuleRecordContinue || se.Seq != next {
-		t.Fatalf("a wrong nextSeq: %v, want rule %s at seq %d (record stream seq %d)", err, RuleRecordContinue, next, r.StreamSeq)
+	if !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != next {
+		t.Fatalf("a wrong nextSeq: %v, want rule %s at seq %d (record stream seq %d)", err, session.RuleRecordContinue, next, r.StreamSeq)
 	}
 }
 
@@ -296,7 +296,7 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	bad := publishRaw(t, s, "gap", h, body)
 	_, _, err = s.Read(ctx, "gap")
 	var se *session.Error
-	if !errors.As(err, &se) || se.Rule != RuleRecordContinue || se.Seq != 3 || se.Session != "gap" ||
+	if !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 3 || se.Session != "gap" ||
 		!strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", r.StreamSeq)) {
 		t.Fatalf("Read over a gap: %v", err)
 	}
@@ -304,7 +304,7 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	// A first record not at seq 0.
 	h, body, _ = EncodeRecord("late", evs(1, 2, "b"))
 	publishRaw(t, s, "late", h, body)
-	if _, _, err := s.Read(ctx, "late"); !errors.As(err, &se) || se.Rule != RuleRecordContinue || se.Seq != 1 {
+	if _, _, err := s.Read(ctx, "late"); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 1 {
 		t.Fatalf("Read of a log starting at seq 1: %v", err)
 	}
 
@@ -312,17 +312,17 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	h, _, _ = EncodeRecord("corrupt", evs(0, 2, "b"))
 	bad = publishRaw(t, s, "corrupt", h, []byte("not json\nat all"))
 	_, _, err = s.Read(ctx, "corrupt")
-	if !errors.As(err, &se) || se.Rule != RuleRecordEvent || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) {
+	if !errors.As(err, &se) || se.Rule != session.RuleRecordEvent || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) {
 		t.Fatalf("Read of a corrupt record: %v", err)
 	}
-	if _, err := s.GetTail(ctx, "corrupt"); !errors.As(err, &se) || se.Rule != RuleRecordEvent {
+	if _, err := s.GetTail(ctx, "corrupt"); !errors.As(err, &se) || se.Rule != session.RuleRecordEvent {
 		t.Fatalf("GetTail of a corrupt record: %v", err)
 	}
 
 	// A record of another session stored under this subject.
 	h, body, _ = EncodeRecord("someone-else", evs(0, 1, "b"))
 	publishRaw(t, s, "mine", h, body)
-	if _, _, err := s.Read(ctx, "mine"); !errors.As(err, &se) || se.Rule != RuleRecordSession {
+	if _, _, err := s.Read(ctx, "mine"); !errors.As(err, &se) || se.Rule != session.RuleRecordSession {
 		t.Fatalf("Read of a foreign record: %v", err)
 	}
 }

@@ -140,7 +140,7 @@ func (s *Store) leaderGet(ctx context.Context, request map[string]any) (*natsjs.
 // leader change). A session without records gives no events and stream seq 0.
 // Every record is decoded (DecodeRecord), must carry the session's token, and its first seq must
 // continue the previous record (0 for the first one): otherwise a *session.Error naming the
-// session, the seq, the stream seq and the rule (RuleRecordSession, RuleRecordContinue, ...).
+// session, the seq, the stream seq and the rule (session.RuleRecordSession, session.RuleRecordContinue, ...).
 // The ephemeral consumer is deleted before Read returns.
 func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, error) {
 	var events []session.Event
@@ -179,7 +179,7 @@ var ErrLogChanged = errors.New("agentlog: the session's log changed under the re
 // afterStreamSeq when nothing was appended since. That check is one STREAM.MSG.GET of the
 // session's last record, so a caller that keeps what it read pays only for the new records.
 // Errors are ReadRecords', a wrapped ErrLogChanged when the log's last record is below
-// afterStreamSeq, and a *session.Error (RuleRecordContinue) when the first new record does not
+// afterStreamSeq, and a *session.Error (session.RuleRecordContinue) when the first new record does not
 // start at nextSeq.
 func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
 	subject, err := s.Subject(id)
@@ -212,7 +212,7 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 			return err
 		}
 		if evs[0].Seq != nextSeq {
-			return recordErr(id, evs[0].Seq, streamSeq, RuleRecordContinue,
+			return recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
 				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
 		}
 		if err := fn(streamSeq, evs); err != nil {
@@ -288,7 +288,7 @@ func (s *Store) decodeStored(id string, h nats.Header, body []byte, streamSeq ui
 		return nil, err
 	}
 	if recID != id {
-		return nil, recordErr(id, evs[0].Seq, streamSeq, RuleRecordSession, "record names session %q", recID)
+		return nil, recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", recID)
 	}
 	return evs, nil
 }

@@ -21,18 +21,6 @@ const (
 	RecordFormat   = "1"
 )
 
-// Rules named by record errors (the Rule field of the *session.Error that the codec returns).
-const (
-	RuleRecordEmpty    = "record-empty"    // a record must carry at least one event
-	RuleRecordSeq      = "record-seq"      // events of a record have consecutive seqs from Agentlog-First-Seq
-	RuleRecordCount    = "record-count"    // the body has exactly Agentlog-Count lines
-	RuleRecordEvent    = "record-event"    // each line is one JSON event object with type, seq, time and data
-	RuleRecordHeader   = "record-header"   // the Agentlog-* headers are present, single and well-formed
-	RuleRecordFormat   = "record-format"   // Agentlog-Format is RecordFormat
-	RuleRecordSession  = "record-session"  // Agentlog-Session is the token of the session the record is stored under
-	RuleRecordContinue = "record-continue" // a record's first seq continues the previous record (0 for the first)
-)
-
 // EncodeRecord encodes events as a record: headers (first seq, count, session id) and body (one
 // JSON event per line).
 //
@@ -67,7 +55,7 @@ func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
 }
 
 // recordErr builds a codec error. streamSeq 0 means "not stored yet / unknown".
-func recordErr(id string, seq int64, streamSeq uint64, rule, format string, args ...any) *session.Error {
+func recordErr(id string, seq int64, streamSeq uint64, rule session.Rule, format string, args ...any) *session.Error {
 	why := fmt.Sprintf(format, args...)
 	if streamSeq > 0 {
 		why = fmt.Sprintf("record at stream seq %d: %s", streamSeq, why)
@@ -81,19 +69,19 @@ func recordErr(id string, seq int64, streamSeq uint64, rule, format string, args
 // field is validated (session.Event.MarshalJSON).
 func encodeLines(id string, events []session.Event, trusted bool) ([][]byte, error) {
 	if len(events) == 0 {
-		return nil, recordErr(id, -1, 0, RuleRecordEmpty, "no events to encode")
+		return nil, recordErr(id, -1, 0, session.RuleRecordEmpty, "no events to encode")
 	}
 	lines := make([][]byte, len(events))
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq < 0 {
-			return nil, recordErr(id, ev.Seq, 0, RuleRecordSeq, "seq is negative")
+			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "seq is negative")
 		}
 		if i > 0 && ev.Seq != events[i-1].Seq+1 {
-			return nil, recordErr(id, ev.Seq, 0, RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
+			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
 		}
 		if ev.Type == "" {
-			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "event has an empty type")
+			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "event has an empty type")
 		}
 		// Both write compact JSON without HTML escaping; AppendJSON skips re-validating data that
 		// Surface.Apply already validated (the record encoder is on the publisher's hot path).
@@ -105,7 +93,7 @@ func encodeLines(id string, events []session.Event, trusted bool) ([][]byte, err
 			line, err = ev.MarshalJSON()
 		}
 		if err != nil {
-			return nil, recordErr(id, ev.Seq, 0, RuleRecordEvent, "cannot encode event: %v", err)
+			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 		}
 		lines[i] = line
 	}
@@ -152,11 +140,11 @@ func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, erro
 	vs := h.Values(key)
 	switch len(vs) {
 	case 0:
-		return "", recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s is missing", key)
+		return "", recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is missing", key)
 	case 1:
 		return vs[0], nil
 	default:
-		return "", recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s has %d values, want 1", key, len(vs))
+		return "", recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s has %d values, want 1", key, len(vs))
 	}
 }
 
@@ -169,14 +157,14 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		return "", nil, err
 	}
 	if id, err = IDFromToken(tok); err != nil {
-		return "", nil, recordErr(tok, -1, streamSeq, RuleRecordSession, "header %s: %v", HeaderSession, err)
+		return "", nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
 	}
 	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
 	if err != nil {
 		return id, nil, err
 	}
 	if format != RecordFormat {
-		return id, nil, recordErr(id, -1, streamSeq, RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
+		return id, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
@@ -184,7 +172,7 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 	}
 	first, perr := strconv.ParseInt(fs, 10, 64)
 	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
-		return id, nil, recordErr(id, -1, streamSeq, RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+		return id, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
 	}
 	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
 	if err != nil {
@@ -192,14 +180,14 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 	}
 	count, perr := strconv.Atoi(cs)
 	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
-		return id, nil, recordErr(id, first, streamSeq, RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+		return id, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
 	}
 	nlines := 0
 	if len(body) > 0 {
 		nlines = bytes.Count(body, []byte{'\n'}) + 1
 	}
 	if nlines != count {
-		return id, nil, recordErr(id, first, streamSeq, RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+		return id, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
 	events := make([]session.Event, 0, count)
 	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
@@ -213,13 +201,13 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		// validated and kept as raw bytes (they alias body, copied once above).
 		ev, err := session.DecodeEventLine(line, id)
 		if err != nil {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d is not an event: %v", i+1, err)
+			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event: %v", i+1, err)
 		}
 		if ev.Type == "" || ev.Time == "" {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
 		}
 		if ev.Seq != want {
-			return id, nil, recordErr(id, want, streamSeq, RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
+			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
 		}
 		events = append(events, ev)
 	}

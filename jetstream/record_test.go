@@ -62,15 +62,15 @@ func TestEncodeRecordRefuses(t *testing.T) {
 		name string
 		id   string
 		evs  []session.Event
-		rule string
+		rule session.Rule
 		seq  int64
 	}{
-		{"empty", "s", nil, RuleRecordEmpty, -1},
-		{"gap", "s", []session.Event{ev(0, "a"), ev(2, "b")}, RuleRecordSeq, 2},
-		{"backwards", "s", []session.Event{ev(3, "a"), ev(3, "b")}, RuleRecordSeq, 3},
-		{"negative", "s", []session.Event{ev(-1, "a")}, RuleRecordSeq, -1},
-		{"no type", "s", []session.Event{{Seq: 0, Time: "1", Data: json.RawMessage(`{}`)}}, RuleRecordEvent, 0},
-		{"bad data", "s", []session.Event{{Type: "x", Seq: 0, Time: "1", Data: json.RawMessage(`{`)}}, RuleRecordEvent, 0},
+		{"empty", "s", nil, session.RuleRecordEmpty, -1},
+		{"gap", "s", []session.Event{ev(0, "a"), ev(2, "b")}, session.RuleRecordSeq, 2},
+		{"backwards", "s", []session.Event{ev(3, "a"), ev(3, "b")}, session.RuleRecordSeq, 3},
+		{"negative", "s", []session.Event{ev(-1, "a")}, session.RuleRecordSeq, -1},
+		{"no type", "s", []session.Event{{Seq: 0, Time: "1", Data: json.RawMessage(`{}`)}}, session.RuleRecordEvent, 0},
+		{"bad data", "s", []session.Event{{Type: "x", Seq: 0, Time: "1", Data: json.RawMessage(`{`)}}, session.RuleRecordEvent, 0},
 	}
 	for _, c := range cases {
 		_, _, err := EncodeRecord(c.id, c.evs)
@@ -101,30 +101,30 @@ func TestDecodeRecordRefusesCorrupt(t *testing.T) {
 	cases := []struct {
 		name string
 		edit func(h nats.Header) []byte
-		rule string
+		rule session.Rule
 		seq  int64
 	}{
-		{"count too high", func(h nats.Header) []byte { h.Set(HeaderCount, "3"); return body0 }, RuleRecordCount, 3},
-		{"count too low", func(h nats.Header) []byte { h.Set(HeaderCount, "1"); return body0 }, RuleRecordCount, 3},
-		{"count zero", func(h nats.Header) []byte { h.Set(HeaderCount, "0"); return body0 }, RuleRecordHeader, 3},
-		{"count not a number", func(h nats.Header) []byte { h.Set(HeaderCount, "two"); return body0 }, RuleRecordHeader, 3},
-		{"count missing", func(h nats.Header) []byte { h.Del(HeaderCount); return body0 }, RuleRecordHeader, -1},
-		{"count twice", func(h nats.Header) []byte { h.Add(HeaderCount, "2"); return body0 }, RuleRecordHeader, -1},
-		{"first seq off", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "2"); return body0 }, RuleRecordSeq, 2},
-		{"first seq negative", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "-1"); return body0 }, RuleRecordHeader, -1},
-		{"first seq padded", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "03"); return body0 }, RuleRecordHeader, -1},
-		{"format", func(h nats.Header) []byte { h.Set(HeaderFormat, "2"); return body0 }, RuleRecordFormat, -1},
-		{"format missing", func(h nats.Header) []byte { h.Del(HeaderFormat); return body0 }, RuleRecordHeader, -1},
-		{"session missing", func(h nats.Header) []byte { h.Del(HeaderSession); return body0 }, RuleRecordHeader, -1},
-		{"session not canonical", func(h nats.Header) []byte { h.Set(HeaderSession, "a.b"); return body0 }, RuleRecordSession, -1},
-		{"trailing newline", func(h nats.Header) []byte { return append(append([]byte(nil), body0...), '\n') }, RuleRecordCount, 3},
-		{"empty body", func(h nats.Header) []byte { return nil }, RuleRecordCount, 3},
-		{"not json", func(h nats.Header) []byte { return []byte(line(0) + "\n{oops") }, RuleRecordEvent, 4},
-		{"not an object", func(h nats.Header) []byte { return []byte(line(0) + "\n[1,2]") }, RuleRecordEvent, 4},
-		{"no type", func(h nats.Header) []byte { return []byte(line(0) + `\n{"seq":4,"time":1,"data":{}}`) }, RuleRecordEvent, 4},
-		{"no data", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":4,"time":1}`) }, RuleRecordEvent, 4},
-		{"seq as string", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":"4","time":1,"data":{}}`) }, RuleRecordEvent, 4},
-		{"swapped lines", func(h nats.Header) []byte { return []byte(line(1) + "\n" + line(0)) }, RuleRecordSeq, 3},
+		{"count too high", func(h nats.Header) []byte { h.Set(HeaderCount, "3"); return body0 }, session.RuleRecordCount, 3},
+		{"count too low", func(h nats.Header) []byte { h.Set(HeaderCount, "1"); return body0 }, session.RuleRecordCount, 3},
+		{"count zero", func(h nats.Header) []byte { h.Set(HeaderCount, "0"); return body0 }, session.RuleRecordHeader, 3},
+		{"count not a number", func(h nats.Header) []byte { h.Set(HeaderCount, "two"); return body0 }, session.RuleRecordHeader, 3},
+		{"count missing", func(h nats.Header) []byte { h.Del(HeaderCount); return body0 }, session.RuleRecordHeader, -1},
+		{"count twice", func(h nats.Header) []byte { h.Add(HeaderCount, "2"); return body0 }, session.RuleRecordHeader, -1},
+		{"first seq off", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "2"); return body0 }, session.RuleRecordSeq, 2},
+		{"first seq negative", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "-1"); return body0 }, session.RuleRecordHeader, -1},
+		{"first seq padded", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "03"); return body0 }, session.RuleRecordHeader, -1},
+		{"format", func(h nats.Header) []byte { h.Set(HeaderFormat, "2"); return body0 }, session.RuleRecordFormat, -1},
+		{"format missing", func(h nats.Header) []byte { h.Del(HeaderFormat); return body0 }, session.RuleRecordHeader, -1},
+		{"session missing", func(h nats.Header) []byte { h.Del(HeaderSession); return body0 }, session.RuleRecordHeader, -1},
+		{"session not canonical", func(h nats.Header) []byte { h.Set(HeaderSession, "a.b"); return body0 }, session.RuleRecordSession, -1},
+		{"trailing newline", func(h nats.Header) []byte { return append(append([]byte(nil), body0...), '\n') }, session.RuleRecordCount, 3},
+		{"empty body", func(h nats.Header) []byte { return nil }, session.RuleRecordCount, 3},
+		{"not json", func(h nats.Header) []byte { return []byte(line(0) + "\n{oops") }, session.RuleRecordEvent, 4},
+		{"not an object", func(h nats.Header) []byte { return []byte(line(0) + "\n[1,2]") }, session.RuleRecordEvent, 4},
+		{"no type", func(h nats.Header) []byte { return []byte(line(0) + `\n{"seq":4,"time":1,"data":{}}`) }, session.RuleRecordEvent, 4},
+		{"no data", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":4,"time":1}`) }, session.RuleRecordEvent, 4},
+		{"seq as string", func(h nats.Header) []byte { return []byte(line(0) + `\n{"type":"x","seq":"4","time":1,"data":{}}`) }, session.RuleRecordEvent, 4},
+		{"swapped lines", func(h nats.Header) []byte { return []byte(line(1) + "\n" + line(0)) }, session.RuleRecordSeq, 3},
 	}
 	for _, c := range cases {
 		h := clone()
@@ -137,10 +137,10 @@ func TestDecodeRecordRefusesCorrupt(t *testing.T) {
 			t.Errorf("%s: err %v, want a *session.Error", c.name, err)
 			continue
 		}
-		if se.Rule != c.rule || se.Seq != c.seq || !strings.Contains(se.Error(), c.rule) {
+		if se.Rule != c.rule || se.Seq != c.seq || !strings.Contains(se.Error(), string(c.rule)) {
 			t.Errorf("%s: rule %s seq %d (%v), want rule %s seq %d", c.name, se.Rule, se.Seq, err, c.rule, c.seq)
 		}
-		if c.rule != RuleRecordSession && c.name != "session missing" && (se.Session != "sess" || !strings.Contains(se.Error(), `"sess"`)) {
+		if c.rule != session.RuleRecordSession && c.name != "session missing" && (se.Session != "sess" || !strings.Contains(se.Error(), `"sess"`)) {
 			t.Errorf("%s: error does not name the session: %v", c.name, err)
 		}
 	}

@@ -322,13 +322,14 @@ var TurnsUnit = Def[TurnsState]{
 	},
 }
 
-// unitDataError is a unit's refusal of an event's data.
+// unitDataError is a unit's refusal of an event's data: a *session.Error without the session,
+// which the unit does not know (unitError names it).
 func unitDataError(ev session.Event, want string, err error) error {
-	msg := fmt.Sprintf("event seq %d (%s): data is not %s", ev.Seq, ev.Type, want)
+	msg := "data is not " + want
 	if err != nil {
 		msg += ": " + err.Error()
 	}
-	return &session.Error{Seq: ev.Seq, Rule: "unit-data", Msg: msg}
+	return &session.Error{Seq: ev.Seq, Rule: session.RuleUnitData, Reason: msg}
 }
 
 // jsInt decodes a JSON number that is an integer in JavaScript's sense: 1, 1.0 and 1e3 alike, as

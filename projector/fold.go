@@ -152,7 +152,7 @@ func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []s
 			if errors.As(err, &te) {
 				return err
 			}
-			ss.stopAll(from+1, "log-read", err.Error())
+			ss.stopAll(from+1, session.RuleLogRead, err.Error())
 			return nil
 		}
 		todo = lk.log
@@ -173,7 +173,7 @@ func catchUp(ctx context.Context, store *ajs.Store, ss *sessState) error {
 			return err
 		}
 		from, _ := ss.minActive()
-		ss.stopAll(from+1, "log-read", err.Error())
+		ss.stopAll(from+1, session.RuleLogRead, err.Error())
 		return nil
 	}
 	return ss.apply(lk.log, lk)
@@ -223,7 +223,7 @@ func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
 }
 
 // stopAll records a rule broken by the session's log in every unit still running.
-func (ss *sessState) stopAll(seq int64, rule, msg string) {
+func (ss *sessState) stopAll(seq int64, rule session.Rule, msg string) {
 	for _, u := range ss.units {
 		if u.err == nil {
 			u.err = &ProjectionError{Seq: seq, Rule: rule, Message: msg}
@@ -244,13 +244,16 @@ func safeApply(d *Definition, state any, ev session.Event) (next any, err error)
 }
 
 func unitError(id, unit string, ev session.Event, err error) *ProjectionError {
-	rule := "unit-apply"
+	rule, why := session.RuleUnitApply, err.Error()
 	var se *session.Error
 	if errors.As(err, &se) && se.Rule != "" {
 		rule = se.Rule
+		if se.Session == "" {
+			why = se.Reason // the message names the session and the event already
+		}
 	}
 	return &ProjectionError{Seq: ev.Seq, Rule: rule,
-		Message: fmt.Sprintf("session %q: unit %q refused event seq %d (%s) (rule %s): %v", id, unit, ev.Seq, ev.Type, rule, err)}
+		Message: fmt.Sprintf("session %q: unit %q refused event seq %d (%s) (rule %s): %s", id, unit, ev.Seq, ev.Type, rule, why)}
 }
 
 // encode returns the stored value of u: {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:...}.
@@ -284,10 +287,6 @@ func (u *unitState) encode() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// RuleStateTooLarge is the rule of a projection stopped because its state grew larger than one KV
-// value can hold (the server's max payload).
-const RuleStateTooLarge = "state-too-large"
-
 // stateHeaderRoom is what a stored value leaves of the max payload for the subject and headers.
 const stateHeaderRoom = 512
 
@@ -300,9 +299,9 @@ var maxStateBytes = func(js jetstream.JetStream) int64 { return js.Conn().MaxPay
 // small. The gate's state is every unit's precondition, so it stops every unit of the session;
 // the query service then answers messages queries by folding the session's log itself.
 func stopTooLarge(ss *sessState, u *unitState, size int, limit int64) {
-	pe := &ProjectionError{Seq: u.asOfSeq, Rule: RuleStateTooLarge,
+	pe := &ProjectionError{Seq: u.asOfSeq, Rule: session.RuleStateTooLarge,
 		Message: fmt.Sprintf("session %q: the %s projection state as of seq %d takes %d bytes, more than one KV value can hold (%d bytes); the projection stops here, and messages queries fold the log instead (rule %s)",
-			ss.id, u.def.Key, u.asOfSeq, size, limit, RuleStateTooLarge)}
+			ss.id, u.def.Key, u.asOfSeq, size, limit, session.RuleStateTooLarge)}
 	if u.def.gate {
 		for _, x := range ss.units {
 			if x.err == nil {
@@ -355,7 +354,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 			b, eerr := u.encode()
 			if eerr != nil {
 				// A state that cannot be encoded stops its unit; the error is stored instead.
-				u.err = &ProjectionError{Seq: u.asOfSeq, Rule: "unit-encode", Message: fmt.Sprintf("session %q: %v", ss.id, eerr)}
+				u.err = &ProjectionError{Seq: u.asOfSeq, Rule: session.RuleUnitEncode, Message: fmt.Sprintf("session %q: %v", ss.id, eerr)}
 				u.resetState()
 				if b, eerr = u.encode(); eerr != nil {
 					return nil, eerr

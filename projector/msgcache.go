@@ -116,7 +116,7 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 	for attempt := 0; ; attempt++ {
 		err := c.update(ctx, store, l)
 		var se *session.Error
-		if err != nil && attempt == 0 && (errors.Is(err, ajs.ErrLogChanged) || (errors.As(err, &se) && se.Rule == ajs.RuleRecordContinue)) {
+		if err != nil && attempt == 0 && (errors.Is(err, ajs.ErrLogChanged) || (errors.As(err, &se) && se.Rule == session.RuleRecordContinue)) {
 			c.reset(l)
 			continue
 		}

@@ -362,9 +362,8 @@ func (w *worker) handle(msg jetstream.Msg) {
 	h := msg.Headers()
 	events, decodeErr := ajs.DecodeRecord(h, msg.Data())
 	if decodeErr == nil && h.Get(ajs.HeaderSession) != token {
-		decodeErr = &session.Error{Session: id, Seq: events[0].Seq, Rule: ajs.RuleRecordSession,
-			Msg: fmt.Sprintf("session %q seq %d: record header %s is %q, not the token %q of its subject %s (rule %s)",
-				id, events[0].Seq, ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject(), ajs.RuleRecordSession)}
+		decodeErr = session.NewError(id, events[0].Seq, 0, session.RuleRecordSession,
+			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject()))
 	}
 	ss := w.dirty[token]
 	if ss == nil {
@@ -384,7 +383,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if decodeErr != nil {
 		if !wasStopped {
 			from, _ := ss.minActive()
-			seq, rule := from+1, "record-decode"
+			seq, rule := from+1, session.RuleRecordDecode
 			var se *session.Error
 			if errors.As(decodeErr, &se) {
 				if se.Seq >= 0 {

@@ -21,8 +21,8 @@ const StateVersion = 1
 type State = client.State
 
 // ProjectionError records why a session's projection stopped: the seq of the first event not
-// applied, the rule it broke (session.Error.Rule, or "record-decode" for a record that does not
-// decode, "log-read" for a log that cannot be read back) and the message.
+// applied, the rule it broke (session.Error.Rule, or a projection rule such as
+// session.RuleRecordDecode) and the message.
 type ProjectionError = client.ProjectionError
 
 // Projection is the value stored under "messages.<token>":

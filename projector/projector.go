@@ -295,11 +295,11 @@ func sessionError(id string, seq int64, err error) *ProjectionError {
 		}
 		rule := se.Rule
 		if rule == "" {
-			rule = "apply"
+			rule = session.RuleApply
 		}
 		return &ProjectionError{Seq: s, Rule: rule, Message: se.Error()}
 	}
-	return &ProjectionError{Seq: seq, Rule: "apply", Message: fmt.Sprintf("session %q: event seq %d: %v", id, seq, err)}
+	return &ProjectionError{Seq: seq, Rule: session.RuleApply, Message: fmt.Sprintf("session %q: event seq %d: %v", id, seq, err)}
 }
 
 // logLookup is the session.Lookup of one fold: the events being folded first, then the session

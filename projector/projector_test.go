@@ -231,7 +231,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	}
 	_, err = queryMessages(ctx(t), e.nc, "bad", -1)
 	qe := queryErr(t, err, client.CodeStopped, "bad")
-	if !strings.Contains(qe.Description, "seq 2") || !strings.Contains(qe.Description, bad.Error.Rule) {
+	if !strings.Contains(qe.Description, "seq 2") || !strings.Contains(qe.Description, string(bad.Error.Rule)) {
 		t.Fatalf("409 description does not name the seq and rule: %q", qe.Description)
 	}
 	// minSeq on a stopped projection answers 409 at once rather than waiting.
@@ -239,11 +239,11 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	queryErr(t, err, client.CodeStopped, "bad")
 
 	garbage := e.waitStored("garbage", func(p Projection) bool { return p.Error != nil })
-	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != ajs.RuleRecordEvent || garbage.AsOfSeq != -1 {
+	if garbage.Error == nil || garbage.Error.Seq != 0 || garbage.Error.Rule != session.RuleRecordEvent || garbage.AsOfSeq != -1 {
 		t.Fatalf("garbage session: %+v (error %+v)", garbage, garbage.Error)
 	}
 	alien := e.waitStored("alien", func(p Projection) bool { return p.Error != nil })
-	if alien.Error.Rule != ajs.RuleRecordSession || alien.Error.Seq != 0 || alien.AsOfSeq != -1 {
+	if alien.Error.Rule != session.RuleRecordSession || alien.Error.Seq != 0 || alien.AsOfSeq != -1 {
 		t.Fatalf("alien session: %+v", alien.Error)
 	}
 	// The surface endpoint shows a stopped projection with its error.

@@ -17,7 +17,7 @@ import (
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
 func (p *Projector) answerMessages(ctx context.Context, r responder, q query, proj Projection, _ []byte) {
-	tooLarge := proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+	tooLarge := proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
 	var folded map[int64]session.Event // the surface events read by foldLog
 	if tooLarge && q.Nodes == nil {
 		// The session's surface is larger than the stored state may be: fold its log here, for
@@ -91,7 +91,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 			msg := err.Error()
 			var se *session.Error
 			if errors.As(err, &se) && se.Session == "" {
-				msg = strings.TrimPrefix(se.Msg, `session "" `) // DeriveMessages does not know the session; this reply names it
+				msg = strings.TrimPrefix(se.Error(), `session "" `) // DeriveMessages does not know the session; this reply names it
 			}
 			r.fail(code, fmt.Sprintf("session %q: deriving the message of surface node seq %d at asOfSeq %d: %s", q.Session, seq, proj.AsOfSeq, msg))
 			return
@@ -129,7 +129,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 }
 
 // foldLog folds the whole log of q's session into a surface, for a session whose stored messages
-// state stopped with RuleStateTooLarge, and returns it with the log's surface-eligible events (all
+// state stopped with session.RuleStateTooLarge, and returns it with the log's surface-eligible events (all
 // that deriving its messages reads). The log is streamed record by record and only those events
 // are kept (copied), and at most cap(p.folds) such folds run at once, since these sessions are
 // large by definition. With minSeq, it first waits for the log to reach it. Both waits end at

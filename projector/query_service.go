@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -163,7 +164,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
 			// A session whose state outgrew KV is answered by folding its log, which may wait
 			// for minSeq and for a fold slot: that is waiting, not answering.
-			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == RuleStateTooLarge
+			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
 			switch {
 			case st == answered:
 				<-p.work
@@ -258,7 +259,7 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 		return Projection{}, nil, answered
 	case proj.Error != nil && allowStopped:
 		return proj, e.Value(), ready
-	case proj.Error != nil && proj.Error.Rule == RuleStateTooLarge:
+	case proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge:
 		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
 		return proj, e.Value(), ready
 	case proj.Error != nil:
@@ -308,7 +309,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 			}
 			last = &proj
 			if proj.Error != nil {
-				if allowStopped || proj.Error.Rule == RuleStateTooLarge {
+				if allowStopped || proj.Error.Rule == session.RuleStateTooLarge {
 					return proj, e.Value(), true // too large: answerMessages folds the log
 				}
 				r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -120,7 +121,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 				return false, false, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
 			}
 			var gv storedValue
-			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == RuleStateTooLarge {
+			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == session.RuleStateTooLarge {
 				stopped := *gv.Error
 				u.err = &stopped
 				u.resetState()

@@ -417,8 +417,8 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 		t.Fatalf("the other session: %+v, %v", r, err)
 	}
 	stopped := e.waitStored("long", func(p Projection) bool { return p.Error != nil })
-	if stopped.Error.Rule != RuleStateTooLarge || !strings.Contains(stopped.Error.Message, `"long"`) {
-		t.Fatalf("stored error %+v, want rule %s naming the session", stopped.Error, RuleStateTooLarge)
+	if stopped.Error.Rule != session.RuleStateTooLarge || !strings.Contains(stopped.Error.Message, `"long"`) {
+		t.Fatalf("stored error %+v, want rule %s naming the session", stopped.Error, session.RuleStateTooLarge)
 	}
 	// Its messages are still served, folded from the log for each query.
 	r, err := queryMessages(ctx(t), e.nc, "long", 599)
@@ -427,7 +427,7 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 	}
 	// The surface endpoint shows the stored error.
 	sp, err := querySurface(ctx(t), e.nc, "long", -1)
-	if err != nil || sp.Error == nil || sp.Error.Rule != RuleStateTooLarge {
+	if err != nil || sp.Error == nil || sp.Error.Rule != session.RuleStateTooLarge {
 		t.Fatalf("surface of the stopped projection: %+v, %v", sp.Error, err)
 	}
 	if n := failed.Load(); n != 0 {
@@ -460,7 +460,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 	if got.err != nil || len(got.r.Messages) != 600 {
 		t.Fatalf("query waiting while the state outgrew KV: %d messages, %v", len(got.r.Messages), got.err)
 	}
-	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == session.RuleStateTooLarge })
 	later := make(chan result, 1)
 	go func() { r, err := queryMessages(ctx(t), e.nc, "long", 600); later <- result{r, err} }()
 	time.Sleep(200 * time.Millisecond)
@@ -479,7 +479,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v storedValue
-	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != RuleStateTooLarge {
+	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != session.RuleStateTooLarge {
 		t.Fatalf("rebuilt title unit of the stopped session: %s", ent.Value())
 	}
 }
@@ -497,7 +497,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 		evs = append(evs, userMsg(seq, fmt.Sprint("m", seq), "hi"))
 	}
 	e.appendChunked("long", evs, 100)
-	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == session.RuleStateTooLarge })
 	src := make([]string, 600)
 	for i := range src {
 		src[i] = fmt.Sprint(i)
@@ -515,7 +515,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v storedValue
-	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != RuleStateTooLarge {
+	if err := json.Unmarshal(ent.Value(), &v); err != nil || v.Error == nil || v.Error.Rule != session.RuleStateTooLarge {
 		t.Fatalf("rebuilt title unit of a stopped session whose surface shrank: %.300s", ent.Value())
 	}
 	// Its messages are the compacted history, folded from the log.
@@ -540,7 +540,7 @@ func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
 	}
 	e.appendChunked("long", evs, 100)
 	e.appendRecord("small", evs[:1])
-	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == RuleStateTooLarge })
+	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == session.RuleStateTooLarge })
 	errs := make(chan error, cap(p.work))
 	for range cap(p.work) {
 		go func() {

@@ -204,23 +204,23 @@ func eventBytes(ev session.Event) int64 {
 // checkEnvelope refuses what would not even encode as an event line. The reference's full rules
 // are session.Surface.Apply's, which also check that data is (lossless) JSON.
 func checkEnvelope(id string, ev session.Event) error {
-	bad := func(rule, msg string) error {
+	bad := func(rule session.Rule, msg string) error {
 		return session.NewError(id, ev.Seq, 0, rule, msg)
 	}
 	if ev.Type == "" {
-		return bad("envelope-type", "event type is empty")
+		return bad(session.RuleEnvelopeType, "event type is empty")
 	}
 	if _, err := strconv.ParseFloat(string(ev.Time), 64); err != nil || !json.Valid([]byte(ev.Time)) {
-		return bad("envelope-time", fmt.Sprintf("time %q is not a JSON number of Unix ms", string(ev.Time)))
+		return bad(session.RuleEnvelopeTime, fmt.Sprintf("time %q is not a JSON number of Unix ms", string(ev.Time)))
 	}
 	if len(ev.Data) == 0 {
-		return bad("envelope-data", "data is absent")
+		return bad(session.RuleEnvelopeData, "data is absent")
 	}
 	if len(ev.SurfaceOp) > 0 && !json.Valid(ev.SurfaceOp) {
-		return bad("envelope-surfaceOp", "surfaceOp is not valid JSON")
+		return bad(session.RuleEnvelopeSurfaceOp, "surfaceOp is not valid JSON")
 	}
 	if len(ev.SourceEventSeqs) > 0 && !json.Valid(ev.SourceEventSeqs) {
-		return bad("envelope-sourceEventSeqs", "sourceEventSeqs is not valid JSON")
+		return bad(session.RuleEnvelopeSourceEventSeqs, "sourceEventSeqs is not valid JSON")
 	}
 	return nil
 }

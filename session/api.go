@@ -38,33 +38,23 @@ type Header struct {
 	Raw             json.RawMessage `json:"-"`
 }
 
-// Error is a refusal of one event or line: it names the session, the seq (or -1 when the line has
-// none), the rule broken (a short stable identifier such as "seq-contiguous" or "replace-start"),
-// and a human-readable message. Line is the 1-based JSONL line number when the error came from a
-// file, 0 otherwise.
+// Error is a refusal of one event, line or record: the session, the seq (-1 when there is none),
+// the 1-based JSONL line (0 when not read from a file), the rule broken and the reason (the
+// reference's own text where it has one). Match it with errors.As, or by rule with errors.Is.
 type Error struct {
 	Session string
 	Seq     int64
 	Line    int
-	Rule    string
-	Msg     string
+	Rule    Rule
+	Reason  string
 }
 
-// ForkError is a fork refusal with the reference's code (OPEN_TURN, INVALID_BOUNDARY,
-// SESSION_NOT_FOUND, SESSION_ALREADY_EXISTS, or "" for a seed-validation error, which the reference
-// raises without a code) and its exact message text.
+// ForkError is a fork refusal: the reference's code (see Code) and its exact message text.
+// errors.Is matches it by code.
 type ForkError struct {
-	Code string
+	Code Code
 	Msg  string
 }
-
-// Fork error codes, as the reference names them.
-const (
-	CodeOpenTurn             = "OPEN_TURN"
-	CodeInvalidBoundary      = "INVALID_BOUNDARY"
-	CodeSessionNotFound      = "SESSION_NOT_FOUND"
-	CodeSessionAlreadyExists = "SESSION_ALREADY_EXISTS"
-)
 
 // Surface is the persisted, JSON-serializable fold state of one session: what a projector stores
 // per session. AsOfSeq is the last applied seq (-1 before any event). Transcript lists the seqs of
@@ -111,7 +101,7 @@ type InspectResult struct {
 type ForkOutcome struct {
 	Boundary      *int64  `json:"boundary"`
 	OK            bool    `json:"ok"`
-	Code          string  `json:"code,omitempty"`
+	Code          Code    `json:"code,omitempty"`
 	Error         string  `json:"error,omitempty"`
 	SeedLength    *int    `json:"seedLength,omitempty"`
 	ChildEvents   *int    `json:"childEvents,omitempty"`

@@ -117,7 +117,7 @@ func FuzzLoad(f *testing.F) {
 		s, err := Load("fuzz", evs)
 		if err != nil {
 			e, ok := err.(*Error)
-			if !ok || e.Session != "fuzz" || !strings.Contains(e.Msg, "[rule ") {
+			if !ok || e.Session != "fuzz" || !strings.Contains(e.Error(), "[rule ") {
 				t.Fatalf("bad error %T %v", err, err)
 			}
 		}

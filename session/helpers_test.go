@@ -102,21 +102,21 @@ func readLog(t *testing.T, path string) (*Header, []Event) {
 }
 
 // wantRule asserts err is an *Error with the rule, naming the session and the seq.
-func wantRule(t *testing.T, err error, session string, seq int64, rule string) {
+func wantRule(t *testing.T, err error, session string, seq int64, rule Rule) {
 	t.Helper()
 	e, ok := err.(*Error)
 	if !ok || e == nil {
 		t.Fatalf("want *Error rule %s, got %T %v", rule, err, err)
 	}
 	if e.Rule != rule || e.Session != session || e.Seq != seq {
-		t.Fatalf("want session %q seq %d rule %s, got session %q seq %d rule %s: %s", session, seq, rule, e.Session, e.Seq, e.Rule, e.Msg)
+		t.Fatalf("want session %q seq %d rule %s, got session %q seq %d rule %s: %s", session, seq, rule, e.Session, e.Seq, e.Rule, e.Error())
 	}
-	for _, part := range []string{fmt.Sprintf("%q", session), fmt.Sprintf("seq %d", seq), "rule " + rule} {
+	for _, part := range []string{fmt.Sprintf("%q", session), fmt.Sprintf("seq %d", seq), "rule " + string(rule)} {
 		if seq < 0 && strings.HasPrefix(part, "seq") {
 			continue
 		}
-		if !strings.Contains(e.Msg, part) {
-			t.Fatalf("error text %q does not name %s", e.Msg, part)
+		if !strings.Contains(e.Error(), part) {
+			t.Fatalf("error text %q does not name %s", e.Error(), part)
 		}
 	}
 }

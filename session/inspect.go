@@ -43,17 +43,17 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 	}
 	doc, fatal := readJSONLDoc(r, "session", true)
 	if fatal != nil {
-		return fail(fatal.Msg, 0)
+		return fail(fatal.Error(), 0)
 	}
 	s := newLenient(doc.id)
 	var plans []surfPlan
 	for i := range doc.items {
 		it := &doc.items[i]
 		if it.err != nil {
-			return fail(it.err.Msg, len(s.events))
+			return fail(it.err.Error(), len(s.events))
 		}
 		if err := s.append(it.ev, &it.p); err != nil {
-			return fail(err.withLine(it.line).Msg, len(s.events))
+			return fail(err.withLine(it.line).Error(), len(s.events))
 		}
 		plans = append(plans, s.lastPlan)
 	}
@@ -69,7 +69,7 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 	for _, seq := range s.surf.Nodes {
 		if derr := s.deriveErrs[seq]; derr != nil {
 			e := newError(s.id, seq, 0, RuleEventShape, derr.Error())
-			return fail(e.Msg, n)
+			return fail(e.Error(), n)
 		}
 		if m := s.msgVals[seq]; m != nil {
 			res.Messages = append(res.Messages, jsvalue.Stringify(m))
@@ -82,7 +82,7 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 	if s.markErr != nil {
 		seq := lastTurnMark(s.events)
 		e := newError(s.id, seq, 0, RuleEventShape, "turn/start "+s.markErr.Error())
-		return fail(e.Msg, n)
+		return fail(e.Error(), n)
 	}
 	switch t := s.markTurn; {
 	case t == nil:
@@ -97,7 +97,7 @@ func Inspect(r io.Reader, allForks bool) InspectResult {
 	res.stage = stageOpenTurn
 
 	if s.repErr != nil {
-		return fail(s.repErr.Msg, n)
+		return fail(s.repErr.Error(), n)
 	}
 	res.Repair = s.rep.closers()
 	res.stage = stageRepair
@@ -297,7 +297,7 @@ func (f ForkOutcome) MarshalJSON() ([]byte, error) {
 	b = strconv.AppendBool(b, f.OK)
 	if f.Code != "" {
 		b = append(b, `,"code":`...)
-		b = jsvalue.AppendQuote(b, f.Code)
+		b = jsvalue.AppendQuote(b, string(f.Code))
 	}
 	if !f.OK || f.Error != "" {
 		b = append(b, `,"error":`...)

@@ -47,7 +47,7 @@ func TestReadJSONLShapes(t *testing.T) {
 func TestReadJSONLErrors(t *testing.T) {
 	cases := []struct {
 		in   string
-		rule string
+		rule Rule
 		line int
 		seq  int64
 		n    int // events returned before the error
@@ -65,11 +65,11 @@ func TestReadJSONLErrors(t *testing.T) {
 	for _, c := range cases {
 		_, evs, err := ReadJSONL(strings.NewReader(c.in), "dflt")
 		var e *Error
-		if !errors.As(err, &e) || e.Rule != c.rule || e.Line != c.line || e.Seq != c.seq || len(evs) != c.n || !strings.Contains(e.Msg, c.text) {
+		if !errors.As(err, &e) || e.Rule != c.rule || e.Line != c.line || e.Seq != c.seq || len(evs) != c.n || !strings.Contains(e.Error(), c.text) {
 			t.Errorf("%q: got %d events, %v (%+v); want rule %s line %d seq %d %q", c.in, len(evs), err, e, c.rule, c.line, c.seq, c.text)
 		}
-		if e != nil && !strings.Contains(e.Msg, `"dflt"`) {
-			t.Errorf("%q: error does not name the session: %s", c.in, e.Msg)
+		if e != nil && !strings.Contains(e.Error(), `"dflt"`) {
+			t.Errorf("%q: error does not name the session: %s", c.in, e.Error())
 		}
 	}
 }
@@ -274,7 +274,7 @@ func TestNestingLimits(t *testing.T) {
 	}
 	_, _, err := ReadJSONL(strings.NewReader(line(20000)), "deep")
 	var e *Error
-	if !errors.As(err, &e) || e.Rule != RuleJSON || !strings.Contains(e.Msg, "nesting deeper than 10000") {
+	if !errors.As(err, &e) || e.Rule != RuleJSON || !strings.Contains(e.Error(), "nesting deeper than 10000") {
 		t.Fatalf("ReadJSONL: %v", err)
 	}
 	if res := Inspect(strings.NewReader(line(20000)), false); !res.OK || *res.Events != 1 {

@@ -53,7 +53,7 @@ func TestSessionMatchesOracle(t *testing.T) {
 			if s.NextSeq() != e.Seq {
 				t.Errorf("%s: Load kept %d events, refusal at seq %d", name, s.NextSeq(), e.Seq)
 			}
-			t.Logf("%s: %s", name, e.Msg)
+			t.Logf("%s: %s", name, e.Error())
 			continue
 		}
 		accepted++
@@ -149,7 +149,7 @@ func TestDeriveMessagesErrors(t *testing.T) {
 		}
 		return ev, nil
 	}
-	for seq, rule := range map[int64]string{0: RuleEventShape, 1: RuleJSON, 7: RuleLookup} {
+	for seq, rule := range map[int64]Rule{0: RuleEventShape, 1: RuleJSON, 7: RuleLookup} {
 		_, err := DeriveMessages([]int64{seq}, get)
 		wantRule(t, err, "", seq, rule)
 	}

@@ -20,7 +20,8 @@ func isEventSeq(v *jsvalue.Value) bool {
 
 // refusal is a broken rule with the reference's message text (or ours where it has none).
 type refusal struct {
-	rule, msg string
+	rule Rule
+	msg  string
 }
 
 func (r *refusal) toError(session string, seq int64) *Error {

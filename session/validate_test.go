@@ -26,7 +26,7 @@ func TestAppendRefusals(t *testing.T) {
 		name string
 		base []Event
 		ev   Event
-		rule string
+		rule Rule
 		text string // the reference's text, when it has one
 	}{
 		{"seq gap", users, mk(3, "x/y", `{}`), RuleSeqContiguous, "session event seq 3 is not contiguous; expected 2"},
