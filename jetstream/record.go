@@ -201,7 +201,11 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		// validated and kept as raw bytes (they alias body, copied once above).
 		ev, err := session.DecodeEventLine(line, id)
 		if err != nil {
-			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event: %v", i+1, err)
+			why := err.Error()
+			if se, ok := err.(*session.Error); ok { // it names the session and seq we name: say them once
+				why = "(" + string(se.Rule) + ") " + se.Reason
+			}
+			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
 		}
 		if ev.Type == "" || ev.Time == "" {
 			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)

@@ -384,6 +384,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 		if !wasStopped {
 			from, _ := ss.minActive()
 			seq, rule := from+1, session.RuleRecordDecode
+			why := fmt.Sprintf("session %q: record does not decode: %v", id, decodeErr)
 			var se *session.Error
 			if errors.As(decodeErr, &se) {
 				if se.Seq >= 0 {
@@ -392,8 +393,11 @@ func (w *worker) handle(msg jetstream.Msg) {
 				if se.Rule != "" {
 					rule = se.Rule
 				}
+				if se.Session == id { // it names the session already: say it once
+					why = session.NewError(id, se.Seq, se.Line, se.Rule, "record does not decode: "+se.Reason).Error()
+				}
 			}
-			ss.stopAll(seq, rule, fmt.Sprintf("session %q: record does not decode: %v", id, decodeErr))
+			ss.stopAll(seq, rule, why)
 		}
 	} else if !w.retry("fold "+id, func() error { return foldEvents(w.ctx, p.store, ss, events) }) {
 		return

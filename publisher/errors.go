@@ -14,7 +14,7 @@ var (
 	// ErrSessionExists is returned (wrapped) by Publisher.Create for an id already registered in the
 	// agentlog_sessions KV bucket. It wraps jetstream.ErrSessionExists. The reference's fork code for
 	// the same condition is SESSION_ALREADY_EXISTS.
-	ErrSessionExists = fmt.Errorf("publisher: %w", jetstream.ErrSessionExists) // "publisher: agentlog: session already exists"
+	ErrSessionExists error = &sentinel{"publisher: session already exists", jetstream.ErrSessionExists}
 
 	// ErrClosed is returned by Writer.Append/Emit after Writer.Close (or Publisher.Close) began, and by
 	// Publisher.Create/Open after Publisher.Close.
@@ -24,7 +24,7 @@ var (
 	// Nats-Expected-Last-Subject-Sequence guard of a write fails and the session's tail record is not
 	// this writer's own: another writer appended to the session. It wraps jetstream.ErrConflict.
 	// The writer is fenced from then on.
-	ErrConflict = fmt.Errorf("publisher: %w", jetstream.ErrConflict)
+	ErrConflict error = &sentinel{"publisher: session log changed under this writer (guard conflict)", jetstream.ErrConflict}
 
 	// ErrFenced is returned (wrapped) by every call on a Writer after one of its writes hit
 	// ErrConflict. Its pending events are not written; reopen the session with Publisher.Open to
@@ -36,6 +36,16 @@ var (
 	// never repeat).
 	ErrAlreadyOpen = errors.New("publisher: session already has an open writer in this publisher")
 )
+
+// sentinel is an error with its own text that also matches (errors.Is) the error it stands for,
+// so that its text never repeats a prefix ("publisher: agentlog: ...").
+type sentinel struct {
+	msg  string
+	base error
+}
+
+func (e *sentinel) Error() string { return e.msg }
+func (e *sentinel) Unwrap() error { return e.base }
 
 // ErrBacklog is returned (wrapped, inside a *BacklogError) by Writer.Append/Emit when admitting
 // the event would make the Writer hold more than Options.MaxPendingBytes of events that are not

@@ -187,7 +187,7 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	if err := p.store.CreateSession(ctx, h); err != nil {
 		p.release(h.ID, nil)
 		if errors.Is(err, jetstream.ErrSessionExists) {
-			return nil, fmt.Errorf("session %q already exists: %w", h.ID, ErrSessionExists)
+			return nil, fmt.Errorf("%w: session %q", ErrSessionExists, h.ID)
 		}
 		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
 	}
@@ -230,13 +230,23 @@ func (p *Publisher) Open(ctx context.Context, id string) (*Writer, error) {
 	return w, nil
 }
 
+// openError wraps err from opening session id, naming the session once: a *session.Error names
+// it already.
+func openError(id, what string, err error) error {
+	var se *session.Error
+	if errors.As(err, &se) && se.Session == id {
+		return fmt.Errorf("publisher: open: %s: %w", what, err)
+	}
+	return fmt.Errorf("publisher: open session %q: %s: %w", id, what, err)
+}
+
 func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
 	events, lastStreamSeq, err := p.store.Read(ctx, id)
 	if errors.Is(err, jetstream.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
 	if err != nil {
-		return nil, fmt.Errorf("publisher: open session %q: read log: %w", id, err)
+		return nil, openError(id, "read log", err)
 	}
 	if len(events) == 0 {
 		if _, err := p.store.GetSession(ctx, id); err != nil {
@@ -248,7 +258,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	}
 	sess, err := session.Load(id, events)
 	if err != nil {
-		return nil, fmt.Errorf("publisher: open session %q: stored log refused: %w", id, err)
+		return nil, openError(id, "stored log refused", err)
 	}
 	events = nil // the Writer keeps only the Surface
 
@@ -256,14 +266,14 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	tail := sess.Repair()
 	for _, ev := range tail {
 		if err := sess.Append(ev); err != nil {
-			return nil, fmt.Errorf("publisher: open session %q: crash-repair closer refused: %w", id, err)
+			return nil, openError(id, "crash-repair closer refused", err)
 		}
 	}
 	all := sess.Events()
 	if len(all) == 0 || all[len(all)-1].Type != "session/end-seed" {
 		marker := session.EndSeed(sess.NextSeq(), p.opts.Now().UnixMilli())
 		if err := sess.Append(marker); err != nil {
-			return nil, fmt.Errorf("publisher: open session %q: end-seed marker refused: %w", id, err)
+			return nil, openError(id, "end-seed marker refused", err)
 		}
 		tail = append(tail, marker)
 	}
