@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Record headers (design.md §2). A record is one JetStream message holding 1..K consecutive events
+// Record headers. A record is one JetStream message holding 1..K consecutive events
 // of one session, one compact JSON event per line (lines joined by "\n", no trailing newline).
 const (
 	HeaderSession  = "Agentlog-Session"   // the session's subject token (see Token)
@@ -27,7 +27,7 @@ const (
 // The events must be non-empty and have consecutive seqs (≥ 0); each is written as compact JSON
 // (no HTML escaping, no insignificant whitespace), so a line never contains a newline. The headers
 // are exactly Agentlog-Session (Token(id)), Agentlog-First-Seq, Agentlog-Count and
-// Agentlog-Format: 1; never any Nats-* header (a fork must not copy control headers, design.md §2).
+// Agentlog-Format: 1; never any Nats-* header (a fork must not copy control headers).
 // Errors are *session.Error naming the session, the seq and the rule (RuleRecord*), or Token's
 // error for a bad id.
 func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error) {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Partitioned consumption (design.md §4).
+// Partitioned consumption.
 const (
 	// MembersBucket is the KV bucket of live projector instances: key = instance name (as a
 	// subject token), value {name, pid, startedAt}. Entries expire MemberTTL after the instance's

@@ -100,7 +100,7 @@ func surfaceLookup(lookup Lookup) lookupFn {
 }
 
 // Check validates ev as the next event (seq AsOfSeq+1) without changing s: seq contiguity,
-// lossless JSON, legacy request headers, every surface rule (VOCABULARY.md), and the event-shape
+// lossless JSON, legacy request headers, every surface rule, and the event-shape
 // rule (DEPARTURES.md). lookup is called only for the target of a tool/result replace. sessionID
 // names the session in the error. Errors are *Error.
 func (s *Surface) Check(sessionID string, ev Event, lookup Lookup) error {
