@@ -86,3 +86,28 @@ func TestNumberString(t *testing.T) {
 		}
 	}
 }
+
+func TestParseShallow(t *testing.T) {
+	in := []byte(` {"type":"a","data":{"x":[1,-0]},"seq":1,"data":"d"} `)
+	v, err := ParseShallow(in, "type", "seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Field("type").Str() != "a" || v.Field("seq").Num() != 1 || string(v.Raw()) != string(bytes.TrimSpace(in)) {
+		t.Fatalf("built members: %+v", v)
+	}
+	if d := v.Field("data"); d.Kind() != String || string(d.Raw()) != `"d"` || d.Str() != "" || !v.Lossy() {
+		t.Fatalf("placeholder %+v (the last data wins; the first made the object lossy)", d)
+	}
+	full, _ := Parse(in)
+	for _, bad := range []string{`{"a":1,}`, `{"a":[}`, `{"a":1} x`, `{"a"`} {
+		_, serr := ParseShallow([]byte(bad), "type")
+		_, perr := Parse([]byte(bad))
+		if serr == nil || perr == nil || serr.Error() != perr.Error() {
+			t.Errorf("%s: ParseShallow %v, Parse %v", bad, serr, perr)
+		}
+	}
+	if !bytes.Equal(Stringify(full), []byte(`{"type":"a","data":"d","seq":1}`)) {
+		t.Errorf("Stringify %s", Stringify(full))
+	}
+}

@@ -2,6 +2,7 @@ package jsvalue
 
 import (
 	"fmt"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -68,50 +69,7 @@ func (p *parser) value(depth int) (*Value, error) {
 		if depth >= p.maxDepth {
 			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
 		}
-		v := &Value{kind: Object}
-		p.i++
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == '}' {
-			p.i++
-			v.raw = p.b[start:p.i]
-			return v, nil
-		}
-		for {
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != '"' {
-				return nil, p.fail("expected a string key")
-			}
-			key, err := p.str()
-			if err != nil {
-				return nil, err
-			}
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != ':' {
-				return nil, p.fail("expected ':' after an object key")
-			}
-			p.i++
-			p.ws()
-			child, err := p.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			v.Set(key, child)
-			v.lossy = v.lossy || child.lossy
-			p.ws()
-			if p.i >= len(p.b) {
-				return nil, p.fail("unexpected end of JSON input")
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.b[p.i] == '}' {
-				p.i++
-				v.raw = p.b[start:p.i]
-				return v, nil
-			}
-			return nil, p.fail("expected ',' or '}' in an object")
-		}
+		return p.object(depth, false, nil)
 	case c == '[':
 		if depth >= p.maxDepth {
 			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
@@ -163,6 +121,66 @@ func (p *parser) value(depth int) (*Value, error) {
 		return p.number()
 	default:
 		return nil, p.fail(fmt.Sprintf("unexpected character %q", rune(c)))
+	}
+}
+
+// object parses the object at p.i, nested depth deep (at most maxDepth, checked by the caller).
+// With shallow, only the members named in full are built; the others are validated and kept as
+// placeholders, as Scan returns them.
+func (p *parser) object(depth int, shallow bool, full []string) (*Value, error) {
+	start := p.i
+	v := &Value{kind: Object}
+	p.i++
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		v.raw = p.b[start:p.i]
+		return v, nil
+	}
+	for {
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return nil, p.fail("expected a string key")
+		}
+		key, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return nil, p.fail("expected ':' after an object key")
+		}
+		p.i++
+		p.ws()
+		var child *Value
+		if !shallow || slices.Contains(full, key) {
+			if child, err = p.value(depth + 1); err != nil {
+				return nil, err
+			}
+		} else {
+			cs := p.i
+			lossy, err := p.skip(depth + 1) // fails at the end of the input, as value does
+			if err != nil {
+				return nil, err
+			}
+			child = &Value{kind: kindOf(p.b[cs]), raw: p.b[cs:p.i], lossy: lossy}
+		}
+		v.Set(key, child)
+		v.lossy = v.lossy || child.lossy
+		p.ws()
+		if p.i >= len(p.b) {
+			return nil, p.fail("unexpected end of JSON input")
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.b[p.i] == '}' {
+			p.i++
+			v.raw = p.b[start:p.i]
+			return v, nil
+		}
+		return nil, p.fail("expected ',' or '}' in an object")
 	}
 }
 

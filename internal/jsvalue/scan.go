@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"unicode/utf8"
 )
 
@@ -52,62 +51,10 @@ func ParseShallow(b []byte, full ...string) (*Value, error) {
 	if p.i >= len(b) || b[p.i] != '{' {
 		return Parse(b)
 	}
-	start := p.i
-	v := &Value{kind: Object}
-	p.i++
-	p.ws()
-	if p.i < len(b) && b[p.i] == '}' {
-		p.i++
-	} else {
-		for {
-			p.ws()
-			if p.i >= len(b) || b[p.i] != '"' {
-				return nil, p.fail("expected a string key")
-			}
-			key, err := p.str()
-			if err != nil {
-				return nil, err
-			}
-			p.ws()
-			if p.i >= len(b) || b[p.i] != ':' {
-				return nil, p.fail("expected ':' after an object key")
-			}
-			p.i++
-			p.ws()
-			var child *Value
-			if slices.Contains(full, key) {
-				if child, err = p.value(1); err != nil {
-					return nil, err
-				}
-			} else {
-				cs := p.i
-				if p.i >= len(b) {
-					return nil, p.fail("unexpected end of JSON input")
-				}
-				lossy, err := p.skip(1)
-				if err != nil {
-					return nil, err
-				}
-				child = &Value{kind: kindOf(b[cs]), raw: b[cs:p.i], lossy: lossy}
-			}
-			v.Set(key, child)
-			v.lossy = v.lossy || child.lossy
-			p.ws()
-			if p.i >= len(b) {
-				return nil, p.fail("unexpected end of JSON input")
-			}
-			if b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if b[p.i] == '}' {
-				p.i++
-				break
-			}
-			return nil, p.fail("expected ',' or '}' in an object")
-		}
+	v, err := p.object(0, true, full)
+	if err != nil {
+		return nil, err
 	}
-	v.raw = b[start:p.i]
 	p.ws()
 	if p.i != len(b) {
 		return nil, p.fail("unexpected data after the JSON value")
