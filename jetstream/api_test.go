@@ -18,7 +18,7 @@ var (
 	_ func(*Store, context.Context, string) (Tail, error)                                                = (*Store).GetTail
 	_ func(*Store, context.Context, string, uint64, []session.Event, ...AppendOpt) (AppendResult, error) = (*Store).Append
 	_ func(*Store, context.Context, string) ([]session.Event, uint64, error)                             = (*Store).Read
-	_ func(*Store, context.Context, session.Header) error                                                = (*Store).CreateSession
+	_ func(*Store, context.Context, session.Header, ...CreateOpt) error                                  = (*Store).CreateSession
 	_ func(*Store, context.Context, string) (session.Header, error)                                      = (*Store).GetSession
 	_ func(string, []session.Event) (nats.Header, []byte, error)                                         = EncodeRecord
 	_ func(nats.Header, []byte) ([]session.Event, error)                                                 = DecodeRecord

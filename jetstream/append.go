@@ -257,10 +257,10 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 		return nil
 	}
 	// Worst-case headers of a one-event part of an atomic batch (see appendSplit), with room for
-	// any msg id a writer builds (a writer id of up to 64 bytes, the token and the seq).
+	// any msg id a writer builds (a writer id of up to 64 bytes, the token, an incarnation and the seq).
 	worst := recordHeader(tok, ev.Seq, 1)
 	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
-	worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20))
+	worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20+MaxIncarnationBytes+1))
 	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
 	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
 	worst.Set(jetstreamext.BatchCommitHeader, "1")

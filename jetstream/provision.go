@@ -67,6 +67,7 @@ type Store struct {
 	Stream      natsjs.Stream
 	Sessions    natsjs.KeyValue
 	Projections natsjs.KeyValue
+	Writers     natsjs.KeyValue // agentlog_writers: writer leases
 	Partitions  int
 	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
 }
@@ -81,6 +82,8 @@ type Store struct {
 //     cfg.DuplicateWindow, MaxMsgSize = cfg.MaxMsgSize, Replicas, and metadata agentlog.partitions
 //     (fixed at creation) and agentlog.format = "1";
 //   - KV buckets agentlog_sessions and agentlog_projections: file storage, history 1, same replicas;
+//   - KV bucket agentlog_writers (writer leases): the same, with per-key TTLs (LimitMarkerTTL
+//     WritersMarkerTTL);
 //   - stream AGENTLOG_ERRORS on agentlog.errors.>: file storage, max age 7 days, 1000 messages per
 //     subject, 256 MiB.
 //
@@ -118,6 +121,10 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	writers, err := ensureWritersBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := ensureStream(ctx, js, ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
@@ -126,6 +133,7 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 		Stream:      stream,
 		Sessions:    sessions,
 		Projections: projections,
+		Writers:     writers,
 		Partitions:  found.partitions,
 		MaxMsgSize:  found.maxMsgSize,
 	}, nil
@@ -135,7 +143,8 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 // metadata); it fails with a clear error if it is not provisioned.
 //
 // A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
-// Provision would refuse is ErrIncompatible (wrapped). Open creates and changes nothing.
+// Provision would refuse is ErrIncompatible (wrapped). Open changes nothing, and creates only the
+// lease bucket agentlog_writers when it is missing (deployments provisioned before it existed).
 func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	w, err := wantFromConfig(js, Config{})
 	if err != nil {
@@ -176,11 +185,17 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	if err := checkErrorsStream(es.CachedInfo().Config); err != nil {
 		return nil, err
 	}
+	// Leases are transient: a deployment provisioned before agentlog_writers existed gets it here.
+	writers, err := ensureWritersBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
 		JS:          js,
 		Stream:      stream,
 		Sessions:    kvs[0],
 		Projections: kvs[1],
+		Writers:     writers,
 		Partitions:  found.partitions,
 		MaxMsgSize:  found.maxMsgSize,
 	}, nil

@@ -70,6 +70,31 @@ func (s *Store) tail(ctx context.Context, id, where string, get func(context.Con
 	}, nil
 }
 
+// GetRecordFromLeader reads the record of session id at stream seq streamSeq through the stream
+// leader, as a Tail of that record. found is false when the stream holds no message of the session
+// at that seq (purged, or lost). A record that does not decode is a *session.Error.
+func (s *Store) GetRecordFromLeader(ctx context.Context, id string, streamSeq uint64) (rec Tail, found bool, err error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return Tail{}, false, err
+	}
+	msg, err := s.leaderGet(ctx, map[string]any{"seq": streamSeq})
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return Tail{}, false, nil
+	}
+	if err != nil {
+		return Tail{}, false, fmt.Errorf("agentlog: read stream seq %d of session %q from the stream leader: %w", streamSeq, id, err)
+	}
+	if msg.Subject != subject {
+		return Tail{}, false, nil
+	}
+	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
+	if err != nil {
+		return Tail{}, false, err
+	}
+	return Tail{LastStreamSeq: msg.Sequence, NextSeq: evs[len(evs)-1].Seq + 1, LastEvents: evs, LastMsgID: msg.Header.Get(natsjs.MsgIDHeader)}, true, nil
+}
+
 // leaderGetTimeout bounds leaderLastMsg when the caller's ctx has no deadline.
 const leaderGetTimeout = 5 * time.Second
 
@@ -84,8 +109,14 @@ func (s *Store) leaderNextMsg(ctx context.Context, subject string, seq uint64) (
 	return s.leaderGet(ctx, map[string]any{"seq": seq, "next_by_subj": subject})
 }
 
-// leaderGet sends one STREAM.MSG.GET request (natsjs.ErrMsgNotFound when no message matches).
+// leaderGet sends one STREAM.MSG.GET request to AGENTLOG (natsjs.ErrMsgNotFound when no message
+// matches).
 func (s *Store) leaderGet(ctx context.Context, request map[string]any) (*natsjs.RawStreamMsg, error) {
+	return s.leaderGetFrom(ctx, StreamName, request)
+}
+
+// leaderGetFrom is leaderGet on the stream named stream.
+func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[string]any) (*natsjs.RawStreamMsg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		// Like nats.go's jetstream calls: a reply lost on a dropped connection must not block
 		// the caller forever.
@@ -94,7 +125,7 @@ func (s *Store) leaderGet(ctx context.Context, request map[string]any) (*natsjs.
 		defer cancel()
 	}
 	req, _ := json.Marshal(request)
-	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
+	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // ErrSessionExists is returned (wrapped) by CreateSession for an id already in agentlog_sessions.
@@ -17,23 +19,96 @@ var ErrSessionExists = errors.New("agentlog: session already exists")
 // ErrSessionNotFound is returned (wrapped) when a session has no metadata.
 var ErrSessionNotFound = errors.New("agentlog: session not found")
 
+// IncarnationHeader is the message header of a session's agentlog_sessions entry that holds its
+// incarnation, a random id given at create. A session deleted and created again under the same id
+// gets a new one. An entry without it is legacy (incarnation "").
+const IncarnationHeader = "Agentlog-Incarnation"
+
+// MaxIncarnationBytes is the longest incarnation: 1..32 bytes of [A-Za-z0-9_-].
+const MaxIncarnationBytes = 32
+
+// NewIncarnation returns a fresh random incarnation (a nuid, 22 bytes).
+func NewIncarnation() string { return nuid.Next() }
+
+// CheckIncarnation refuses an incarnation that is empty, longer than MaxIncarnationBytes or holds
+// a byte outside [A-Za-z0-9_-] (it goes into Nats-Msg-Id values).
+func CheckIncarnation(inc string) error {
+	if inc == "" || len(inc) > MaxIncarnationBytes {
+		return fmt.Errorf("agentlog: incarnation %q: want 1..%d bytes", inc, MaxIncarnationBytes)
+	}
+	for i := 0; i < len(inc); i++ {
+		c := inc[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("agentlog: incarnation %q: byte %q is not in [A-Za-z0-9_-]", inc, c)
+		}
+	}
+	return nil
+}
+
+// CreateOpt is an option of Store.CreateSession.
+type CreateOpt func(*createOpts) error
+
+type createOpts struct{ incarnation string }
+
+// WithIncarnation gives the new session the incarnation inc (see CheckIncarnation) instead of a
+// fresh NewIncarnation.
+func WithIncarnation(inc string) CreateOpt {
+	return func(o *createOpts) error {
+		if err := CheckIncarnation(inc); err != nil {
+			return err
+		}
+		o.incarnation = inc
+		return nil
+	}
+}
+
 // CreateSession stores the header in agentlog_sessions with a KV create.
 //
 // The key is Token(h.ID); the value is the session's dsh JSONL header line,
 // {"type":"session","version":0,"id":…,"createdAt":…,…}: h.Raw as read from a file (so fields we do
-// not model survive) when it names the same id, else the fields of h in the reference's order. It writes no event (design.md §1, "Create"). An id that
-// already has metadata is a wrapped ErrSessionExists naming the id; nothing is changed.
-func (s *Store) CreateSession(ctx context.Context, h session.Header) error {
+// not model survive) when it names the same id, else the fields of h in the reference's order. The
+// entry carries the session's incarnation in the message header IncarnationHeader (WithIncarnation,
+// default NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
+// ErrSessionExists naming the id; nothing is changed.
+func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...CreateOpt) error {
 	tok, err := Token(h.ID)
 	if err != nil {
 		return err
+	}
+	var o createOpts
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return fmt.Errorf("agentlog: create session %q: %w", h.ID, err)
+		}
+	}
+	if o.incarnation == "" {
+		o.incarnation = NewIncarnation()
 	}
 	val, err := headerValue(h)
 	if err != nil {
 		return fmt.Errorf("agentlog: session %q: encode header: %w", h.ID, err)
 	}
-	if _, err := s.Sessions.Create(ctx, tok, val); err != nil {
-		if errors.Is(err, natsjs.ErrKeyExists) {
+	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
+	// (re-create after DeleteSession) the delete marker that is the key's last entry.
+	subject := "$KV." + SessionsBucket + "." + tok
+	expect := uint64(0)
+	for try := 0; ; try++ {
+		m := &nats.Msg{Subject: subject, Header: nats.Header{IncarnationHeader: []string{o.incarnation}}, Data: val}
+		_, err = s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
+		var apiErr *natsjs.APIError
+		if err == nil || try > 0 || !errors.As(err, &apiErr) ||
+			(apiErr.ErrorCode != ErrCodeWrongLastSequence && apiErr.ErrorCode != ErrCodeWrongLastSequenceConstant) {
+			break
+		}
+		last, gerr := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": subject})
+		if gerr != nil || !kvDeleted(last.Header) {
+			return fmt.Errorf("%w: session %q (key %s in KV bucket %s)", ErrSessionExists, h.ID, tok, SessionsBucket)
+		}
+		expect = last.Sequence
+	}
+	if err != nil {
+		var apiErr *natsjs.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
 			return fmt.Errorf("%w: session %q (key %s in KV bucket %s)", ErrSessionExists, h.ID, tok, SessionsBucket)
 		}
 		return fmt.Errorf("agentlog: create session %q (key %s in KV bucket %s): %w", h.ID, tok, SessionsBucket, err)
@@ -41,34 +116,57 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header) error {
 	return nil
 }
 
-// GetSession reads a session header.
+// kvDeleted reports whether a KV entry's headers make it a delete or purge marker.
+func kvDeleted(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(natsjs.MarkerReasonHeader) != ""
+}
+
+// GetSession reads a session header (GetSessionInfo without the incarnation).
+func (s *Store) GetSession(ctx context.Context, id string) (session.Header, error) {
+	info, err := s.GetSessionInfo(ctx, id)
+	return info.Header, err
+}
+
+// SessionInfo is a session's stored metadata: its header, its incarnation ("" for metadata
+// written before incarnations existed) and the KV revision of the entry.
+type SessionInfo struct {
+	Header      session.Header
+	Incarnation string
+	Revision    uint64
+}
+
+// GetSessionInfo reads a session's metadata from the leader of agentlog_sessions.
 //
 // A missing (or deleted) key is a wrapped ErrSessionNotFound naming the id. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
-func (s *Store) GetSession(ctx context.Context, id string) (session.Header, error) {
+func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, error) {
 	tok, err := Token(id)
 	if err != nil {
-		return session.Header{}, err
+		return SessionInfo{}, err
 	}
-	e, err := s.Sessions.Get(ctx, tok)
+	e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": "$KV." + SessionsBucket + "." + tok})
+	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
+		return SessionInfo{}, fmt.Errorf("%w: session %q (no key %s in KV bucket %s)", ErrSessionNotFound, id, tok, SessionsBucket)
+	}
 	if err != nil {
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			return session.Header{}, fmt.Errorf("%w: session %q (no key %s in KV bucket %s)", ErrSessionNotFound, id, tok, SessionsBucket)
-		}
-		return session.Header{}, fmt.Errorf("agentlog: read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return SessionInfo{}, fmt.Errorf("agentlog: read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
 	}
 	var h session.Header
-	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return session.Header{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, SessionsBucket, err)
+	if err := json.Unmarshal(e.Data, &h); err != nil {
+		return SessionInfo{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, SessionsBucket, err)
 	}
 	if h.ID != id {
-		return session.Header{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s names session %q", id, tok, SessionsBucket, h.ID)
+		return SessionInfo{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s names session %q", id, tok, SessionsBucket, h.ID)
 	}
 	if h.Raw == nil {
-		h.Raw = append(json.RawMessage(nil), e.Value()...)
+		h.Raw = append(json.RawMessage(nil), e.Data...)
 	}
-	return h, nil
+	return SessionInfo{Header: h, Incarnation: e.Header.Get(IncarnationHeader), Revision: e.Sequence}, nil
 }
 
 // headerValue renders h as its dsh JSONL header line (without the newline), the KV value of a session.

@@ -1,0 +1,207 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// WritersBucket holds one writer lease per session being written: key Token(id), value a Lease
+// (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer stops
+// renewing it.
+const WritersBucket = "agentlog_writers"
+
+// WritersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
+// LimitMarkerTTL, which also enables per-key TTLs).
+const WritersMarkerTTL = time.Minute
+
+// MinLeaseTTL is the shortest lease TTL the server accepts (per-message TTLs are whole seconds).
+const MinLeaseTTL = time.Second
+
+// ErrLeaseHeld is returned (wrapped, in a *LeaseHeldError) by AcquireLease when another writer's
+// lease on the session is live.
+var ErrLeaseHeld = errors.New("agentlog: session has a live writer")
+
+// ErrNoLease is returned (wrapped) by GetLease when the session has no live writer lease.
+var ErrNoLease = errors.New("agentlog: no live writer lease")
+
+// ErrLeaseLost is returned (wrapped) by RenewLease when the lease is no longer the caller's: it
+// expired, or another writer took it over.
+var ErrLeaseLost = errors.New("agentlog: writer lease lost")
+
+// Lease is the value of a writer lease: the writer's id, its host and process id, when it took the
+// lease (Since, Unix ms) and the TTL it renews it with (TTLMillis, ms).
+type Lease struct {
+	Session   string `json:"session"`
+	Writer    string `json:"writer"`
+	Host      string `json:"host"`
+	PID       int    `json:"pid"`
+	Since     int64  `json:"since"`
+	TTLMillis int64  `json:"ttlMs"`
+}
+
+// LeaseHeldError names the session and the live lease that refused AcquireLease. It wraps
+// ErrLeaseHeld.
+type LeaseHeldError struct {
+	Session string
+	Holder  Lease
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("agentlog: session %q is being written by writer %q (host %s, pid %d, since %s)",
+		e.Session, e.Holder.Writer, e.Holder.Host, e.Holder.PID, time.UnixMilli(e.Holder.Since).UTC().Format(time.RFC3339))
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
+
+// leaseSubject is the KV subject of the session's lease key.
+func leaseSubject(tok string) string { return "$KV." + WritersBucket + "." + tok }
+
+// AcquireLease takes the writer lease of session id with TTL ttl (at least MinLeaseTTL) and returns
+// its revision. A live lease of another writer is a *LeaseHeldError unless takeover, which
+// overwrites it. l.Session is set to id and l.TTLMillis to ttl.
+func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.Duration, takeover bool) (uint64, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return 0, err
+	}
+	if s.Writers == nil {
+		return 0, fmt.Errorf("agentlog: session %q: no KV bucket %s in this Store (use Provision or Open)", id, WritersBucket)
+	}
+	if ttl < MinLeaseTTL {
+		return 0, fmt.Errorf("agentlog: session %q: lease TTL %s, want at least %s", id, ttl, MinLeaseTTL)
+	}
+	l.Session, l.TTLMillis = id, ttl.Milliseconds()
+	val, _ := json.Marshal(l)
+	if takeover {
+		return s.publishLease(ctx, tok, val, ttl, nil)
+	}
+	rev, err := s.Writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl))
+	if err == nil {
+		return rev, nil
+	}
+	if !errors.Is(err, natsjs.ErrKeyExists) {
+		return 0, fmt.Errorf("agentlog: session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+	}
+	holder, _, gerr := s.GetLease(ctx, id)
+	if errors.Is(gerr, ErrNoLease) {
+		// Expired between the create and the read: try once more.
+		if rev, err = s.Writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl)); err == nil {
+			return rev, nil
+		}
+		holder, _, gerr = s.GetLease(ctx, id)
+	}
+	if gerr != nil {
+		return 0, fmt.Errorf("agentlog: session %q: the writer lease is held, and reading it failed: %w", id, gerr)
+	}
+	return 0, &LeaseHeldError{Session: id, Holder: holder}
+}
+
+// RenewLease rewrites the lease at revision rev with a fresh TTL and returns the new revision. A
+// lease that is no longer at rev (expired, taken over) is a wrapped ErrLeaseLost.
+func (s *Store) RenewLease(ctx context.Context, id string, rev uint64, l Lease, ttl time.Duration) (uint64, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return 0, err
+	}
+	l.Session, l.TTLMillis = id, ttl.Milliseconds()
+	val, _ := json.Marshal(l)
+	return s.publishLease(ctx, tok, val, ttl, &rev)
+}
+
+// publishLease writes a lease value with a per-message TTL, guarded by rev when not nil.
+func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl time.Duration, rev *uint64) (uint64, error) {
+	m := &nats.Msg{Subject: leaseSubject(tok), Header: nats.Header{}, Data: val}
+	opts := []natsjs.PublishOpt{natsjs.WithMsgTTL(ttl)}
+	if rev != nil {
+		opts = append(opts, natsjs.WithExpectLastSequencePerSubject(*rev))
+	}
+	ack, err := s.JS.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		var apiErr *natsjs.APIError
+		if rev != nil && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, WritersBucket, *rev)
+		}
+		return 0, fmt.Errorf("agentlog: write the writer lease (key %s in KV bucket %s): %w", tok, WritersBucket, err)
+	}
+	return ack.Sequence, nil
+}
+
+// GetLease reads the live lease of session id and its revision; no live lease is a wrapped
+// ErrNoLease.
+func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return Lease{}, 0, err
+	}
+	e, err := s.Writers.Get(ctx, tok)
+	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
+		return Lease{}, 0, fmt.Errorf("%w: session %q", ErrNoLease, id)
+	}
+	if err != nil {
+		return Lease{}, 0, fmt.Errorf("agentlog: session %q: read the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+	}
+	var l Lease
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return Lease{}, 0, fmt.Errorf("agentlog: session %q: the writer lease at key %s does not decode: %w", id, tok, err)
+	}
+	return l, e.Revision(), nil
+}
+
+// ReleaseLease deletes the lease of session id if it is still at revision rev; a lease that moved
+// on (expired, taken over) is left alone and is not an error.
+func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
+	tok, err := Token(id)
+	if err != nil {
+		return err
+	}
+	err = s.Writers.Delete(ctx, tok, natsjs.LastRevision(rev))
+	var apiErr *natsjs.APIError
+	if err == nil || errors.Is(err, natsjs.ErrKeyNotFound) ||
+		(errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)) {
+		return nil
+	}
+	return fmt.Errorf("agentlog: session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, WritersBucket, strconv.FormatUint(rev, 10), err)
+}
+
+// ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
+// replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
+func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, WritersBucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket:         WritersBucket,
+			Description:    "agentlog writer leases (one per session being written, per-key TTL)",
+			History:        1,
+			Storage:        natsjs.FileStorage,
+			Replicas:       replicas,
+			LimitMarkerTTL: WritersMarkerTTL,
+		})
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, WritersBucket)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("agentlog: create KV bucket %s: %w", WritersBucket, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", WritersBucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+WritersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("agentlog: look up the stream of KV bucket %s: %w", WritersBucket, err)
+	}
+	c := st.CachedInfo().Config
+	switch {
+	case !c.AllowMsgTTL:
+		return nil, incompatible("KV bucket "+WritersBucket, "allow_msg_ttl (per-key lease TTLs)", false, true)
+	case c.Sealed:
+		return nil, incompatible("KV bucket "+WritersBucket, "sealed", true, false)
+	}
+	return kv, nil
+}
