@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
@@ -26,10 +27,21 @@ var (
 	// The writer is fenced from then on.
 	ErrConflict error = &sentinel{"publisher: session log changed under this writer (guard conflict)", jetstream.ErrConflict}
 
-	// ErrFenced is returned (wrapped) by every call on a Writer after one of its writes hit
-	// ErrConflict. Its pending events are not written; reopen the session with Publisher.Open to
-	// continue from the stored log.
-	ErrFenced = errors.New("publisher: writer fenced after a guard conflict")
+	// ErrFenced is returned (wrapped) by every call on a Writer that stopped writing its session:
+	// a write hit ErrConflict, its acknowledged events were lost (ErrAckedLost), or another writer
+	// took its lease over (Open with Takeover). The *WriteError that fenced it wraps ErrFenced too.
+	// Its pending events are not written; reopen the session with Publisher.Open to continue from
+	// the stored log.
+	ErrFenced = errors.New("publisher: writer fenced (after a guard conflict, a takeover or lost acknowledged events)")
+
+	// ErrSessionLive is returned (wrapped, in a *LiveError) by Publisher.Open and Create when
+	// another writer's lease on the session is live.
+	ErrSessionLive = errors.New("publisher: session has a live writer")
+
+	// ErrAckedLost is returned (wrapped, in an *AckedLostError inside a *WriteError) when the
+	// stored log no longer holds events this writer had acknowledged as durable (the server lost
+	// them, or the subject was purged). The writer is fenced: it writes nothing more.
+	ErrAckedLost = errors.New("publisher: acknowledged events lost from the stored log")
 
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
@@ -52,6 +64,40 @@ func (e *sentinel) Unwrap() error { return e.base }
 // yet durable — typically because the store keeps failing. The event is not admitted (NextSeq is
 // unchanged): Flush (which retries the failed write at once) and append it again.
 var ErrBacklog = errors.New("publisher: too many events pending")
+
+// LiveError is the refusal of Open (or Create) of a session whose writer lease is live: the
+// session and the lease holder (writer id, host, pid, Since in Unix ms). It wraps ErrSessionLive.
+// Open(ctx, id, Takeover()) fences that writer instead.
+type LiveError struct {
+	Session string
+	Writer  string
+	Host    string
+	PID     int
+	Since   int64
+}
+
+func (e *LiveError) Error() string {
+	return fmt.Sprintf("publisher: session %q is being written by writer %q (host %s, pid %d, since %s); open it with publisher.Takeover() to fence that writer",
+		e.Session, e.Writer, e.Host, e.PID, time.UnixMilli(e.Since).UTC().Format(time.RFC3339))
+}
+
+func (e *LiveError) Unwrap() error { return ErrSessionLive }
+
+// AckedLostError names the session and the acknowledged seqs FromSeq..ToSeq that the stored log
+// no longer holds (at least those), with what the writer found there. It wraps ErrAckedLost.
+type AckedLostError struct {
+	Session string
+	FromSeq int64
+	ToSeq   int64
+	Detail  string
+}
+
+func (e *AckedLostError) Error() string {
+	return fmt.Sprintf("publisher: session %q: acknowledged events %d..%d are no longer in the stored log (%s); the writer stops writing this session",
+		e.Session, e.FromSeq, e.ToSeq, e.Detail)
+}
+
+func (e *AckedLostError) Unwrap() error { return ErrAckedLost }
 
 // BacklogError is the refusal of one event by the Options.MaxPendingBytes cap: the session, the
 // refused seq, how many events and bytes are pending (not durable), the event's size, the limit
@@ -78,20 +124,28 @@ func (e *BacklogError) Error() string {
 func (e *BacklogError) Unwrap() error { return ErrBacklog }
 
 // WriteError is a failed write of one record: the session, the seq range [FirstSeq, LastSeq] of the
-// events it carried (they stay pending, in order, unless Err is ErrConflict), and the cause.
-// It is what Writer.Errors delivers and what Writer.Flush/Close return for a write failure.
+// events it carried (they stay pending, in order, unless Fenced), and the cause. Fenced means the
+// writer stopped writing the session (Err is ErrConflict, ErrAckedLost or a lost lease); it then
+// wraps ErrFenced too. It is what Writer.Errors delivers and what Writer.Flush/Close return for a
+// write failure.
 type WriteError struct {
 	Session  string
 	FirstSeq int64
 	LastSeq  int64
 	Err      error
+	Fenced   bool
 }
 
 func (e *WriteError) Error() string {
 	return fmt.Sprintf("publisher: session %q: write of seqs %d..%d failed: %v", e.Session, e.FirstSeq, e.LastSeq, e.Err)
 }
 
-func (e *WriteError) Unwrap() error { return e.Err }
+func (e *WriteError) Unwrap() []error {
+	if e.Fenced {
+		return []error{e.Err, ErrFenced}
+	}
+	return []error{e.Err}
+}
 
 // transient reports whether a store error is worth retrying inside the same write: no responders
 // (503), request timeouts, "duplicate message id is in process" (10158) and "too many requests"

@@ -33,7 +33,7 @@ func BenchmarkWriterMemory(b *testing.B) {
 		ws := make([]*Writer, writers)
 		for i := range ws {
 			id := fmt.Sprintf("mem-%06d", i)
-			ws[i] = newWriter(p, id, id, session.NewSurface(), 0)
+			ws[i] = newWriter(p, id, id, "", session.NewSurface(), acked{})
 		}
 		idle := liveHeap()
 		for _, w := range ws[:10] {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ const (
 	lookupTimeout = 30 * time.Second
 	// errorsBuffer is the capacity of each Writer.Errors channel.
 	errorsBuffer = 64
+	// DefaultLeaseTTL is the TTL of a writer's lease in agentlog_writers: a writer that stops
+	// renewing it (every TTL/4) is taken for dead after this long.
+	DefaultLeaseTTL = 10 * time.Second
 )
 
 // MaxWriterIDBytes is the longest Options.WriterID, in bytes: the room jetstream.CheckEventSize
@@ -74,6 +78,10 @@ type Options struct {
 	// into an empty backlog. It caps the memory of a session whose store keeps failing.
 	// Default 16 MiB; negative means no limit.
 	MaxPendingBytes int64
+	// LeaseTTL is the TTL of each Writer's lease on its session (KV agentlog_writers), renewed
+	// every LeaseTTL/4 and deleted at Close/Abort. Open and Create refuse a session whose lease
+	// is live (ErrSessionLive). At least 1 s; default DefaultLeaseTTL (10 s).
+	LeaseTTL time.Duration
 }
 
 // afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
@@ -96,9 +104,13 @@ type Publisher struct {
 
 	slots chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
 
-	mu      sync.Mutex
-	writers map[string]*Writer
-	closed  bool
+	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
+	leaseStop chan struct{}   // closed by Close: ends the renewal loop
+
+	mu        sync.Mutex
+	writers   map[string]*Writer
+	closed    bool
+	leaseLoop bool // the renewal loop runs
 }
 
 // New returns a Publisher writing to store. nc carries the agent/error reports to
@@ -132,14 +144,20 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 	if opts.MaxPendingBytes == 0 {
 		opts.MaxPendingBytes = DefaultMaxPendingBytes
 	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	host, _ := os.Hostname()
 	return &Publisher{
-		store:   store,
-		nc:      nc,
-		opts:    opts,
-		log:     opts.Logger,
-		after:   realAfterFunc,
-		slots:   make(chan struct{}, opts.MaxConcurrentWrites),
-		writers: map[string]*Writer{},
+		store:     store,
+		nc:        nc,
+		opts:      opts,
+		log:       opts.Logger,
+		after:     realAfterFunc,
+		slots:     make(chan struct{}, opts.MaxConcurrentWrites),
+		lease:     jetstream.Lease{Writer: opts.WriterID, Host: host, PID: os.Getpid()},
+		leaseStop: make(chan struct{}),
+		writers:   map[string]*Writer{},
 	}, nil
 }
 
@@ -163,6 +181,9 @@ func checkOptions(store *jetstream.Store, opts Options) error {
 			return fmt.Errorf("publisher: Options.%s is %s, want > 0 (or 0 for the default)", d.name, d.v)
 		}
 	}
+	if opts.LeaseTTL != 0 && opts.LeaseTTL < jetstream.MinLeaseTTL {
+		return fmt.Errorf("publisher: Options.LeaseTTL is %s, want at least %s (or 0 for the default)", opts.LeaseTTL, jetstream.MinLeaseTTL)
+	}
 	if opts.MaxConcurrentWrites < 0 {
 		return fmt.Errorf("publisher: Options.MaxConcurrentWrites is %d, want > 0 (or 0 for the default)", opts.MaxConcurrentWrites)
 	}
@@ -172,10 +193,12 @@ func checkOptions(store *jetstream.Store, opts Options) error {
 // WriterID returns the id that prefixes this publisher's Nats-Msg-Id values.
 func (p *Publisher) WriterID() string { return p.opts.WriterID }
 
-// Create registers a new session's metadata (a KV create in agentlog_sessions) and returns its
-// Writer, positioned at seq 0 with guard 0 (no record yet). It writes NO event: a session that is
-// created but never written leaves nothing in the log.
-// An id that already exists gives an error wrapping ErrSessionExists (and jetstream.ErrSessionExists).
+// Create registers a new session's metadata (a KV create in agentlog_sessions, with a fresh
+// incarnation) and returns its Writer, positioned at seq 0 with guard 0 (no record yet), holding
+// the session's writer lease. It writes NO event: a session that is created but never written
+// leaves nothing in the log.
+// An id that already exists gives an error wrapping ErrSessionExists (and jetstream.ErrSessionExists);
+// a live lease on an id without metadata (a racing Create or Open) is a *LiveError.
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
 	token, err := jetstream.Token(h.ID)
 	if err != nil {
@@ -184,19 +207,44 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	if err := p.reserve(h.ID); err != nil {
 		return nil, err
 	}
-	if err := p.store.CreateSession(ctx, h); err != nil {
+	gen := p.connGen()
+	lease, rev, err := p.acquireLease(ctx, h.ID, false)
+	if err != nil {
+		p.release(h.ID, nil)
+		if errors.Is(err, ErrSessionLive) {
+			if _, gerr := p.store.GetSession(ctx, h.ID); gerr == nil {
+				return nil, fmt.Errorf("session %q already exists: %w", h.ID, ErrSessionExists)
+			}
+			return nil, err // a *LiveError, naming the session
+		}
+		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+	}
+	inc := jetstream.NewIncarnation()
+	if err := p.store.CreateSession(ctx, h, jetstream.WithIncarnation(inc)); err != nil {
+		p.releaseLease(h.ID, rev)
 		p.release(h.ID, nil)
 		if errors.Is(err, jetstream.ErrSessionExists) {
 			return nil, fmt.Errorf("%w: session %q", ErrSessionExists, h.ID)
 		}
 		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
 	}
-	w := newWriter(p, h.ID, token, session.NewSurface(), 0)
+	w := newWriter(p, h.ID, token, inc, session.NewSurface(), acked{})
+	w.lease, w.leaseRev, w.validGen = lease, rev, gen
 	if err := p.install(w); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
+
+// OpenOption is an option of Publisher.Open.
+type OpenOption func(*openOptions)
+
+type openOptions struct{ takeover bool }
+
+// Takeover makes Open take the session over from a live writer: its lease is overwritten, and the
+// old writer is fenced (ErrFenced) at its next write or lease renewal. Crash repair then runs as
+// if it had died.
+func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 
 // Open resumes a stored session for writing (the reference's resume):
 //
@@ -211,7 +259,15 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 //
 // An id with neither metadata nor events gives an error wrapping jetstream.ErrSessionNotFound.
 // A session with metadata but no events gets an end-seed at seq 0 (reference: Session.create(id, [])).
-func (p *Publisher) Open(ctx context.Context, id string) (*Writer, error) {
+//
+// Before all that it takes the session's writer lease: a session whose writer is live (its lease
+// has not expired) is refused with a *LiveError naming the session and the writer, and nothing is
+// written, unless opts hold Takeover().
+func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
+	var o openOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	token, err := jetstream.Token(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
@@ -219,11 +275,22 @@ func (p *Publisher) Open(ctx context.Context, id string) (*Writer, error) {
 	if err := p.reserve(id); err != nil {
 		return nil, err
 	}
+	gen := p.connGen()
+	lease, rev, err := p.acquireLease(ctx, id, o.takeover)
+	if err != nil {
+		p.release(id, nil)
+		if errors.Is(err, ErrSessionLive) {
+			return nil, err // a *LiveError, naming the session
+		}
+		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
+	}
 	w, err := p.open(ctx, id, token)
 	if err != nil {
+		p.releaseLease(id, rev)
 		p.release(id, nil)
 		return nil, err
 	}
+	w.lease, w.leaseRev, w.validGen = lease, rev, gen
 	if err := p.install(w); err != nil {
 		return nil, err
 	}
@@ -241,6 +308,11 @@ func openError(id, what string, err error) error {
 }
 
 func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
+	info, err := p.store.GetSessionInfo(ctx, id)
+	if err != nil && !errors.Is(err, jetstream.ErrSessionNotFound) {
+		return nil, fmt.Errorf("publisher: open session %q: read metadata: %w", id, err)
+	}
+	hasMeta := err == nil
 	events, lastStreamSeq, err := p.store.Read(ctx, id)
 	if errors.Is(err, jetstream.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
@@ -248,13 +320,8 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	if err != nil {
 		return nil, openError(id, "read log", err)
 	}
-	if len(events) == 0 {
-		if _, err := p.store.GetSession(ctx, id); err != nil {
-			if errors.Is(err, jetstream.ErrSessionNotFound) {
-				return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, err)
-			}
-			return nil, fmt.Errorf("publisher: open session %q: read metadata: %w", id, err)
-		}
+	if len(events) == 0 && !hasMeta {
+		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, jetstream.ErrSessionNotFound)
 	}
 	sess, err := session.Load(id, events)
 	if err != nil {
@@ -278,17 +345,30 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		tail = append(tail, marker)
 	}
 	surface := sess.Surface()
+	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
-		msgID := p.msgID(token, tail[0].Seq)
+		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
 		res, err := p.writeRecord(ctx, id, lastStreamSeq, msgID, tail)
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
 			p.publishReport(token, we)
 			return nil, fmt.Errorf("publisher: open session %q: resume record: %w", id, we)
 		}
-		lastStreamSeq = res
+		a = acked{streamSeq: res, msgID: msgID, firstSeq: tail[0].Seq, nextSeq: surface.AsOfSeq + 1}
+	} else if lastStreamSeq > 0 {
+		// Nothing to write: learn the last record's Nats-Msg-Id, so that a later check of the
+		// tail can tell it from another record at the same stream seq.
+		t, err := p.tailFromLeader(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: read the tail: %w", id, err)
+		}
+		if t.LastStreamSeq != lastStreamSeq || t.NextSeq != a.nextSeq {
+			return nil, fmt.Errorf("publisher: open session %q: the log changed while it was opened (tail at stream seq %d, next seq %d; read %d, %d): %w",
+				id, t.LastStreamSeq, t.NextSeq, lastStreamSeq, a.nextSeq, ErrConflict)
+		}
+		a.msgID, a.firstSeq = t.LastMsgID, t.LastEvents[0].Seq
 	}
-	return newWriter(p, id, token, &surface, lastStreamSeq), nil
+	return newWriter(p, id, token, info.Incarnation, &surface, a), nil
 }
 
 // Close flushes and closes every open Writer, then refuses further Create/Open with ErrClosed.
@@ -310,6 +390,12 @@ func (p *Publisher) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	p.mu.Lock()
+	if len(errs) == 0 && p.leaseLoop {
+		close(p.leaseStop)
+		p.leaseLoop = false
+	}
+	p.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -338,9 +424,14 @@ func (p *Publisher) install(w *Writer) error {
 		w.closing, w.closed = true, true
 		w.mu.Unlock()
 		w.cancel()
+		go p.releaseLease(w.id, w.leaseRev)
 		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
 	}
 	p.writers[w.id] = w
+	if !p.leaseLoop {
+		p.leaseLoop = true
+		go p.renewLoop(p.leaseStop)
+	}
 	return nil
 }
 
@@ -353,10 +444,15 @@ func (p *Publisher) release(id string, w *Writer) {
 	p.mu.Unlock()
 }
 
-// msgID is the Nats-Msg-Id of the record starting at firstSeq: <WriterID>.<token>.<firstSeq>.
-// A retry of the same record reuses it (so the server dedupes it); another writer never collides.
-func (p *Publisher) msgID(token string, firstSeq int64) string {
-	return fmt.Sprintf("%s.%s.%d", p.opts.WriterID, token, firstSeq)
+// msgID is the Nats-Msg-Id of the record starting at firstSeq:
+// <WriterID>.<token>.<incarnation>.<firstSeq>, or <WriterID>.<token>.<firstSeq> for a legacy
+// session without incarnation. A retry of the same record reuses it (so the server dedupes it);
+// another writer, or another incarnation of the session, never collides.
+func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
+	if incarnation == "" {
+		return fmt.Sprintf("%s.%s.%d", p.opts.WriterID, token, firstSeq)
+	}
+	return fmt.Sprintf("%s.%s.%s.%d", p.opts.WriterID, token, incarnation, firstSeq)
 }
 
 // writeRecord writes events as one record guarded with guard (the stream seq of the session's
@@ -365,15 +461,41 @@ func (p *Publisher) msgID(token string, firstSeq int64) string {
 // by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
 // write succeeded; otherwise the error wraps ErrConflict.
 func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, error) {
-	seq, _, err := p.writeRecordX(ctx, id, guard, msgID, events)
+	seq, _, err := p.writeRecordX(ctx, id, acked{streamSeq: guard, nextSeq: events[0].Seq}, msgID, events)
 	return seq, err
+}
+
+// checkedWrite is writeRecordX for a Writer's record after a: when the connection reconnected
+// since validGen (the connGen at the last check of the tail) it first re-reads the tail from the
+// stream leader and refuses to write unless the tail is still a's record (checkTail). It returns
+// the connGen the write was checked against.
+func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+	gen := p.connGen()
+	if gen != validGen {
+		t, err := p.tailFromLeader(ctx, id)
+		if err != nil {
+			return 0, false, validGen, fmt.Errorf("re-reading the tail after a reconnect: %w", err)
+		}
+		if ownTail(t, msgID, events[len(events)-1].Seq) {
+			return t.LastStreamSeq, false, gen, nil // an earlier try, whose answer was lost, is stored
+		}
+		if err := p.checkTail(ctx, id, a, t); err != nil {
+			return 0, false, validGen, err
+		}
+	}
+	seq, maybeStored, err := p.writeRecordX(ctx, id, a, msgID, events)
+	return seq, maybeStored, gen, err
 }
 
 // writeRecordX is writeRecord that also reports, on failure, whether the record may have been
 // stored all the same (maybeStored): some try was sent and got no answer (a timeout, a lost
 // connection). Such a record must be retried as exactly the same record — same events, same
 // Nats-Msg-Id — so that the retry dedupes or finds it at the tail.
-func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, bool, error) {
+//
+// a is what the writer knows durable (a.streamSeq is the guard). On a guard conflict the tail is
+// checked against it (checkTail): acknowledged events that are gone give an *AckedLostError.
+func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+	guard := a.streamSeq
 	last := events[len(events)-1].Seq
 	var lastErr error
 	maybeStored := false
@@ -428,8 +550,12 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 			if ownTail(tail, msgID, last) {
 				return tail.LastStreamSeq, nil
 			}
-			return 0, backoff.Permanent(fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d): %v",
-				ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq, err))
+			cerr := p.checkTail(ctx, id, a, tail)
+			if cerr == nil {
+				cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
+					ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
+			}
+			return 0, backoff.Permanent(fmt.Errorf("%w: %v", cerr, err))
 		}
 		if transient(err) && ctx.Err() == nil {
 			p.log.Debug("agentlog publisher: transient write error, retrying", "session", id, "msgID", msgID, "error", err)
@@ -446,7 +572,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, guard uint64, m
 	if err != nil && lastErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
 		err = fmt.Errorf("%w (last try: %v)", err, lastErr)
 	}
-	if err != nil && errors.Is(err, ErrConflict) {
+	if isFencing(err) {
 		maybeStored = false // fenced: the events are dropped
 	}
 	return seq, maybeStored, err
@@ -485,26 +611,35 @@ func ownTail(t jetstream.Tail, msgID string, lastSeq int64) bool {
 }
 
 // ErrorReport is the agent/error report published to agentlog.errors.<token> when a write fails.
-// Time is Unix ms. FirstSeq..LastSeq is the seq range of the failed record.
+// Time is Unix ms. FirstSeq..LastSeq is the seq range of the failed record. Fenced is true when the
+// writer stopped writing the session. Lost, when set, is the acknowledged seq range [from, to] that
+// the stored log no longer holds (ErrAckedLost).
 // It is a report only: a failure is never written as a session event.
 type ErrorReport struct {
-	Type     string `json:"type"` // always "agent/error"
-	Session  string `json:"session"`
-	FirstSeq int64  `json:"firstSeq"`
-	LastSeq  int64  `json:"lastSeq"`
-	Error    string `json:"error"`
-	Time     int64  `json:"time"`
-	WriterID string `json:"writerId"`
+	Type     string    `json:"type"` // always "agent/error"
+	Session  string    `json:"session"`
+	FirstSeq int64     `json:"firstSeq"`
+	LastSeq  int64     `json:"lastSeq"`
+	Error    string    `json:"error"`
+	Time     int64     `json:"time"`
+	WriterID string    `json:"writerId"`
+	Fenced   bool      `json:"fenced,omitempty"`
+	Lost     *[2]int64 `json:"lost,omitempty"`
 }
 
 func (p *Publisher) publishReport(token string, we *WriteError) {
 	if p.nc == nil {
 		return
 	}
-	body, err := json.Marshal(ErrorReport{
+	rep := ErrorReport{
 		Type: "agent/error", Session: we.Session, FirstSeq: we.FirstSeq, LastSeq: we.LastSeq,
-		Error: we.Err.Error(), Time: p.opts.Now().UnixMilli(), WriterID: p.opts.WriterID,
-	})
+		Error: we.Err.Error(), Time: p.opts.Now().UnixMilli(), WriterID: p.opts.WriterID, Fenced: we.Fenced,
+	}
+	var lost *AckedLostError
+	if errors.As(we.Err, &lost) {
+		rep.Lost = &[2]int64{lost.FromSeq, lost.ToSeq}
+	}
+	body, err := json.Marshal(rep)
 	if err != nil {
 		return
 	}

@@ -103,6 +103,10 @@ func TestAppendFlushDurable(t *testing.T) {
 			}
 		}
 	}
+	incs := map[string]string{"a": wa.Incarnation(), "b": wb.Incarnation()}
+	if incs["a"] == "" || incs["a"] == incs["b"] {
+		t.Fatalf("incarnations %q: want two distinct ones", incs)
+	}
 	for _, id := range []string{"a", "b"} {
 		got := e.stored(t, id)
 		if len(got) != len(want) {
@@ -121,7 +125,7 @@ func TestAppendFlushDurable(t *testing.T) {
 			if r.events[0].Seq != int64(3*i) || len(r.events) != 3 {
 				t.Fatalf("%s record %d: first seq %d, %d events", id, i, r.events[0].Seq, len(r.events))
 			}
-			wantID := fmt.Sprintf("w1.%s.%d", tokenOf(t, id), 3*i)
+			wantID := fmt.Sprintf("w1.%s.%s.%d", tokenOf(t, id), incs[id], 3*i)
 			if got := r.header.Get(njs.MsgIDHeader); got != wantID {
 				t.Fatalf("%s record %d: Nats-Msg-Id %q, want %q", id, i, got, wantID)
 			}
@@ -388,7 +392,10 @@ func TestTwoWritersConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Writer B resumes the same session: end-seed at seq 3.
-	wb, err := pb.Open(ctx, "shared")
+	if _, err := pb.Open(ctx, "shared"); !errors.Is(err, ErrSessionLive) {
+		t.Fatalf("Open while A is live: %v, want ErrSessionLive", err)
+	}
+	wb, err := pb.Open(ctx, "shared", Takeover())
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -482,7 +489,7 @@ func TestOpenRepairsOpenTurn(t *testing.T) {
 	// "Crash": a new publisher resumes the session.
 	clk.Advance(time.Hour)
 	pb := e.publisher(t, "wb", clk)
-	wb, err := pb.Open(ctx, "crashed")
+	wb, err := pb.Open(ctx, "crashed", Takeover()) // wa's process "died": its lease is still live
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -779,7 +786,7 @@ func setMaxMsgSize(t *testing.T, e *env, n int32) int32 {
 
 func TestErrorsChannelDropsOldest(t *testing.T) {
 	p := offline(t, "w")
-	w := newWriter(p, "s", "s", session.NewSurface(), 0)
+	w := newWriter(p, "s", "s", "", session.NewSurface(), acked{})
 	for i := range errorsBuffer + 5 {
 		w.mu.Lock()
 		w.reportLocked(&WriteError{Session: "s", FirstSeq: int64(i), LastSeq: int64(i), Err: errors.New("x")})
@@ -841,7 +848,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	p := e.publisher(t, "w1", clk)
 	evs := fixtureEvents(t, 2)
 	// The first try was stored but its ack was lost; the retry carries the same Nats-Msg-Id.
-	msgID := p.msgID(tokenOf(t, "lost"), 0)
+	msgID := p.msgID(tokenOf(t, "lost"), "inc", 0)
 	first, err := e.store.Append(ctx, "lost", 0, evs, jetstream.WithMsgID(msgID))
 	if err != nil {
 		t.Fatal(err)
@@ -857,7 +864,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 		t.Fatalf("events appended twice: %d stored", n)
 	}
 	// A stale guard whose tail is someone else's record: conflict.
-	if _, err := p.writeRecord(ctx, "lost", 0, p.msgID(tokenOf(t, "lost"), 7), evs); !errors.Is(err, ErrConflict) {
+	if _, err := p.writeRecord(ctx, "lost", 0, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale guard: %v, want ErrConflict", err)
 	}
 }

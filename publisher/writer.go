@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -31,9 +32,10 @@ import (
 // replace whose target is already durable is looked up in the store (store.ReadRecords, stopping
 // at the target's record).
 type Writer struct {
-	p     *Publisher
-	id    string
-	token string
+	p           *Publisher
+	id          string
+	token       string
+	incarnation string // the session's incarnation ("" for legacy metadata), part of each Nats-Msg-Id
 
 	errs    chan error
 	dropped atomic.Uint64
@@ -46,6 +48,11 @@ type Writer struct {
 	nextSeq       int64            // seq of the next admitted event
 	durableNext   int64            // every event with seq < durableNext is durable
 	lastStreamSeq uint64           // stream seq of the session's last record: the next guard
+	lastMsgID     string           // Nats-Msg-Id of that record ("" when there is none)
+	lastFirstSeq  int64            // first seq of that record
+	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq
+	lease         jetstream.Lease  // this writer's lease value
+	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
 	pending       []session.Event  // admitted, not in flight, in seq order
 	due           int              // pending[:due] belong to ended windows and wait for a write
 	pinned        int              // >0: pending[:pinned] is a record that may be stored already (its write got no answer); it is retried as exactly that record
@@ -61,11 +68,11 @@ type Writer struct {
 	changed       chan struct{}    // closed and replaced on every state change
 }
 
-func newWriter(p *Publisher, id, token string, surface *session.Surface, lastStreamSeq uint64) *Writer {
+func newWriter(p *Publisher, id, token, incarnation string, surface *session.Surface, a acked) *Writer {
 	ctx, cancel := context.WithCancel(context.Background())
 	next := surface.AsOfSeq + 1
 	return &Writer{
-		p: p, id: id, token: token,
+		p: p, id: id, token: token, incarnation: incarnation,
 		errs:   make(chan error, errorsBuffer),
 		ctx:    ctx,
 		cancel: cancel,
@@ -73,10 +80,15 @@ func newWriter(p *Publisher, id, token string, surface *session.Surface, lastStr
 		surface:       surface,
 		nextSeq:       next,
 		durableNext:   next,
-		lastStreamSeq: lastStreamSeq,
+		lastStreamSeq: a.streamSeq,
+		lastMsgID:     a.msgID,
+		lastFirstSeq:  a.firstSeq,
 		changed:       make(chan struct{}),
 	}
 }
+
+// Incarnation returns the session's incarnation ("" for a session created before incarnations).
+func (w *Writer) Incarnation() string { return w.incarnation }
 
 // ID returns the session id.
 func (w *Writer) ID() string { return w.id }
@@ -160,7 +172,7 @@ func (w *Writer) usableLocked() error {
 }
 
 func (w *Writer) fencedErrLocked() error {
-	return fmt.Errorf("publisher: session %q: %w (%v)", w.id, ErrFenced, w.fenced)
+	return fmt.Errorf("publisher: session %q: %w (%w)", w.id, ErrFenced, w.fenced)
 }
 
 func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
@@ -316,18 +328,19 @@ func (w *Writer) kickLocked() {
 	w.pending = append([]session.Event(nil), w.pending[n:]...)
 	w.due = max(w.due-n, 0)
 	w.inflight = batch
-	guard := w.lastStreamSeq
+	a := acked{streamSeq: w.lastStreamSeq, msgID: w.lastMsgID, firstSeq: w.lastFirstSeq, nextSeq: w.durableNext}
 	w.wg.Add(1)
-	go w.write(batch, guard)
+	go w.write(batch, a, w.validGen)
 }
 
-func (w *Writer) write(batch []session.Event, guard uint64) {
+func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 	defer w.wg.Done()
 	first, last := batch[0].Seq, batch[len(batch)-1].Seq
 	if h := w.p.beforeWrite; h != nil {
 		h(w.id, first)
 	}
-	streamSeq, maybeStored, err := w.p.writeRecordX(w.ctx, w.id, guard, w.p.msgID(w.token, first), batch)
+	msgID := w.p.msgID(w.token, w.incarnation, first)
+	streamSeq, maybeStored, gen, err := w.p.checkedWrite(w.ctx, w.id, a, validGen, msgID, batch)
 
 	w.mu.Lock()
 	w.inflight = nil
@@ -335,8 +348,9 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 		for i := range batch {
 			w.backlog -= eventBytes(batch[i])
 		}
-		w.lastStreamSeq = streamSeq
+		w.lastStreamSeq, w.lastMsgID, w.lastFirstSeq = streamSeq, msgID, first
 		w.durableNext = last + 1
+		w.validGen = gen
 		w.pinned = 0
 		w.broadcastLocked()
 		w.kickLocked()
@@ -344,25 +358,26 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 		return
 	}
 	we := &WriteError{Session: w.id, FirstSeq: first, LastSeq: last, Err: err}
-	if isConflict(err) {
-		w.fenced = we
-		w.closeWindowLocked()
-		w.pending, w.due, w.backlog = nil, 0, 0
-		w.p.log.Error("agentlog publisher: guard conflict, writer fenced", "session", w.id,
+	if isFencing(err) {
+		we.Fenced = true
+		w.p.log.Error("agentlog publisher: writer fenced", "session", w.id,
 			"firstSeq", first, "lastSeq", last, "lostEvents", w.nextSeq-first, "error", err)
-	} else {
-		// Put the events back ahead of newer pending ones, in order, and pause automatic retry:
-		// nothing is due and no window is open, so nothing is written until a new event opens a
-		// fresh window or Flush/Close retries at once.
-		w.pending = append(batch[:len(batch):len(batch)], w.pending...)
-		w.due = 0
-		if maybeStored {
-			w.pinned = len(batch)
-		} // else: unchanged (a pinned record stays pinned until it is written)
-		w.closeWindowLocked()
-		w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
-			"firstSeq", first, "lastSeq", last, "error", err)
+		w.fenceLocked(we)
+		w.mu.Unlock()
+		w.p.publishReport(w.token, we)
+		return
 	}
+	// Put the events back ahead of newer pending ones, in order, and pause automatic retry:
+	// nothing is due and no window is open, so nothing is written until a new event opens a
+	// fresh window or Flush/Close retries at once.
+	w.pending = append(batch[:len(batch):len(batch)], w.pending...)
+	w.due = 0
+	if maybeStored {
+		w.pinned = len(batch)
+	} // else: unchanged (a pinned record stays pinned until it is written)
+	w.closeWindowLocked()
+	w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
+		"firstSeq", first, "lastSeq", last, "error", err)
 	w.failGen++
 	w.lastErr = we
 	w.reportLocked(we)
@@ -373,6 +388,35 @@ func (w *Writer) write(batch []session.Event, guard uint64) {
 
 func isConflict(err error) bool {
 	return err != nil && errors.Is(err, ErrConflict)
+}
+
+// isFencing reports whether a write failure stops the Writer: a guard conflict or lost
+// acknowledged events.
+func isFencing(err error) bool {
+	return err != nil && (errors.Is(err, ErrConflict) || errors.Is(err, ErrAckedLost) || errors.Is(err, ErrFenced))
+}
+
+// fenceLocked stops the Writer for good with we: pending events are dropped, we is reported on
+// Errors, and the lease is released (if it is still this writer's).
+func (w *Writer) fenceLocked(we *WriteError) {
+	w.fenced = we
+	w.closeWindowLocked()
+	w.pending, w.due, w.backlog = nil, 0, 0
+	w.failGen++
+	w.lastErr = we
+	w.reportLocked(we)
+	w.broadcastLocked()
+	if rev := w.leaseRev; rev != 0 {
+		w.leaseRev = 0
+		go w.p.releaseLease(w.id, rev)
+	}
+}
+
+// takeLeaseLocked returns the lease revision and forgets it (no more renewals).
+func (w *Writer) takeLeaseLocked() uint64 {
+	rev := w.leaseRev
+	w.leaseRev = 0
+	return rev
 }
 
 // reportLocked delivers we on Errors without ever blocking: drop-oldest when full.
@@ -461,9 +505,11 @@ func (w *Writer) Close(ctx context.Context) error {
 	w.closed = true
 	w.closeWindowLocked()
 	w.broadcastLocked()
+	rev := w.takeLeaseLocked()
 	w.mu.Unlock()
 	w.cancel()
 	w.wg.Wait()
+	w.p.releaseLease(w.id, rev)
 	w.p.release(w.id, w)
 	return err
 }
@@ -490,7 +536,9 @@ func (w *Writer) Abort() (uncertain bool) {
 	w.pending, w.due, w.backlog = nil, 0, 0
 	w.closeWindowLocked()
 	w.broadcastLocked()
+	rev := w.takeLeaseLocked()
 	w.mu.Unlock()
+	w.p.releaseLease(w.id, rev)
 	w.p.release(w.id, w)
 	return uncertain
 }

@@ -1,0 +1,197 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentlog/agentlog/jetstream"
+)
+
+// acked is what a Writer knows to be durable: the stream seq of the session's last record (the
+// next guard; 0 for none), that record's Nats-Msg-Id and first seq ("" and 0 when there is none),
+// and the next seq (every seq below it is durable).
+type acked struct {
+	streamSeq uint64
+	msgID     string
+	firstSeq  int64
+	nextSeq   int64
+}
+
+// connGen is the connection's reconnect count: a Writer re-reads the tail before its next write
+// whenever it changed since the tail was last checked (a server restart or a dropped connection
+// may have lost acknowledged records, or given their stream seqs to other records).
+func (p *Publisher) connGen() uint64 {
+	if p.store.JS == nil || p.store.JS.Conn() == nil {
+		return 0
+	}
+	return p.store.JS.Conn().Stats().Reconnects
+}
+
+// checkTail compares the session's tail, read from the stream leader, with what the writer had
+// acknowledged (a). nil: the tail is a's record, so a record starting at a.nextSeq guarded with
+// a.streamSeq continues the log. An *AckedLostError when acknowledged events are gone; an error
+// wrapping ErrConflict when another writer appended after them. A tail that has our guard but does
+// not end at a.nextSeq is never written after (agentlog never writes a seq gap).
+func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t jetstream.Tail) error {
+	if t.LastStreamSeq == a.streamSeq && t.NextSeq == a.nextSeq && (a.msgID == "" || t.LastMsgID == a.msgID) {
+		return nil
+	}
+	lost := func(from int64, detail string, args ...any) error {
+		return &AckedLostError{Session: id, FromSeq: min(from, t.NextSeq), ToSeq: a.nextSeq - 1, Detail: fmt.Sprintf(detail, args...)}
+	}
+	if a.streamSeq == 0 {
+		if t.NextSeq < a.nextSeq { // cannot be: nothing acknowledged means a.nextSeq 0
+			return lost(t.NextSeq, "the log ends before seq %d", t.NextSeq)
+		}
+		// Nothing acknowledged yet (a new session): another writer wrote first.
+		return fmt.Errorf("%w: expected an empty log, the tail is stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
+	}
+	from := a.firstSeq // the first seq of our last record: it is gone when its stream seq no longer holds it
+	if a.msgID == "" {
+		from = a.nextSeq - 1
+	}
+	if t.LastStreamSeq == a.streamSeq {
+		return lost(from, "stream seq %d, where the writer's last record was, now holds another record (Nats-Msg-Id %q, next seq %d)", a.streamSeq, t.LastMsgID, t.NextSeq)
+	}
+	// The tail is another record: is the one at our guard still ours?
+	rec, found, err := p.store.GetRecordFromLeader(ctx, id, a.streamSeq)
+	if err != nil {
+		return fmt.Errorf("%w: tail at stream seq %d (Nats-Msg-Id %q, next seq %d); checking stream seq %d then: %v",
+			ErrConflict, t.LastStreamSeq, t.LastMsgID, t.NextSeq, a.streamSeq, err)
+	}
+	if !found || rec.NextSeq != a.nextSeq || (a.msgID != "" && rec.LastMsgID != a.msgID) {
+		return lost(from, "stream seq %d no longer holds the writer's last record; the log ends at seq %d, stream seq %d",
+			a.streamSeq, t.NextSeq-1, t.LastStreamSeq)
+	}
+	if t.NextSeq < a.nextSeq { // cannot be: our record is there, and the log only grows after it
+		return lost(t.NextSeq, "the log ends before seq %d, at stream seq %d", t.NextSeq, t.LastStreamSeq)
+	}
+	return fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, a.streamSeq, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
+}
+
+// acquireLease takes the writer lease of id (takeover: overwriting a live one). A live lease of
+// another writer is a *LiveError.
+func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) (jetstream.Lease, uint64, error) {
+	l := p.lease
+	l.Since = time.Now().UnixMilli()
+	rev, err := p.store.AcquireLease(ctx, id, l, p.opts.LeaseTTL, takeover)
+	var held *jetstream.LeaseHeldError
+	if errors.As(err, &held) {
+		h := held.Holder
+		return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
+	}
+	if err != nil {
+		return l, 0, err
+	}
+	if takeover {
+		p.log.Info("agentlog publisher: took the session's writer lease over", "session", id)
+	}
+	return l, rev, nil
+}
+
+// releaseLease deletes the lease of id if it is still at rev (bounded by 5 s; failures are logged:
+// the lease then ends at its TTL).
+func (p *Publisher) releaseLease(id string, rev uint64) {
+	if rev == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.store.ReleaseLease(ctx, id, rev); err != nil {
+		p.log.Warn("agentlog publisher: cannot release the writer lease; it ends at its TTL", "session", id, "error", err)
+	}
+}
+
+// renewLoop renews the leases of the open writers every LeaseTTL/4 until stop is closed.
+func (p *Publisher) renewLoop(stop chan struct{}) {
+	t := time.NewTicker(p.opts.LeaseTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		ws := make([]*Writer, 0, len(p.writers))
+		for _, w := range p.writers {
+			if w != nil {
+				ws = append(ws, w)
+			}
+		}
+		p.mu.Unlock()
+		sem := make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				w.renewLease()
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// renewLease renews the Writer's lease. When the lease was taken over, the Writer is fenced; when
+// it expired and nobody took it, it is taken again.
+func (w *Writer) renewLease() {
+	w.mu.Lock()
+	rev, l := w.leaseRev, w.lease
+	stopped := w.closed || w.fenced != nil || rev == 0
+	w.mu.Unlock()
+	if stopped {
+		return
+	}
+	ttl := w.p.opts.LeaseTTL
+	ctx, cancel := context.WithTimeout(w.ctx, ttl/4)
+	defer cancel()
+	next, err := w.p.store.RenewLease(ctx, w.id, rev, l, ttl)
+	if errors.Is(err, jetstream.ErrLeaseLost) {
+		holder, hrev, gerr := w.p.store.GetLease(ctx, w.id)
+		switch {
+		case errors.Is(gerr, jetstream.ErrNoLease):
+			next, err = w.p.store.AcquireLease(ctx, w.id, l, ttl, false) // expired: take it again
+			var held *jetstream.LeaseHeldError
+			if errors.As(err, &held) {
+				w.leaseLost(held.Holder)
+				return
+			}
+		case gerr == nil && holder.Writer == l.Writer && holder.Host == l.Host && holder.PID == l.PID && holder.Since == l.Since:
+			// Our own lease at another revision (the server restored an older state): renew it there.
+			next, err = w.p.store.RenewLease(ctx, w.id, hrev, l, ttl)
+		case gerr == nil:
+			w.leaseLost(holder) // another writer's lease now
+			return
+		default:
+			err = gerr
+		}
+	}
+	if err != nil {
+		w.p.log.Warn("agentlog publisher: cannot renew the writer lease", "session", w.id, "error", err)
+		return
+	}
+	w.mu.Lock()
+	if w.leaseRev == rev {
+		w.leaseRev = next
+	}
+	w.mu.Unlock()
+}
+
+// leaseLost fences the Writer after another writer took its lease over.
+func (w *Writer) leaseLost(holder jetstream.Lease) {
+	w.mu.Lock()
+	if w.fenced != nil || w.closed {
+		w.mu.Unlock()
+		return
+	}
+	we := &WriteError{Session: w.id, FirstSeq: w.durableNext, LastSeq: w.nextSeq - 1, Fenced: true,
+		Err: fmt.Errorf("%w: writer %q (host %s, pid %d) took the session over", jetstream.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
+	w.fenceLocked(we)
+	w.mu.Unlock()
+	w.p.publishReport(w.token, we)
+}
