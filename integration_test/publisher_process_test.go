@@ -158,7 +158,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := fmt.Sprintf("kill9-%d-%s", i, nuid.Next())
-			wp := startWriter(t, id, append([]string{"--events", strconv.Itoa(total), "--size", strconv.Itoa(size), "--writer-id", "k" + strconv.Itoa(i)}, c.args...)...)
+			wp := startWriter(t, id, append([]string{"--events", strconv.Itoa(total), "--size", strconv.Itoa(size), "--writer-id", "k" + strconv.Itoa(i), "--lease-ttl", "1s"}, c.args...)...)
 			wp.waitFor(t, "ready ", 1)
 			wp.waitFor(t, "durable ", c.flushes)
 			if c.then != "" {
@@ -202,7 +202,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 			}
 			nc, st2 := connectStore(t, devURL, nil)
 			p := newPublisher(t, st2, nc, publisher.Options{WriterID: "resumer", Logger: quietLogger()})
-			w, err := p.Open(ctx, id)
+			w, err := openWhenDead(ctx, t, p, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,8 +229,8 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 }
 
 // TestPublisherOpenFencesLiveWriter opens (resumes) a session while another process is writing
-// it. The guard fences one of the two: here the live writer, whose next write conflicts and whose
-// process exits with the conflict. The log stays valid and contiguous.
+// it: refused (ErrSessionLive), then with Takeover. The guard (or the lost lease) fences the live
+// writer, whose process exits with the error. The log stays valid and contiguous.
 func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	st := devStore(t)
 	const total = 100000
@@ -244,8 +244,11 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	p := newPublisher(t, st2, nc, publisher.Options{WriterID: "taker", Logger: quietLogger()})
 	var w *publisher.Writer
 	var err error
+	if _, err := p.Open(ctx, id); !errors.Is(err, publisher.ErrSessionLive) {
+		t.Fatalf("Open while another process writes: %v, want ErrSessionLive", err)
+	}
 	for try := 0; try < 50; try++ { // the live writer may win the race on the guard: then retry
-		if w, err = p.Open(ctx, id); err == nil || !errors.Is(err, publisher.ErrConflict) {
+		if w, err = p.Open(ctx, id, publisher.Takeover()); err == nil || !errors.Is(err, publisher.ErrConflict) {
 			break
 		}
 	}
@@ -259,8 +262,8 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	}
 	werr := wp.cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || !strings.Contains(wp.stderr.String(), "guard conflict") {
-		t.Fatalf("live writer: exit %v, stderr %q; want it fenced by a guard conflict", werr, wp.stderr.String())
+	if !errors.As(werr, &ee) || !strings.Contains(wp.stderr.String(), "guard conflict") && !strings.Contains(wp.stderr.String(), "fenced") {
+		t.Fatalf("live writer: exit %v, stderr %q; want it fenced (by a guard conflict or its lost lease)", werr, wp.stderr.String())
 	}
 	got, _, err := st.Read(ctx, id)
 	if err != nil {
@@ -280,6 +283,60 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	}
 	if live < wp.durable {
 		t.Fatalf("only %d of the live writer's %d acknowledged events survived the takeover", live, wp.durable)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openWhenDead opens id, retrying while the killed writer's lease is live (at most a minute).
+func openWhenDead(ctx context.Context, t *testing.T, p *publisher.Publisher, id string) (*publisher.Writer, error) {
+	t.Helper()
+	for {
+		w, err := p.Open(ctx, id)
+		if !errors.Is(err, publisher.ErrSessionLive) || ctx.Err() != nil {
+			return w, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestOpenAfterWriterKilled: a writer process killed with SIGKILL leaves its lease behind; Open is
+// refused (ErrSessionLive, naming the session and the writer) until the lease's TTL ends, then
+// succeeds and repairs the log.
+func TestOpenAfterWriterKilled(t *testing.T) {
+	const ttl = 2 * time.Second
+	id := "killed-" + nuid.Next()
+	wp := startWriter(t, id, "--events", "100000", "--size", "256", "--batch", "5", "--flush-every", "1", "--pause", "1ms",
+		"--window", "20ms", "--writer-id", "dead", "--lease-ttl", ttl.String())
+	wp.waitFor(t, "durable ", 2)
+	if err := wp.cmd.Process.Kill(); err != nil { // SIGKILL: no Close, no lease release
+		t.Fatal(err)
+	}
+	_ = wp.cmd.Wait()
+	killed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, st := connectStore(t, devURL, nil)
+	p := newPublisher(t, st, nc, publisher.Options{WriterID: "after", Logger: quietLogger()})
+	_, err := p.Open(ctx, id)
+	var le *publisher.LiveError
+	if !errors.As(err, &le) || le.Session != id || le.Writer != "dead" {
+		t.Fatalf("Open right after the kill: %v, want *LiveError naming %q and writer dead", err, id)
+	}
+	w, err := openWhenDead(ctx, t, p, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(killed); waited > ttl+3*time.Second {
+		t.Errorf("Open succeeded %s after the kill, the lease TTL is %s", waited, ttl)
+	}
+	got, _, err := st.Read(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session.Load(id, got); err != nil || got[len(got)-1].Type != "session/end-seed" || int64(len(got)) != w.NextSeq() {
+		t.Fatalf("log after the resume: %d events ending %q (%v), writer at %d", len(got), got[len(got)-1].Type, err, w.NextSeq())
 	}
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 			}
 			wg.Add(2)
 			go func() { defer wg.Done(); errA = w.Flush(ctx) }()
-			go func() { defer wg.Done(); b, errB = pb.Open(ctx, id) }()
+			go func() { defer wg.Done(); b, errB = pb.Open(ctx, id, publisher.Takeover()) }()
 			wg.Wait()
 			a = w
 			if errB != nil && !errors.Is(errB, publisher.ErrConflict) {
@@ -93,7 +93,7 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if b, err = pb.Open(ctx, id); err != nil {
+			if b, err = pb.Open(ctx, id, publisher.Takeover()); err != nil {
 				t.Fatal(err)
 			}
 			if a.NextSeq() != b.NextSeq() {

@@ -22,6 +22,8 @@ type benchWriterOptions struct {
 	Pause      time.Duration
 	T0         int64
 	WriterID   string
+	LeaseTTL   time.Duration
+	Takeover   bool
 }
 
 // newBenchWriterCmd is a hidden command used by the fault tests (integration_test): a real
@@ -39,7 +41,8 @@ type benchWriterOptions struct {
 // The events are sessiontest.ChunkTurn(0, --events, --size, --t0) (an open turn of assistant/chunk
 // events until the last two), so the caller can rebuild them exactly. Only the create-or-resume branch
 // differs: when the session already exists it is opened (resume: closers + end-seed) and the
-// events continue from its next seq with the same generator's tail shifted to that seq.
+// events continue from its next seq with the same generator's tail shifted to that seq. A session
+// whose writer is live is refused unless --takeover.
 func newBenchWriterCmd(g *globals) *cobra.Command {
 	o := benchWriterOptions{}
 	c := &cobra.Command{
@@ -61,13 +64,17 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID})
+			p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID, LeaseTTL: o.LeaseTTL})
 			if err != nil {
 				return &usageError{err} // --window or --writer-id
 			}
 			w, err := p.Create(ctx, session.Header{ID: o.Session, CreatedAt: o.T0})
 			if errors.Is(err, publisher.ErrSessionExists) {
-				w, err = p.Open(ctx, o.Session)
+				var opts []publisher.OpenOption
+				if o.Takeover {
+					opts = append(opts, publisher.Takeover())
+				}
+				w, err = p.Open(ctx, o.Session, opts...)
 			}
 			if err != nil {
 				return err
@@ -112,5 +119,7 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 	c.Flags().DurationVar(&o.Pause, "pause", time.Millisecond, "sleep after each Append")
 	c.Flags().Int64Var(&o.T0, "t0", 1785000000000, "time of seq 0, Unix ms")
 	c.Flags().StringVar(&o.WriterID, "writer-id", "", "publisher WriterID (default a nuid)")
+	c.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", publisher.DefaultLeaseTTL, "TTL of the writer's lease on the session (at least 1s)")
+	c.Flags().BoolVar(&o.Takeover, "takeover", false, "when resuming an existing session, take it over from a live writer (fencing it)")
 	return c
 }
