@@ -20,6 +20,9 @@ type acked struct {
 	nextSeq   int64
 }
 
+// staleGen is a validGen that no connGen equals: the tail is checked at the next write.
+const staleGen = ^uint64(0)
+
 // connGen is the connection's reconnect count: a Writer re-reads the tail before its next write
 // whenever it changed since the tail was last checked (a server restart or a dropped connection
 // may have lost acknowledged records, or given their stream seqs to other records).
@@ -162,8 +165,12 @@ func (w *Writer) renewLease() {
 				return
 			}
 		case gerr == nil && holder.Writer == l.Writer && holder.Host == l.Host && holder.PID == l.PID && holder.Since == l.Since:
-			// Our own lease at another revision (the server restored an older state): renew it there.
+			// Our own lease at another revision: the server came back with older state, which
+			// may have lost records too. Renew it there, and check the tail before the next write.
 			next, err = w.p.store.RenewLease(ctx, w.id, hrev, l, ttl)
+			w.mu.Lock()
+			w.validGen = staleGen
+			w.mu.Unlock()
 		case gerr == nil:
 			w.leaseLost(holder) // another writer's lease now
 			return

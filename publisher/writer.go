@@ -50,7 +50,7 @@ type Writer struct {
 	lastStreamSeq uint64           // stream seq of the session's last record: the next guard
 	lastMsgID     string           // Nats-Msg-Id of that record ("" when there is none)
 	lastFirstSeq  int64            // first seq of that record
-	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq
+	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq (staleGen: check it at the next write)
 	lease         jetstream.Lease  // this writer's lease value
 	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
 	pending       []session.Event  // admitted, not in flight, in seq order
@@ -350,7 +350,9 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 		}
 		w.lastStreamSeq, w.lastMsgID, w.lastFirstSeq = streamSeq, msgID, first
 		w.durableNext = last + 1
-		w.validGen = gen
+		if w.validGen == validGen { // else invalidated meanwhile (renewLease): check again next time
+			w.validGen = gen
+		}
 		w.pinned = 0
 		w.broadcastLocked()
 		w.kickLocked()
