@@ -288,7 +288,8 @@ func TestConcurrentForksOntoOneChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f2 := New(store2, nc2, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The same clock as the first: on the real one, the first's claim would look abandoned.
+	f2 := New(store2, nc2, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
 	if err := f2.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
