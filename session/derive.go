@@ -48,7 +48,8 @@ func deriveEvent(typ string, data *jsvalue.Value) (*jsvalue.Value, error) {
 // the events that event returns by seq, applying the reference's deriveEventMessage per node:
 // user/message gives its data, assistant/message its data.message (nothing when the content is
 // empty), tool/result its data.message. Each message is the exact bytes of the event it comes
-// from (a sub-slice of Event.Data). Errors name the node's seq: the lookup failed, the data is not
+// from (a sub-slice of Event.Data), except that ill-formed UTF-8 is decoded as the reference reads
+// it (WellFormed: U+FFFD). Errors name the node's seq: the lookup failed, the data is not
 // JSON, or (rule event-shape) the data cannot be derived.
 func DeriveMessages(nodes []int64, event func(seq int64) (Event, error)) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, 0, len(nodes))
@@ -69,7 +70,7 @@ func DeriveMessages(nodes []int64, event func(seq int64) (Event, error)) ([]json
 			return nil, newError("", seq, 0, RuleEventShape, err.Error())
 		}
 		if msg != nil {
-			out = append(out, json.RawMessage(msg.Raw()))
+			out = append(out, json.RawMessage(WellFormed(msg.Raw())))
 		}
 	}
 	return out, nil

@@ -128,7 +128,7 @@ func (s *Session) append(ev Event, p *parsedEvent) *Error {
 	s.lastPlan = v.plan
 	s.events = append(s.events, ev)
 	if msg != nil {
-		s.msgs = append(s.msgs, msg.Raw())
+		s.msgs = append(s.msgs, WellFormed(msg.Raw()))
 	} else {
 		s.msgs = append(s.msgs, nil)
 	}
@@ -161,7 +161,8 @@ func (s *Session) Events() []Event { return s.events }
 func (s *Session) Surface() Surface { return s.surf.clone() }
 
 // DeriveMessages returns the model-visible message history: one message per surface node that
-// derives one, each the exact bytes inside its event's data. Cached like the reference's
+// derives one, each the exact bytes inside its event's data (ill-formed UTF-8 decoded as
+// WellFormed does). Cached like the reference's
 // Session.deriveMessages: each node is derived once, and the cache is rebuilt only after
 // replaceGeneration changes. A call costs O(new nodes). The returned slice never changes after it
 // is returned (its capacity is clipped); the messages share the events' bytes.
