@@ -24,24 +24,39 @@ func WellFormed(b []byte) []byte {
 // and n = 0 when there is nothing to replace (checked first, without allocating). It does not
 // validate b: text that is not JSON is repaired byte by byte and refused later by the log's rules.
 func SanitizeText(b []byte, keepLoneSurrogates bool) (out []byte, n int) {
-	if utf8.Valid(b) && (keepLoneSurrogates || !hasSurrogateEscape(b)) {
+	if utf8.Valid(b) && (keepLoneSurrogates || !hasLoneSurrogateEscape(b)) {
 		return b, 0
 	}
 	return sanitizeSlow(b, keepLoneSurrogates)
 }
 
-// hasSurrogateEscape reports whether b holds \uD800–\uDFFF (any case), paired or not. An escaped
-// backslash before it ("\\ud83d", the text \ud83d) also counts; the slow path tells them apart.
-func hasSurrogateEscape(b []byte) bool {
-	for {
-		i := bytes.Index(b, []byte(`\u`))
-		if i < 0 || i+4 > len(b) {
+// hasLoneSurrogateEscape reports whether b may hold a \uD800–\uDFFF escape that is not half of
+// a pair (any case), without allocating. Pairs are skipped, and so is "\\ud83d" (an escaped
+// backslash: the text \ud83d); what it cannot rule out it reports, for the slow path to decide.
+func hasLoneSurrogateEscape(b []byte) bool {
+	for i := 0; ; {
+		k := bytes.Index(b[i:], []byte(`\u`))
+		if k < 0 {
 			return false
 		}
-		if c, d := b[i+2], b[i+3]; (c == 'd' || c == 'D') && (d >= '8' && d <= '9' || d >= 'a' && d <= 'f' || d >= 'A' && d <= 'F') {
+		i += k
+		bs := 1 // backslashes ending at i: odd means b[i] starts an escape
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			bs++
+		}
+		u, ok := hex4At(b, i+2)
+		switch {
+		case bs%2 == 0 || !ok || u < 0xD800 || u > 0xDFFF:
+			i += 2
+		case u <= 0xDBFF && i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u':
+			if lo, ok := hex4At(b, i+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 12
+				continue
+			}
+			return true
+		default:
 			return true
 		}
-		b = b[i+2:]
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -57,9 +58,12 @@ func TestSanitizeText(t *testing.T) {
 			t.Errorf("SanitizeText(%q, keep) = %q, %d; want %q, %d", c.in, got, n, c.keep, c.keepN)
 		}
 	}
-	b := []byte(`{"a":"\ud83d\ude00 \\ud800 😀"}`)
-	if got, n := SanitizeText(b, false); n != 0 || !bytes.Equal(got, b) {
-		t.Errorf("SanitizeText changed %s: %s", b, got)
+	b := []byte(`{"a":"\ud83d\ude00 \\ud800 \\\\ud800 😀"}`)
+	if got, n := SanitizeText(b, false); n != 0 || &got[0] != &b[0] {
+		t.Errorf("SanitizeText changed or copied %s: %s", b, got)
+	}
+	if hasLoneSurrogateEscape(b) {
+		t.Errorf("hasLoneSurrogateEscape(%s)", b)
 	}
 }
 
@@ -120,6 +124,9 @@ func FuzzSanitizeText(f *testing.F) {
 		if again, m := SanitizeText(out, keep); m != 0 || !bytes.Equal(again, out) {
 			t.Fatalf("SanitizeText(%q) = %q, not a fixed point: %q (%d)", b, out, again, m)
 		}
+		if slow, _ := sanitizeSlow(b, keep); !bytes.Equal(slow, out) {
+			t.Fatalf("SanitizeText(%q) = %q, its slow path %q", b, out, slow)
+		}
 		if (n == 0) != bytes.Equal(out, b) {
 			t.Fatalf("SanitizeText(%q) = %q, %d", b, out, n)
 		}
@@ -129,4 +136,16 @@ func FuzzSanitizeText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkSanitizeText measures the check on 8 KiB of valid tool output (with escapes and a
+// surrogate pair): what every Append pays.
+func BenchmarkSanitizeText(b *testing.B) {
+	long := []byte(`{"arguments":"` + strings.Repeat(`line of tool output with \"quotes\", tabs\t, a pair \ud83d\ude00 and é\n`, 120) + `"}`)
+	b.SetBytes(int64(len(long)))
+	for range b.N {
+		if _, n := SanitizeText(long, false); n != 0 {
+			b.Fatal(n)
+		}
+	}
 }
