@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -82,6 +83,11 @@ type Options struct {
 	// every LeaseTTL/4 and deleted at Close/Abort. Open and Create refuse a session whose lease
 	// is live (ErrSessionLive). At least 1 s; default DefaultLeaseTTL (10 s).
 	LeaseTTL time.Duration
+	// KeepLoneSurrogates keeps \uD800–\uDFFF escapes that are not half of a pair in event data, as
+	// the reference does (for importing a log faithfully). By default Append replaces them by
+	// U+FFFD, since model APIs refuse such strings (session/DEPARTURES.md). Ill-formed UTF-8 is
+	// replaced either way, as the reference's reading of a log replaces it.
+	KeepLoneSurrogates bool
 }
 
 // afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
@@ -102,7 +108,8 @@ type Publisher struct {
 	// test hook: run by the write goroutine before each record is written (nil: none).
 	beforeWrite func(id string, firstSeq int64)
 
-	slots chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
+	slots     chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
+	sanitized atomic.Uint64 // strings repaired by Append, over all Writers (SanitizedStrings)
 
 	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
 	leaseStop chan struct{}   // closed by Close: ends the renewal loop

@@ -43,6 +43,8 @@ type Writer struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the write goroutine in flight
 
+	sanitized atomic.Uint64 // strings repaired by Append (SanitizedStrings)
+
 	mu            sync.Mutex
 	surface       *session.Surface // fold state including every admitted event
 	nextSeq       int64            // seq of the next admitted event
@@ -147,7 +149,9 @@ func (w *Writer) Emit(typ string, data json.RawMessage, opt EmitOptions) (sessio
 }
 
 // Append validates ev synchronously as the next event of the session (ev.Seq must equal NextSeq();
-// the reference's rules via session.Surface.Apply) and admits it into the batching window. It does
+// the reference's rules via session.Surface.Apply) and admits it into the batching window. Text a
+// model API would refuse is repaired first: ill-formed UTF-8 and unpaired surrogate escapes in
+// ev.Data become U+FFFD (counted by SanitizedStrings; see Options.KeepLoneSurrogates). It does
 // not wait for durability (use Flush). A refused event never enters the window; the error is a
 // *session.Error naming the session, the seq and the rule. After Close it returns ErrClosed, after
 // a guard conflict ErrFenced. The event's raw JSON fields are copied, so the caller may reuse them.
@@ -183,6 +187,7 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	if err := checkEnvelope(w.id, ev); err != nil {
 		return ev, err
 	}
+	ev = w.sanitizeLocked(ev)
 	if err := w.p.store.CheckEventSize(w.id, ev); err != nil {
 		return ev, err // it could never be written: refuse it now rather than block the session
 	}

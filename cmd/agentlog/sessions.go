@@ -111,6 +111,9 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 		Window:          24 * time.Hour, // never fires: Close writes everything at once
 		MaxPendingBytes: -1,
 		AttemptTimeout:  2 * time.Minute,
+		// Faithful to the file as the reference reads it: ill-formed UTF-8 becomes U+FFFD (as
+		// Node decodes the file), lone surrogate escapes stay.
+		KeepLoneSurrogates: true,
 	})
 	if err != nil {
 		return 0, err
