@@ -25,6 +25,8 @@ type unitState struct {
 	enc     []byte // the state encoded, as of its last change (nil: to encode)
 	written bool   // the stored value is what this unitState holds
 	logged  bool   // err was logged
+
+	hdr *session.Header // the session's header (its sessState's), for InitSession
 }
 
 // sessState is the fold state of one session: every registered unit, the gate first.
@@ -32,6 +34,7 @@ type sessState struct {
 	token, id string
 	units     []*unitState
 	dirty     bool
+	hdr       *session.Header // the session's header: read when a unit's InitSession needs it (lineage.go)
 }
 
 func (s *sessState) gate() *unitState { return s.units[0] }
@@ -62,12 +65,12 @@ func (s *sessState) minActive() (int64, bool) {
 	return m, ok
 }
 
-func newUnitState(d *Definition) *unitState {
-	u := &unitState{def: d, asOfSeq: -1}
+func newUnitState(d *Definition, hdr *session.Header) *unitState {
+	u := &unitState{def: d, asOfSeq: -1, hdr: hdr}
 	if d.gate {
 		u.state = session.NewSurface()
 	} else {
-		u.state = d.init()
+		u.state = d.init(*hdr)
 	}
 	return u
 }
@@ -101,11 +104,11 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 	return true
 }
 
-// newSessState is the state of a session with no event applied.
-func newSessState(defs []*Definition, token, id string) *sessState {
-	ss := &sessState{token: token, id: id}
+// newSessState is the state of a session with no event applied, h its header.
+func newSessState(defs []*Definition, token string, h session.Header) *sessState {
+	ss := &sessState{token: token, id: h.ID, hdr: &h}
 	for _, d := range defs {
-		ss.units = append(ss.units, newUnitState(d))
+		ss.units = append(ss.units, newUnitState(d, ss.hdr))
 	}
 	return ss
 }
@@ -113,24 +116,29 @@ func newSessState(defs []*Definition, token, id string) *sessState {
 // loadSession reads the stored states of every registered unit of a session. When the messages
 // unit has no stored value, the session is taken as new (no other unit is read): a stray value
 // of another unit then surfaces as a revision conflict at the first write, which reloads.
-func loadSession(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, token, id string) (*sessState, error) {
-	ss := &sessState{token: token, id: id}
+func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, token, id string) (*sessState, error) {
+	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
+	var fresh []*unitState
 	for i, d := range defs {
-		u := newUnitState(d)
+		u := newUnitState(d, ss.hdr)
 		ss.units = append(ss.units, u)
 		if i > 0 && ss.gate().rev == 0 {
+			fresh = append(fresh, u)
 			continue
 		}
-		e, err := kv.Get(ctx, UnitKey(d.Key, token))
+		e, err := store.Projections.Get(ctx, UnitKey(d.Key, token))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			fresh = append(fresh, u)
 			continue
 		}
 		if err != nil {
 			return nil, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
 		}
-		decodeUnit(u, e.Value(), e.Revision())
+		if !decodeUnit(u, e.Value(), e.Revision()) {
+			fresh = append(fresh, u)
+		}
 	}
-	return ss, nil
+	return ss, ss.startLineage(ctx, store, fresh)
 }
 
 // foldEvents applies events (of one record, in seq order) to ss. Events at or below a unit's
@@ -319,7 +327,7 @@ func (u *unitState) resetState() {
 	if u.def.gate {
 		u.state = session.NewSurface()
 	} else {
-		u.state = u.def.init()
+		u.state = u.def.init(*u.hdr)
 	}
 	u.enc, u.written = nil, false
 }
@@ -433,7 +441,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 // resolveConflict reloads a session whose write conflicted and folds the log into it again, so
 // that it is at least where ss was; the caller writes it again.
 func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, error) {
-	fresh, err := loadSession(ctx, store.Projections, defs, ss.token, ss.id)
+	fresh, err := loadSession(ctx, store, defs, ss.token, ss.id)
 	if err != nil {
 		return nil, err
 	}
@@ -461,9 +469,16 @@ func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, 
 
 // Fold folds a whole session log through every unit of reg in memory (no NATS) and returns their
 // views as the snapshot endpoint would: what each unit's definition gives for these events. A
-// rule broken by the log stops every unit at that seq (with its error), as in a projector.
+// rule broken by the log stops every unit at that seq (with its error), as in a projector. The
+// units' InitSession gets a header holding only id (see FoldSession).
 func Fold(reg *Registry, id string, events []session.Event) (client.SnapshotReply, error) {
-	ss := newSessState(reg.list(), "", id)
+	return FoldSession(reg, session.Header{ID: id}, events)
+}
+
+// FoldSession is Fold for the session with header h (as stored in agentlog_sessions).
+func FoldSession(reg *Registry, h session.Header, events []session.Event) (client.SnapshotReply, error) {
+	id := h.ID
+	ss := newSessState(reg.list(), "", h)
 	if len(ss.units) == 0 || !ss.units[0].def.gate {
 		return client.SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}

@@ -372,7 +372,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if ss == nil {
 		ok := w.retry("load "+id, func() error {
 			var err error
-			ss, err = loadSession(w.ctx, p.store.Projections, p.defs, token, id)
+			ss, err = loadSession(w.ctx, p.store, p.defs, token, id)
 			return err
 		})
 		if !ok {

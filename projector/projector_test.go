@@ -154,7 +154,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss, err := loadSession(ctx(t), e.store.Projections, reg.list(), tok, "s1")
+	ss, err := loadSession(ctx(t), e.store, reg.list(), tok, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,10 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 	}
 	d := defs[len(defs)-1]
 	key := UnitKey(d.Key, token)
+	h, err := sessionHeader(ctx, store, id)
+	if err != nil {
+		return false, false, err
+	}
 	for attempt := 0; attempt < casRetries; attempt++ {
 		var rev uint64
 		e, gerr := store.Projections.Get(ctx, key)
@@ -104,7 +108,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		default:
 			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
-		ss := newSessState(defs, token, id)
+		ss := newSessState(defs, token, h)
 		if err := catchUp(ctx, store, ss); err != nil {
 			return false, false, fmt.Errorf("session %q: %w", id, err)
 		}

@@ -31,7 +31,7 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 	var ss *sessState
 	for attempt := 0; ; attempt++ {
 		var consistent bool
-		ss, consistent, err = loadAll(ctx, store.Projections, defs, token, id)
+		ss, consistent, err = loadAll(ctx, store, defs, token, id)
 		if err != nil {
 			return client.SnapshotReply{}, err
 		}
@@ -74,15 +74,17 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 
 // loadAll reads every unit's stored state; consistent reports whether they all stand at the
 // messages unit's asOfSeq (units stopped by an error excepted) with the registered stateVersion.
-func loadAll(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, token, id string) (*sessState, bool, error) {
-	ss := &sessState{token: token, id: id}
+func loadAll(ctx context.Context, store *ajs.Store, defs []*Definition, token, id string) (*sessState, bool, error) {
+	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
 	consistent := true
+	var fresh []*unitState
 	for _, d := range defs {
-		u := newUnitState(d)
+		u := newUnitState(d, ss.hdr)
 		ss.units = append(ss.units, u)
-		e, err := kv.Get(ctx, UnitKey(d.Key, token))
+		e, err := store.Projections.Get(ctx, UnitKey(d.Key, token))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			consistent = false
+			fresh = append(fresh, u)
 			continue
 		}
 		if err != nil {
@@ -90,6 +92,12 @@ func loadAll(ctx context.Context, kv jetstream.KeyValue, defs []*Definition, tok
 		}
 		if !decodeUnit(u, e.Value(), e.Revision()) {
 			consistent = false
+			fresh = append(fresh, u)
+		}
+	}
+	if ss.gate().rev != 0 {
+		if err := ss.startLineage(ctx, store, fresh); err != nil {
+			return nil, false, err
 		}
 	}
 	g := ss.gate()

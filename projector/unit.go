@@ -25,13 +25,14 @@ type Definition struct {
 	// types advance the unit's asOfSeq without calling Apply.
 	Reads []string
 
-	init   func() any
-	apply  func(state any, ev session.Event) (any, error)
-	view   func(state any) any
-	decode func(raw []byte) (any, error)
-	same   func(a, b any) bool // Apply returned its input unchanged (nil: sameState)
-	gate   bool                // the messages unit: Surface.Apply, the log's rules, run before every other unit
-	reads  map[string]bool
+	init    func(h session.Header) any
+	lineage bool // init reads the session header (Def.InitSession)
+	apply   func(state any, ev session.Event) (any, error)
+	view    func(state any) any
+	decode  func(raw []byte) (any, error)
+	same    func(a, b any) bool // Apply returned its input unchanged (nil: sameState)
+	gate    bool                // the messages unit: Surface.Apply, the log's rules, run before every other unit
+	reads   map[string]bool
 }
 
 // Definer is anything that yields a Definition: a Def[S] or a Definition itself.
@@ -44,7 +45,10 @@ func (d Definition) Definition() Definition { return d }
 func (d *Definition) wants(typ string) bool { return d.reads == nil || d.reads[typ] }
 
 // Def is a projection unit over a state of Go type S, which must round-trip through
-// encoding/json (states are plain JSON when stored). Init returns the state before any event.
+// encoding/json (states are plain JSON when stored). Init returns the state before any event;
+// InitSession, when set, is called instead, with the session's header from agentlog_sessions (its
+// ID, and for a fork ParentSession and SeedLength), and Init may then be nil. Keep in the state
+// what the fold needs from the header: a stored state is decoded, not started again.
 // Apply folds one accepted event (the messages unit has already checked it against the log's
 // rules) and returns the next state; for an event it ignores it returns its input unchanged, and
 // then nothing further happens for that event (the state is not copied or re-encoded). Apply must
@@ -57,6 +61,7 @@ type Def[S any] struct {
 	StateVersion int
 	Reads        []string
 	Init         func() S
+	InitSession  func(h session.Header) S
 	Apply        func(state S, ev session.Event) (S, error)
 	View         func(state S) any
 }
@@ -64,8 +69,11 @@ type Def[S any] struct {
 // Definition converts d to its registered form.
 func (d Def[S]) Definition() Definition {
 	def := Definition{Key: d.Key, StateVersion: d.StateVersion, Reads: d.Reads}
-	if d.Init != nil {
-		def.init = func() any { return d.Init() }
+	switch {
+	case d.InitSession != nil:
+		def.init, def.lineage = func(h session.Header) any { return d.InitSession(h) }, true
+	case d.Init != nil:
+		def.init = func(session.Header) any { return d.Init() }
 	}
 	if d.Apply != nil {
 		def.apply = func(state any, ev session.Event) (any, error) {
@@ -212,8 +220,8 @@ func NewRegistry(extra ...Definer) (*Registry, error) {
 var ErrUnitExists = errors.New("projector: projection unit already registered")
 
 // Register adds a unit. It refuses a key that is empty, longer than 64 bytes or not
-// [A-Za-z0-9_-] (it is a KV key token), a stateVersion below 1, a missing Init or Apply, and a key
-// already registered (ErrUnitExists). Register units before Start: a running projector folds
+// [A-Za-z0-9_-] (it is a KV key token), a stateVersion below 1, a missing Init (and InitSession)
+// or Apply, and a key already registered (ErrUnitExists). Register units before Start: a running projector folds
 // only the units registered when it loaded a session.
 func (r *Registry) Register(u Definer) error {
 	d := u.Definition()
@@ -224,7 +232,7 @@ func (r *Registry) Register(u Definer) error {
 		return fmt.Errorf("projector: unit %q: stateVersion must be >= 1, got %d", d.Key, d.StateVersion)
 	}
 	if !d.gate && (d.init == nil || d.apply == nil) {
-		return fmt.Errorf("projector: unit %q: Init and Apply are required", d.Key)
+		return fmt.Errorf("projector: unit %q: Init (or InitSession) and Apply are required", d.Key)
 	}
 	if d.Reads != nil {
 		d.reads = map[string]bool{}
