@@ -35,6 +35,10 @@ const (
 //   - tools (ToolsState): tool/call and tool/result counts by tool name; a result is an error when
 //     it carries data.error or a tool-result block with isError true.
 //   - turns (TurnsState): the turn/start count, the open turn, the last turn/end reason.
+//
+// usage and turns also split their figures into the session's own (events at seq >= the header's
+// seedLength; every event of a session that is not a fork) and the inherited (a fork's seed).
+// Text in the states is read as the reference reads a log: ill-formed UTF-8 becomes U+FFFD.
 func Builtins() []Definer {
 	return []Definer{
 		Definition{Key: UnitMessages, StateVersion: StateVersion, gate: true,
@@ -86,7 +90,7 @@ var TitleUnit = Def[TitleState]{
 			Title  *string         `json:"title"`
 			Source json.RawMessage `json:"source"`
 		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil || d.Title == nil {
+		if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil || d.Title == nil {
 			return s, unitDataError(ev, `{title: string, ...}`, err)
 		}
 		return TitleState{Title: d.Title, Seq: ev.Seq, Source: d.Source}, nil
@@ -109,7 +113,7 @@ var TodosUnit = Def[TodosState]{
 			Todos json.RawMessage `json:"todos"`
 		}
 		var probe []json.RawMessage
-		if err := json.Unmarshal(ev.Data, &d); err != nil || json.Unmarshal(d.Todos, &probe) != nil || d.Todos[0] != '[' {
+		if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil || json.Unmarshal(d.Todos, &probe) != nil || d.Todos[0] != '[' {
 			return s, unitDataError(ev, `{todos: [{content, status}]}`, err)
 		}
 		return TodosState{Todos: d.Todos, Seq: ev.Seq}, nil
@@ -137,6 +141,8 @@ func (u Usage) add(v Usage, sign int64) Usage {
 
 // UsageState is the usage unit's state: the totals, the number of steps that reported usage, and
 // the step being accounted (its turn and step, whether a usage chunk was seen, and what it counted).
+// Own and OwnSteps count the events at seq >= SeedLength (the header's; 0 for a session that is
+// not a fork), and CountedOwn whether Count is part of Own.
 type UsageState struct {
 	Total Usage `json:"total"`
 	Steps int64 `json:"steps"`
@@ -144,12 +150,35 @@ type UsageState struct {
 	Step  int64 `json:"step"`
 	Chunk bool  `json:"chunk"`
 	Count Usage `json:"counted"`
+
+	SeedLength int64 `json:"seedLength"`
+	Own        Usage `json:"own"`
+	OwnSteps   int64 `json:"ownSteps"`
+	CountedOwn bool  `json:"countedOwn"`
 }
 
-// UsageView is what the usage unit's queries return.
+// UsageView is what the usage unit's queries return: the totals over the whole log, and split
+// into the session's own and what a fork inherited with its seed.
 type UsageView struct {
 	Usage
+	Steps      int64       `json:"steps"`
+	Own        UsageTotals `json:"own"`
+	Inherited  UsageTotals `json:"inherited"`
+	SeedLength int64       `json:"seedLength"`
+}
+
+// UsageTotals is token usage and the number of steps that reported it.
+type UsageTotals struct {
+	Usage
 	Steps int64 `json:"steps"`
+}
+
+// seedLength is h's seedLength, 0 when it has none (every event is the session's own).
+func seedLength(h session.Header) int64 {
+	if h.SeedLength != nil && *h.SeedLength > 0 {
+		return *h.SeedLength
+	}
+	return 0
 }
 
 // UsageUnit sums token usage: for each (turn, step) the last usage chunk wins (as the reference's
@@ -161,9 +190,11 @@ type UsageView struct {
 // every other chunk is ignored without reading further, whatever else its data holds (most chunks
 // are text, reasoning and tool-call deltas). StateVersion 2: version 1 decoded every chunk's data
 // with encoding/json, so it stopped on a malformed text chunk and matched names case-insensitively.
+// StateVersion 3 adds the own and inherited figures (InitSession reads the header's seedLength).
 var UsageUnit = Def[UsageState]{
-	Key: UnitUsage, StateVersion: 2, Reads: []string{"assistant/chunk", "assistant/message"},
-	Init: func() UsageState { return UsageState{} },
+	Key: UnitUsage, StateVersion: 3, Reads: []string{"assistant/chunk", "assistant/message"},
+	Init:        func() UsageState { return UsageState{} },
+	InitSession: func(h session.Header) UsageState { return UsageState{SeedLength: seedLength(h)} },
 	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
 		if ev.Type == "assistant/chunk" {
 			// Most chunks are text, reasoning or tool-call deltas: read only chunk.type for those.
@@ -200,16 +231,31 @@ var UsageUnit = Def[UsageState]{
 		if u == nil {
 			return s, nil
 		}
+		own := ev.Seq >= s.SeedLength
 		if turn, step := int64(d.Turn), int64(d.Step); s.Steps == 0 || s.Turn != turn || s.Step != step {
-			s = UsageState{Total: s.Total, Steps: s.Steps + 1, Turn: turn, Step: step}
+			s = UsageState{Total: s.Total, Steps: s.Steps + 1, Turn: turn, Step: step,
+				SeedLength: s.SeedLength, Own: s.Own, OwnSteps: s.OwnSteps}
+			if own {
+				s.OwnSteps++
+			}
 		} else if s.Chunk && !fromChunk {
 			return s, nil // the step's usage chunk already counted
 		}
 		s.Total = s.Total.add(s.Count, -1).add(*u, 1)
-		s.Count, s.Chunk = *u, s.Chunk || fromChunk
+		if s.CountedOwn {
+			s.Own = s.Own.add(s.Count, -1)
+		}
+		if own {
+			s.Own = s.Own.add(*u, 1)
+		}
+		s.Count, s.Chunk, s.CountedOwn = *u, s.Chunk || fromChunk, own
 		return s, nil
 	},
-	View: func(s UsageState) any { return UsageView{Usage: s.Total, Steps: s.Steps} },
+	View: func(s UsageState) any {
+		return UsageView{Usage: s.Total, Steps: s.Steps, SeedLength: s.SeedLength,
+			Own:       UsageTotals{Usage: s.Own, Steps: s.OwnSteps},
+			Inherited: UsageTotals{Usage: s.Total.add(s.Own, -1), Steps: s.Steps - s.OwnSteps}}
+	},
 }
 
 // ToolCounts counts one tool's calls, results and error results.
@@ -243,7 +289,7 @@ var ToolsUnit = Def[ToolsState]{
 				CallID *string `json:"callId"`
 				Name   *string `json:"name"`
 			}
-			if err := json.Unmarshal(ev.Data, &d); err != nil || d.CallID == nil || d.Name == nil {
+			if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil || d.CallID == nil || d.Name == nil {
 				return s, unitDataError(ev, `{callId: string, name: string, ...}`, err)
 			}
 			c := next.ByName[*d.Name]
@@ -265,7 +311,7 @@ var ToolsUnit = Def[ToolsState]{
 			} `json:"message"`
 			Error json.RawMessage `json:"error"`
 		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
+		if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil {
 			return s, unitDataError(ev, `{message: {content, source: {callId}}, error?}`, err)
 		}
 		callID := d.Message.Source.CallID
@@ -291,34 +337,51 @@ var ToolsUnit = Def[ToolsState]{
 }
 
 // TurnsState is the turns unit's state: the number of turn/start events, the open turn (nil: none)
-// and the reason of the last turn/end (nil: none yet).
+// and the reason of the last turn/end (nil: none yet). Count splits into OwnCount, the turns
+// started at seq >= SeedLength (the header's; 0 for a session that is not a fork), and
+// InheritedCount, those of a fork's seed.
 type TurnsState struct {
 	Count         int64           `json:"count"`
 	OpenTurn      *int64          `json:"openTurn"`
 	LastEndReason json.RawMessage `json:"lastEndReason"`
+
+	OwnCount       int64 `json:"ownCount"`
+	InheritedCount int64 `json:"inheritedCount"`
+	SeedLength     int64 `json:"seedLength"`
 }
 
-// TurnsUnit counts turns and keeps the open turn and the last end reason.
+// TurnsUnit counts turns and keeps the open turn and the last end reason. StateVersion 2 adds
+// the own and inherited counts (InitSession reads the header's seedLength).
 var TurnsUnit = Def[TurnsState]{
-	Key: UnitTurns, StateVersion: 1, Reads: []string{"turn/start", "turn/end"},
+	Key: UnitTurns, StateVersion: 2, Reads: []string{"turn/start", "turn/end"},
 	Init: func() TurnsState { return TurnsState{LastEndReason: json.RawMessage("null")} },
+	InitSession: func(h session.Header) TurnsState {
+		return TurnsState{LastEndReason: json.RawMessage("null"), SeedLength: seedLength(h)}
+	},
 	Apply: func(s TurnsState, ev session.Event) (TurnsState, error) {
 		var d struct {
 			Turn   *jsInt          `json:"turn"`
 			Reason json.RawMessage `json:"reason"`
 		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil || d.Turn == nil {
+		if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil || d.Turn == nil {
 			return s, unitDataError(ev, `{turn: integer, reason?}`, err)
 		}
+		next := s
 		if ev.Type == "turn/start" {
 			t := int64(*d.Turn)
-			return TurnsState{Count: s.Count + 1, OpenTurn: &t, LastEndReason: s.LastEndReason}, nil
+			next.Count, next.OpenTurn = s.Count+1, &t
+			if ev.Seq >= s.SeedLength {
+				next.OwnCount++
+			} else {
+				next.InheritedCount++
+			}
+			return next, nil
 		}
-		reason := d.Reason
-		if len(reason) == 0 {
-			reason = json.RawMessage("null")
+		next.OpenTurn, next.LastEndReason = nil, d.Reason
+		if len(d.Reason) == 0 {
+			next.LastEndReason = json.RawMessage("null")
 		}
-		return TurnsState{Count: s.Count, LastEndReason: reason}, nil
+		return next, nil
 	},
 }
 

@@ -50,10 +50,12 @@ func TestBuiltinUnits(t *testing.T) {
 		UnitTranscript: `{"seqs":[3,6,8,11]}`,
 		UnitTitle:      `{"title":"second","seq":14,"source":{"kind":"llm"}}`,
 		UnitTodos:      `{"todos":[{"content":"a","status":"pending"}],"seq":12}`,
-		UnitUsage:      `{"inputTokens":16,"outputTokens":4,"cacheReadTokens":7,"cacheWriteTokens":0,"reasoningTokens":1,"steps":2}`,
-		UnitTools:      `{"byName":{"ls":{"calls":1,"results":1,"errors":1}},"open":{}}`,
-		UnitTurns:      `{"count":2,"openTurn":2,"lastEndReason":{"kind":"completed"}}`,
-		UnitMessages:   `{"nodes":[3,6,8,11],"replaceGeneration":0,"transcript":[3,6,8,11],"openTurn":2}`,
+		UnitUsage: `{"inputTokens":16,"outputTokens":4,"cacheReadTokens":7,"cacheWriteTokens":0,"reasoningTokens":1,"steps":2,` +
+			`"own":{"inputTokens":16,"outputTokens":4,"cacheReadTokens":7,"cacheWriteTokens":0,"reasoningTokens":1,"steps":2},` +
+			`"inherited":{"inputTokens":0,"outputTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"reasoningTokens":0,"steps":0},"seedLength":0}`,
+		UnitTools:    `{"byName":{"ls":{"calls":1,"results":1,"errors":1}},"open":{}}`,
+		UnitTurns:    `{"count":2,"openTurn":2,"lastEndReason":{"kind":"completed"},"ownCount":2,"inheritedCount":0,"seedLength":0}`,
+		UnitMessages: `{"nodes":[3,6,8,11],"replaceGeneration":0,"transcript":[3,6,8,11],"openTurn":2}`,
 	}
 	for k, w := range want {
 		u := r.Units[k]

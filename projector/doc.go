@@ -12,6 +12,11 @@
 // log's rules with session.Surface.Apply before any other unit sees it), transcript, title, todos,
 // usage, tools, turns. Fold folds a log through a registry in memory (what a unit gives).
 //
+// A unit that needs the session's lineage sets Def.InitSession instead of Init: it starts the
+// session's state from its header (agentlog_sessions: id, parentSession, seedLength), so that a
+// fork's inherited seed (seqs below seedLength) can be told from its own events. usage and turns
+// do so (own and inherited figures). FoldSession is Fold with a header.
+//
 // Each (unit, session) state is stored under "<unit>.<token>" as
 // {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:{seq,rule,message}}, written with a revision
 // compare-and-swap (Nats-Expected-Last-Subject-Sequence on the bucket's subject, asynchronously,

@@ -57,3 +57,49 @@ func Example_userUnit() {
 	// 2 {"ls":2}
 	// [messages transcript title todos usage tools turns toolnames]
 }
+
+// A unit that reads the session header: InitSession starts the state of each session from its
+// header (from agentlog_sessions), here to count only the tool calls a fork made itself, not
+// those it inherited with its seed (seqs below seedLength).
+func Example_lineageUnit() {
+	type ownCalls struct {
+		SeedLength int64 `json:"seedLength"`
+		Calls      int   `json:"calls"`
+	}
+	own := projector.Def[ownCalls]{
+		Key:          "owncalls",
+		StateVersion: 1,
+		Reads:        []string{"tool/call"},
+		InitSession: func(h session.Header) ownCalls {
+			if h.SeedLength != nil {
+				return ownCalls{SeedLength: *h.SeedLength} // kept in the state: stored states are decoded, not started again
+			}
+			return ownCalls{}
+		},
+		Apply: func(s ownCalls, ev session.Event) (ownCalls, error) {
+			if ev.Seq < s.SeedLength {
+				return s, nil // inherited
+			}
+			s.Calls++
+			return s, nil
+		},
+	}
+	reg, err := projector.NewRegistry(own)
+	if err != nil {
+		panic(err)
+	}
+	seed := int64(2) // a fork: seqs 0..1 copied from its parent, session/end-seed at seq 2
+	events := []session.Event{
+		{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: json.RawMessage(`{"turn":1}`)},
+		{Type: "tool/call", Seq: 1, Time: "1785000000001", Data: json.RawMessage(`{"turn":1,"step":1,"callId":"c1","name":"ls","arguments":"{}"}`)},
+		{Type: "session/end-seed", Seq: 2, Time: "1785000000002", Data: json.RawMessage(`{}`)},
+		{Type: "tool/call", Seq: 3, Time: "1785000000003", Data: json.RawMessage(`{"turn":1,"step":1,"callId":"c2","name":"ls","arguments":"{}"}`)},
+	}
+	snap, err := projector.FoldSession(reg, session.Header{ID: "child", ParentSession: "parent", SeedLength: &seed}, events)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(snap.Units["owncalls"].View))
+	// Output:
+	// {"seedLength":2,"calls":1}
+}
