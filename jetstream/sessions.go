@@ -141,7 +141,8 @@ type SessionInfo struct {
 
 // GetSessionInfo reads a session's metadata from the leader of agentlog_sessions.
 //
-// A missing (or deleted) key is a wrapped ErrSessionNotFound naming the id. The header's Raw is set
+// A missing (or deleted, or being removed: DeletingHeader) key is a wrapped ErrSessionNotFound
+// naming the id. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
 func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, error) {
@@ -150,7 +151,7 @@ func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, err
 		return SessionInfo{}, err
 	}
 	e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": "$KV." + SessionsBucket + "." + tok})
-	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
+	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && (kvDeleted(e.Header) || e.Header.Get(DeletingHeader) != "")) {
 		return SessionInfo{}, fmt.Errorf("%w: session %q (no key %s in KV bucket %s)", ErrSessionNotFound, id, tok, SessionsBucket)
 	}
 	if err != nil {
@@ -191,8 +192,8 @@ var ErrSessionHasEvents = errors.New("agentlog: session has events")
 
 // DeleteSession removes the metadata of a session whose log is empty, undoing a CreateSession that
 // was never followed by a write (a failed import, a fork that lost its guard). A session with
-// events is refused with a wrapped ErrSessionHasEvents: its log is append-only (the stream denies
-// deletes) and its metadata stays with it. Deleting a session without metadata is not an error.
+// events is refused with a wrapped ErrSessionHasEvents (RemoveSession deletes a whole session).
+// Deleting a session without metadata is not an error.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	tok, err := Token(id)
 	if err != nil {

@@ -1,0 +1,288 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrSessionDeleted is returned (wrapped) when a session was removed (RemoveSession), or is being
+// removed, under a writer: its metadata is gone, marked for removal, or another incarnation's.
+var ErrSessionDeleted = errors.New("agentlog: session deleted")
+
+// DeletingHeader marks a session's agentlog_sessions entry while RemoveSession removes it (value:
+// Unix ms). GetSessionInfo treats a marked entry as not found; CreateSession still sees it as taken.
+const DeletingHeader = "Agentlog-Deleting"
+
+// RemoveLeaseTTL is the TTL of the writer lease RemoveSession holds while it runs.
+const RemoveLeaseTTL = time.Minute
+
+// RemoveWriterID is the writer id of the lease RemoveSession holds.
+const RemoveWriterID = "agentlog-rm"
+
+// Removed is what RemoveSession removed.
+type Removed struct {
+	Session     string `json:"session"`
+	Incarnation string `json:"incarnation,omitempty"` // of the removed metadata ("" without one)
+	Metadata    bool   `json:"metadata"`              // the agentlog_sessions entry
+	Records     uint64 `json:"records"`               // AGENTLOG messages purged
+	Events      int64  `json:"events"`                // events those records held (the log's length)
+	// Projections lists the agentlog_projections keys removed (<unit>.<token>).
+	Projections []string `json:"projections"`
+	// Lease is the live writer lease found (and removed); that writer is fenced.
+	Lease        *Lease `json:"lease,omitempty"`
+	ErrorReports uint64 `json:"errorReports"` // AGENTLOG_ERRORS messages purged
+}
+
+// RemoveSession deletes session id: its records (AGENTLOG subject), its metadata
+// (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
+// its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
+//
+// Order (ARCHITECTURE.md, "Deleting a session"): mark the metadata (from then on the session is
+// not found, and its id cannot be created again), take the writer lease over, purge the records,
+// the projections and the reports, delete the metadata, release the lease. A live writer is
+// fenced; a fork of the session either read it whole before the mark or fails SESSION_NOT_FOUND.
+// An rm that stopped half-way is finished by running it again.
+//
+// An id with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with DenyPurge is
+// refused before anything changes.
+func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return Removed{}, err
+	}
+	rm := Removed{Session: id, Projections: []string{}}
+	if s.Stream.CachedInfo().Config.DenyPurge {
+		return rm, fmt.Errorf("agentlog: remove session %q: stream %s denies purges (deny_purge)", id, StreamName)
+	}
+	fail := func(what string, err error) (Removed, error) {
+		return rm, fmt.Errorf("agentlog: remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
+	}
+
+	// 1. Mark the metadata.
+	metaSubj := "$KV." + SessionsBucket + "." + tok
+	var markRev uint64
+	for try := 0; ; try++ {
+		e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": metaSubj})
+		if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
+			break
+		}
+		if err != nil {
+			return fail("read the metadata", err)
+		}
+		rm.Incarnation = e.Header.Get(IncarnationHeader)
+		if e.Header.Get(DeletingHeader) != "" {
+			markRev = e.Sequence // an earlier removal stopped half-way
+			break
+		}
+		if markRev, err = s.markDeleting(ctx, tok, e.Data, e.Sequence, rm.Incarnation); err == nil {
+			break
+		}
+		var apiErr *natsjs.APIError
+		if try < 3 && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+			continue // changed meanwhile: read it again
+		}
+		return rm, fmt.Errorf("agentlog: remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+	}
+
+	if markRev == 0 {
+		found, err := s.anythingStored(ctx, id, tok)
+		if err != nil {
+			return fail("look for what is stored", err)
+		}
+		if !found {
+			return rm, fmt.Errorf("%w: session %q (nothing stored under token %s)", ErrSessionNotFound, id, tok)
+		}
+	}
+
+	// 2. Take the writer lease over: a live writer is fenced at its next renewal, and Create/Open
+	// of the id are refused while the removal runs.
+	if l, _, err := s.GetLease(ctx, id); err == nil && l.Writer != RemoveWriterID {
+		rm.Lease = &l
+	}
+	host, _ := os.Hostname()
+	leaseRev, err := s.AcquireLease(ctx, id, Lease{Writer: RemoveWriterID, Host: host, PID: os.Getpid(), Since: time.Now().UnixMilli()}, RemoveLeaseTTL, true)
+	if err != nil {
+		return fail("take the writer lease", err)
+	}
+
+	// 3. The records.
+	subject, _ := s.Subject(id)
+	tail, err := s.GetTailFromLeader(ctx, id)
+	if err != nil {
+		// A record that does not decode is still removed; its events are not counted.
+		tail = Tail{}
+	}
+	rm.Events = tail.NextSeq
+	if rm.Records, err = s.purge(ctx, StreamName, subject, 0); err != nil {
+		return fail("purge the records", err)
+	}
+
+	// 4. The projections, twice: a fold in flight during the purge may have written one since.
+	for range 2 {
+		keys, err := s.purgeProjections(ctx, tok)
+		if err != nil {
+			return fail("purge the projections", err)
+		}
+		for _, k := range keys {
+			if !slices.Contains(rm.Projections, k) {
+				rm.Projections = append(rm.Projections, k)
+			}
+		}
+	}
+
+	// 5. The error reports.
+	if rm.ErrorReports, err = s.purge(ctx, ErrorsStream, ErrorsPrefix+"."+tok, 0); err != nil {
+		return fail("purge the error reports", err)
+	}
+
+	// 6. The metadata (only the entry marked in step 1).
+	if markRev != 0 {
+		if err := s.Sessions.Delete(ctx, tok, natsjs.LastRevision(markRev)); err != nil {
+			return fail("delete the metadata", err)
+		}
+		rm.Metadata = true
+	}
+
+	// 7. The lease.
+	if err := s.ReleaseLease(ctx, id, leaseRev); err != nil {
+		return fail("release the writer lease", err)
+	}
+	return rm, nil
+}
+
+// markDeleting rewrites the metadata entry of token tok at revision rev with DeletingHeader, and
+// returns its new revision.
+func (s *Store) markDeleting(ctx context.Context, tok string, value []byte, rev uint64, inc string) (uint64, error) {
+	h := nats.Header{DeletingHeader: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)}}
+	if inc != "" {
+		h.Set(IncarnationHeader, inc)
+	}
+	m := &nats.Msg{Subject: "$KV." + SessionsBucket + "." + tok, Header: h, Data: value}
+	ack, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// PurgeThrough removes the records of session id stored at stream seqs up to lastStreamSeq. A
+// writer whose first record (guard 0) landed after the session was removed undoes it with this:
+// since the subject was empty, those records are its own. It returns the records removed.
+func (s *Store) PurgeThrough(ctx context.Context, id string, lastStreamSeq uint64) (uint64, error) {
+	subject, err := s.Subject(id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.purge(ctx, StreamName, subject, lastStreamSeq+1)
+	if err != nil {
+		return 0, fmt.Errorf("agentlog: session %q: purge its records through stream seq %d: %w", id, lastStreamSeq, err)
+	}
+	return n, nil
+}
+
+// CheckCurrent returns nil when session id's metadata exists, is not being removed and holds
+// incarnation inc (read from the leader); a wrapped ErrSessionDeleted otherwise.
+func (s *Store) CheckCurrent(ctx context.Context, id, inc string) error {
+	info, err := s.GetSessionInfo(ctx, id)
+	switch {
+	case errors.Is(err, ErrSessionNotFound):
+		return fmt.Errorf("%w: session %q has no metadata any more", ErrSessionDeleted, id)
+	case err != nil:
+		return err
+	case info.Incarnation != inc:
+		return fmt.Errorf("%w: session %q is now incarnation %q, not %q", ErrSessionDeleted, id, info.Incarnation, inc)
+	}
+	return nil
+}
+
+// purgeProjections lists and purges the agentlog_projections keys of token tok (no delete markers
+// are left: a projector then finds the key new).
+func (s *Store) purgeProjections(ctx context.Context, tok string) ([]string, error) {
+	keys, err := s.projectionKeys(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.purge(ctx, "KV_"+ProjectionsBucket, "$KV."+ProjectionsBucket+".*."+tok, 0); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// purge sends one STREAM.PURGE of subject filter (below stream seq upTo when not 0) to stream and
+// returns the number of messages purged.
+func (s *Store) purge(ctx context.Context, stream, filter string, upTo uint64) (uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
+		defer cancel()
+	}
+	req := map[string]any{"filter": filter}
+	if upTo > 0 {
+		req["seq"] = upTo
+	}
+	body, _ := json.Marshal(req)
+	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, body)
+	if err != nil {
+		return 0, fmt.Errorf("purge %s of stream %s: %w", filter, stream, err)
+	}
+	var resp struct {
+		Success bool             `json:"success"`
+		Purged  uint64           `json:"purged"`
+		Error   *natsjs.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return 0, fmt.Errorf("purge %s of stream %s: decode the reply: %w", filter, stream, err)
+	}
+	if resp.Error != nil {
+		return 0, fmt.Errorf("purge %s of stream %s: %w", filter, stream, resp.Error)
+	}
+	if !resp.Success {
+		return 0, fmt.Errorf("purge %s of stream %s: not successful", filter, stream)
+	}
+	return resp.Purged, nil
+}
+
+// anythingStored reports whether session id without metadata still has records, projection
+// keys, a live writer lease or error reports (left by a removal that stopped half-way, or a write
+// that raced one).
+func (s *Store) anythingStored(ctx context.Context, id, tok string) (bool, error) {
+	if t, err := s.GetTailFromLeader(ctx, id); err != nil || t.LastStreamSeq > 0 {
+		return true, nil // a record, even one that does not decode
+	}
+	if _, _, err := s.GetLease(ctx, id); err == nil {
+		return true, nil
+	}
+	if keys, err := s.projectionKeys(ctx, tok); err != nil || len(keys) > 0 {
+		return true, err
+	}
+	_, err := s.leaderGetFrom(ctx, ErrorsStream, map[string]any{"last_by_subj": ErrorsPrefix + "." + tok})
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// projectionKeys lists the agentlog_projections keys of token tok.
+func (s *Store) projectionKeys(ctx context.Context, tok string) ([]string, error) {
+	lister, err := s.Projections.ListKeysFiltered(ctx, "*."+tok)
+	if errors.Is(err, natsjs.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
