@@ -356,6 +356,9 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
 		res, err := p.writeRecord(ctx, id, lastStreamSeq, msgID, tail)
+		if err == nil && lastStreamSeq == 0 {
+			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
+		}
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
 			p.publishReport(token, we)

@@ -341,11 +341,26 @@ func (w *Writer) kickLocked() {
 func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 	defer w.wg.Done()
 	first, last := batch[0].Seq, batch[len(batch)-1].Seq
+	var err error
+	if a.streamSeq == 0 {
+		// The first record (guard 0) is the one write the guard cannot fence after a removal.
+		err = w.p.checkCurrent(w.ctx, w.id, w.incarnation)
+	}
 	if h := w.p.beforeWrite; h != nil {
 		h(w.id, first)
 	}
 	msgID := w.p.msgID(w.token, w.incarnation, first)
-	streamSeq, maybeStored, gen, err := w.p.checkedWrite(w.ctx, w.id, a, validGen, msgID, batch)
+	var streamSeq uint64
+	var maybeStored bool
+	gen := validGen
+	if err == nil {
+		streamSeq, maybeStored, gen, err = w.p.checkedWrite(w.ctx, w.id, a, validGen, msgID, batch)
+		if err == nil && a.streamSeq == 0 {
+			err = w.p.undoIfDeleted(w.ctx, w.id, w.incarnation, streamSeq)
+		} else if isFencing(err) {
+			err = w.p.deletedUnder(w.ctx, w.id, w.incarnation, err)
+		}
+	}
 
 	w.mu.Lock()
 	w.inflight = nil
