@@ -98,12 +98,13 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		return client.ForkResult{}, notFound(req.Source)
 	}
 	var srcHdr *session.Header
-	if h, err := f.store.GetSession(ctx, req.Source); err == nil {
-		srcHdr = &h
+	srcInfo, err := f.store.GetSessionInfo(ctx, req.Source)
+	if err == nil {
+		srcHdr = &srcInfo.Header
 	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
 		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
 	}
-	events, _, err := f.store.Read(ctx, req.Source)
+	events, lastStreamSeq, err := f.store.Read(ctx, req.Source)
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {
@@ -111,7 +112,14 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		}
 		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
 	}
-	if srcHdr == nil && len(events) == 0 {
+	if f.afterSourceRead != nil {
+		f.afterSourceRead(req.Source)
+	}
+	// A removal (ajs.Store.RemoveSession) marks the metadata before it purges the records: the
+	// metadata unchanged after the read means the read saw the whole log.
+	if gone, err := f.sourceGone(ctx, req.Source, srcHdr != nil, srcInfo, lastStreamSeq); err != nil {
+		return client.ForkResult{}, err
+	} else if gone || (srcHdr == nil && len(events) == 0) {
 		return client.ForkResult{}, notFound(req.Source)
 	}
 	seed, ferr := session.ForkSeed(req.Source, events, req.Boundary)
@@ -134,7 +142,8 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 
 	// Step 4: the KV create claims the child id.
-	if err := f.store.CreateSession(ctx, hdr); err != nil {
+	inc := ajs.NewIncarnation()
+	if err := f.store.CreateSession(ctx, hdr, ajs.WithIncarnation(inc)); err != nil {
 		if errors.Is(err, ajs.ErrSessionExists) {
 			return client.ForkResult{}, alreadyExists(child)
 		}
@@ -145,8 +154,11 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	// Step 5: one record guarded with expected last subject sequence 0.
 	msgID := "fork:" + nuid.Next()
-	_, err = f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
+	res, err := f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
 	if err == nil {
+		if err := f.childRemoved(ctx, req.Source, child, inc, res.StreamSeq); err != nil {
+			return client.ForkResult{}, err
+		}
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
 		return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 	}
@@ -158,7 +170,10 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	defer wcancel()
 	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		if _, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
+		if res, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
+			if err := f.childRemoved(wctx, req.Source, child, inc, res.StreamSeq); err != nil {
+				return client.ForkResult{}, err
+			}
 			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
 			return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
 		}
@@ -235,4 +250,43 @@ func outcomeUnknown(err error) bool {
 	var api *jetstream.APIError
 	var se *session.Error
 	return !errors.As(err, &api) && !errors.As(err, &se)
+}
+
+// sourceGone reports whether the source was removed (or is being removed) since it was read:
+// its metadata is no longer the entry read (info), or, without metadata, its last record is no
+// longer lastStreamSeq.
+func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, info ajs.SessionInfo, lastStreamSeq uint64) (bool, error) {
+	if hadMeta {
+		now, err := f.store.GetSessionInfo(ctx, source)
+		if errors.Is(err, ajs.ErrSessionNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("fork of session %q: reading its metadata again: %w", source, err)
+		}
+		return now.Revision != info.Revision, nil
+	}
+	tail, err := f.store.GetTailFromLeader(ctx, source)
+	if err != nil {
+		return false, fmt.Errorf("fork of session %q: reading the log tail again: %w", source, err)
+	}
+	return tail.LastStreamSeq != lastStreamSeq, nil
+}
+
+// childRemoved checks, after the child's record was stored at streamSeq, that the child was not
+// removed meanwhile; if it was, the record (its subject was empty, so it is this fork's) is purged
+// again and the fork fails with an error saying so.
+func (f *Forker) childRemoved(ctx context.Context, source, child, inc string, streamSeq uint64) error {
+	err := f.store.CheckCurrent(ctx, child, inc)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ajs.ErrSessionDeleted) {
+		f.logger.Warn("fork: cannot check the child's metadata after its record", "child", child, "err", err)
+		return nil
+	}
+	if _, perr := f.store.PurgeThrough(context.WithoutCancel(ctx), child, streamSeq); perr != nil {
+		return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left without metadata (remove it with `agentlog rm`): %w", source, child, streamSeq, perr)
+	}
+	return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record was removed again: %w", source, child, err)
 }

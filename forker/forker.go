@@ -78,6 +78,8 @@ type Forker struct {
 
 	// test hook: runs between the KV create and the record (nil in production).
 	beforeRecord func(child string)
+	// test hook: runs after the source log was read (nil in production).
+	afterSourceRead func(source string)
 }
 
 // New returns a Forker over a provisioned store, serving on nc.

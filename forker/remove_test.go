@@ -1,0 +1,76 @@
+package forker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentlog/agentlog/client"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+)
+
+// TestRemoveSourceAfterFork: a fork that completed before the removal keeps its child.
+func TestRemoveSourceAfterFork(t *testing.T) {
+	e := newEnv(t)
+	parent := e.loadParent()
+	if _, err := e.fork(client.ForkRequest{Source: "parent", Child: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.RemoveSession(ctx(t), "parent"); err != nil {
+		t.Fatal(err)
+	}
+	h, events, _ := e.child("kept")
+	if h.ParentSession != "parent" || len(events) != len(parent)+1 {
+		t.Fatalf("child after rm of its source: parent %q, %d events", h.ParentSession, len(events))
+	}
+	_, err := e.fork(client.ForkRequest{Source: "parent", Child: "late"})
+	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
+}
+
+// TestRemoveSourceDuringFork: a removal that starts after the fork read the source makes the
+// fork fail SESSION_NOT_FOUND, with no child left.
+func TestRemoveSourceDuringFork(t *testing.T) {
+	e := newEnv(t)
+	e.loadParent()
+	e.f.afterSourceRead = func(source string) {
+		if _, err := e.store.RemoveSession(context.Background(), source); err != nil {
+			t.Errorf("rm: %v", err)
+		}
+	}
+	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "orphan"})
+	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
+	if _, err := e.store.GetSession(ctx(t), "orphan"); !errors.Is(err, ajs.ErrSessionNotFound) {
+		t.Fatalf("child metadata: %v", err)
+	}
+	if tail, err := e.store.GetTailFromLeader(ctx(t), "orphan"); err != nil || tail.LastStreamSeq != 0 {
+		t.Fatalf("child log: %+v, %v", tail, err)
+	}
+}
+
+// TestRemoveChildDuringFork: a removal of the child between its claim and its record makes the
+// fork fail and leaves nothing under the child id, which a later fork can then take.
+func TestRemoveChildDuringFork(t *testing.T) {
+	e := newEnv(t)
+	e.loadParent()
+	e.f.beforeRecord = func(child string) {
+		if _, err := e.store.RemoveSession(context.Background(), child); err != nil {
+			t.Errorf("rm: %v", err)
+		}
+	}
+	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"})
+	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !errors.Is(err, ajs.ErrSessionDeleted) {
+		t.Fatalf("fork onto a child removed meanwhile: %v", err)
+	}
+	if _, err := e.store.GetSession(ctx(t), "c"); !errors.Is(err, ajs.ErrSessionNotFound) {
+		t.Fatalf("child metadata: %v", err)
+	}
+	if tail, err := e.store.GetTailFromLeader(ctx(t), "c"); err != nil || tail.LastStreamSeq != 0 {
+		t.Fatalf("child log: %+v, %v", tail, err)
+	}
+	e.f.beforeRecord = nil
+	if _, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"}); err != nil {
+		t.Fatal(err)
+	}
+}
