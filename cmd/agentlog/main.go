@@ -1,7 +1,7 @@
 // Command agentlog is the agentlog binary: it runs an embedded nats-server with the agentlog services
 // for local use (`agentlog dev`), runs the services against a real NATS cluster (`agentlog
 // projector`, `agentlog forker`), and gives operators a CLI over session logs (import, events,
-// messages, fork, inspect, provision, demo).
+// messages, fork, rm, inspect, provision, demo).
 //
 // Every command that talks to NATS takes --nats URL (or AGENTLOG_NATS_URL; default
 // nats://127.0.0.1:4222). Exit status: 0 on success, 1 when the operation was refused or failed

@@ -65,6 +65,7 @@ Quick start:
 		newEventsCmd(g),
 		newMessagesCmd(g),
 		newForkCmd(g),
+		newRmCmd(g),
 		newInspectCmd(g),
 		newDemoCmd(g),
 		newRebuildCmd(g),
