@@ -71,6 +71,13 @@ const (
 	RuleRecordContinue Rule = "record-continue" // a record's first seq continues the previous record (0 for the first)
 )
 
+// Rules of an import (agentlog import).
+const (
+	// RuleEmptyLog: an imported log holds no events. A session with metadata only is created
+	// through the API (publisher.Create), as the reference's create is.
+	RuleEmptyLog Rule = "empty-log"
+)
+
 // Rules of a stopped projection (package projector), besides the rules above.
 const (
 	RuleStateTooLarge Rule = "state-too-large" // the state grew larger than one KV value can hold

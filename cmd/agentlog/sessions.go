@@ -25,8 +25,9 @@ func newImportCmd(g *globals) *cobra.Command {
 		Short: "Append a dsh JSONL session log to a new session through the publisher",
 		Long: `import reads a dsh JSONL file (optional header line, events, packed chunk rows), validates the
 whole log first, and only then creates the session and appends its events through the publisher. A log
-that breaks a rule is refused with the seq and the rule, and nothing is written. The session id
-defaults to the one in the file's header; importing onto an existing session is refused.`,
+that breaks a rule is refused with the seq and the rule, and nothing is written; so is a log without
+events (rule empty-log). The session id defaults to the one in the file's header; importing onto an
+existing session is refused.`,
 		Args: exactArgs(1, "one FILE argument"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("session") && id == "" {
@@ -88,6 +89,14 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 	if idOverride != "" {
 		h.ID = idOverride
 		h.Raw = nil
+	}
+	if len(events) == 0 {
+		id := h.ID
+		if id == "" {
+			id = nameInErrors
+		}
+		return session.Header{}, nil, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
+			"the log holds no events, and import creates a session from its events (a session without events is created through the API, publisher.Create)"))
 	}
 	if h.ID == "" {
 		return session.Header{}, nil, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
