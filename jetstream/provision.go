@@ -278,6 +278,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 		Duplicates:         w.dupWindow,
 		AllowDirect:        true,
 		DenyDelete:         true,
+		DenyPurge:          false, // RemoveSession purges a session's subject
 		Compression:        natsjs.S2Compression,
 		AllowAtomicPublish: true,
 		Metadata: map[string]string{
