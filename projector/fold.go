@@ -22,9 +22,10 @@ type unitState struct {
 	asOfSeq int64
 	rev     uint64 // KV revision of the stored value (0: no value)
 	err     *ProjectionError
-	enc     []byte // the state encoded, as of its last change (nil: to encode)
-	written bool   // the stored value is what this unitState holds
-	logged  bool   // err was logged
+	enc     []byte       // the state encoded, as of its last change (nil: to encode)
+	written bool         // the stored value is what this unitState holds
+	logged  bool         // err was logged
+	pos     *LogPosition // as decoded (nil: none stored, or a legacy value)
 
 	hdr *session.Header // the session's header (its sessState's), for InitSession
 }
@@ -35,6 +36,11 @@ type sessState struct {
 	units     []*unitState
 	dirty     bool
 	hdr       *session.Header // the session's header: read when a unit's InitSession needs it (lineage.go)
+	// The log folded: the session's incarnation ("" when unknown or legacy) and the stream seq of
+	// the last record folded (0: none). legacy: the stored gate value predates them.
+	incarnation string
+	streamSeq   uint64
+	legacy      bool
 }
 
 func (s *sessState) gate() *unitState { return s.units[0] }
@@ -75,12 +81,21 @@ func newUnitState(d *Definition, hdr *session.Header) *unitState {
 	return u
 }
 
-// storedValue is the envelope of every stored unit state: {stateVersion, asOfSeq, state, error?}.
+// storedValue is the envelope of every stored unit state: {stateVersion, asOfSeq, log, state,
+// error?}. Log is absent in values written before it existed (they are refolded once).
 type storedValue struct {
 	StateVersion int              `json:"stateVersion"`
 	AsOfSeq      int64            `json:"asOfSeq"`
+	Log          *LogPosition     `json:"log,omitempty"`
 	State        json.RawMessage  `json:"state"`
 	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// LogPosition names the log a stored state was folded from: the session's incarnation ("" for a
+// session created without one) and the AGENTLOG stream seq of the last record folded.
+type LogPosition struct {
+	Incarnation string `json:"incarnation"`
+	StreamSeq   uint64 `json:"streamSeq"`
 }
 
 // decodeUnit fills u from a stored value of its unit. A value of another stateVersion, or one
@@ -101,6 +116,7 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 		st = toSurface(p)
 	}
 	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
+	u.pos = v.Log
 	return true
 }
 
@@ -138,7 +154,25 @@ func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, toke
 			fresh = append(fresh, u)
 		}
 	}
+	ss.takePosition()
 	return ss, ss.startLineage(ctx, store, fresh)
+}
+
+// position is the log position stored with the session's values.
+func (ss *sessState) position() *LogPosition {
+	return &LogPosition{Incarnation: ss.incarnation, StreamSeq: ss.streamSeq}
+}
+
+// takePosition sets the session's log position from its stored gate value (legacy when a stored
+// gate value has none).
+func (ss *sessState) takePosition() {
+	g := ss.gate()
+	switch {
+	case g.pos != nil:
+		ss.incarnation, ss.streamSeq, ss.legacy = g.pos.Incarnation, g.pos.StreamSeq, false
+	case g.rev != 0:
+		ss.legacy = true
+	}
 }
 
 // foldEvents applies events (of one record, in seq order) to ss. Events at or below a unit's
@@ -147,13 +181,23 @@ func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, toke
 // the log. A rule broken by the log stops every unit (their error is set, the session's states
 // stay as of the previous event); an error of a unit's own Apply stops that unit only. A non-nil
 // return is transient (the log or the KV bucket could not be read).
-func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []session.Event) error {
+//
+// streamSeq is the record's AGENTLOG stream seq (0: unknown); the session's position moves to it.
+func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []session.Event, streamSeq uint64) error {
 	from, ok := ss.minActive()
 	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
 		return nil
 	}
 	lk := &logLookup{ctx: ctx, store: store, id: ss.id, batch: events}
 	todo := events
+	defer func() {
+		if lk.loaded && lk.lastStreamSeq > ss.streamSeq && store != nil {
+			ss.streamSeq, ss.dirty = lk.lastStreamSeq, true
+		}
+		if ss.dirty && streamSeq > ss.streamSeq {
+			ss.streamSeq = streamSeq
+		}
+	}()
 	if events[0].Seq > from+1 {
 		if err := lk.loadLog(); err != nil {
 			var te *transientError
@@ -183,6 +227,13 @@ func catchUp(ctx context.Context, store *ajs.Store, ss *sessState) error {
 		from, _ := ss.minActive()
 		ss.stopAll(from+1, session.RuleLogRead, err.Error())
 		return nil
+	}
+	if lk.lastStreamSeq > ss.streamSeq {
+		ss.streamSeq = lk.lastStreamSeq
+		for _, u := range ss.units {
+			u.written = false // the position is stored in every unit's value
+		}
+		ss.dirty = true
 	}
 	return ss.apply(lk.log, lk)
 }
@@ -264,8 +315,9 @@ func unitError(id, unit string, ev session.Event, err error) *ProjectionError {
 		Message: fmt.Sprintf("session %q: unit %q refused event seq %d (%s) (rule %s): %s", id, unit, ev.Seq, ev.Type, rule, why)}
 }
 
-// encode returns the stored value of u: {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:...}.
-func (u *unitState) encode() ([]byte, error) {
+// encode returns the stored value of u: {"stateVersion":N,"asOfSeq":N,"log"?:{...},"state":...,
+// "error"?:...}; pos is the session's log position (nil: none written).
+func (u *unitState) encode(pos *LogPosition) ([]byte, error) {
 	if u.enc == nil {
 		var st any = u.state
 		if u.def.gate {
@@ -282,6 +334,14 @@ func (u *unitState) encode() ([]byte, error) {
 	b = strconv.AppendInt(b, int64(u.def.StateVersion), 10)
 	b = append(b, `,"asOfSeq":`...)
 	b = strconv.AppendInt(b, u.asOfSeq, 10)
+	if pos != nil {
+		b = append(b, `,"log":{"incarnation":`...)
+		inc, _ := json.Marshal(pos.Incarnation)
+		b = append(b, inc...)
+		b = append(b, `,"streamSeq":`...)
+		b = strconv.AppendUint(b, pos.StreamSeq, 10)
+		b = append(b, '}')
+	}
 	b = append(b, `,"state":`...)
 	b = append(b, u.enc...)
 	if u.err != nil {
@@ -355,16 +415,17 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 	var firstErr error
 	limit := maxStateBytes(js)
 	for _, ss := range sessions {
+		pos := ss.position()
 		for _, u := range ss.units {
 			if u.written {
 				continue
 			}
-			b, eerr := u.encode()
+			b, eerr := u.encode(pos)
 			if eerr != nil {
 				// A state that cannot be encoded stops its unit; the error is stored instead.
 				u.err = &ProjectionError{Seq: u.asOfSeq, Rule: session.RuleUnitEncode, Message: fmt.Sprintf("session %q: %v", ss.id, eerr)}
 				u.resetState()
-				if b, eerr = u.encode(); eerr != nil {
+				if b, eerr = u.encode(pos); eerr != nil {
 					return nil, eerr
 				}
 			}
@@ -372,7 +433,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 				// A value the bucket cannot hold would fail this checkpoint forever: the unit
 				// stops here instead, with an error saying so (the gate: every unit).
 				stopTooLarge(ss, u, len(b), limit)
-				if b, eerr = u.encode(); eerr != nil {
+				if b, eerr = u.encode(pos); eerr != nil {
 					return nil, eerr
 				}
 			}

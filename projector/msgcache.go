@@ -6,8 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
@@ -37,9 +41,11 @@ type nodeCache struct {
 // nodeLog is what the cache holds of one session's log.
 type nodeLog struct {
 	id     string
+	token  string                  // the session's subject token
 	mu     sync.Mutex              // one reader of this session at a time
 	events map[int64]session.Event // surface-eligible events by seq (owned copies)
 	last   uint64                  // stream seq of the last record read (0: none)
+	lastAt time.Time               // the server's timestamp of that record: its identity with last
 	next   int64                   // event seq the next record must start at
 	size   int64                   // bytes held (the events' raw fields); guarded by nodeCache.mu
 	elem   *list.Element           // nil once evicted; guarded by nodeCache.mu
@@ -64,7 +70,8 @@ func (c *nodeCache) entry(id string) *nodeLog {
 		c.mu.Unlock()
 		return l
 	}
-	l := &nodeLog{id: id, events: map[int64]session.Event{}}
+	tok, _ := ajs.Token(id)
+	l := &nodeLog{id: id, token: tok, events: map[int64]session.Event{}}
 	l.elem = c.lru.PushFront(l)
 	c.byID[id] = l
 	c.mu.Unlock()
@@ -107,7 +114,8 @@ func (c *nodeCache) evict(l *nodeLog) {
 func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool) (map[int64]session.Event, error) {
 	var l *nodeLog
 	if c.max <= 0 {
-		l = &nodeLog{id: id, events: map[int64]session.Event{}} // keep nothing: a private, uncached read
+		tok, _ := ajs.Token(id)
+		l = &nodeLog{id: id, token: tok, events: map[int64]session.Event{}} // keep nothing: a private, uncached read
 	} else {
 		l = c.entry(id)
 	}
@@ -143,6 +151,20 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 // added are accounted once the read ends: a session that turns out larger than the bound is then
 // evicted alone, without pushing the others out while it was being read.
 func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) error {
+	// The record read last must still be the one read (same stream seq, same server timestamp):
+	// after lost records or a purge the stream may hand its seq to another record.
+	if l.last > 0 {
+		m, err := store.Stream.GetMsg(ctx, l.last)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("%w: session %q: stream seq %d read before is gone", ajs.ErrLogChanged, l.id, l.last)
+		case err != nil:
+			return fmt.Errorf("reading the log: %w", err)
+		case !m.Time.Equal(l.lastAt) || !strings.HasSuffix(m.Subject, "."+l.token):
+			return fmt.Errorf("%w: session %q: stream seq %d is not the record read before", ajs.ErrLogChanged, l.id, l.last)
+		}
+	}
+	before := l.last
 	var added int64
 	_, err := store.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
 		for _, ev := range evs {
@@ -159,10 +181,25 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 	if added > 0 {
 		c.account(l, added)
 	}
+	if err == nil && l.last != before {
+		var m *jetstream.RawStreamMsg
+		if m, err = store.Stream.GetMsg(ctx, l.last); err == nil {
+			l.lastAt = m.Time
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("reading the log: %w", err)
 	}
 	return nil
+}
+
+// drop forgets what the cache holds of session id.
+func (c *nodeCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.byID[id]; l != nil {
+		c.evict(l)
+	}
 }
 
 // reset empties l, so that the next update reads the whole log.
@@ -170,7 +207,7 @@ func (c *nodeCache) reset(l *nodeLog) {
 	c.mu.Lock()
 	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
-	l.events, l.last, l.next = map[int64]session.Event{}, 0, 0
+	l.events, l.last, l.next, l.lastAt = map[int64]session.Event{}, 0, 0, time.Time{}
 	c.account(l, -freed)
 }
 

@@ -365,18 +365,61 @@ func (w *worker) handle(msg jetstream.Msg) {
 		decodeErr = session.NewError(id, events[0].Seq, 0, session.RuleRecordSession,
 			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject()))
 	}
+	var streamSeq uint64
+	if meta, merr := msg.Metadata(); merr == nil {
+		streamSeq = meta.Sequence.Stream
+	}
 	ss := w.dirty[token]
 	if ss == nil {
 		ss = w.cache.get(token)
 	}
+	refolded := false
 	if ss == nil {
+		// Loaded from KV (or new): check it against the log and the session's incarnation.
 		ok := w.retry("load "+id, func() error {
-			var err error
-			ss, err = loadSession(w.ctx, p.store, p.defs, token, id)
-			return err
+			loaded, err := loadSession(w.ctx, p.store, p.defs, token, id)
+			if err != nil {
+				return err
+			}
+			fresh, cause, desc, err := verify(w.ctx, p.store, p.defs, loaded)
+			if err != nil {
+				return err
+			}
+			if cause != "" {
+				p.noteRefold("load", id, cause, desc, fresh)
+			}
+			ss, refolded = fresh, cause != ""
+			return nil
 		})
 		if !ok {
 			return
+		}
+	}
+	if decodeErr == nil && !refolded {
+		if desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq); desc != "" {
+			ok := w.retry("refold "+id, func() error {
+				inc, known, err := sessionIncarnation(w.ctx, p.store, token)
+				if err != nil {
+					return &transientError{err}
+				}
+				if !known {
+					inc = ss.incarnation
+				}
+				fresh, err := refold(w.ctx, p.store, p.defs, ss, inc)
+				if err != nil {
+					return err
+				}
+				cause := causeIdentity
+				if known && inc != ss.incarnation {
+					cause = causeRecreated
+				}
+				p.noteRefold("delivery", id, cause, desc, fresh)
+				ss = fresh
+				return nil
+			})
+			if !ok {
+				return
+			}
 		}
 	}
 	wasStopped := ss.stopped()
@@ -399,7 +442,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 			}
 			ss.stopAll(seq, rule, why)
 		}
-	} else if !w.retry("fold "+id, func() error { return foldEvents(w.ctx, p.store, ss, events) }) {
+	} else if !w.retry("fold "+id, func() error { return foldEvents(w.ctx, p.store, ss, events, streamSeq) }) {
 		return
 	}
 	if !wasStopped && ss.stopped() {

@@ -97,6 +97,7 @@ type foldState struct {
 	cacheSessions int
 	flushInterval time.Duration
 	applied       atomic.Int64 // events folded (all partitions)
+	refolds       atomic.Int64 // states found not to match their log, and refolded
 
 	wmu      sync.Mutex
 	workers  map[int]*worker
@@ -311,6 +312,8 @@ type logLookup struct {
 	batch  []session.Event
 	log    []session.Event
 	loaded bool
+	// lastStreamSeq is the stream seq of the log's last record, once loaded from the store.
+	lastStreamSeq uint64
 	// transient is set when reading the log failed for a reason other than a bad log.
 	transient *transientError
 }
@@ -323,7 +326,7 @@ func (l *logLookup) loadLog() error {
 		l.log, l.loaded = l.batch, true
 		return nil
 	}
-	events, _, err := l.store.Read(l.ctx, l.id)
+	events, last, err := l.store.Read(l.ctx, l.id)
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {
@@ -332,7 +335,7 @@ func (l *logLookup) loadLog() error {
 		l.transient = &transientError{fmt.Errorf("session %q: reading the log: %w", l.id, err)}
 		return l.transient
 	}
-	l.log, l.loaded = events, true
+	l.log, l.loaded, l.lastStreamSeq = events, true, last
 	return nil
 }
 

@@ -60,7 +60,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"stateVersion":1,"asOfSeq":10,"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2}}`
+	want := `{"stateVersion":1,"asOfSeq":10,"log":{"incarnation":"","streamSeq":4},"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2}}`
 	if string(ent.Value()) != want {
 		t.Fatalf("stored value\n got %s\nwant %s", ent.Value(), want)
 	}
@@ -73,14 +73,6 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	events := toolSession()
 	e.appendRecord("s1", events[0:6])
 	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 5 })
-
-	// A record repeating seqs 3..5 with different content must not be applied: seq 5 would
-	// otherwise append a second tool/result node.
-	dup := []session.Event{events[3], events[4], toolResult(5, "DUPLICATE", "append", "")}
-	e.appendRecord("s1", dup)
-	// The next record continues at seq 6: it is applied once, on top of the original 0..5.
-	// (It holds no replace: a replace's lookup reads the log, which ajs.Store.Read refuses
-	// once it holds a duplicate-range record, rule record-continue.)
 	e.appendRecord("s1", []session.Event{
 		events[6],
 		ev(7, "turn/end", `{"turn":1,"reason":{"kind":"completed"}}`, "", ""),
@@ -91,7 +83,7 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 		t.Fatalf("projection stopped: %+v", got.Error)
 	}
 	if int64s(got.State.Nodes) != "[2,3,5,8]" || got.State.ReplaceGeneration != 0 || int64s(got.State.Transcript) != "[2,3,5,8]" {
-		t.Fatalf("after a duplicate-range record: %+v", got.State)
+		t.Fatalf("after two records: %+v", got.State)
 	}
 	_, rev := e.stored("s1")
 
@@ -107,7 +99,7 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	}
 	e.startProjector("p2")
 	// Wait until the consumer of s1's partition has redelivered and acknowledged every record
-	// of s1 (3 records: they are the only ones on the stream).
+	// of s1 (2 records: they are the only ones on the stream).
 	sub, _ := e.store.Subject("s1")
 	part, _, _, _ := ajs.ParseSubject(sub, e.store.Partitions)
 	cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
@@ -116,11 +108,31 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	}
 	e.waitFor(func() bool {
 		ci, err := cons.Info(ctx(t))
-		return err == nil && ci.Delivered.Stream == 3 && ci.NumPending == 0 && ci.NumAckPending == 0
+		return err == nil && ci.Delivered.Stream == 2 && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
 	again, rev2 := e.stored("s1")
 	if rev2 != rev || again.AsOfSeq != 8 || int64s(again.State.Nodes) != "[2,3,5,8]" {
 		t.Fatalf("redelivery changed the projection: revision %d -> %d, %+v", rev, rev2, again)
+	}
+}
+
+// TestDuplicateRangeRecordRefolds: a record written past the guard that repeats seqs already
+// folded (3..5, other content) is not skipped: the state no longer matches its log, so the log is
+// refolded, which here refuses it (record-continue), as a fresh fold of the log would.
+func TestDuplicateRangeRecordRefolds(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s1")
+	events := toolSession()
+	e.appendRecord("s1", events[0:6])
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 5 })
+	e.appendRecord("s1", []session.Event{events[3], events[4], toolResult(5, "DUPLICATE", "append", "")})
+	got := e.waitStored("s1", func(p Projection) bool { return p.Error != nil })
+	if !strings.Contains(got.Error.Message, "record-continue") {
+		t.Fatalf("stopped with %+v, want the log's record-continue", got.Error)
+	}
+	if p.Refolds() != 1 {
+		t.Fatalf("Refolds() = %d, want 1", p.Refolds())
 	}
 }
 
@@ -161,7 +173,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if ss.gate().asOfSeq != 1 || ss.units[1].asOfSeq != -1 {
 		t.Fatalf("loaded: gate at %d, transcript at %d", ss.gate().asOfSeq, ss.units[1].asOfSeq)
 	}
-	if err := foldEvents(ctx(t), e.store, ss, recEvents); err != nil {
+	if err := foldEvents(ctx(t), e.store, ss, recEvents, msg.Sequence); err != nil {
 		t.Fatalf("fold: %v", err)
 	}
 	if conflicts, err := writeSessions(ctx(t), e.store.JS, []*sessState{ss}); err != nil || len(conflicts) != 0 {

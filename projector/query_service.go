@@ -248,6 +248,13 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 		return Projection{}, nil, answered
 	}
 	proj, current, err := decodeProjection(e.Value())
+	raw := e.Value()
+	if err == nil && current {
+		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
+			r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
+			return Projection{}, nil, answered
+		}
+	}
 	switch {
 	case err != nil:
 		r.fail(client.CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
@@ -258,17 +265,17 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
 		return Projection{}, nil, answered
 	case proj.Error != nil && allowStopped:
-		return proj, e.Value(), ready
+		return proj, raw, ready
 	case proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge:
 		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
-		return proj, e.Value(), ready
+		return proj, raw, ready
 	case proj.Error != nil:
 		r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
 		return Projection{}, nil, answered
 	case q.waits() && proj.AsOfSeq < *q.MinSeq:
 		return Projection{}, nil, mustWait
 	}
-	return proj, e.Value(), ready
+	return proj, raw, ready
 }
 
 func stoppedText(id string, pe *ProjectionError) string {
@@ -307,16 +314,27 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 			if err != nil || !current {
 				continue
 			}
+			raw := e.Value()
+			if proj.Error != nil || proj.AsOfSeq >= minSeq {
+				// Never answer from a state of another log (lost records, a re-create).
+				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); err != nil {
+					if wctx.Err() != nil {
+						continue // the deadline case below answers
+					}
+					r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
+					return Projection{}, nil, false
+				}
+			}
 			last = &proj
 			if proj.Error != nil {
 				if allowStopped || proj.Error.Rule == session.RuleStateTooLarge {
-					return proj, e.Value(), true // too large: answerMessages folds the log
+					return proj, raw, true // too large: answerMessages folds the log
 				}
 				r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
 				return Projection{}, nil, false
 			}
 			if proj.AsOfSeq >= minSeq {
-				return proj, e.Value(), true
+				return proj, raw, true
 			}
 		case <-wctx.Done():
 			if ctx.Err() != nil {

@@ -109,6 +109,9 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
 		ss := newSessState(defs, token, h)
+		if ss.incarnation, _, err = sessionIncarnation(ctx, store, token); err != nil {
+			return false, false, fmt.Errorf("session %q: %w", id, err)
+		}
 		if err := catchUp(ctx, store, ss); err != nil {
 			return false, false, fmt.Errorf("session %q: %w", id, err)
 		}
@@ -134,7 +137,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		if g := ss.gate(); !d.gate && g.err == nil && u.err == nil {
 			// The gate is not written here, so writeSessions would not see that its state is too
 			// large to store: the projector has stopped the session there; stop the unit too.
-			if b, err := g.encode(); err == nil {
+			if b, err := g.encode(ss.position()); err == nil {
 				if limit := maxStateBytes(store.JS); limit > 0 && int64(len(b)) > limit {
 					stopTooLarge(ss, g, len(b), limit)
 				}

@@ -22,7 +22,15 @@ var ErrNoProjection = errors.New("no projection (unknown session, or none of its
 // that (a unit registered since, or one whose stored stateVersion differs) are folded from the
 // log here, to the end of the log, and written back with a revision compare-and-swap (the
 // rebuild in place of a new stateVersion). Errors: ErrNoProjection (wrapped), a log or KV failure.
+//
+// A stored state that does not belong to the session's current log (records lost, a purge, a
+// re-create: see the package doc) is refolded from the log here and written back.
 func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (client.SnapshotReply, error) {
+	return readSnapshot(ctx, store, reg, id, nil)
+}
+
+// readSnapshot is ReadSnapshot; refolded, if not nil, is told of a refold.
+func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string, refolded func(cause, desc string, fresh *sessState)) (client.SnapshotReply, error) {
 	token, err := ajs.Token(id)
 	if err != nil {
 		return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
@@ -53,6 +61,17 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 			return client.SnapshotReply{}, ctx.Err()
 		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
 		}
+	}
+	fresh, cause, desc, err := verify(ctx, store, defs, ss)
+	if err != nil {
+		return client.SnapshotReply{}, err
+	}
+	if cause != "" {
+		_, _ = writeSessions(ctx, store.JS, []*sessState{fresh}) // best effort, as above
+		if refolded != nil {
+			refolded(cause, desc, fresh)
+		}
+		ss = fresh
 	}
 	rep := client.SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
 	for _, u := range ss.units {
@@ -100,6 +119,7 @@ func loadAll(ctx context.Context, store *ajs.Store, defs []*Definition, token, i
 			return nil, false, err
 		}
 	}
+	ss.takePosition()
 	g := ss.gate()
 	for _, u := range ss.units[1:] {
 		if u.err == nil && u.asOfSeq != g.asOfSeq || u.err != nil && g.err == nil && u.asOfSeq > g.asOfSeq {
@@ -115,7 +135,9 @@ func (p *Projector) answerSnapshot(ctx context.Context, r responder, q query, _ 
 		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
 		return
 	}
-	snap, err := ReadSnapshot(ctx, p.store, p.registry, q.Session)
+	snap, err := readSnapshot(ctx, p.store, p.registry, q.Session, func(cause, desc string, fresh *sessState) {
+		p.noteRefold("snapshot", q.Session, cause, desc, fresh)
+	})
 	if errors.Is(err, ErrNoProjection) {
 		r.fail(client.CodeNotFound, err.Error())
 		return

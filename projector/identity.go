@@ -1,0 +1,235 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// incarnationHeader is the header of a session's agentlog_sessions entry holding its incarnation
+// (jetstream.IncarnationHeader once the publisher's change lands).
+const incarnationHeader = "Agentlog-Incarnation"
+
+// sessionIncarnation returns the incarnation of session id from its agentlog_sessions entry, read
+// from the bucket's leader: "" for a session created without one; known is false when the session
+// has no metadata (deleted, or never created). Errors are transient.
+func sessionIncarnation(ctx context.Context, store *ajs.Store, token string) (inc string, known bool, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + ajs.SessionsBucket + "." + token})
+	reply, err := store.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+ajs.SessionsBucket, req)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, err)
+	}
+	var resp struct {
+		Message *struct {
+			Header []byte `json:"hdrs"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, resp.Error)
+	}
+	if resp.Message == nil || len(resp.Message.Header) == 0 {
+		return "", resp.Message != nil, nil
+	}
+	h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the metadata of session token %s: headers: %w", token, err)
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return "", false, nil
+	}
+	return h.Get(incarnationHeader), true, nil
+}
+
+// Causes of a refold (logged and counted by Projector.Refolds).
+const (
+	causeRecreated = "re-created"     // the session's incarnation differs from the state's
+	causeTailLost  = "log-shrank"     // the log ends below what the state has folded
+	causeIdentity  = "record-differs" // a record the state claims to have applied is not the one folded
+	causeLegacy    = "legacy-state"   // a state stored before log positions (an upgrade, not counted)
+)
+
+// mismatch compares a session's state with the current log (tail, read from the stream leader)
+// and incarnation (incKnown false: no metadata, not compared). It returns the cause and a
+// description naming the seqs, or "" when the state belongs to this log.
+func (ss *sessState) mismatch(tail ajs.Tail, inc string, incKnown bool) (cause, desc string) {
+	g := ss.gate()
+	if g.rev == 0 && g.asOfSeq < 0 && g.err == nil {
+		return "", "" // nothing folded yet
+	}
+	a, s := ss.folded(), ss.streamSeq
+	switch {
+	case ss.legacy:
+		return causeLegacy, fmt.Sprintf("the stored state (asOfSeq %d) predates log positions", a)
+	case incKnown && inc != ss.incarnation:
+		return causeRecreated, fmt.Sprintf("the session's incarnation is %q but the state (asOfSeq %d, stream seq %d) was folded from incarnation %q", inc, a, s, ss.incarnation)
+	case tail.LastStreamSeq < s:
+		return causeTailLost, fmt.Sprintf("the log's last record is stream seq %d (seqs to %d), below the last record folded, stream seq %d (asOfSeq %d)", tail.LastStreamSeq, tail.NextSeq-1, s, a)
+	case tail.NextSeq-1 < a:
+		return causeTailLost, fmt.Sprintf("the log ends at seq %d (stream seq %d), below asOfSeq %d", tail.NextSeq-1, tail.LastStreamSeq, a)
+	case ss.stopped():
+		return "", ""
+	case tail.LastStreamSeq > s && len(tail.LastEvents) > 0 && tail.LastEvents[0].Seq <= a:
+		return causeIdentity, fmt.Sprintf("the log's last record, stream seq %d, holds seqs %d..%d at or below asOfSeq %d but comes after the last record folded (stream seq %d)",
+			tail.LastStreamSeq, tail.LastEvents[0].Seq, tail.NextSeq-1, a, s)
+	case tail.LastStreamSeq == s && tail.NextSeq-1 != a:
+		return causeIdentity, fmt.Sprintf("the last record folded, stream seq %d, now ends at seq %d, not at asOfSeq %d", s, tail.NextSeq-1, a)
+	}
+	return "", ""
+}
+
+// recordMismatch checks one delivered record (stream seq r, events first..last) against ss; it
+// returns a description naming the seqs when the record cannot belong to the log ss was folded
+// from, "" otherwise (a new record, or a redelivery of one folded).
+func (ss *sessState) recordMismatch(r uint64, first, last int64) string {
+	a, s := ss.folded(), ss.streamSeq
+	switch {
+	case s == 0 || r == 0:
+		return "" // no position to compare with
+	case r > s && first <= a:
+		return fmt.Sprintf("record at stream seq %d holds seqs %d..%d, at or below asOfSeq %d, but comes after the last record folded (stream seq %d)", r, first, last, a, s)
+	case r <= s && last > a && !ss.stopped():
+		return fmt.Sprintf("record at stream seq %d, at or below the last record folded (stream seq %d), holds seqs %d..%d beyond asOfSeq %d", r, s, first, last, a)
+	}
+	return ""
+}
+
+// refold returns a fresh fold of the session's whole log (incarnation inc) in place of ss, keeping
+// ss's stored revisions for the compare-and-swap; every unit is to be written. Errors are
+// transient.
+func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState, inc string) (*sessState, error) {
+	fresh := newSessState(defs, ss.token, *ss.hdr)
+	fresh.incarnation = inc
+	for i, u := range fresh.units {
+		u.rev = ss.units[i].rev
+	}
+	if err := catchUp(ctx, store, fresh); err != nil {
+		return nil, err
+	}
+	for _, u := range fresh.units {
+		u.written = false
+	}
+	fresh.dirty = true
+	return fresh, nil
+}
+
+// verify checks ss against the current log and incarnation, and refolds it when they differ.
+// It returns the state to use (ss itself when it matches), the cause ("" when it matched) and a
+// description. Errors are transient.
+func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
+	inc, known, err := sessionIncarnation(ctx, store, ss.token)
+	if err != nil {
+		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
+	}
+	tail, err := store.GetTailFromLeader(ctx, ss.id)
+	if err != nil {
+		var te *transientError
+		if !errors.As(err, &te) && isSessionError(err) {
+			// The last record does not decode: the fold stops the session there; nothing to compare.
+			return ss, "", "", nil
+		}
+		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
+	}
+	cause, desc := ss.mismatch(tail, inc, known)
+	if cause == "" {
+		if ss.incarnation == "" && known && inc != "" && ss.gate().rev == 0 {
+			ss.incarnation = inc
+		}
+		return ss, "", "", nil
+	}
+	if !known {
+		inc = ss.incarnation
+	}
+	fresh, err := refold(ctx, store, defs, ss, inc)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return fresh, cause, desc, nil
+}
+
+// Refolds returns how many times this instance found a stored state that did not belong to its
+// session's current log (lost records, a purge, a re-create) and refolded it from the log.
+func (p *Projector) Refolds() int64 { return p.refolds.Load() }
+
+// noteRefold logs and counts a refold (legacy upgrades are logged at debug level, not counted).
+func (p *Projector) noteRefold(where, id, cause, desc string, fresh *sessState) {
+	if cause == causeLegacy {
+		p.logger.Debug("projector: stored state upgraded: refolded from the log", "session", id, "where", where, "asOfSeq", fresh.folded(), "streamSeq", fresh.streamSeq)
+		return
+	}
+	p.refolds.Add(1)
+	p.logger.Warn("projector: stored state does not match the session's log; refolded from the log",
+		"session", id, "cause", cause, "detail", desc, "where", where, "asOfSeq", fresh.folded(), "streamSeq", fresh.streamSeq, "incarnation", fresh.incarnation)
+}
+
+// isSessionError reports whether err is (or wraps) a *session.Error: a bad log, not a failure.
+func isSessionError(err error) bool {
+	var se *session.Error
+	return errors.As(err, &se)
+}
+
+// checkStored is verify for the stored messages value raw (KV revision rev) of session id: it
+// returns the projection to answer from and its stored value, refolded from the log (and written
+// back, best effort) when the stored one does not belong to the current log. Errors are transient.
+func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byte, rev uint64) (Projection, []byte, error) {
+	g := newUnitState(p.defs[0], &session.Header{ID: id})
+	decodeUnit(g, raw, rev)
+	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
+	ss.takePosition()
+	inc, known, err := sessionIncarnation(ctx, p.store, token)
+	if err != nil {
+		return Projection{}, nil, err
+	}
+	tail, err := p.store.GetTailFromLeader(ctx, id)
+	if err != nil && !isSessionError(err) {
+		return Projection{}, nil, err
+	}
+	var cause, desc string
+	if err == nil {
+		cause, desc = ss.mismatch(tail, inc, known)
+	}
+	if cause == "" {
+		proj, _, err := decodeProjection(raw)
+		return proj, raw, err
+	}
+	full, err := loadSession(ctx, p.store, p.defs, token, id)
+	if err != nil {
+		return Projection{}, nil, err
+	}
+	if !known {
+		inc = full.incarnation
+	}
+	fresh, err := refold(ctx, p.store, p.defs, full, inc)
+	if err != nil {
+		return Projection{}, nil, err
+	}
+	// Best effort: a conflict means the owner wrote meanwhile; the answer is this fold all the same.
+	_, _ = writeSessions(ctx, p.store.JS, []*sessState{fresh})
+	p.nodes.drop(id)
+	p.noteRefold("query", id, cause, desc, fresh)
+	b, err := fresh.gate().encode(fresh.position())
+	if err != nil {
+		return Projection{}, nil, err
+	}
+	proj, _, err := decodeProjection(b)
+	return proj, b, err
+}
