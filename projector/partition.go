@@ -13,6 +13,7 @@ import (
 
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -59,34 +60,64 @@ func Assign(members []string, member string, partitions int) []int {
 	return out
 }
 
-// MemberValue is the value of an instance's key in MembersBucket: its name, process id, start
-// time (Unix ms) and the partitions it consumes.
+// MemberValue is the value of an instance's key in MembersBucket: its name, host name, process
+// id, start time (Unix ms) and the partitions it consumes.
 type MemberValue struct {
 	Name      string `json:"name"`
+	Host      string `json:"host,omitempty"`
 	PID       int    `json:"pid"`
 	StartedAt int64  `json:"startedAt"`
 	Owned     []int  `json:"owned"`
 }
 
-// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is memory
-// storage (leases are worth nothing after a restart of the whole cluster) with the replicas of the
-// AGENTLOG stream, so that losing one server of a cluster does not lose the leases.
+// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is file
+// storage with the replicas of the AGENTLOG stream, so that a restart of the server or of the
+// whole cluster keeps it (leases expire by age). A bucket of an older version in memory storage
+// is replaced.
 func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      MembersBucket,
 		Description: "agentlog projector instances (leases; partitions are divided among the live ones)",
 		History:     1,
 		TTL:         ttl,
-		Storage:     jetstream.MemoryStorage,
+		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),
-	})
+	}
+	kv, err := js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, MembersBucket)
+		if kv, err = js.KeyValue(ctx, MembersBucket); err == nil {
+			var st jetstream.KeyValueStatus
+			if st, err = kv.Status(ctx); err == nil {
+				if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage == jetstream.MemoryStorage {
+					// Leases are rewritten every MemberTTL/4 by every live instance.
+					if err = js.DeleteKeyValue(ctx, MembersBucket); err == nil || errors.Is(err, jetstream.ErrBucketNotFound) {
+						kv, err = js.CreateKeyValue(ctx, cfg)
+						if errors.Is(err, jetstream.ErrBucketExists) {
+							kv, err = js.KeyValue(ctx, MembersBucket)
+						}
+					}
+				}
+			}
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("projector: members bucket %s: %w", MembersBucket, err)
 	}
 	return kv, nil
+}
+
+// membersFailed handles a failure of the members bucket: logged once until it recovers; a bucket
+// that is gone (a server that lost it, or an operator) is created again.
+func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.health.fail(p.logger, "members", "projector: members bucket unavailable", err, "bucket", MembersBucket, "op", op)
+	if isMissing(err) {
+		if _, cerr := openMembers(ctx, p.store.JS, p.memberTTL, p.replicas); cerr == nil {
+			p.logger.Info("projector: members bucket created again", "bucket", MembersBucket)
+		}
+	}
 }
 
 // membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
@@ -121,10 +152,12 @@ func (p *Projector) heartbeat(ctx context.Context) {
 
 // renew puts this instance's lease, naming the partitions it consumes.
 func (p *Projector) renew(ctx context.Context) {
-	v, _ := json.Marshal(MemberValue{Name: p.name, PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli(), Owned: p.Owned()})
-	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil && ctx.Err() == nil {
-		p.logger.Warn("projector: renewing the member lease", "bucket", MembersBucket, "err", err)
+	v, _ := json.Marshal(MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli(), Owned: p.Owned()})
+	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil {
+		p.membersFailed(ctx, "renew", err)
+		return
 	}
+	p.health.ok(p.logger, "members", "projector: members bucket available again", "bucket", MembersBucket)
 }
 
 // rebalance lists the live members and starts and stops partition workers (the stopped ones in
@@ -137,9 +170,7 @@ func (p *Projector) rebalance(ctx context.Context) {
 			members = append(members, k)
 		}
 	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
-		if ctx.Err() == nil {
-			p.logger.Warn("projector: listing members", "bucket", MembersBucket, "err", err)
-		}
+		p.membersFailed(ctx, "list", err)
 		return
 	}
 	if !slices.Contains(members, p.memberKey) {
@@ -226,7 +257,6 @@ func (p *Projector) Owned() []int {
 type worker struct {
 	p      *Projector
 	part   int
-	iter   jetstream.MessagesContext
 	cache  *lru
 	dirty  map[string]*sessState
 	folded []jetstream.Msg // records folded since the last checkpoint, to acknowledge after it
@@ -234,14 +264,35 @@ type worker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	health health
+
+	mu       sync.Mutex // guards iter and quitting
+	iter     jetstream.MessagesContext
+	quitting bool // stop was called: the iterator's end is the worker's
 }
 
 func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*worker, error) {
-	name := PartitionConsumer(part)
+	wctx, cancel := context.WithCancel(p.runCtx)
+	w := &worker{p: p, part: part, cache: newLRU(cacheSize), dirty: map[string]*sessState{},
+		ctx: wctx, cancel: cancel, done: make(chan struct{})}
+	iter, err := w.consume(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	w.iter = iter
+	go w.run()
+	return w, nil
+}
+
+// consume creates (or updates) the partition's durable consumer and starts pulling from it. A
+// missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
+func (w *worker) consume(ctx context.Context) (jetstream.MessagesContext, error) {
+	p, name := w.p, PartitionConsumer(w.part)
 	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, ajs.StreamName, jetstream.ConsumerConfig{
 		Durable:        name,
-		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", part, p.store.Partitions),
-		FilterSubject:  ajs.PartitionSubject(part),
+		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions),
+		FilterSubject:  ajs.PartitionSubject(w.part),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckWait:        partitionAckWait,
@@ -254,22 +305,70 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, ajs.StreamName, err)
 	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullPriorityGroup(PriorityGroup),
-		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second))
+		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return nil, fmt.Errorf("consuming with %s: %w", name, err)
 	}
-	wctx, cancel := context.WithCancel(p.runCtx)
-	w := &worker{p: p, part: part, iter: iter, cache: newLRU(cacheSize), dirty: map[string]*sessState{},
-		ctx: wctx, cancel: cancel, done: make(chan struct{})}
-	go w.run()
-	return w, nil
+	return iter, nil
+}
+
+// stopping reports whether stop was called.
+func (w *worker) stopping() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.quitting
+}
+
+// resubscribe replaces a pull that ended without stop (the server restarted, lost the consumer,
+// or cannot be reached) with a new one on the consumer created again, retrying with backoff (100
+// ms to 2 s) until it succeeds or the worker stops (false).
+func (w *worker) resubscribe(cause error) bool {
+	w.mu.Lock()
+	old := w.iter
+	w.mu.Unlock()
+	old.Stop()
+	w.health.fail(w.p.logger, "consume", "projector: partition consumer lost", cause, "partition", w.part, "consumer", PartitionConsumer(w.part))
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+		iter, err := w.consume(ctx)
+		cancel()
+		if err == nil {
+			w.mu.Lock()
+			if w.quitting {
+				w.mu.Unlock()
+				iter.Stop()
+				return false
+			}
+			w.iter = iter
+			w.mu.Unlock()
+			// The server may still hold a pin of the old pull: release it (the partition is ours).
+			uctx, ucancel := context.WithTimeout(w.ctx, 5*time.Second)
+			_ = w.p.store.Stream.UnpinConsumer(uctx, PartitionConsumer(w.part), PriorityGroup)
+			ucancel()
+			w.health.ok(w.p.logger, "consume", "projector: partition consumer resumed", "partition", w.part)
+			return true
+		}
+		select {
+		case <-w.ctx.Done():
+			return false
+		case <-time.After(b.NextBackOff()):
+		}
+		if w.stopping() {
+			return false
+		}
+	}
 }
 
 // stop hands the partition over: the buffered records are folded, the last checkpoint written and
 // acknowledged, and the pin released so that the next owner is served at once.
 func (w *worker) stop() {
 	w.p.logger.Debug("projector: handing over partition", "partition", w.part)
-	w.iter.Drain()
+	w.mu.Lock()
+	w.quitting = true
+	iter := w.iter
+	w.mu.Unlock()
+	iter.Drain()
 	select {
 	case <-w.done:
 	case <-time.After(30 * time.Second):
@@ -305,18 +404,29 @@ func (w *worker) run() {
 				wait = min(flushLinger, wait)
 			}
 		}
-		msg, err := w.iter.Next(jetstream.NextMaxWait(wait))
+		w.mu.Lock()
+		iter := w.iter
+		w.mu.Unlock()
+		msg, err := iter.Next(jetstream.NextMaxWait(wait))
 		switch {
 		case err == nil:
+			w.health.ok(w.p.logger, "fetch", "projector: fetching records again", "partition", w.part)
 			w.handle(msg)
 		case errors.Is(err, nats.ErrTimeout):
 			idle = true
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed):
+		case errors.Is(err, nats.ErrConnectionClosed) || (errors.Is(err, jetstream.ErrMsgIteratorClosed) && w.stopping()):
 			w.p.logger.Debug("projector: partition worker done", "partition", w.part, "err", err)
 			w.flush()
 			return
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+			errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrBadRequest):
+			if !w.resubscribe(err) {
+				w.flush()
+				return
+			}
 		default:
-			w.p.logger.Warn("projector: fetching records", "partition", w.part, "err", err)
+			w.health.fail(w.p.logger, "fetch", "projector: fetching records", err, "partition", w.part)
 			select {
 			case <-w.ctx.Done():
 				return
@@ -338,9 +448,10 @@ func (w *worker) retry(what string, op func() error) bool {
 	for {
 		err := op()
 		if err == nil {
+			w.health.ok(w.p.logger, "transient", "projector: recovered from a transient failure", "partition", w.part, "what", what)
 			return true
 		}
-		w.p.logger.Warn("projector: transient failure; retrying", "partition", w.part, "what", what, "err", err)
+		w.health.fail(w.p.logger, "transient", "projector: transient failure", err, "partition", w.part, "what", what)
 		select {
 		case <-w.ctx.Done():
 			return false
@@ -477,10 +588,11 @@ func (w *worker) flush() {
 			conflicts, err := writeSessions(w.ctx, p.store.JS, sessions)
 			if err != nil {
 				if w.ctx.Err() == nil {
-					p.logger.Warn("projector: checkpoint failed; retrying", "partition", w.part, "err", err)
+					w.health.fail(p.logger, "checkpoint", "projector: checkpoint failed", err, "partition", w.part)
 				}
 				return
 			}
+			w.health.ok(p.logger, "checkpoint", "projector: checkpoints written again", "partition", w.part)
 			if attempt >= casRetries {
 				p.logger.Warn("projector: sessions keep changing under this projector; retrying later", "partition", w.part, "sessions", len(conflicts))
 				return
@@ -509,10 +621,16 @@ func (w *worker) flush() {
 			return
 		}
 	}
+	var ackErr error
 	for _, m := range w.folded {
-		if err := m.Ack(); err != nil {
-			p.logger.Warn("projector: ack failed; the record will be redelivered and skipped", "partition", w.part, "subject", m.Subject(), "err", err)
+		if err := m.Ack(); err != nil && ackErr == nil {
+			ackErr = err
 		}
+	}
+	if ackErr != nil {
+		w.health.fail(p.logger, "ack", "projector: acks failed; the records will be redelivered and skipped", ackErr, "partition", w.part)
+	} else {
+		w.health.ok(p.logger, "ack", "projector: acks delivered again", "partition", w.part)
 	}
 	w.folded, w.count = w.folded[:0], 0
 	w.cache.trim()

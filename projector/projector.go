@@ -87,6 +87,8 @@ type memberState struct {
 	memberTTL   time.Duration
 	startedAt   time.Time
 	members     jetstream.KeyValue
+	replicas    int // of the members bucket (the stream's)
+	health      health
 	mcancel     context.CancelFunc // stops the membership loops
 	loop        sync.WaitGroup     // the membership and heartbeat loops
 	lastMembers []string           // the members at the last rebalance (guarded by wmu)
@@ -205,7 +207,7 @@ func (p *Projector) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.members = members
+	p.members, p.replicas = members, replicas
 	p.startedAt = time.Now()
 	if err := p.claimName(ctx); err != nil {
 		return err
@@ -359,27 +361,63 @@ func (l *logLookup) lookup(seq int64) (session.Event, error) {
 	return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", l.id, seq)
 }
 
-// ErrNameInUse is returned (wrapped) by Start when a live instance already holds this name's lease.
+// ErrNameInUse is returned (wrapped) by Start when this very process already runs an instance of
+// this name, or when ctx ends while another live instance holds the name's lease.
 var ErrNameInUse = errors.New("projector: instance name in use")
 
+// hostname is the host named in leases ("" when unknown).
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
 // claimName creates this instance's lease with a KV create, so that two live instances never share
-// a name (they would share a lease and both claim the same partitions). A lease left by a crashed
-// instance expires after the member TTL.
+// a name (they would share a lease and both claim the same partitions). A lease held by a process
+// of this host that is dead (a killed instance restarted under its name) is taken over at once; a
+// lease held by this very process is refused; any other is waited for until it expires (its
+// holder stopped renewing it) or ctx ends, with one log line saying so.
 func (p *Projector) claimName(ctx context.Context) error {
-	v, _ := json.Marshal(MemberValue{Name: p.name, PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()})
-	if _, err := p.members.Create(ctx, p.memberKey, v); err != nil {
+	me := MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()}
+	v, _ := json.Marshal(me)
+	logged := false
+	for {
+		_, err := p.members.Create(ctx, p.memberKey, v)
+		if err == nil {
+			if logged {
+				p.logger.Info("projector: took the name's lease", "bucket", MembersBucket)
+			}
+			return nil
+		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("projector %q: claiming its lease in KV bucket %s: %w", p.name, MembersBucket, err)
 		}
-		holder := "another instance"
-		if e, gerr := p.members.Get(ctx, p.memberKey); gerr == nil {
-			var m MemberValue
-			if json.Unmarshal(e.Value(), &m) == nil {
-				holder = fmt.Sprintf("pid %d, started %s", m.PID, time.UnixMilli(m.StartedAt).UTC().Format(time.RFC3339))
+		holder, desc := MemberValue{}, "another instance"
+		e, gerr := p.members.Get(ctx, p.memberKey)
+		if gerr == nil && json.Unmarshal(e.Value(), &holder) == nil {
+			desc = fmt.Sprintf("host %q pid %d, started %s", holder.Host, holder.PID, time.UnixMilli(holder.StartedAt).UTC().Format(time.RFC3339))
+			sameHost := holder.Host != "" && holder.Host == me.Host
+			switch {
+			case sameHost && holder.PID == me.PID:
+				return fmt.Errorf("%w: %q is held by an instance of this process (%s); give this one another --name", ErrNameInUse, p.name, desc)
+			case sameHost && holder.PID > 0 && !processAlive(holder.PID):
+				// Our own lease, left by a killed process of this host: take it over at once.
+				if _, uerr := p.members.Update(ctx, p.memberKey, v, e.Revision()); uerr == nil {
+					p.logger.Info("projector: took over the lease of a dead process of this host", "bucket", MembersBucket, "holder", desc)
+					return nil
+				}
+				continue // changed meanwhile: look again
 			}
 		}
-		return fmt.Errorf("%w: %q is held by a live projector (%s); give this one another --name, or wait %s for a crashed instance's lease to expire",
-			ErrNameInUse, p.name, holder, p.memberTTL)
+		if !logged {
+			logged = true
+			p.logger.Warn("projector: the instance name's lease is held; waiting for it to expire (up to the member TTL after its holder stops renewing it)",
+				"bucket", MembersBucket, "holder", desc, "ttl", p.memberTTL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %q is held by a live projector (%s); give this one another --name, or wait %s for a crashed instance's lease to expire: %w",
+				ErrNameInUse, p.name, desc, p.memberTTL, ctx.Err())
+		case <-time.After(p.memberTTL / 4):
+		}
 	}
-	return nil
 }
