@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -105,6 +107,35 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.St
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
 	}
 	return nc, store, nil
+}
+
+// connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog
+// is not provisioned there, it says so once on logger and retries with backoff (250 ms to 5 s)
+// until it succeeds or ctx ends. An incompatible stream or bucket is returned at once.
+func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, *ajs.Store, error) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	waiting := false
+	for {
+		nc, store, err := g.connect(ctx, name)
+		if err == nil {
+			if waiting {
+				logger.Info("agentlog: NATS reached and agentlog provisioned there; starting", "url", g.natsURL)
+			}
+			return nc, store, nil
+		}
+		if errors.Is(err, ajs.ErrIncompatible) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if !waiting {
+			waiting = true
+			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("gave up waiting for NATS at %s: %w (last error: %v)", g.natsURL, ctx.Err(), err)
+		case <-time.After(b.NextBackOff()):
+		}
+	}
 }
 
 // withTimeout bounds one command's requests by --timeout.

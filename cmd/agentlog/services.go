@@ -112,7 +112,10 @@ tools, turns) in the agentlog_projections KV bucket and serves the agentlog-quer
 Run several, each with its own --name: the instances divide the stream's partitions among themselves
 (a lease per instance in the agentlog_projector_members KV bucket; partition p is consumed in order by
 one instance through the durable consumer agentlog-projector-<p>). A killed instance's partitions
-resume on the survivors within about 4 s; a new instance takes its share at once.`,
+resume on the survivors within about 4 s; a new instance takes its share at once. Started before NATS is
+up (or before agentlog is provisioned there), it waits and retries. Restarted under its own --name after
+a crash on the same host, it takes its lease back at once; a name held by a live instance elsewhere is
+waited for.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cacheSessions < 1 {
@@ -128,12 +131,13 @@ resume on the survivors within about 4 s; a new instance takes its share at once
 			if queryCache == 0 {
 				queryCache = -1 // keep nothing
 			}
-			nc, store, err := g.connect(cmd.Context(), "agentlog-projector")
+			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
+			nc, store, err := g.connectWait(cmd.Context(), "agentlog-projector", logger)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			p := projector.New(store, nc, projector.Options{Name: name, Logger: slog.New(slog.NewTextHandler(g.stderr, nil)),
+			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache})
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
@@ -157,12 +161,13 @@ func newForkerCmd(g *globals) *cobra.Command {
 		Short: "Run a fork service instance against a NATS cluster until SIGINT/SIGTERM",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, store, err := g.connect(cmd.Context(), "agentlog-forker")
+			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
+			nc, store, err := g.connectWait(cmd.Context(), "agentlog-forker", logger)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			f := forker.New(store, nc, forker.Options{Logger: slog.New(slog.NewTextHandler(g.stderr, nil))})
+			f := forker.New(store, nc, forker.Options{Logger: logger})
 			if err := f.Start(cmd.Context()); err != nil {
 				return err
 			}
