@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -181,7 +182,7 @@ func sameAsFreshFold(t *testing.T, url, id string, extra ...string) []byte {
 	if r.code != 0 {
 		t.Fatalf("agentlog messages %s %v: exit %d: %s", id, extra, r.code, r.stderr)
 	}
-	if !jsonEqual(t, []byte(r.stdout), want) {
+	if !sessiontest.JSONEqual(t, []byte(r.stdout), want) {
 		t.Fatalf("agentlog messages %s %v:\n got %s\nwant (a fresh fold of the log) %s", id, extra, r.stdout, want)
 	}
 	return want

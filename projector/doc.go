@@ -18,7 +18,9 @@
 // do so (own and inherited figures). FoldSession is Fold with a header.
 //
 // Each (unit, session) state is stored under "<unit>.<token>" as
-// {"stateVersion":N,"asOfSeq":N,"state":...,"error"?:{seq,rule,message}}, written with a revision
+// {"stateVersion":N,"asOfSeq":N,"log":{"incarnation":S,"streamSeq":N},"state":...,
+// "error"?:{seq,rule,message}} (log: the session's incarnation and the AGENTLOG stream seq of the
+// last record folded; a value without it is refolded once), written with a revision
 // compare-and-swap (Nats-Expected-Last-Subject-Sequence on the bucket's subject, asynchronously,
 // all units of a checkpoint together). Watching the key is the change feed. A stored state of
 // another stateVersion is discarded and rebuilt from the log: by the projector when the session
@@ -36,14 +38,22 @@
 // for that session only. Failures to reach KV or the log are transient: the record is retried in
 // order, never skipped.
 //
+// A state that does not belong to its session's current log is refolded from the whole log,
+// logged once (a warning naming the session, the seqs and the cause) and counted
+// (Projector.Refolds): a re-created session (another incarnation), a log that ends below the
+// state (lost records, a purge), or a record the state claims to have applied that it did not
+// fold (a delivered record after the last one folded that holds seqs at or below asOfSeq). The
+// projector checks on load and on delivery; the query service checks every state it answers
+// from (a minSeq wait included), so it never serves a history of another log.
+//
 // Session states live in memory in an LRU per partition (Options.CacheSessions in all); an
 // evicted session is read back from KV at its next record. Records are checkpointed (states
 // written, then the records acknowledged) every Options.FlushInterval (50 ms) or 2000 records.
 //
 // # Scale-out
 //
-// Every instance holds a lease, its key in the MembersBucket KV bucket (max age MemberTTL, 3 s,
-// renewed every 0.75 s; the value names the partitions it owns). Every MemberTTL/3 an instance
+// Every instance holds a lease, its key in the MembersBucket KV bucket (file storage, max age
+// MemberTTL, 3 s, renewed every 0.75 s; the value names the host, pid and partitions it owns). Every MemberTTL/3 an instance
 // lists the members and consumes the partitions Assign gives it (members sorted by name,
 // partition p to member p mod n). Partition p is read, in stream order, through the durable
 // consumer agentlog-projector-<p> (filter agentlog.session.<p>.*, explicit ack, AckWait 4 s), whose
@@ -53,6 +63,12 @@
 // partitions resume on the survivors when its lease expires, measured at about 3.5 s
 // (TestKilledInstanceFailsOver). Why pinned priority groups and not orbit.go pcgroups: see
 // SCALEOUT.md.
+//
+// A restart of the server (or of the cluster) is survived: the members bucket, a partition's
+// consumer and its pull are created again when lost (pulls that miss heartbeats for 2 s are
+// replaced, with backoff up to 2 s), and each failure is logged once until it recovers. An
+// instance restarted under its name takes back a lease left by a dead process of its host at
+// once, and waits for any other to expire.
 //
 // # Query service
 //

@@ -2,62 +2,26 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// incarnationHeader is the header of a session's agentlog_sessions entry holding its incarnation
-// (jetstream.IncarnationHeader once the publisher's change lands).
-const incarnationHeader = "Agentlog-Incarnation"
-
-// sessionIncarnation returns the incarnation of session id from its agentlog_sessions entry, read
-// from the bucket's leader: "" for a session created without one; known is false when the session
-// has no metadata (deleted, or never created). Errors are transient.
-func sessionIncarnation(ctx context.Context, store *ajs.Store, token string) (inc string, known bool, err error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + ajs.SessionsBucket + "." + token})
-	reply, err := store.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+ajs.SessionsBucket, req)
-	if err != nil {
-		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, err)
-	}
-	var resp struct {
-		Message *struct {
-			Header []byte `json:"hdrs"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, err)
-	}
-	if resp.Error != nil {
-		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("reading the metadata of session token %s: %w", token, resp.Error)
-	}
-	if resp.Message == nil || len(resp.Message.Header) == 0 {
-		return "", resp.Message != nil, nil
-	}
-	h, err := nats.DecodeHeadersMsg(resp.Message.Header)
-	if err != nil {
-		return "", false, fmt.Errorf("reading the metadata of session token %s: headers: %w", token, err)
-	}
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
+// sessionIncarnation returns the incarnation of session id from its agentlog_sessions entry
+// (ajs.Store.GetSessionInfo, read from the bucket's leader): "" for a session created without one;
+// known is false when the session has no metadata (deleted, or never created). Errors are
+// transient.
+func sessionIncarnation(ctx context.Context, store *ajs.Store, id string) (inc string, known bool, err error) {
+	info, err := store.GetSessionInfo(ctx, id)
+	if errors.Is(err, ajs.ErrSessionNotFound) {
 		return "", false, nil
 	}
-	return h.Get(incarnationHeader), true, nil
+	if err != nil {
+		return "", false, err
+	}
+	return info.Incarnation, true, nil
 }
 
 // Causes of a refold (logged and counted by Projector.Refolds).
@@ -136,7 +100,7 @@ func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 // It returns the state to use (ss itself when it matches), the cause ("" when it matched) and a
 // description. Errors are transient.
 func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
-	inc, known, err := sessionIncarnation(ctx, store, ss.token)
+	inc, known, err := sessionIncarnation(ctx, store, ss.id)
 	if err != nil {
 		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
 	}
@@ -195,7 +159,7 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 	decodeUnit(g, raw, rev)
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
-	inc, known, err := sessionIncarnation(ctx, p.store, token)
+	inc, known, err := sessionIncarnation(ctx, p.store, id)
 	if err != nil {
 		return Projection{}, nil, err
 	}

@@ -509,7 +509,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if decodeErr == nil && !refolded {
 		if desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq); desc != "" {
 			ok := w.retry("refold "+id, func() error {
-				inc, known, err := sessionIncarnation(w.ctx, p.store, token)
+				inc, known, err := sessionIncarnation(w.ctx, p.store, id)
 				if err != nil {
 					return &transientError{err}
 				}

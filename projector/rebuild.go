@@ -109,7 +109,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
 		ss := newSessState(defs, token, h)
-		if ss.incarnation, _, err = sessionIncarnation(ctx, store, token); err != nil {
+		if ss.incarnation, _, err = sessionIncarnation(ctx, store, id); err != nil {
 			return false, false, fmt.Errorf("session %q: %w", id, err)
 		}
 		if err := catchUp(ctx, store, ss); err != nil {

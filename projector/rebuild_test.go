@@ -68,8 +68,12 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 	}
 	// The query service wrote the rebuilt state back.
 	tok, _ := ajs.Token("idle")
+	info, err := e.store.GetSessionInfo(ctx(t), "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ent, err := e.store.Projections.Get(ctx(t), UnitKey("counter", tok))
-	if err != nil || string(ent.Value()) != `{"stateVersion":2,"asOfSeq":4,"log":{"incarnation":"","streamSeq":2},"state":10}` {
+	if err != nil || string(ent.Value()) != `{"stateVersion":2,"asOfSeq":4,"log":{"incarnation":"`+info.Incarnation+`","streamSeq":2},"state":10}` {
 		t.Fatalf("idle: stored %s %v", ent.Value(), err)
 	}
 }

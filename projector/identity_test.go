@@ -1,0 +1,74 @@
+package projector
+
+import (
+	"strings"
+	"testing"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestRecreatedSessionRefolds: a session purged and created again under its id (a new
+// incarnation) while the projector holds it in memory is refolded from the new log, counted once;
+// neither the projector nor the query service shows the old history.
+func TestRecreatedSessionRefolds(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("p1")
+	e.create("s1")
+	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "old 0"), userMsg(1, "m1", "old 1"), userMsg(2, "m2", "old 2")})
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 2 })
+	old, err := e.store.GetSessionInfo(ctx(t), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := e.store.Subject("s1")
+	if err := e.store.Stream.Purge(ctx(t), jetstream.WithPurgeSubject(sub)); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ajs.Token("s1")
+	if err := e.store.Sessions.Delete(ctx(t), tok); err != nil {
+		t.Fatal(err)
+	}
+	e.create("s1")
+	e.tails["s1"] = 0
+	e.appendRecord("s1", []session.Event{userMsg(0, "n0", "new 0"), userMsg(1, "n1", "new 1")})
+	got := e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 1 })
+	if int64s(got.State.Nodes) != "[0,1]" {
+		t.Fatalf("after the re-create: %+v", got)
+	}
+	r, err := queryMessages(ctx(t), e.nc, "s1", 1)
+	if err != nil || len(r.Messages) != 2 || !strings.Contains(string(r.Messages[0]), "new 0") {
+		t.Fatalf("messages %+v %v", r, err)
+	}
+	if p.Refolds() != 1 {
+		t.Fatalf("Refolds() = %d, want 1", p.Refolds())
+	}
+	now, _ := e.store.GetSessionInfo(ctx(t), "s1")
+	ent, _ := e.store.Projections.Get(ctx(t), Key(tok))
+	if now.Incarnation == old.Incarnation || !strings.Contains(string(ent.Value()), `"incarnation":"`+now.Incarnation+`"`) {
+		t.Fatalf("stored %s, incarnation %q (was %q)", ent.Value(), now.Incarnation, old.Incarnation)
+	}
+}
+
+// TestLegacyStateIsUpgraded: a stored state without a log position (written before it existed)
+// is refolded once and stored with one; that is an upgrade, not counted as a refold.
+func TestLegacyStateIsUpgraded(t *testing.T) {
+	e := newEnv(t)
+	e.create("s1")
+	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "a"), userMsg(1, "m1", "b")})
+	tok, _ := ajs.Token("s1")
+	// A legacy value, and a wrong one: only a refold shows both messages.
+	if _, err := e.store.Projections.Create(ctx(t), Key(tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startProjector("p1")
+	r, err := queryMessages(ctx(t), e.nc, "s1", -1)
+	if err != nil || len(r.Messages) != 2 {
+		t.Fatalf("messages %+v %v", r, err)
+	}
+	ent, _ := e.store.Projections.Get(ctx(t), Key(tok))
+	if !strings.Contains(string(ent.Value()), `"log":{"incarnation":`) || p.Refolds() != 0 {
+		t.Fatalf("stored %s, Refolds %d", ent.Value(), p.Refolds())
+	}
+}
