@@ -350,31 +350,48 @@ func lastBlock(t *testing.T, data string) string {
 // TestLostAckedRecordsAreRefolded: the server is killed (SIGKILL) and the last file-store block of
 // AGENTLOG truncated partway, so records the projector had folded (and that were acked) are gone.
 // After the restart, messages equal a fresh fold of what the log holds, and new appends are
-// folded.
+// folded: with the projector in the dev process (it restarts too, and loads its states from KV)
+// and with a separate projector that keeps running (its states in memory).
 func TestLostAckedRecordsAreRefolded(t *testing.T) {
+	for _, separate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("separate=%v", separate), func(t *testing.T) { lostAckedRecords(t, separate) })
+	}
+}
+
+func lostAckedRecords(t *testing.T, separate bool) {
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	data, url := t.TempDir(), fmt.Sprintf("nats://127.0.0.1:%d", port)
-	dev := devAt(t, data, port, 1)
+	inDev := 1
+	if separate {
+		inDev = 0
+	}
+	dev := devAt(t, data, port, inDev)
+	logs := dev
+	if separate {
+		logs = startProc(t, "--nats", url, "projector", "--name", "px")
+		logs.waitOutput(t, "running on", 60*time.Second)
+	}
 	const id = "lossy"
 	importAt(t, url, id, userLines("first", 0, 3))
-	func() {
+	appendUsers := func(tag string, records, n int) {
 		nc, st := connectStore(t, url, nil)
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for i := 0; i < 4; i++ {
+		for i := 0; i < records; i++ {
 			tail, err := st.GetTail(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Append(ctx, id, tail.LastStreamSeq, userEvents(fmt.Sprintf("rec%d", i), int(tail.NextSeq), 3)); err != nil {
+			if _, err := st.Append(ctx, id, tail.LastStreamSeq, userEvents(fmt.Sprintf("%s%d", tag, i), int(tail.NextSeq), n)); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}()
+	}
+	appendUsers("rec", 4, 3)
 	if n := countMessages(t, sameAsFreshFold(t, url, id)); n != 15 {
 		t.Fatalf("%d messages before the loss, want 15", n)
 	}
@@ -388,33 +405,40 @@ func TestLostAckedRecordsAreRefolded(t *testing.T) {
 	if err := os.Truncate(blk, fi.Size()*55/100); err != nil {
 		t.Fatal(err)
 	}
-	dev = devAt(t, data, port, 1)
+	dev = devAt(t, data, port, inDev)
+	if !separate {
+		logs = dev
+	}
+	if separate {
+		// The projector holds the session in memory; the first thing it sees is a new record.
+		appendUsers("new", 1, 2)
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(logs.out.String(), "where=delivery") {
+			if time.Now().After(deadline) {
+				t.Fatalf("the running projector did not refold on delivery:\n%s", logs.out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	got := sameAsFreshFold(t, url, id)
 	n := countMessages(t, got)
 	if n >= 15 {
 		t.Fatalf("%d messages after truncating the block: nothing was lost (the test truncated too little)", n)
 	}
-	t.Logf("%d of 15 messages left in the log", n)
+	t.Logf("%d messages in the log after the loss", n)
 	sameAsFreshFold(t, url, id, "--min-seq", "-1")
 	// New appends continue the log as it is now, and are folded.
-	func() {
-		nc, st := connectStore(t, url, nil)
-		defer nc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		tail, err := st.GetTail(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Append(ctx, id, tail.LastStreamSeq, userEvents("new", int(tail.NextSeq), 2)); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	appendUsers("more", 1, 2)
 	if m := countMessages(t, sameAsFreshFold(t, url, id)); m != n+2 {
 		t.Fatalf("%d messages after appending 2 to %d", m, n)
 	}
-	if !strings.Contains(dev.out.String(), "does not match the session's log") {
-		t.Fatalf("no warning names the refold:\n%s", dev.out.String())
+	if !strings.Contains(logs.out.String(), "does not match the session's log") {
+		t.Fatalf("no warning names the refold:\n%s", logs.out.String())
+	}
+	for _, l := range strings.Split(logs.out.String(), "\n") {
+		if strings.Contains(l, "does not match the session's log") {
+			t.Log(l)
+		}
 	}
 	dev.interrupt(t)
 }

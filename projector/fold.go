@@ -41,6 +41,7 @@ type sessState struct {
 	incarnation string
 	streamSeq   uint64
 	legacy      bool
+	checkedSeq  uint64 // streamSeq when it was last checked against the log (foldedRecordMismatch)
 }
 
 func (s *sessState) gate() *unitState { return s.units[0] }

@@ -77,6 +77,28 @@ func (ss *sessState) recordMismatch(r uint64, first, last int64) string {
 	return ""
 }
 
+// foldedRecordMismatch checks that the last record ss folded (stream seq ss.streamSeq) is still in
+// the log and ends at asOfSeq (it does in a log the state was folded from, for a running state);
+// it returns a description when not, "" otherwise. Errors are transient.
+func foldedRecordMismatch(ctx context.Context, store *ajs.Store, ss *sessState) (string, error) {
+	a, s := ss.folded(), ss.streamSeq
+	if s == 0 || ss.stopped() || ss.legacy {
+		return "", nil
+	}
+	rec, found, err := store.GetRecordFromLeader(ctx, ss.id, s)
+	switch {
+	case err != nil && isSessionError(err):
+		return fmt.Sprintf("the last record folded, stream seq %d, is now a record that does not decode", s), nil
+	case err != nil:
+		return "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
+	case !found:
+		return fmt.Sprintf("the last record folded, stream seq %d (to asOfSeq %d), is no longer in the log", s, a), nil
+	case rec.NextSeq-1 != a:
+		return fmt.Sprintf("the last record folded, stream seq %d, now holds seqs %d..%d, not a record ending at asOfSeq %d", s, rec.LastEvents[0].Seq, rec.NextSeq-1, a), nil
+	}
+	return "", nil
+}
+
 // refold returns a fresh fold of the session's whole log (incarnation inc) in place of ss, keeping
 // ss's stored revisions for the compare-and-swap; every unit is to be written. Errors are
 // transient.
@@ -114,10 +136,19 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
 	}
 	cause, desc := ss.mismatch(tail, inc, known)
+	if cause == "" && tail.LastStreamSeq > ss.streamSeq {
+		if desc, err = foldedRecordMismatch(ctx, store, ss); err != nil {
+			return nil, "", "", err
+		}
+		if desc != "" {
+			cause = causeIdentity
+		}
+	}
 	if cause == "" {
 		if ss.incarnation == "" && known && inc != "" && ss.gate().rev == 0 {
 			ss.incarnation = inc
 		}
+		ss.checkedSeq = ss.streamSeq
 		return ss, "", "", nil
 	}
 	if !known {
@@ -170,6 +201,14 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 	var cause, desc string
 	if err == nil {
 		cause, desc = ss.mismatch(tail, inc, known)
+		if cause == "" && tail.LastStreamSeq > ss.streamSeq {
+			if desc, err = foldedRecordMismatch(ctx, p.store, ss); err != nil {
+				return Projection{}, nil, err
+			}
+			if desc != "" {
+				cause = causeIdentity
+			}
+		}
 	}
 	if cause == "" {
 		proj, _, err := decodeProjection(raw)

@@ -476,9 +476,9 @@ func (w *worker) handle(msg jetstream.Msg) {
 		decodeErr = session.NewError(id, events[0].Seq, 0, session.RuleRecordSession,
 			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject()))
 	}
-	var streamSeq uint64
+	var streamSeq, delivered uint64
 	if meta, merr := msg.Metadata(); merr == nil {
-		streamSeq = meta.Sequence.Stream
+		streamSeq, delivered = meta.Sequence.Stream, meta.NumDelivered
 	}
 	ss := w.dirty[token]
 	if ss == nil {
@@ -507,7 +507,23 @@ func (w *worker) handle(msg jetstream.Msg) {
 		}
 	}
 	if decodeErr == nil && !refolded {
-		if desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq); desc != "" {
+		desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq)
+		if desc == "" && delivered == 1 && streamSeq != 0 && streamSeq <= ss.streamSeq && ss.checkedSeq != ss.streamSeq {
+			// A record new to the consumer at or below the last record folded: the consumer was
+			// created again (a redelivery), or the stream lost records and handed their seqs to
+			// new ones. The last record folded tells which (checked once per position).
+			if !w.retry("check "+id, func() error {
+				var err error
+				desc, err = foldedRecordMismatch(w.ctx, p.store, ss)
+				return err
+			}) {
+				return
+			}
+			if desc == "" {
+				ss.checkedSeq = ss.streamSeq
+			}
+		}
+		if desc != "" {
 			ok := w.retry("refold "+id, func() error {
 				inc, known, err := sessionIncarnation(w.ctx, p.store, id)
 				if err != nil {
