@@ -9,19 +9,19 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// sessionIncarnation returns the incarnation of session id from its agentlog_sessions entry
-// (ajs.Store.GetSessionInfo, read from the bucket's leader): "" for a session created without one;
-// known is false when the session has no metadata (deleted, or never created). Errors are
-// transient.
-func sessionIncarnation(ctx context.Context, store *ajs.Store, id string) (inc string, known bool, err error) {
+// sessionMeta returns session id's header and incarnation from its agentlog_sessions entry
+// (ajs.Store.GetSessionInfo, read from the bucket's leader); inc is "" for a session created
+// without one. A session without metadata (deleted, or never created) gets a header naming only
+// its id, and known false. Errors are transient.
+func sessionMeta(ctx context.Context, store *ajs.Store, id string) (h session.Header, inc string, known bool, err error) {
 	info, err := store.GetSessionInfo(ctx, id)
 	if errors.Is(err, ajs.ErrSessionNotFound) {
-		return "", false, nil
+		return session.Header{ID: id}, "", false, nil
 	}
 	if err != nil {
-		return "", false, err
+		return session.Header{}, "", false, &transientError{fmt.Errorf("session %q: reading its metadata: %w", id, err)}
 	}
-	return info.Incarnation, true, nil
+	return info.Header, info.Incarnation, true, nil
 }
 
 // Causes of a refold (logged and counted by Projector.Refolds).
@@ -99,11 +99,11 @@ func foldedRecordMismatch(ctx context.Context, store *ajs.Store, ss *sessState) 
 	return "", nil
 }
 
-// refold returns a fresh fold of the session's whole log (incarnation inc) in place of ss, keeping
-// ss's stored revisions for the compare-and-swap; every unit is to be written. Errors are
-// transient.
-func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState, inc string) (*sessState, error) {
-	fresh := newSessState(defs, ss.token, *ss.hdr)
+// refold returns a fresh fold of the session's whole log (header h, incarnation inc) in place of
+// ss, keeping ss's stored revisions for the compare-and-swap; every unit is to be written. Errors
+// are transient.
+func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState, h session.Header, inc string) (*sessState, error) {
+	fresh := newSessState(defs, ss.token, h)
 	fresh.incarnation = inc
 	for i, u := range fresh.units {
 		u.rev = ss.units[i].rev
@@ -122,9 +122,9 @@ func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 // It returns the state to use (ss itself when it matches), the cause ("" when it matched) and a
 // description. Errors are transient.
 func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
-	inc, known, err := sessionIncarnation(ctx, store, ss.id)
+	h, inc, known, err := sessionMeta(ctx, store, ss.id)
 	if err != nil {
-		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
+		return nil, "", "", err
 	}
 	tail, err := store.GetTailFromLeader(ctx, ss.id)
 	if err != nil {
@@ -154,7 +154,7 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 	if !known {
 		inc = ss.incarnation
 	}
-	fresh, err := refold(ctx, store, defs, ss, inc)
+	fresh, err := refold(ctx, store, defs, ss, h, inc)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -190,7 +190,7 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 	decodeUnit(g, raw, rev)
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
-	inc, known, err := sessionIncarnation(ctx, p.store, id)
+	h, inc, known, err := sessionMeta(ctx, p.store, id)
 	if err != nil {
 		return Projection{}, nil, err
 	}
@@ -221,7 +221,7 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 	if !known {
 		inc = full.incarnation
 	}
-	fresh, err := refold(ctx, p.store, p.defs, full, inc)
+	fresh, err := refold(ctx, p.store, p.defs, full, h, inc)
 	if err != nil {
 		return Projection{}, nil, err
 	}

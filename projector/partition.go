@@ -525,14 +525,14 @@ func (w *worker) handle(msg jetstream.Msg) {
 		}
 		if desc != "" {
 			ok := w.retry("refold "+id, func() error {
-				inc, known, err := sessionIncarnation(w.ctx, p.store, id)
+				h, inc, known, err := sessionMeta(w.ctx, p.store, id)
 				if err != nil {
-					return &transientError{err}
+					return err
 				}
 				if !known {
 					inc = ss.incarnation
 				}
-				fresh, err := refold(w.ctx, p.store, p.defs, ss, inc)
+				fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc)
 				if err != nil {
 					return err
 				}

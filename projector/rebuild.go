@@ -94,7 +94,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 	}
 	d := defs[len(defs)-1]
 	key := UnitKey(d.Key, token)
-	h, err := sessionHeader(ctx, store, id)
+	h, inc, _, err := sessionMeta(ctx, store, id)
 	if err != nil {
 		return false, false, err
 	}
@@ -109,9 +109,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
 		ss := newSessState(defs, token, h)
-		if ss.incarnation, _, err = sessionIncarnation(ctx, store, id); err != nil {
-			return false, false, fmt.Errorf("session %q: %w", id, err)
-		}
+		ss.incarnation = inc
 		if err := catchUp(ctx, store, ss); err != nil {
 			return false, false, fmt.Errorf("session %q: %w", id, err)
 		}
