@@ -20,7 +20,7 @@ import (
 // ajs.MaxSessionIDBytes bytes).
 const ChildSuffix = "~fork~"
 
-// exists reports whether session id has metadata or events.
+// exists reports whether session id has metadata or events. Its errors name the session.
 func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, events bool, err error) {
 	h, err := f.store.GetSession(ctx, id)
 	switch {
@@ -28,11 +28,11 @@ func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, ev
 		hdr = &h
 	case errors.Is(err, ajs.ErrSessionNotFound):
 	default:
-		return nil, false, fmt.Errorf("session %q: reading metadata: %w", id, err)
+		return nil, false, fmt.Errorf("reading the metadata: %w", err)
 	}
 	tail, err := f.store.GetTail(ctx, id)
 	if err != nil {
-		return nil, false, fmt.Errorf("session %q: reading the log tail: %w", id, err)
+		return nil, false, fmt.Errorf("reading the log tail: %w", err)
 	}
 	return hdr, tail.LastStreamSeq > 0, nil
 }
@@ -66,7 +66,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		}
 		hdr, evs, err := f.exists(ctx, req.Child)
 		if err != nil {
-			return client.ForkResult{}, err
+			return client.ForkResult{}, fmt.Errorf("forker: the child: %w", err)
 		}
 		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
 			// An earlier fork of this source onto this child claimed the id and died before its
@@ -78,10 +78,10 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 				// rollback itself failed (retry the fork).
 				abandonedAt := hdr.CreatedAt
 				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
-					return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %v; then: %w", req.Source, req.Child, rerr, err)
+					return client.ForkResult{}, fmt.Errorf("forker: clearing an incomplete earlier fork of %q: %v; then: %w", req.Child, rerr, err)
 				}
 				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
-					return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: clearing an incomplete earlier fork: %w", req.Source, req.Child, rerr)
+					return client.ForkResult{}, fmt.Errorf("forker: clearing an incomplete earlier fork of %q: %w", req.Child, rerr)
 				}
 			} else {
 				f.logger.Warn("fork: cleared the metadata of an incomplete earlier fork", "source", req.Source, "child", req.Child,
@@ -102,15 +102,15 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if err == nil {
 		srcHdr = &srcInfo.Header
 	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
-		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading its metadata: %w", req.Source, err)
+		return client.ForkResult{}, fmt.Errorf("forker: reading the source's metadata: %w", err)
 	}
 	events, lastStreamSeq, err := f.store.Read(ctx, req.Source)
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {
-			return client.ForkResult{}, &badSourceError{fmt.Sprintf("fork of session %q: the source log cannot be read back: %v", req.Source, err)}
+			return client.ForkResult{}, &badSourceError{fmt.Sprintf("forker: the source log cannot be read back: %v", err)}
 		}
-		return client.ForkResult{}, fmt.Errorf("fork of session %q: reading the source log: %w", req.Source, err)
+		return client.ForkResult{}, fmt.Errorf("forker: reading the source log: %w", err)
 	}
 	if f.afterSourceRead != nil {
 		f.afterSourceRead(req.Source)
@@ -147,7 +147,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		if errors.Is(err, ajs.ErrSessionExists) {
 			return client.ForkResult{}, alreadyExists(child)
 		}
-		return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: creating the child's metadata: %w", req.Source, child, err)
+		return client.ForkResult{}, fmt.Errorf("forker: creating the child's metadata: %w", err)
 	}
 	if f.beforeRecord != nil {
 		f.beforeRecord(child)
@@ -180,8 +180,8 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	if outcomeUnknown(err) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
-		return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
-			req.Source, child, child, err)
+		return client.ForkResult{}, fmt.Errorf("forker: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
+			child, err)
 	}
 	if rerr := f.rollback(wctx, child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
@@ -189,7 +189,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if errors.Is(err, ajs.ErrConflict) {
 		return client.ForkResult{}, alreadyExists(child)
 	}
-	return client.ForkResult{}, fmt.Errorf("fork of session %q onto %q: writing the child's record: %w", req.Source, child, err)
+	return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 }
 
 func alreadyExists(id string) *session.ForkError {
@@ -216,7 +216,8 @@ func (f *Forker) abandoned(hdr session.Header, source string) bool {
 
 // rollback removes the child metadata this fork created (step 4) after its record could not be
 // written: a KV delete guarded by the revision read, and only when the stored header is still the
-// one this fork wrote (same parentSession, seedLength and createdAt).
+// one this fork wrote (same parentSession, seedLength and createdAt). Its errors leave naming the
+// child to the caller.
 func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header) error {
 	key, err := ajs.Token(child)
 	if err != nil {
@@ -224,18 +225,18 @@ func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header)
 	}
 	e, err := f.store.Sessions.Get(ctx, key)
 	if err != nil {
-		return fmt.Errorf("session %q: reading the metadata to roll back: %w", child, err)
+		return fmt.Errorf("reading the metadata to roll back: %w", err)
 	}
 	var got session.Header
 	if err := json.Unmarshal(e.Value(), &got); err != nil {
-		return fmt.Errorf("session %q: metadata to roll back does not decode: %w", child, err)
+		return fmt.Errorf("the metadata to roll back does not decode: %w", err)
 	}
 	if got.ID != hdr.ID || got.ParentSession != hdr.ParentSession || got.CreatedAt != hdr.CreatedAt ||
 		got.SeedLength == nil || *got.SeedLength != *hdr.SeedLength {
-		return fmt.Errorf("session %q: metadata is no longer the one this fork created; left as is", child)
+		return errors.New("the metadata is no longer the one this fork created; left as is")
 	}
 	if err := f.store.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
-		return fmt.Errorf("session %q: deleting the metadata: %w", child, err)
+		return fmt.Errorf("deleting the metadata: %w", err)
 	}
 	return nil
 }

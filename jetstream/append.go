@@ -16,12 +16,12 @@ import (
 
 // ErrConflict is returned (wrapped) when the Nats-Expected-Last-Subject-Sequence guard fails
 // (JetStream error 10071, or 10164 on replicated streams).
-var ErrConflict = errors.New("agentlog: session log changed under this writer (guard conflict)")
+var ErrConflict = errors.New("the session's last record is not the expected one (guard conflict)")
 
 // ErrEventTooLarge is returned (wrapped) by Append when one event alone, encoded with its record
 // headers, does not fit in the store's MaxMsgSize: it cannot be split. The message names the
 // session, the event's seq, its encoded size and the limit, in bytes.
-var ErrEventTooLarge = errors.New("agentlog: event larger than the max message size")
+var ErrEventTooLarge = errors.New("event larger than the max message size")
 
 // JetStream API error codes that Append maps to ErrConflict.
 const (
@@ -100,7 +100,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	var o appendOpts
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return AppendResult{}, fmt.Errorf("agentlog: append to session %q: %w", id, err)
+			return AppendResult{}, fmt.Errorf("append to session %q: %w", id, err)
 		}
 	}
 	msgID := o.msgID
@@ -114,7 +114,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	}
 	limit := int(s.MaxMsgSize)
 	if limit <= 0 {
-		return AppendResult{}, fmt.Errorf("agentlog: append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
+		return AppendResult{}, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
 	}
 
 	// One record when it fits.
@@ -154,8 +154,8 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	from, size := 0, 0
 	for i, line := range lines {
 		if len(line) > budget {
-			return AppendResult{}, fmt.Errorf("%w: session %q seq %d: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
-				ErrEventTooLarge, id, events[i].Seq, len(line), limit-budget, limit)
+			return AppendResult{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
+				id, events[i].Seq, ErrEventTooLarge, len(line), limit-budget, limit)
 		}
 		add := len(line)
 		if i > from {
@@ -170,16 +170,16 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	parts = append(parts, part{from, n})
 	if len(parts) == 1 {
 		// Cannot happen (the whole record did not fit), but never publish an unguarded shape.
-		return AppendResult{}, fmt.Errorf("agentlog: session %q seq %d: record of %d events does not fit in %d bytes but did not split", id, events[0].Seq, n, limit)
+		return AppendResult{}, fmt.Errorf("session %q seq %d: record of %d events does not fit in %d bytes but did not split", id, events[0].Seq, n, limit)
 	}
 	if len(parts) > MaxBatchRecords {
-		return AppendResult{}, fmt.Errorf("agentlog: session %q seq %d..%d: the window needs %d records of at most %d bytes, more than the %d an atomic batch may hold; append fewer events at a time",
+		return AppendResult{}, fmt.Errorf("session %q seq %d..%d: the window needs %d records of at most %d bytes, more than the %d an atomic batch may hold; append fewer events at a time",
 			id, events[0].Seq, events[n-1].Seq, len(parts), limit, MaxBatchRecords)
 	}
 
 	bp, err := jetstreamext.NewBatchPublisher(s.JS)
 	if err != nil {
-		return AppendResult{}, fmt.Errorf("agentlog: session %q: start atomic batch: %w", id, err)
+		return AppendResult{}, fmt.Errorf("session %q: start atomic batch: %w", id, err)
 	}
 	var lastMsg *nats.Msg
 	for k, p := range parts {
@@ -233,12 +233,12 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 	}
 	switch {
 	case conflict:
-		return AppendResult{}, fmt.Errorf("%w: session %q: expected last stream seq %d: %w", ErrConflict, id, expected, err)
+		return AppendResult{}, fmt.Errorf("append to session %q (expected last stream seq %d): %w: %w", id, expected, ErrConflict, err)
 	case dupInBatch:
-		return AppendResult{}, fmt.Errorf("%w: session %q: split append with msg id %q was stored before, but the session's last record is no longer it (expected last stream seq %d): %w",
-			ErrConflict, id, msgID, expected, err)
+		return AppendResult{}, fmt.Errorf("append to session %q (expected last stream seq %d): %w: split append with msg id %q was stored before, but the session's last record is no longer it: %w",
+			id, expected, ErrConflict, msgID, err)
 	}
-	return AppendResult{}, fmt.Errorf("agentlog: append to session %q (expected last stream seq %d): %w", id, expected, err)
+	return AppendResult{}, fmt.Errorf("append to session %q (expected last stream seq %d): %w", id, expected, err)
 }
 
 // CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's
@@ -276,8 +276,8 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 		return recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 	}
 	if len(line) > budget {
-		return fmt.Errorf("%w: session %q seq %d: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
-			ErrEventTooLarge, id, ev.Seq, len(line), limit-budget, limit)
+		return fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
+			id, ev.Seq, ErrEventTooLarge, len(line), limit-budget, limit)
 	}
 	return nil
 }

@@ -42,10 +42,10 @@ const (
 // ErrIncompatible is returned (wrapped) when an existing stream or KV bucket has a setting that
 // agentlog cannot work with. The message names the stream or bucket, the setting, the value found
 // and the value wanted. agentlog never updates an existing stream or bucket by itself.
-var ErrIncompatible = errors.New("agentlog: existing stream or bucket cannot be used")
+var ErrIncompatible = errors.New("existing stream or bucket cannot be used")
 
 // ErrNotProvisioned is returned (wrapped) by Open when the stream or a bucket does not exist.
-var ErrNotProvisioned = errors.New("agentlog: not provisioned")
+var ErrNotProvisioned = errors.New("not provisioned")
 
 // Config is the provisioning configuration. Zero values take defaults: Partitions 16, Replicas 1,
 // MaxMsgSize 1 MiB (bytes), DuplicateWindow 2 min.
@@ -155,7 +155,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		if errors.Is(err, natsjs.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, StreamName)
 		}
-		return nil, fmt.Errorf("agentlog: look up stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("look up stream %s: %w", StreamName, err)
 	}
 	found, err := checkSessionStream(stream.CachedInfo().Config, w)
 	if err != nil {
@@ -168,7 +168,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 			if errors.Is(err, natsjs.ErrBucketNotFound) {
 				return nil, fmt.Errorf("%w: KV bucket %s does not exist (run `agentlog provision`)", ErrNotProvisioned, bucket)
 			}
-			return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", bucket, err)
+			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
 		if err := checkBucket(ctx, js, bucket, w); err != nil {
 			return nil, err
@@ -180,7 +180,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		if errors.Is(err, natsjs.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, ErrorsStream)
 		}
-		return nil, fmt.Errorf("agentlog: look up stream %s: %w", ErrorsStream, err)
+		return nil, fmt.Errorf("look up stream %s: %w", ErrorsStream, err)
 	}
 	if err := checkErrorsStream(es.CachedInfo().Config); err != nil {
 		return nil, err
@@ -220,25 +220,25 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 		explicitMaxMsgSize: cfg.MaxMsgSize != 0, explicitDupWindow: cfg.DuplicateWindow != 0,
 	}
 	if js == nil || js.Conn() == nil {
-		return w, errors.New("agentlog: provision: no JetStream connection")
+		return w, errors.New("provision: no JetStream connection")
 	}
 	w.maxPayload = js.Conn().MaxPayload()
 	if w.maxPayload <= 0 {
-		return w, errors.New("agentlog: provision: the connection has no server max payload yet (not connected?)")
+		return w, errors.New("provision: the connection has no server max payload yet (not connected?)")
 	}
 	switch {
 	case cfg.Partitions < 0 || cfg.Partitions > MaxPartitions:
-		return w, fmt.Errorf("agentlog: provision: partitions %d, want 1..%d (0 for the default %d)", cfg.Partitions, MaxPartitions, DefaultPartitions)
+		return w, fmt.Errorf("provision: partitions %d, want 1..%d (0 for the default %d)", cfg.Partitions, MaxPartitions, DefaultPartitions)
 	case cfg.Replicas < 0 || cfg.Replicas > 5:
-		return w, fmt.Errorf("agentlog: provision: replicas %d, want 1..5 (0 for the default %d)", cfg.Replicas, DefaultReplicas)
+		return w, fmt.Errorf("provision: replicas %d, want 1..5 (0 for the default %d)", cfg.Replicas, DefaultReplicas)
 	case cfg.MaxMsgSize < 0:
-		return w, fmt.Errorf("agentlog: provision: max message size %d bytes, want > 0 (0 for the default %d)", cfg.MaxMsgSize, DefaultMaxMsgSize)
+		return w, fmt.Errorf("provision: max message size %d bytes, want > 0 (0 for the default %d)", cfg.MaxMsgSize, DefaultMaxMsgSize)
 	case cfg.MaxMsgSize > 0 && int64(cfg.MaxMsgSize) > w.maxPayload:
-		return w, fmt.Errorf("agentlog: provision: max message size %d bytes is above the server's max_payload %d bytes", cfg.MaxMsgSize, w.maxPayload)
+		return w, fmt.Errorf("provision: max message size %d bytes is above the server's max_payload %d bytes", cfg.MaxMsgSize, w.maxPayload)
 	case cfg.MaxMsgSize > 0 && cfg.MaxMsgSize < minMaxMsgSize:
-		return w, fmt.Errorf("agentlog: provision: max message size %d bytes, want at least %d", cfg.MaxMsgSize, minMaxMsgSize)
+		return w, fmt.Errorf("provision: max message size %d bytes, want at least %d", cfg.MaxMsgSize, minMaxMsgSize)
 	case cfg.DuplicateWindow < 0:
-		return w, fmt.Errorf("agentlog: provision: duplicate window %s, want > 0 (0 for the default %s)", cfg.DuplicateWindow, DefaultDuplicateWindow)
+		return w, fmt.Errorf("provision: duplicate window %s, want > 0 (0 for the default %s)", cfg.DuplicateWindow, DefaultDuplicateWindow)
 	}
 	if w.partitions == 0 {
 		w.partitions = DefaultPartitions
@@ -411,7 +411,7 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, name string, create 
 		return s, nil
 	}
 	if !errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("agentlog: look up stream %s: %w", name, err)
+		return nil, fmt.Errorf("look up stream %s: %w", name, err)
 	}
 	s, err = js.CreateStream(ctx, create)
 	if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
@@ -424,7 +424,7 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, name string, create 
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("agentlog: create stream %s (subjects %v): %w", name, create.Subjects, err)
+		return nil, fmt.Errorf("create stream %s (subjects %v): %w", name, create.Subjects, err)
 	}
 	return s, nil
 }
@@ -444,10 +444,10 @@ func ensureBucket(ctx context.Context, js natsjs.JetStream, bucket string, w wan
 			kv, err = js.KeyValue(ctx, bucket) // created concurrently: check theirs below
 		}
 		if err != nil {
-			return nil, fmt.Errorf("agentlog: create KV bucket %s: %w", bucket, err)
+			return nil, fmt.Errorf("create KV bucket %s: %w", bucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 	}
 	if err := checkBucket(ctx, js, bucket, w); err != nil {
 		return nil, err
@@ -460,7 +460,7 @@ func checkBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want
 	what := "KV bucket " + bucket
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return fmt.Errorf("agentlog: look up the stream of KV bucket %s: %w", bucket, err)
+		return fmt.Errorf("look up the stream of KV bucket %s: %w", bucket, err)
 	}
 	c := s.CachedInfo().Config
 	switch {

@@ -56,7 +56,7 @@ func (s *Store) tail(ctx context.Context, id, where string, get func(context.Con
 		return Tail{}, nil
 	}
 	if err != nil {
-		return Tail{}, fmt.Errorf("agentlog: read the tail of session %q (subject %s)%s: %w", id, subject, where, err)
+		return Tail{}, fmt.Errorf("read the tail of session %q (subject %s)%s: %w", id, subject, where, err)
 	}
 	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
 	if err != nil {
@@ -83,7 +83,7 @@ func (s *Store) GetRecordFromLeader(ctx context.Context, id string, streamSeq ui
 		return Tail{}, false, nil
 	}
 	if err != nil {
-		return Tail{}, false, fmt.Errorf("agentlog: read stream seq %d of session %q from the stream leader: %w", streamSeq, id, err)
+		return Tail{}, false, fmt.Errorf("read stream seq %d of session %q from the stream leader: %w", streamSeq, id, err)
 	}
 	if msg.Subject != subject {
 		return Tail{}, false, nil
@@ -202,7 +202,7 @@ func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq ui
 // ErrLogChanged is returned (wrapped) by ReadRecordsAfter when the session's log no longer
 // reaches afterStreamSeq (its records were purged by an operator): what the caller read before is
 // not this log's prefix any more; read it again from the start.
-var ErrLogChanged = errors.New("agentlog: the session's log changed under the reader")
+var ErrLogChanged = errors.New("the session's log changed under the reader")
 
 // ReadRecordsAfter is ReadRecords for the records stored after stream seq afterStreamSeq, the last
 // record the caller has read; nextSeq is the event seq that record ended before (the next record
@@ -225,13 +225,13 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	case errors.Is(err, natsjs.ErrMsgNotFound):
 		target = 0
 	case err != nil:
-		return 0, fmt.Errorf("agentlog: read session %q: its last record from the stream leader: %w", id, err)
+		return 0, fmt.Errorf("read session %q: its last record from the stream leader: %w", id, err)
 	default:
 		target = last.Sequence
 	}
 	switch {
 	case target < afterStreamSeq:
-		return 0, fmt.Errorf("%w: session %q: its last record is stream seq %d, below stream seq %d already read", ErrLogChanged, id, target, afterStreamSeq)
+		return 0, fmt.Errorf("read session %q: %w: its last record is stream seq %d, below stream seq %d already read", id, ErrLogChanged, target, afterStreamSeq)
 	case target == afterStreamSeq:
 		return afterStreamSeq, nil // nothing new (or no records at all)
 	}
@@ -259,7 +259,7 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	for range directReadRecords {
 		m, err := s.leaderNextMsg(ctx, subject, lastStreamSeq+1)
 		if err != nil {
-			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
 		}
 		if err := take(m.Sequence, m.Header, m.Data); err != nil {
 			return 0, err
@@ -274,7 +274,7 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	}
 	cons, err := s.Stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("agentlog: read session %q: create ordered consumer on %s: %w", id, subject, err)
+		return 0, fmt.Errorf("read session %q: create ordered consumer on %s: %w", id, subject, err)
 	}
 	info := cons.CachedInfo()
 	defer func() {
@@ -290,18 +290,18 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	// allocation per Read, which dominated the CPU of a messages query).
 	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(readBatch, 4*int(s.MaxMsgSize)))
 	if err != nil {
-		return 0, fmt.Errorf("agentlog: read session %q: %w", id, err)
+		return 0, fmt.Errorf("read session %q: %w", id, err)
 	}
 	defer iter.Stop()
 
 	for {
 		msg, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {
-			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return 0, fmt.Errorf("agentlog: read session %q after stream seq %d: %w", id, lastStreamSeq, err)
+			return 0, fmt.Errorf("read session %q after stream seq %d: %w", id, lastStreamSeq, err)
 		}
 		if err := take(meta.Sequence.Stream, msg.Headers(), msg.Data()); err != nil {
 			return 0, err

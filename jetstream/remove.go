@@ -16,7 +16,7 @@ import (
 
 // ErrSessionDeleted is returned (wrapped) when a session was removed (RemoveSession), or is being
 // removed, under a writer: its metadata is gone, marked for removal, or another incarnation's.
-var ErrSessionDeleted = errors.New("agentlog: session deleted")
+var ErrSessionDeleted = errors.New("session deleted")
 
 // DeletingHeader marks a session's agentlog_sessions entry while RemoveSession removes it (value:
 // Unix ms). GetSessionInfo treats a marked entry as not found; CreateSession still sees it as taken.
@@ -61,10 +61,10 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	}
 	rm := Removed{Session: id, Projections: []string{}}
 	if s.Stream.CachedInfo().Config.DenyPurge {
-		return rm, fmt.Errorf("agentlog: remove session %q: stream %s denies purges (deny_purge)", id, StreamName)
+		return rm, fmt.Errorf("remove session %q: stream %s denies purges (deny_purge)", id, StreamName)
 	}
 	fail := func(what string, err error) (Removed, error) {
-		return rm, fmt.Errorf("agentlog: remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
+		return rm, fmt.Errorf("remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
 	}
 
 	// 1. Mark the metadata.
@@ -90,7 +90,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		if try < 3 && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
 			continue // changed meanwhile: read it again
 		}
-		return rm, fmt.Errorf("agentlog: remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return rm, fmt.Errorf("remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
 	}
 
 	if markRev == 0 {
@@ -184,7 +184,7 @@ func (s *Store) PurgeThrough(ctx context.Context, id string, lastStreamSeq uint6
 	}
 	n, err := s.purge(ctx, StreamName, subject, lastStreamSeq+1)
 	if err != nil {
-		return 0, fmt.Errorf("agentlog: session %q: purge its records through stream seq %d: %w", id, lastStreamSeq, err)
+		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", id, lastStreamSeq, err)
 	}
 	return n, nil
 }

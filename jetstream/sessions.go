@@ -14,10 +14,10 @@ import (
 )
 
 // ErrSessionExists is returned (wrapped) by CreateSession for an id already in agentlog_sessions.
-var ErrSessionExists = errors.New("agentlog: session already exists")
+var ErrSessionExists = errors.New("session already exists")
 
 // ErrSessionNotFound is returned (wrapped) when a session has no metadata.
-var ErrSessionNotFound = errors.New("agentlog: session not found")
+var ErrSessionNotFound = errors.New("session not found")
 
 // IncarnationHeader is the message header of a session's agentlog_sessions entry that holds its
 // incarnation, a random id given at create. A session deleted and created again under the same id
@@ -34,12 +34,12 @@ func NewIncarnation() string { return nuid.Next() }
 // a byte outside [A-Za-z0-9_-] (it goes into Nats-Msg-Id values).
 func CheckIncarnation(inc string) error {
 	if inc == "" || len(inc) > MaxIncarnationBytes {
-		return fmt.Errorf("agentlog: incarnation %q: want 1..%d bytes", inc, MaxIncarnationBytes)
+		return fmt.Errorf("incarnation %q: want 1..%d bytes", inc, MaxIncarnationBytes)
 	}
 	for i := 0; i < len(inc); i++ {
 		c := inc[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("agentlog: incarnation %q: byte %q is not in [A-Za-z0-9_-]", inc, c)
+			return fmt.Errorf("incarnation %q: byte %q is not in [A-Za-z0-9_-]", inc, c)
 		}
 	}
 	return nil
@@ -78,7 +78,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	var o createOpts
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return fmt.Errorf("agentlog: create session %q: %w", h.ID, err)
+			return fmt.Errorf("create session %q: %w", h.ID, err)
 		}
 	}
 	if o.incarnation == "" {
@@ -86,7 +86,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	}
 	val, err := headerValue(h)
 	if err != nil {
-		return fmt.Errorf("agentlog: session %q: encode header: %w", h.ID, err)
+		return fmt.Errorf("session %q: encode header: %w", h.ID, err)
 	}
 	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
 	// (re-create after DeleteSession) the delete marker that is the key's last entry.
@@ -102,16 +102,16 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 		}
 		last, gerr := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": subject})
 		if gerr != nil || !kvDeleted(last.Header) {
-			return fmt.Errorf("%w: session %q (key %s in KV bucket %s)", ErrSessionExists, h.ID, tok, SessionsBucket)
+			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, SessionsBucket)
 		}
 		expect = last.Sequence
 	}
 	if err != nil {
 		var apiErr *natsjs.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
-			return fmt.Errorf("%w: session %q (key %s in KV bucket %s)", ErrSessionExists, h.ID, tok, SessionsBucket)
+			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, SessionsBucket)
 		}
-		return fmt.Errorf("agentlog: create session %q (key %s in KV bucket %s): %w", h.ID, tok, SessionsBucket, err)
+		return fmt.Errorf("create session %q (key %s in KV bucket %s): %w", h.ID, tok, SessionsBucket, err)
 	}
 	return nil
 }
@@ -152,17 +152,17 @@ func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, err
 	}
 	e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": "$KV." + SessionsBucket + "." + tok})
 	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && (kvDeleted(e.Header) || e.Header.Get(DeletingHeader) != "")) {
-		return SessionInfo{}, fmt.Errorf("%w: session %q (no key %s in KV bucket %s)", ErrSessionNotFound, id, tok, SessionsBucket)
+		return SessionInfo{}, fmt.Errorf("read session %q: %w (no key %s in KV bucket %s)", id, ErrSessionNotFound, tok, SessionsBucket)
 	}
 	if err != nil {
-		return SessionInfo{}, fmt.Errorf("agentlog: read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return SessionInfo{}, fmt.Errorf("read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
 	}
 	var h session.Header
 	if err := json.Unmarshal(e.Data, &h); err != nil {
-		return SessionInfo{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, SessionsBucket, err)
+		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, SessionsBucket, err)
 	}
 	if h.ID != id {
-		return SessionInfo{}, fmt.Errorf("agentlog: session %q: the header at key %s in KV bucket %s names session %q", id, tok, SessionsBucket, h.ID)
+		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s names session %q", id, tok, SessionsBucket, h.ID)
 	}
 	if h.Raw == nil {
 		h.Raw = append(json.RawMessage(nil), e.Data...)
@@ -188,7 +188,7 @@ func headerValue(h session.Header) ([]byte, error) {
 }
 
 // ErrSessionHasEvents is returned (wrapped) by DeleteSession for a session whose log holds events.
-var ErrSessionHasEvents = errors.New("agentlog: session has events")
+var ErrSessionHasEvents = errors.New("session has events")
 
 // DeleteSession removes the metadata of a session whose log is empty, undoing a CreateSession that
 // was never followed by a write (a failed import, a fork that lost its guard). A session with
@@ -204,10 +204,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return err
 	}
 	if tail.NextSeq > 0 {
-		return fmt.Errorf("%w: session %q holds %d events; its metadata is kept", ErrSessionHasEvents, id, tail.NextSeq)
+		return fmt.Errorf("delete session %q: %w: it holds %d events; its metadata is kept", id, ErrSessionHasEvents, tail.NextSeq)
 	}
 	if err := s.Sessions.Delete(ctx, tok); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
-		return fmt.Errorf("agentlog: delete session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return fmt.Errorf("delete session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
 	}
 	return nil
 }

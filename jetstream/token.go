@@ -45,7 +45,7 @@ func Token(id string) (string, error) {
 // errors: "token-canonical", plus the id rules of Token.
 func IDFromToken(token string) (string, error) {
 	if token == "" {
-		return "", fmt.Errorf("agentlog: subject token %q: empty (rule token-canonical)", token)
+		return "", fmt.Errorf("subject token %q: empty (rule token-canonical)", token)
 	}
 	var b strings.Builder
 	b.Grow(len(token))
@@ -56,26 +56,26 @@ func IDFromToken(token string) (string, error) {
 			continue
 		}
 		if c != '_' {
-			return "", fmt.Errorf("agentlog: subject token %q: byte 0x%02X at offset %d is not in [A-Za-z0-9_-] (rule token-canonical)", token, c, i)
+			return "", fmt.Errorf("subject token %q: byte 0x%02X at offset %d is not in [A-Za-z0-9_-] (rule token-canonical)", token, c, i)
 		}
 		if i+2 >= len(token) {
-			return "", fmt.Errorf("agentlog: subject token %q: truncated escape at offset %d (rule token-canonical)", token, i)
+			return "", fmt.Errorf("subject token %q: truncated escape at offset %d (rule token-canonical)", token, i)
 		}
 		hi, ok1 := unhexUpper(token[i+1])
 		lo, ok2 := unhexUpper(token[i+2])
 		if !ok1 || !ok2 {
-			return "", fmt.Errorf("agentlog: subject token %q: escape %q at offset %d is not '_' plus two uppercase hex digits (rule token-canonical)", token, token[i:i+3], i)
+			return "", fmt.Errorf("subject token %q: escape %q at offset %d is not '_' plus two uppercase hex digits (rule token-canonical)", token, token[i:i+3], i)
 		}
 		v := hi<<4 | lo
 		if keepByte(v) {
-			return "", fmt.Errorf("agentlog: subject token %q: escape %q at offset %d encodes %q, which is kept unescaped (rule token-canonical)", token, token[i:i+3], i, string(rune(v)))
+			return "", fmt.Errorf("subject token %q: escape %q at offset %d encodes %q, which is kept unescaped (rule token-canonical)", token, token[i:i+3], i, string(rune(v)))
 		}
 		b.WriteByte(v)
 		i += 2
 	}
 	id := b.String()
 	if err := checkID(id); err != nil {
-		return "", fmt.Errorf("agentlog: subject token %q: %w", token, err)
+		return "", fmt.Errorf("subject token %q: %w", token, err)
 	}
 	return id, nil
 }
@@ -118,22 +118,22 @@ func PartitionSubject(p int) string {
 func ParseSubject(subject string, partitions int) (partition int, token, id string, err error) {
 	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
 	if !ok {
-		return 0, "", "", fmt.Errorf("agentlog: subject %q does not start with %s. (rule subject-shape)", subject, SubjectPrefix)
+		return 0, "", "", fmt.Errorf("subject %q does not start with %s. (rule subject-shape)", subject, SubjectPrefix)
 	}
 	ps, tok, ok := strings.Cut(rest, ".")
 	if !ok || strings.Contains(tok, ".") {
-		return 0, "", "", fmt.Errorf("agentlog: subject %q is not %s.<partition>.<token> (rule subject-shape)", subject, SubjectPrefix)
+		return 0, "", "", fmt.Errorf("subject %q is not %s.<partition>.<token> (rule subject-shape)", subject, SubjectPrefix)
 	}
 	p, perr := strconv.Atoi(ps)
 	if perr != nil || p < 0 || strconv.Itoa(p) != ps {
-		return 0, "", "", fmt.Errorf("agentlog: subject %q: partition %q is not a canonical non-negative integer (rule subject-shape)", subject, ps)
+		return 0, "", "", fmt.Errorf("subject %q: partition %q is not a canonical non-negative integer (rule subject-shape)", subject, ps)
 	}
 	id, err = IDFromToken(tok)
 	if err != nil {
 		return 0, "", "", err
 	}
 	if partitions >= 1 && Partition(tok, partitions) != p {
-		return 0, "", "", fmt.Errorf("agentlog: subject %q: session %q belongs to partition %d of %d, not %d (rule subject-shape)", subject, id, Partition(tok, partitions), partitions, p)
+		return 0, "", "", fmt.Errorf("subject %q: session %q belongs to partition %d of %d, not %d (rule subject-shape)", subject, id, Partition(tok, partitions), partitions, p)
 	}
 	return p, tok, id, nil
 }
@@ -167,11 +167,11 @@ func unhexUpper(c byte) (byte, bool) {
 func checkID(id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("agentlog: session id %q: empty (rule id-empty)", id)
+		return fmt.Errorf("session id %q: empty (rule id-empty)", id)
 	case len(id) > MaxSessionIDBytes:
-		return fmt.Errorf("agentlog: session id %.40q...: %d bytes, more than %d (rule id-too-long)", id, len(id), MaxSessionIDBytes)
+		return fmt.Errorf("session id %.40q...: %d bytes, more than %d (rule id-too-long)", id, len(id), MaxSessionIDBytes)
 	case !utf8.ValidString(id):
-		return fmt.Errorf("agentlog: session id %q: not valid UTF-8 (rule id-utf8)", id)
+		return fmt.Errorf("session id %q: not valid UTF-8 (rule id-utf8)", id)
 	}
 	return nil
 }

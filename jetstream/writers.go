@@ -26,14 +26,14 @@ const MinLeaseTTL = time.Second
 
 // ErrLeaseHeld is returned (wrapped, in a *LeaseHeldError) by AcquireLease when another writer's
 // lease on the session is live.
-var ErrLeaseHeld = errors.New("agentlog: session has a live writer")
+var ErrLeaseHeld = errors.New("session has a live writer")
 
 // ErrNoLease is returned (wrapped) by GetLease when the session has no live writer lease.
-var ErrNoLease = errors.New("agentlog: no live writer lease")
+var ErrNoLease = errors.New("no live writer lease")
 
 // ErrLeaseLost is returned (wrapped) by RenewLease when the lease is no longer the caller's: it
 // expired, or another writer took it over.
-var ErrLeaseLost = errors.New("agentlog: writer lease lost")
+var ErrLeaseLost = errors.New("writer lease lost")
 
 // Lease is the value of a writer lease: the writer's id, its host and process id, when it took the
 // lease (Since, Unix ms) and the TTL it renews it with (TTLMillis, ms).
@@ -54,7 +54,7 @@ type LeaseHeldError struct {
 }
 
 func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("agentlog: session %q is being written by writer %q (host %s, pid %d, since %s)",
+	return fmt.Sprintf("session %q is being written by writer %q (host %s, pid %d, since %s)",
 		e.Session, e.Holder.Writer, e.Holder.Host, e.Holder.PID, time.UnixMilli(e.Holder.Since).UTC().Format(time.RFC3339))
 }
 
@@ -72,10 +72,10 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 		return 0, err
 	}
 	if s.Writers == nil {
-		return 0, fmt.Errorf("agentlog: session %q: no KV bucket %s in this Store (use Provision or Open)", id, WritersBucket)
+		return 0, fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, WritersBucket)
 	}
 	if ttl < MinLeaseTTL {
-		return 0, fmt.Errorf("agentlog: session %q: lease TTL %s, want at least %s", id, ttl, MinLeaseTTL)
+		return 0, fmt.Errorf("session %q: lease TTL %s, want at least %s", id, ttl, MinLeaseTTL)
 	}
 	l.Session, l.TTLMillis = id, ttl.Milliseconds()
 	val, _ := json.Marshal(l)
@@ -87,7 +87,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 		return rev, nil
 	}
 	if !errors.Is(err, natsjs.ErrKeyExists) {
-		return 0, fmt.Errorf("agentlog: session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+		return 0, fmt.Errorf("session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
 	}
 	holder, _, gerr := s.GetLease(ctx, id)
 	if errors.Is(gerr, ErrNoLease) {
@@ -98,7 +98,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 		holder, _, gerr = s.GetLease(ctx, id)
 	}
 	if gerr != nil {
-		return 0, fmt.Errorf("agentlog: session %q: the writer lease is held, and reading it failed: %w", id, gerr)
+		return 0, fmt.Errorf("session %q: the writer lease is held, and reading it failed: %w", id, gerr)
 	}
 	return 0, &LeaseHeldError{Session: id, Holder: holder}
 }
@@ -128,7 +128,7 @@ func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl ti
 		if rev != nil && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
 			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, WritersBucket, *rev)
 		}
-		return 0, fmt.Errorf("agentlog: write the writer lease (key %s in KV bucket %s): %w", tok, WritersBucket, err)
+		return 0, fmt.Errorf("write the writer lease (key %s in KV bucket %s): %w", tok, WritersBucket, err)
 	}
 	return ack.Sequence, nil
 }
@@ -145,11 +145,11 @@ func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) 
 		return Lease{}, 0, fmt.Errorf("%w: session %q", ErrNoLease, id)
 	}
 	if err != nil {
-		return Lease{}, 0, fmt.Errorf("agentlog: session %q: read the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+		return Lease{}, 0, fmt.Errorf("session %q: read the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
 	}
 	var l Lease
 	if err := json.Unmarshal(e.Value(), &l); err != nil {
-		return Lease{}, 0, fmt.Errorf("agentlog: session %q: the writer lease at key %s does not decode: %w", id, tok, err)
+		return Lease{}, 0, fmt.Errorf("session %q: the writer lease at key %s does not decode: %w", id, tok, err)
 	}
 	return l, e.Revision(), nil
 }
@@ -167,7 +167,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
 		(errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)) {
 		return nil
 	}
-	return fmt.Errorf("agentlog: session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, WritersBucket, strconv.FormatUint(rev, 10), err)
+	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, WritersBucket, strconv.FormatUint(rev, 10), err)
 }
 
 // ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
@@ -187,14 +187,14 @@ func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int)
 			kv, err = js.KeyValue(ctx, WritersBucket)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("agentlog: create KV bucket %s: %w", WritersBucket, err)
+			return nil, fmt.Errorf("create KV bucket %s: %w", WritersBucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("agentlog: look up KV bucket %s: %w", WritersBucket, err)
+		return nil, fmt.Errorf("look up KV bucket %s: %w", WritersBucket, err)
 	}
 	st, err := js.Stream(ctx, "KV_"+WritersBucket)
 	if err != nil {
-		return nil, fmt.Errorf("agentlog: look up the stream of KV bucket %s: %w", WritersBucket, err)
+		return nil, fmt.Errorf("look up the stream of KV bucket %s: %w", WritersBucket, err)
 	}
 	c := st.CachedInfo().Config
 	switch {

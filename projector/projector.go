@@ -334,7 +334,7 @@ func (l *logLookup) loadLog() error {
 		if errors.As(err, &se) {
 			return err // the log itself is bad: a session error, not a transient one
 		}
-		l.transient = &transientError{fmt.Errorf("session %q: reading the log: %w", l.id, err)}
+		l.transient = &transientError{fmt.Errorf("reading the log: %w", err)} // err names the session
 		return l.transient
 	}
 	l.log, l.loaded, l.lastStreamSeq = events, true, last

@@ -3,10 +3,8 @@ package projector
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/client"
@@ -88,12 +86,8 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 			if q.Nodes != nil {
 				code = client.CodeBadRequest
 			}
-			msg := err.Error()
-			var se *session.Error
-			if errors.As(err, &se) && se.Session == "" {
-				msg = strings.TrimPrefix(se.Error(), `session "" `) // DeriveMessages does not know the session; this reply names it
-			}
-			r.fail(code, fmt.Sprintf("session %q: deriving the message of surface node seq %d at asOfSeq %d: %s", q.Session, seq, proj.AsOfSeq, msg))
+			// DeriveMessages does not know the session (its *session.Error has none): this reply names it.
+			r.fail(code, fmt.Sprintf("session %q: deriving the message of surface node seq %d at asOfSeq %d: %v", q.Session, seq, proj.AsOfSeq, err))
 			return
 		}
 		var add int64

@@ -90,7 +90,7 @@ func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, 
 func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
 	token, err := ajs.Token(id)
 	if err != nil {
-		return false, false, fmt.Errorf("session %q: %w", id, err)
+		return false, false, err // names the id
 	}
 	d := defs[len(defs)-1]
 	key := UnitKey(d.Key, token)
@@ -111,7 +111,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		ss := newSessState(defs, token, h)
 		ss.incarnation = inc
 		if err := catchUp(ctx, store, ss); err != nil {
-			return false, false, fmt.Errorf("session %q: %w", id, err)
+			return false, false, fmt.Errorf("folding the log: %w", err) // err names the session
 		}
 		u := ss.units[len(ss.units)-1]
 		if ss.gate().asOfSeq < 0 && ss.gate().err == nil {

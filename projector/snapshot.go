@@ -33,7 +33,7 @@ func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string, refolded func(cause, desc string, fresh *sessState)) (client.SnapshotReply, error) {
 	token, err := ajs.Token(id)
 	if err != nil {
-		return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+		return client.SnapshotReply{}, err // names the id
 	}
 	defs := reg.list()
 	var ss *sessState
@@ -51,7 +51,7 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		}
 		if attempt == 10 {
 			if err := catchUp(ctx, store, ss); err != nil {
-				return client.SnapshotReply{}, fmt.Errorf("session %q: %w", id, err)
+				return client.SnapshotReply{}, fmt.Errorf("folding the log: %w", err) // err names the session
 			}
 			_, _ = writeSessions(ctx, store.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
 			break

@@ -15,33 +15,33 @@ var (
 	// ErrSessionExists is returned (wrapped) by Publisher.Create for an id already registered in the
 	// agentlog_sessions KV bucket. It wraps jetstream.ErrSessionExists. The reference's fork code for
 	// the same condition is SESSION_ALREADY_EXISTS.
-	ErrSessionExists error = &sentinel{"publisher: session already exists", jetstream.ErrSessionExists}
+	ErrSessionExists error = &sentinel{"session already exists", jetstream.ErrSessionExists}
 
 	// ErrClosed is returned by Writer.Append/Emit after Writer.Close (or Publisher.Close) began, and by
 	// Publisher.Create/Open after Publisher.Close.
-	ErrClosed = errors.New("publisher: writer closed")
+	ErrClosed = errors.New("writer closed")
 
 	// ErrConflict is returned (wrapped, inside a *WriteError) when the
 	// Nats-Expected-Last-Subject-Sequence guard of a write fails and the session's tail record is not
 	// this writer's own: another writer appended to the session. It wraps jetstream.ErrConflict.
 	// The writer is fenced from then on.
-	ErrConflict error = &sentinel{"publisher: session log changed under this writer (guard conflict)", jetstream.ErrConflict}
+	ErrConflict error = &sentinel{"session log changed under this writer", jetstream.ErrConflict}
 
 	// ErrFenced is returned (wrapped) by every call on a Writer that stopped writing its session:
 	// a write hit ErrConflict, its acknowledged events were lost (ErrAckedLost), or another writer
 	// took its lease over (Open with Takeover). The *WriteError that fenced it wraps ErrFenced too.
 	// Its pending events are not written; reopen the session with Publisher.Open to continue from
 	// the stored log.
-	ErrFenced = errors.New("publisher: writer fenced (after a guard conflict, a takeover or lost acknowledged events)")
+	ErrFenced = errors.New("writer fenced (after a guard conflict, a takeover or lost acknowledged events)")
 
 	// ErrSessionLive is returned (wrapped, in a *LiveError) by Publisher.Open and Create when
 	// another writer's lease on the session is live.
-	ErrSessionLive = errors.New("publisher: session has a live writer")
+	ErrSessionLive = errors.New("session has a live writer")
 
 	// ErrAckedLost is returned (wrapped, in an *AckedLostError inside a *WriteError) when the
 	// stored log no longer holds events this writer had acknowledged as durable (the server lost
 	// them, or the subject was purged). The writer is fenced: it writes nothing more.
-	ErrAckedLost = errors.New("publisher: acknowledged events lost from the stored log")
+	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
 	// removed (jetstream.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
@@ -51,11 +51,10 @@ var (
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
 	// never repeat).
-	ErrAlreadyOpen = errors.New("publisher: session already has an open writer in this publisher")
+	ErrAlreadyOpen = errors.New("the session already has an open writer in this publisher")
 )
 
-// sentinel is an error with its own text that also matches (errors.Is) the error it stands for,
-// so that its text never repeats a prefix ("publisher: agentlog: ...").
+// sentinel is an error with its own text that also matches (errors.Is) the error it stands for.
 type sentinel struct {
 	msg  string
 	base error
@@ -68,7 +67,7 @@ func (e *sentinel) Unwrap() error { return e.base }
 // the event would make the Writer hold more than Options.MaxPendingBytes of events that are not
 // yet durable — typically because the store keeps failing. The event is not admitted (NextSeq is
 // unchanged): Flush (which retries the failed write at once) and append it again.
-var ErrBacklog = errors.New("publisher: too many events pending")
+var ErrBacklog = errors.New("too many events pending")
 
 // LiveError is the refusal of Open (or Create) of a session whose writer lease is live: the
 // session and the lease holder (writer id, host, pid, Since in Unix ms). It wraps ErrSessionLive.
@@ -89,7 +88,8 @@ func (e *LiveError) Error() string {
 func (e *LiveError) Unwrap() error { return ErrSessionLive }
 
 // AckedLostError names the session and the acknowledged seqs FromSeq..ToSeq that the stored log
-// no longer holds (at least those), with what the writer found there. It wraps ErrAckedLost.
+// no longer holds (at least those), with what the writer found there. It wraps ErrAckedLost. It
+// comes inside a *WriteError, whose text names the session, so its own text does not.
 type AckedLostError struct {
 	Session string
 	FromSeq int64
@@ -98,8 +98,8 @@ type AckedLostError struct {
 }
 
 func (e *AckedLostError) Error() string {
-	return fmt.Sprintf("publisher: session %q: acknowledged events %d..%d are no longer in the stored log (%s); the writer stops writing this session",
-		e.Session, e.FromSeq, e.ToSeq, e.Detail)
+	return fmt.Sprintf("acknowledged events %d..%d are no longer in the stored log (%s); the writer stops writing this session",
+		e.FromSeq, e.ToSeq, e.Detail)
 }
 
 func (e *AckedLostError) Unwrap() error { return ErrAckedLost }
@@ -141,9 +141,29 @@ type WriteError struct {
 	Fenced   bool
 }
 
-func (e *WriteError) Error() string {
-	return fmt.Sprintf("publisher: session %q: write of seqs %d..%d failed: %v", e.Session, e.FirstSeq, e.LastSeq, e.Err)
+// Error names the session through Err: every error of a write names it (ARCHITECTURE.md, Errors).
+func (e *WriteError) Error() string { return "publisher: " + e.text() }
+
+func (e *WriteError) text() string {
+	return fmt.Sprintf("write of seqs %d..%d failed: %v", e.FirstSeq, e.LastSeq, e.Err)
 }
+
+// fencedError is what a call on a Writer fenced by the write error fenced returns: it wraps
+// ErrFenced and fenced, whose text follows without a second "publisher: ".
+func fencedError(fenced error) error {
+	var we *WriteError
+	if errors.As(fenced, &we) {
+		return fmt.Errorf("publisher: %w: %w", ErrFenced, unprefixed{we})
+	}
+	return fmt.Errorf("publisher: %w: %w", ErrFenced, fenced)
+}
+
+// unprefixed is a *WriteError inside another publisher error: the same error, its text without
+// the package prefix.
+type unprefixed struct{ *WriteError }
+
+func (u unprefixed) Error() string { return u.text() }
+func (u unprefixed) Unwrap() error { return u.WriteError }
 
 func (e *WriteError) Unwrap() []error {
 	if e.Fenced {
@@ -174,4 +194,13 @@ func transient(err error) bool {
 		}
 	}
 	return false
+}
+
+// ctxError is a write that ended with its context: it names the session, through the last try's
+// error when there was one.
+func ctxError(id string, err, lastErr error) error {
+	if lastErr != nil {
+		return fmt.Errorf("%w (last try: %v)", err, lastErr)
+	}
+	return fmt.Errorf("session %q: %w", id, err)
 }

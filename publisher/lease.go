@@ -38,6 +38,7 @@ func (p *Publisher) connGen() uint64 {
 // a.streamSeq continues the log. An *AckedLostError when acknowledged events are gone; an error
 // wrapping ErrConflict when another writer appended after them. A tail that has our guard but does
 // not end at a.nextSeq is never written after (agentlog never writes a seq gap).
+// Its errors leave naming the session to the caller.
 func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t jetstream.Tail) error {
 	if t.LastStreamSeq == a.streamSeq && t.NextSeq == a.nextSeq && (a.msgID == "" || t.LastMsgID == a.msgID) {
 		return nil
@@ -197,7 +198,7 @@ func (w *Writer) leaseLost(holder jetstream.Lease) {
 		return
 	}
 	we := &WriteError{Session: w.id, FirstSeq: w.durableNext, LastSeq: w.nextSeq - 1, Fenced: true,
-		Err: fmt.Errorf("%w: writer %q (host %s, pid %d) took the session over", jetstream.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
+		Err: fmt.Errorf("session %q: %w: writer %q (host %s, pid %d) took the session over", w.id, jetstream.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
 	w.fenceLocked(we)
 	w.mu.Unlock()
 	w.p.publishReport(w.token, we)

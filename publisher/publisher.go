@@ -209,7 +209,7 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
 	token, err := jetstream.Token(h.ID)
 	if err != nil {
-		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
 	if err := p.reserve(h.ID); err != nil {
 		return nil, err
@@ -220,20 +220,20 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		p.release(h.ID, nil)
 		if errors.Is(err, ErrSessionLive) {
 			if _, gerr := p.store.GetSession(ctx, h.ID); gerr == nil {
-				return nil, fmt.Errorf("session %q already exists: %w", h.ID, ErrSessionExists)
+				return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 			}
 			return nil, err // a *LiveError, naming the session
 		}
-		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
 	inc := jetstream.NewIncarnation()
 	if err := p.store.CreateSession(ctx, h, jetstream.WithIncarnation(inc)); err != nil {
 		p.releaseLease(h.ID, rev)
 		p.release(h.ID, nil)
 		if errors.Is(err, jetstream.ErrSessionExists) {
-			return nil, fmt.Errorf("%w: session %q", ErrSessionExists, h.ID)
+			return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 		}
-		return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, err)
+		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
 	w := newWriter(p, h.ID, token, inc, session.NewSurface(), acked{})
 	w.lease, w.leaseRev, w.validGen = lease, rev, gen
@@ -277,7 +277,7 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 	}
 	token, err := jetstream.Token(id)
 	if err != nil {
-		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
+		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
 	if err := p.reserve(id); err != nil {
 		return nil, err
@@ -289,7 +289,7 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		if errors.Is(err, ErrSessionLive) {
 			return nil, err // a *LiveError, naming the session
 		}
-		return nil, fmt.Errorf("publisher: open session %q: %w", id, err)
+		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
 	w, err := p.open(ctx, id, token)
 	if err != nil {
@@ -304,20 +304,16 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 	return w, nil
 }
 
-// openError wraps err from opening session id, naming the session once: a *session.Error names
-// it already.
-func openError(id, what string, err error) error {
-	var se *session.Error
-	if errors.As(err, &se) && se.Session == id {
-		return fmt.Errorf("publisher: open: %s: %w", what, err)
-	}
-	return fmt.Errorf("publisher: open session %q: %s: %w", id, what, err)
+// openError wraps err from opening session id: err names the session already (the store's errors
+// and a *session.Error do).
+func openError(what string, err error) error {
+	return fmt.Errorf("publisher: open: %s: %w", what, err)
 }
 
 func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
 	info, err := p.store.GetSessionInfo(ctx, id)
 	if err != nil && !errors.Is(err, jetstream.ErrSessionNotFound) {
-		return nil, fmt.Errorf("publisher: open session %q: read metadata: %w", id, err)
+		return nil, openError("read metadata", err)
 	}
 	hasMeta := err == nil
 	events, lastStreamSeq, err := p.store.Read(ctx, id)
@@ -325,14 +321,14 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
 	if err != nil {
-		return nil, openError(id, "read log", err)
+		return nil, openError("read log", err)
 	}
 	if len(events) == 0 && !hasMeta {
 		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, jetstream.ErrSessionNotFound)
 	}
 	sess, err := session.Load(id, events)
 	if err != nil {
-		return nil, openError(id, "stored log refused", err)
+		return nil, openError("stored log refused", err)
 	}
 	events = nil // the Writer keeps only the Surface
 
@@ -340,14 +336,14 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	tail := sess.Repair()
 	for _, ev := range tail {
 		if err := sess.Append(ev); err != nil {
-			return nil, openError(id, "crash-repair closer refused", err)
+			return nil, openError("crash-repair closer refused", err)
 		}
 	}
 	all := sess.Events()
 	if len(all) == 0 || all[len(all)-1].Type != "session/end-seed" {
 		marker := session.EndSeed(sess.NextSeq(), p.opts.Now().UnixMilli())
 		if err := sess.Append(marker); err != nil {
-			return nil, openError(id, "end-seed marker refused", err)
+			return nil, openError("end-seed marker refused", err)
 		}
 		tail = append(tail, marker)
 	}
@@ -362,7 +358,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
 			p.publishReport(token, we)
-			return nil, fmt.Errorf("publisher: open session %q: resume record: %w", id, we)
+			return nil, we
 		}
 		a = acked{streamSeq: res, msgID: msgID, firstSeq: tail[0].Seq, nextSeq: surface.AsOfSeq + 1}
 	} else if lastStreamSeq > 0 {
@@ -370,7 +366,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		// tail can tell it from another record at the same stream seq.
 		t, err := p.tailFromLeader(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("publisher: open session %q: read the tail: %w", id, err)
+			return nil, openError("read the tail", err)
 		}
 		if t.LastStreamSeq != lastStreamSeq || t.NextSeq != a.nextSeq {
 			return nil, fmt.Errorf("publisher: open session %q: the log changed while it was opened (tail at stream seq %d, next seq %d; read %d, %d): %w",
@@ -490,7 +486,7 @@ func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validG
 			return t.LastStreamSeq, false, gen, nil // an earlier try, whose answer was lost, is stored
 		}
 		if err := p.checkTail(ctx, id, a, t); err != nil {
-			return 0, false, validGen, err
+			return 0, false, validGen, fmt.Errorf("session %q: %w", id, err) // checkTail leaves naming it to its caller
 		}
 	}
 	seq, maybeStored, err := p.writeRecordX(ctx, id, a, msgID, events)
@@ -522,8 +518,8 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 		if err == nil {
 			if res.Duplicate && res.StreamSeq <= guard {
 				// The server deduplicated against a record older than our guard: not ours.
-				return 0, backoff.Permanent(fmt.Errorf("%w: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
-					ErrConflict, msgID, res.StreamSeq, guard))
+				return 0, backoff.Permanent(fmt.Errorf("%w: session %q: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
+					ErrConflict, id, msgID, res.StreamSeq, guard))
 			}
 			if res.Duplicate {
 				// An earlier try was stored. Make sure it is this very record (same events) and
@@ -538,7 +534,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 					return 0, backoff.Permanent(lastErr)
 				}
 				if tail.LastStreamSeq != res.StreamSeq || tail.NextSeq != last+1 {
-					return 0, backoff.Permanent(fmt.Errorf("publisher: session %q: Nats-Msg-Id %q was deduplicated as stream seq %d, but the tail record is stream seq %d ending before seq %d, not this record of seqs %d..%d",
+					return 0, backoff.Permanent(fmt.Errorf("session %q: Nats-Msg-Id %q was deduplicated as stream seq %d, but the tail record is stream seq %d ending before seq %d, not this record of seqs %d..%d",
 						id, msgID, res.StreamSeq, tail.LastStreamSeq, tail.NextSeq, events[0].Seq, last))
 				}
 			}
@@ -579,8 +575,8 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 		backoff.WithMaxElapsedTime(p.opts.RetryBudget),
 	)
 	seq, err := backoff.RetryWithData(op, backoff.WithContext(b, ctx))
-	if err != nil && lastErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
-		err = fmt.Errorf("%w (last try: %v)", err, lastErr)
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
+		err = ctxError(id, err, lastErr) // the store's errors name the session; ctx's do not
 	}
 	if isFencing(err) {
 		maybeStored = false // fenced: the events are dropped

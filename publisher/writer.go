@@ -176,7 +176,7 @@ func (w *Writer) usableLocked() error {
 }
 
 func (w *Writer) fencedErrLocked() error {
-	return fmt.Errorf("publisher: session %q: %w (%w)", w.id, ErrFenced, w.fenced)
+	return fencedError(w.fenced)
 }
 
 func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
@@ -282,7 +282,7 @@ func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 		return *found, nil
 	}
 	if err != nil {
-		return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: %w", w.id, seq, err)
+		return session.Event{}, fmt.Errorf("publisher: look up seq %d: %w", seq, err)
 	}
 	return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: not in the stored log", w.id, seq)
 }

@@ -2,24 +2,38 @@ package session
 
 import "strconv"
 
-// Error renders e as `session "<id>"[ line L][ seq S]: <reason> [rule <rule>]`.
+// Error renders e as `session "<id>"[ line L][ seq S]: <reason> [rule <rule>]`; an Error with no
+// session (DeriveMessages does not know it) leaves `session "<id>"` out.
 func (e *Error) Error() string {
 	b := make([]byte, 0, 32+len(e.Session)+len(e.Reason)+len(e.Rule))
-	b = append(b, "session "...)
-	b = strconv.AppendQuote(b, e.Session)
+	if e.Session != "" {
+		b = append(b, "session "...)
+		b = strconv.AppendQuote(b, e.Session)
+	}
 	if e.Line > 0 {
-		b = append(b, " line "...)
+		b = appendSpace(b)
+		b = append(b, "line "...)
 		b = strconv.AppendInt(b, int64(e.Line), 10)
 	}
 	if e.Seq >= 0 {
-		b = append(b, " seq "...)
+		b = appendSpace(b)
+		b = append(b, "seq "...)
 		b = strconv.AppendInt(b, e.Seq, 10)
 	}
-	b = append(b, ": "...)
+	if len(b) > 0 {
+		b = append(b, ": "...)
+	}
 	b = append(b, e.Reason...)
 	b = append(b, " [rule "...)
 	b = append(b, e.Rule...)
 	return string(append(b, ']'))
+}
+
+func appendSpace(b []byte) []byte {
+	if len(b) > 0 {
+		b = append(b, ' ')
+	}
+	return b
 }
 
 // Is reports whether target is an *Error with e's rule, so that

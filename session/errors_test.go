@@ -13,7 +13,8 @@ func TestErrorText(t *testing.T) {
 	}{
 		{NewError("s", 3, 0, RuleSeqContiguous, "expected seq 2"), `session "s" seq 3: expected seq 2 [rule seq-contiguous]`},
 		{NewError("a\"b", -1, 7, RuleJSON, "bad"), `session "a\"b" line 7: bad [rule json]`},
-		{NewError("", 0, 2, RuleData, "x"), `session "" line 2 seq 0: x [rule data]`},
+		{NewError("", 0, 2, RuleData, "x"), `line 2 seq 0: x [rule data]`},
+		{NewError("", -1, 0, RuleData, "x"), `x [rule data]`},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("Error() = %q, want %q", got, c.want)

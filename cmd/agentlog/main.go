@@ -49,16 +49,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(ee.err.Error(), "agentlog: "))
+			fmt.Fprintln(stderr, "agentlog:", ee.err)
 		}
 		return ee.code
 	}
 	var ue *usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command ") {
-		fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(err.Error(), "agentlog: "))
+		fmt.Fprintln(stderr, "agentlog:", err)
 		return 2
 	}
-	fmt.Fprintln(stderr, "agentlog:", strings.TrimPrefix(err.Error(), "agentlog: "))
+	fmt.Fprintln(stderr, "agentlog:", err)
 	return 1
 }
 

@@ -76,7 +76,8 @@ Quick start:
 	return root
 }
 
-// args returns a cobra.PositionalArgs that reports a usage error unless exactly n args are given.
+// exactArgs returns a cobra.PositionalArgs that reports a usage error unless exactly n args are
+// given; what says in the message what it takes ("one session ID", "no arguments").
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(c *cobra.Command, args []string) error {
 		if len(args) != n {

@@ -102,7 +102,7 @@ func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Ev
 		return session.Header{}, nil, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
 	}
 	if _, err := session.Load(h.ID, events); err != nil {
-		return session.Header{}, nil, fmt.Errorf("%s: session %q refused, nothing written: %w", name, h.ID, err)
+		return session.Header{}, nil, fmt.Errorf("%s: refused, nothing written: %w", name, err)
 	}
 	return h, events, nil
 }
@@ -145,23 +145,23 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 // rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
 // is cancelled and waited for), then reads the log from the stream leader and, when it is empty,
 // removes the session's metadata so that the import can be retried. It returns the cause with what
-// the store now holds.
+// the store now holds (cause names the session).
 func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause error) error {
 	uncertain := w.Abort()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if uncertain {
-		return fmt.Errorf("%w; a write got no answer, so session %q may hold part of the import: check it with `agentlog events`", cause, id)
+		return fmt.Errorf("%w; a write got no answer, so the session may hold part of the import: check it with `agentlog events`", cause)
 	}
 	events, _, err := store.Read(ctx, id) // through the stream leader, unlike a direct get
 	if err != nil {
-		return fmt.Errorf("%w; session %q may be left with metadata and no events: %v", cause, id, err)
+		return fmt.Errorf("%w; the session may be left with metadata and no events: %v", cause, err)
 	}
 	if len(events) > 0 {
-		return fmt.Errorf("%w; session %q holds %d events", cause, id, len(events))
+		return fmt.Errorf("%w; the session holds %d events", cause, len(events))
 	}
 	if err := store.DeleteSession(ctx, id); err != nil {
-		return fmt.Errorf("%w; session %q is left with metadata and no events: %v", cause, id, err)
+		return fmt.Errorf("%w; the session is left with metadata and no events: %v", cause, err)
 	}
 	return fmt.Errorf("%w; nothing was written", cause)
 }

@@ -56,7 +56,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	}
 	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev"})
 	if err != nil {
-		return nil, fmt.Errorf("start embedded nats-server (data %s, listen %s): %w", o.DataDir, o.Listen, err)
+		return nil, err // natsdev names the server, its data directory and address
 	}
 	s := &stack{srv: srv, url: srv.ClientURL()}
 	defer func() {

@@ -24,12 +24,12 @@ func Connect(url string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream, err
 	}, opts...)
 	nc, err := nats.Connect(url, all...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("agentlog: connect to NATS at %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	js, err := natsjs.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("agentlog: JetStream on %s: %w", url, err)
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", url, err)
 	}
 	return nc, js, nil
 }

@@ -39,10 +39,10 @@ const ReadyTimeout = 10 * time.Second
 // server on it is refused at once, as is a busy port; errors name the directory and address.
 func RunServer(opts ServerOptions) (*server.Server, error) {
 	if opts.DataDir == "" {
-		return nil, errors.New("agentlog: embedded nats-server: DataDir is required (JetStream file storage directory)")
+		return nil, errors.New("embedded nats-server: DataDir is required (JetStream file storage directory)")
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("agentlog: embedded nats-server: data directory %s: %w", opts.DataDir, err)
+		return nil, fmt.Errorf("embedded nats-server: data directory %s: %w", opts.DataDir, err)
 	}
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
@@ -54,11 +54,11 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		opts.ServerName = "agentlog-embedded"
 	}
 	if opts.MaxPayload < 0 {
-		return nil, fmt.Errorf("agentlog: embedded nats-server: max payload %d bytes, want ≥ 0", opts.MaxPayload)
+		return nil, fmt.Errorf("embedded nats-server: max payload %d bytes, want ≥ 0", opts.MaxPayload)
 	}
 	lock, err := lockDataDir(opts.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("agentlog: embedded nats-server: %w", err)
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
 	unlock := func() {
 		if lock != nil {
@@ -71,7 +71,7 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		l, err := net.Listen("tcp", listen)
 		if err != nil {
 			unlock()
-			return nil, fmt.Errorf("agentlog: embedded nats-server: cannot listen on %s: %w", listen, err)
+			return nil, fmt.Errorf("embedded nats-server: cannot listen on %s: %w", listen, err)
 		}
 		l.Close()
 	}
@@ -89,7 +89,7 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		unlock()
-		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s): %w", opts.DataDir, listen, err)
+		return nil, fmt.Errorf("embedded nats-server (data %s, listen %s): %w", opts.DataDir, listen, err)
 	}
 	if opts.Logs {
 		srv.ConfigureLogger()
@@ -99,13 +99,13 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 	if !srv.ReadyForConnections(ReadyTimeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) not ready for connections within %s (see the server log with ServerOptions.Logs)",
+		return nil, fmt.Errorf("embedded nats-server (data %s, listen %s) not ready for connections within %s (see the server log with ServerOptions.Logs)",
 			opts.DataDir, listen, ReadyTimeout)
 	}
 	if !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("agentlog: embedded nats-server (data %s, listen %s) started without JetStream (data directory not writable? see the server log with ServerOptions.Logs)",
+		return nil, fmt.Errorf("embedded nats-server (data %s, listen %s) started without JetStream (data directory not writable? see the server log with ServerOptions.Logs)",
 			opts.DataDir, listen)
 	}
 	return srv, nil
