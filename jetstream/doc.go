@@ -1,6 +1,9 @@
-// Package jetstream maps agentlog sessions onto NATS JetStream: idempotent provisioning of the
-// AGENTLOG stream, the agentlog_sessions and agentlog_projections KV buckets and the AGENTLOG_ERRORS
-// stream; the injective mapping from session id to subject token; the record codec (one JetStream
-// message carries 1..K consecutive events of one session); guarded append with
-// Nats-Expected-Last-Subject-Sequence; and reading a session's events in order.
+// Package jetstream maps agentlog sessions onto NATS JetStream: provisioning (Provision, Open),
+// the session id to subject token mapping (Token, Partition), the record codec (EncodeRecord,
+// DecodeRecord), guarded append (Store.Append) and reading a session in order (Store.Read,
+// Store.GetTail), and session metadata (CreateSession, GetSession).
+//
+// Errors name the session and carry no package prefix; refusals of a record are *session.Error,
+// conditions are sentinels (ErrConflict, ErrSessionNotFound, ErrNotProvisioned, ...) matched with
+// errors.Is. The layout and why: ARCHITECTURE.md ("Where state lives", "An append").
 package jetstream

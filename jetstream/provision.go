@@ -11,7 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// Names of what Provision creates (design.md §3).
+// Names of what Provision creates (ARCHITECTURE.md, "Where state lives").
 const (
 	StreamName        = "AGENTLOG"
 	SubjectPrefix     = "agentlog.session" // agentlog.session.<partition>.<token>
@@ -76,7 +76,7 @@ type Store struct {
 // setting, an existing stream or bucket whose config it cannot use (wrong subjects, storage,
 // partition count, DenyDelete off, ...).
 //
-// It creates (design.md §3):
+// It creates:
 //   - stream AGENTLOG on agentlog.session.>: file storage, S2 compression, AllowDirect, DenyDelete,
 //     AllowAtomicPublish (for split records, ADR-50), limits retention with no limits, Duplicates =
 //     cfg.DuplicateWindow, MaxMsgSize = cfg.MaxMsgSize, Replicas, and metadata agentlog.partitions

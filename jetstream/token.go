@@ -14,7 +14,7 @@ const MaxSessionIDBytes = 256
 // Token maps a session id (any UTF-8, 1..256 bytes) to its subject token: injective, reversible,
 // never containing '.', '*', '>', whitespace or control characters. Errors name the id and the rule.
 //
-// Scheme (design.md §2, "a subject token cannot contain . * > or whitespace"): every byte in
+// Scheme (ARCHITECTURE.md, "Token"; a subject token cannot contain . * > or whitespace): every byte in
 // [A-Za-z0-9-] is kept as is, every other byte (including '_' itself, and each byte of a multi-byte
 // UTF-8 character) is written as '_' followed by two uppercase hex digits. So "a.b" → "a_2Eb",
 // "x_y" → "x_5Fy", "é" → "_C3_A9". The token is 1..768 bytes of [A-Za-z0-9_-]: also a valid KV key
@@ -81,7 +81,7 @@ func IDFromToken(token string) (string, error) {
 }
 
 // Partition returns the partition of a subject token: FNV-1a 32-bit of the token's bytes modulo
-// partitions (design.md §3). partitions must be ≥ 1; a smaller value is treated as 1.
+// partitions. partitions must be ≥ 1; a smaller value is treated as 1.
 func Partition(token string, partitions int) int {
 	if partitions < 1 {
 		partitions = 1
@@ -139,7 +139,7 @@ func ParseSubject(subject string, partitions int) (partition int, token, id stri
 }
 
 // ErrorsSubject returns agentlog.errors.<token> for id: where agent/error reports of the session
-// are published (design.md §3).
+// are published.
 func ErrorsSubject(id string) (string, error) {
 	tok, err := Token(id)
 	if err != nil {

@@ -1,10 +1,11 @@
-// Package publisher is the library agents use to create sessions and append events to them.
+// Package publisher is the library agents use to create or resume sessions (Publisher.Create,
+// Publisher.Open) and append events (Writer.Append, Writer.Emit) in a 200 ms batching window;
+// Writer.Flush returns once the events are durable.
 //
-// It validates each event synchronously at Append, batches a session's events in a fixed window
-// (200 ms by default), writes each batch as one guarded record, returns from Flush only once the
-// events are durable, fences off concurrent writers with the Nats-Expected-Last-Subject-Sequence
-// guard, and on failure keeps the events pending and reports the error on a channel. It never
-// writes a failure into the log. Each Writer holds a lease on its session (KV agentlog_writers, TTL
-// Options.LeaseTTL) so that Open refuses a session whose writer is alive, and it checks the stored
-// tail against what it acknowledged after a reconnect and on every conflict (ErrAckedLost).
+// Append refuses an invalid event at once with a *session.Error. A failed write is a *WriteError
+// on Writer.Errors and from Flush/Close, and its events stay pending; another writer's append
+// fences this one (ErrConflict, then ErrFenced). A failure is never written into the log. Each
+// Writer holds a lease on its session (Options.LeaseTTL): Open of a session whose writer is alive
+// is a *LiveError unless Takeover(); acknowledged events missing from the log are an
+// *AckedLostError (ErrAckedLost). How an append flows and why: ARCHITECTURE.md, "An append".
 package publisher

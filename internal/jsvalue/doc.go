@@ -1,12 +1,9 @@
-// Package jsvalue models the JavaScript values JSON.parse produces, so that Go code can reproduce
-// exactly what JavaScript does with them: property access on undefined or null (Get, a TypeError),
-// typeof tests, === (StrictEqual), deep equality, object spread, String(x) (ToString, NumberString)
-// and JSON.stringify (Stringify, Quote).
+// Package jsvalue models the values JSON.parse produces, so that Go reproduces what JavaScript
+// does with them: property access (Get; a TypeError on undefined or null), typeof, ===
+// (StrictEqual), String(x) (ToString, NumberString) and JSON.stringify (Stringify, Quote).
 //
-// Parse keeps, for every value, the exact bytes it was read from (Raw), so that data can be handed
-// back byte for byte. Strings are decoded the way Node reads a UTF-8 file and JSON.parse decodes
-// escapes: invalid UTF-8 becomes U+FFFD (the WHATWG decoder), and a lone UTF-16 surrogate written
-// as an escape is kept in its 3-byte WTF-8 form, so that Stringify writes it back as the escape.
-// A nil *Value is undefined. Scan, ParseShallow, Lookup and Scanner validate or read JSON without
-// building all of it.
+// Parse keeps each value's source bytes (Raw). Strings decode as Node reads a UTF-8 file: invalid
+// UTF-8 becomes U+FFFD, and an escaped lone surrogate is kept as 3-byte WTF-8 so that Stringify
+// writes the escape back. A nil *Value is undefined. Scan, ParseShallow, Lookup and Scanner read
+// JSON without building all of it. Why this exists: ARCHITECTURE.md, "Packages".
 package jsvalue

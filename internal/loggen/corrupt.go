@@ -8,7 +8,7 @@ type FaultKind string
 // The fault kinds. The first group is the reference's refusal rules and the input faults the
 // issue lists; the second group ("extra") probes other corners of the reference's reader.
 const (
-	// surface rules (VOCABULARY.md "Surface rules the reference enforces")
+	// surface rules (ARCHITECTURE.md, "Surface rules")
 	SurfaceOpMissing        FaultKind = "surfaceop-missing"          // a surface type without surfaceOp
 	SurfaceOpOnNonSurface   FaultKind = "surfaceop-on-nonsurface"    // surfaceOp on a non-surface type
 	SourcesOnNonSurface     FaultKind = "sources-on-nonsurface"      // sourceEventSeqs on a non-surface type

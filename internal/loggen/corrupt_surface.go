@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Surface rules: the refusals of VOCABULARY.md "Surface rules the reference enforces".
+// Surface rules: the refusals listed in ARCHITECTURE.md, "Surface rules".
 
 // surfaceOpMissing drops the surfaceOp of a surface event.
 func (c *ctx) surfaceOpMissing() bool {
