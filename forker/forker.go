@@ -34,35 +34,10 @@ type Options struct {
 	Now    func() time.Time
 }
 
-// Forker serves the agentlog-fork micro service (reference SessionStore.fork / _forkSeed).
-//
-// A fork runs in this order:
-//  1. child given and exists (metadata in agentlog_sessions, or events in the log) →
-//     SESSION_ALREADY_EXISTS `session "<child>" already exists`;
-//  2. source has neither metadata nor events → SESSION_NOT_FOUND `session "<source>" not found`;
-//  3. the source is read from the log; seed = session.ForkSeed (INVALID_BOUNDARY, OPEN_TURN); child
-//     events = session.ForkChild(seed, now) (seed + session/end-seed; seed-validation refusals);
-//  4. the child's metadata (version 0, id, createdAt now ms, the parent's cwd if set,
-//     parentSession, seedLength) is created in agentlog_sessions with a KV create;
-//  5. the child's events are written as one record guarded with expected last subject sequence 0
-//     (ajs.Store.Append; split into one atomic batch when too large).
-//
-// Why metadata first: the KV create is the claim on the child id. Every creator of a session
-// (CreateSession, another fork) goes through that same KV create, so exactly one of two racing
-// forks (or a fork and a create) wins the id; the loser is refused before it writes any event.
-// The guarded record then cannot conflict unless events were written on the child's subject
-// without metadata; in that case the fork deletes the metadata it created (a revision-guarded KV
-// delete) and answers SESSION_ALREADY_EXISTS. The reverse order would be worse: a record, once
-// written, cannot be removed (the stream denies deletes), so losing the KV race after writing it
-// would leave events under someone else's metadata.
-//
-// What remains: between steps 4 and 5 (and forever, if the forker dies there or the record write
-// fails and the rollback fails too) the child has metadata and no events; readers see a session
-// that is created but not yet written, whose header already names parentSession and seedLength.
-// A header with seedLength and no events is therefore an incomplete fork. Step 1 resumes one: when
-// the child's metadata names the same source, has a seedLength, no events, and is at least
-// AbandonedForkAge old, the fork deletes it (revision-guarded) and proceeds; a younger claim may be
-// a fork in progress and is SESSION_ALREADY_EXISTS.
+// Forker serves the agentlog-fork micro service (the reference's SessionStore.fork): the checks in
+// the reference's order, then the child's metadata (a KV create, the claim on the id), then its
+// record guarded with expected sequence 0. Why in that order, and how an incomplete fork is
+// resumed: ARCHITECTURE.md, "A fork".
 type Forker struct {
 	store  *ajs.Store
 	nc     *nats.Conn

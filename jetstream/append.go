@@ -63,34 +63,12 @@ func WithMsgID(id string) AppendOpt {
 }
 
 // Append writes events (consecutive seqs of session id) as one record guarded with
-// expectedLastStreamSeq (0 for a new session); without WithMsgID it sends no Nats-Msg-Id. When the
-// encoded record is larger than MaxMsgSize it is split into several records committed as one
-// atomic batch.
-//
-// expectedLastStreamSeq is a STREAM sequence (Tail.LastStreamSeq: the stream seq of the session's
-// last record, 0 when it has none), not an event seq; the header
-// Nats-Expected-Last-Subject-Sequence is sent for 0 as well, so two writers both creating a
-// session cannot both succeed. A failed guard (JetStream 10071 or 10164) is a wrapped ErrConflict
-// naming the session and the expected sequence; nothing is written. With expectedLastStreamSeq 0
-// the first event must have seq 0 (rule record-continue); otherwise continuity with the stored
-// tail is the caller's (guard-protected) responsibility and Read verifies it.
-//
-// WithMsgID(msgID) (optional) becomes Nats-Msg-Id. A retry of an append whose ack was lost is reported as Duplicate true with the stream seq of the stored
-// record, and stores nothing, when either the server finds msgID in its duplicate window (2 min by
-// default) or the guard fails and the session's last record carries msgID (the retry "finds its
-// own record at the tail"; read with a direct get, so on R>1 a lagging follower can only turn that
-// into ErrConflict). A split append gives its records the ids msgID+"~1", msgID+"~2", ... and the
-// last one msgID itself, so Tail.LastMsgID of a committed split append is msgID; a retried split
-// append whose msg ids are stored but are no longer at the tail is ErrConflict.
-//
-// Size: a record (headers plus body, bytes) must fit in s.MaxMsgSize. A window that does not fit is
-// cut into records of consecutive events, each within the limit, published as one ADR-50 atomic
-// batch (all or nothing) with the guard on the first message; at most MaxBatchRecords records. A
-// single event that cannot fit is a wrapped ErrEventTooLarge. Codec errors are *session.Error.
-//
-// Validation: the events must already be valid (session.Surface.Apply or Session.Append accepted
-// them, as the publisher and the forker do). Append checks seq continuity and encodability but does
-// not re-validate the JSON of data, surfaceOp and sourceEventSeqs; EncodeRecord does.
+// expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
+// new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
+// MaxBatchRecords records committed as one atomic batch. With WithMsgID, a retry whose ack was lost
+// reports Duplicate and stores nothing. Errors: a wrapped ErrConflict (the guard failed; nothing
+// written), a wrapped ErrEventTooLarge, a *session.Error (codec). The events must already be valid;
+// ARCHITECTURE.md ("An append") has the guard and msg-id details.
 func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
 	subject, err := s.Subject(id)
 	if err != nil {

@@ -72,29 +72,11 @@ type Store struct {
 	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
 }
 
-// Provision creates what is missing and checks what exists. It refuses, with an error naming the
-// setting, an existing stream or bucket whose config it cannot use (wrong subjects, storage,
-// partition count, DenyDelete off, ...).
-//
-// It creates:
-//   - stream AGENTLOG on agentlog.session.>: file storage, S2 compression, AllowDirect, DenyDelete,
-//     AllowAtomicPublish (for split records, ADR-50), limits retention with no limits, Duplicates =
-//     cfg.DuplicateWindow, MaxMsgSize = cfg.MaxMsgSize, Replicas, and metadata agentlog.partitions
-//     (fixed at creation) and agentlog.format = "1";
-//   - KV buckets agentlog_sessions and agentlog_projections: file storage, history 1, same replicas;
-//   - KV bucket agentlog_writers (writer leases): the same, with per-key TTLs (LimitMarkerTTL
-//     WritersMarkerTTL);
-//   - stream AGENTLOG_ERRORS on agentlog.errors.>: file storage, max age 7 days, 1000 messages per
-//     subject, 256 MiB.
-//
-// An existing AGENTLOG is refused (ErrIncompatible) when its subjects are not exactly
-// agentlog.session.>, its storage is not file, its retention is not limits, it has an age, message
-// or byte limit, DenyDelete or AllowAtomicPublish is off, it is sealed, a mirror, a counter stream,
-// has no-ack or a subject transform, its metadata lacks a valid partition count or format "1", or a
-// setting asked explicitly in cfg (partitions, replicas, max message size, duplicate window)
-// differs. A session bucket with memory storage or a TTL is refused, as is a bucket with memory
-// storage or replicas other than asked. An explicit MaxMsgSize above the server's max payload is
-// refused; the default is capped at it.
+// Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
+// agentlog_writers KV buckets and the AGENTLOG_ERRORS stream where missing, and checks them where
+// they exist: one it cannot use is a wrapped ErrIncompatible naming the setting, and is never
+// changed. An explicit MaxMsgSize above the server's max payload is refused; the default is capped
+// at it. The settings and the refusals: ARCHITECTURE.md, "Provisioning".
 func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, error) {
 	w, err := wantFromConfig(js, cfg)
 	if err != nil {

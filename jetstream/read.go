@@ -21,17 +21,10 @@ type Tail struct {
 	LastMsgID     string          // Nats-Msg-Id of the last record
 }
 
-// GetTail reads the last record of the session (direct get of the last message for its subject).
-//
-// A session without records gives the zero Tail (LastStreamSeq 0, NextSeq 0). The record is
-// decoded and checked (DecodeRecord, and its Agentlog-Session must be the session's token); a bad
-// record is a *session.Error naming the session, the seq, the stream seq and the rule.
-//
-// Staleness: the stream has AllowDirect, so on R>1 the direct get may be answered by a follower
-// that lags the leader, and the tail may be stale. That is acceptable where GetTail is used (to
-// find the guard for the next Append, and whether a retried record is already stored): a stale tail
-// only ever produces a guard conflict (ErrConflict) on the next Append, never a bad write. Use Read
-// for a leader-consistent view.
+// GetTail reads the last record of the session with a direct get (none: the zero Tail). On R>1 a
+// follower may answer it stale, which can only cause a guard conflict on the next Append, never a
+// bad write; use GetTailFromLeader or Read for a leader-consistent view. A bad record is a
+// *session.Error.
 func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
 	return s.tail(ctx, id, "", s.Stream.GetLastMsgForSubject)
 }
@@ -160,19 +153,11 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 	return m, nil
 }
 
-// Read returns all events of session id in order, and the stream sequence of its last record.
-// A record that does not decode is an error naming the session, the stream sequence and the rule.
-//
-// It gets the first records one by one from the stream leader (STREAM.MSG.GET next_by_subj,
-// directReadRecords of them), then reads the rest through an ordered consumer filtered on the
-// session's subject (served by the stream leader, so not stale on R>1), and stops at the last
-// record present when the consumer reached it (NumPending 0), never before the session's last
-// record as the stream leader reported it when Read began (read-your-writes on R>1, even across a
-// leader change). A session without records gives no events and stream seq 0.
-// Every record is decoded (DecodeRecord), must carry the session's token, and its first seq must
-// continue the previous record (0 for the first one): otherwise a *session.Error naming the
-// session, the seq, the stream seq and the rule (session.RuleRecordSession, session.RuleRecordContinue, ...).
-// The ephemeral consumer is deleted before Read returns.
+// Read returns all events of session id in order and the stream seq of its last record (none:
+// no events, 0). It reads at least up to the last record the stream leader had when Read began
+// (read-your-writes, also on R>1). A record that does not decode, names another session or does
+// not continue the previous one is a *session.Error naming the session, the seq, the stream seq
+// and the rule. How it reads: ARCHITECTURE.md, "Reading a session".
 func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, error) {
 	var events []session.Event
 	last, err := s.ReadRecords(ctx, id, func(streamSeq uint64, evs []session.Event) error {

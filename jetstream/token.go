@@ -14,12 +14,9 @@ const MaxSessionIDBytes = 256
 // Token maps a session id (any UTF-8, 1..256 bytes) to its subject token: injective, reversible,
 // never containing '.', '*', '>', whitespace or control characters. Errors name the id and the rule.
 //
-// Scheme (ARCHITECTURE.md, "Token"; a subject token cannot contain . * > or whitespace): every byte in
-// [A-Za-z0-9-] is kept as is, every other byte (including '_' itself, and each byte of a multi-byte
-// UTF-8 character) is written as '_' followed by two uppercase hex digits. So "a.b" → "a_2Eb",
-// "x_y" → "x_5Fy", "é" → "_C3_A9". The token is 1..768 bytes of [A-Za-z0-9_-]: also a valid KV key
-// part (the projections bucket uses "<unit>.<token>" keys). Rules named in errors: "id-empty",
-// "id-too-long", "id-utf8".
+// Every byte but [A-Za-z0-9-] (so '_' too, and each byte of a multi-byte character) is written
+// '_' plus two uppercase hex digits: "a.b" → "a_2Eb", "é" → "_C3_A9"; a token is also a valid KV
+// key part. Rules named in errors: "id-empty", "id-too-long", "id-utf8".
 func Token(id string) (string, error) {
 	if err := checkID(id); err != nil {
 		return "", err

@@ -49,18 +49,9 @@ type Options struct {
 	MemberTTL time.Duration
 }
 
-// Projector folds the sessions of the AGENTLOG stream into their projection units' states in the
-// agentlog_projections KV bucket, and serves the agentlog-query micro service.
-//
-// Instances divide the stream's partitions among themselves: each holds a lease
-// in the MembersBucket KV bucket, and partition p is consumed, in stream order, by the member
-// Assign gives it, through the durable consumer agentlog-projector-<p> whose pinned-client
-// priority group lets only one instance be served at a time.
-//
-// Folding is idempotent by (session, seq): events at or below a unit's stored asOfSeq are
-// skipped, a record that starts after asOfSeq+1 makes the projector re-read the session from the
-// log, and every write is a revision compare-and-swap, so a redelivered record is never applied
-// twice. A session whose log breaks a rule stops only its own projection (its values' "error").
+// Projector folds the sessions of the AGENTLOG stream into their units' states in the
+// agentlog_projections KV bucket and serves the agentlog-query micro service; instances divide the
+// partitions by lease. Folding is idempotent by (session, seq). How: ARCHITECTURE.md, "A fold".
 type Projector struct {
 	store    *ajs.Store
 	nc       *nats.Conn

@@ -253,23 +253,12 @@ type openOptions struct{ takeover bool }
 // if it had died.
 func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 
-// Open resumes a stored session for writing (the reference's resume):
-//
-//  1. read its log (store.Read) and validate it with session.Load; a log that breaks a rule is
-//     refused with that *session.Error (naming the session, seq and rule);
-//  2. if the last turn is open, append the crash-repair closers (session.Repair, the oracle's
-//     `repair`: same seqs, times and ids);
-//  3. then append `session/end-seed` (data {}, time from Options.Now) unless the log, after the
-//     closers, already ends with one;
-//  4. write those events as ONE record guarded by the stream seq of the last stored record, and wait
-//     for it to be durable before returning.
-//
-// An id with neither metadata nor events gives an error wrapping jetstream.ErrSessionNotFound.
-// A session with metadata but no events gets an end-seed at seq 0 (reference: Session.create(id, [])).
-//
-// Before all that it takes the session's writer lease: a session whose writer is live (its lease
-// has not expired) is refused with a *LiveError naming the session and the writer, and nothing is
-// written, unless opts hold Takeover().
+// Open resumes a stored session for writing (the reference's resume): it takes the session's
+// writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
+// log that breaks a rule is its *session.Error), then writes the crash-repair closers when the
+// last turn is open and a session/end-seed unless the log ends with one, as ONE guarded record,
+// durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
+// wrapped jetstream.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
 	var o openOptions
 	for _, opt := range opts {

@@ -13,24 +13,11 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// Writer appends the events of one session. Append validates synchronously and admits the event
-// into the current batching window; a background write turns each ended window into one guarded
-// record. Flush is the durability checkpoint. It is safe for concurrent use.
-//
-// Batching (the reference's fixed, non-resetting window, vectors.json "batching-window"): the
-// first pending event opens a window of Options.Window; later events join it without extending
-// it. When it ends, the events pending at that moment are written as one record. At most one
-// record per session is in flight; events arriving during a write open their own window, and if
-// that window ends before the write does, the next write starts right after it.
-//
-// Failure: a failed write puts its events back ahead of newer pending ones, in order, reports a
-// *WriteError once on Errors and as an agent/error report, and pauses automatic retry; the next
-// new event opens a fresh window, and Flush/Close retry at once. A guard conflict with another
-// writer fences the Writer (ErrConflict once, ErrFenced on every later call).
-//
-// Memory: the Writer keeps the session.Surface and the not-yet-durable events only. A tool/result
-// replace whose target is already durable is looked up in the store (store.ReadRecords, stopping
-// at the target's record).
+// Writer appends the events of one session; it is safe for concurrent use. Append validates at
+// once and admits the event into the current window (Options.Window, fixed, not extended by later
+// events); each ended window becomes one guarded record, at most one in flight. Flush is the
+// durability checkpoint. A failed write keeps its events pending and is reported once on Errors;
+// a guard conflict fences the Writer. The flow and why: ARCHITECTURE.md, "An append".
 type Writer struct {
 	p           *Publisher
 	id          string

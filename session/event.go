@@ -320,20 +320,10 @@ func dataIsRead(typ string) bool {
 	return false
 }
 
-// DecodeEventLine decodes one event line of a stored record: a JSON object {type, seq, time, data,
-// sourceEventSeqs?, surfaceOp?, ignorable?} as AppendJSON writes it. It reads like
-// Event.UnmarshalJSON (the last of repeated keys wins, unknown keys are dropped, the same refusals
-// with the same rules) but builds only the top level: the values of data, surfaceOp and
-// sourceEventSeqs are validated as JSON (a number JSON cannot carry losslessly, such as -0 or
-// 1e400, is not refused here: that is the lossless-json rule of validation) and kept as raw bytes
-// without being materialised. The returned event's raw fields alias line (no copy). session names
-// the session in errors, which are *Error.
-//
-// A line of the common shape (an object whose keys have no escapes, a type string without escapes,
-// a plain non-negative integer seq, a numeric time, a boolean ignorable) is read by a single pass
-// without per-member allocation (decodeEventLineFast); anything else, and every line that would be
-// refused, goes through the general path (decodeEventLineGeneral). Both give the same event or the
-// same error for every input (FuzzDecodeEventLineFastPath checks this).
+// DecodeEventLine decodes one event line of a stored record as Event.UnmarshalJSON does (same
+// result, same refusals), building only the top level: data, surfaceOp and sourceEventSeqs are
+// checked as JSON and kept as raw bytes aliasing line. Errors are *Error naming session. Lines of
+// the common shape take a one-pass fast path (FuzzDecodeEventLineFastPath checks they agree).
 func DecodeEventLine(line []byte, session string) (Event, error) {
 	if ev, ok := decodeEventLineFast(line); ok {
 		return ev, nil

@@ -20,19 +20,9 @@ const (
 )
 
 // Inspect runs the oracle's judge() (conformance/oracle.mjs) over a dsh JSONL stream and returns
-// its output object: whether the reference accepts the log, the surface nodes, replaceGeneration,
-// the derived messages (as JSON.stringify writes them), the transcript, the open turn, the
-// crash-repair closers, and the fork outcome at the omitted boundary, or with allForks at the
-// omitted boundary, every seq, one past the end and -1.
-//
-// It follows the reference step by step, including where it fails: a line that is not JSON or a
-// malformed packed row refuses the log with acceptedEvents 0 (the oracle parses every line before
-// appending); an event the reference refuses at append stops at that event; an event the reference
-// accepts but cannot derive or repair (the older dsh format) refuses the log after every event
-// was accepted, with the fields computed before the failure. Error texts of refused logs are ours
-// (they name the session, the line, the seq and the rule); fork texts are the reference's. The
-// session is named by the header's id when it is a string, else "session". Events whose time is
-// not a number take the current time, as the oracle's do.
+// its output object (InspectResult), following the reference step by step, including where it
+// fails (ARCHITECTURE.md, "The session package"). With allForks it tries the fork at every seq,
+// one past the end and -1 too. Refusal texts are ours; fork texts are the reference's.
 func Inspect(r io.Reader, allForks bool) InspectResult {
 	res := InspectResult{OK: true}
 	fail := func(msg string, accepted int) InspectResult {
