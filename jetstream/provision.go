@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -222,21 +223,12 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 	case cfg.DuplicateWindow < 0:
 		return w, fmt.Errorf("provision: duplicate window %s, want > 0 (0 for the default %s)", cfg.DuplicateWindow, DefaultDuplicateWindow)
 	}
-	if w.partitions == 0 {
-		w.partitions = DefaultPartitions
-	}
-	if w.replicas == 0 {
-		w.replicas = DefaultReplicas
-	}
+	w.partitions = cmp.Or(w.partitions, DefaultPartitions)
+	w.replicas = cmp.Or(w.replicas, DefaultReplicas)
 	if w.maxMsgSize == 0 {
-		w.maxMsgSize = DefaultMaxMsgSize
-		if int64(w.maxMsgSize) > w.maxPayload {
-			w.maxMsgSize = int32(w.maxPayload)
-		}
+		w.maxMsgSize = int32(min(int64(DefaultMaxMsgSize), w.maxPayload))
 	}
-	if w.dupWindow == 0 {
-		w.dupWindow = DefaultDuplicateWindow
-	}
+	w.dupWindow = cmp.Or(w.dupWindow, DefaultDuplicateWindow)
 	return w, nil
 }
 
@@ -244,47 +236,38 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 const minMaxMsgSize = 1024
 
 func (w want) sessionStreamConfig() natsjs.StreamConfig {
-	return natsjs.StreamConfig{
-		Name:               StreamName,
-		Description:        "agentlog session logs: one subject per session, one record (1..K events) per message",
-		Subjects:           []string{SubjectPrefix + ".>"},
-		Retention:          natsjs.LimitsPolicy,
-		MaxConsumers:       -1,
-		MaxMsgs:            -1,
-		MaxBytes:           -1,
-		MaxMsgsPerSubject:  -1,
-		Discard:            natsjs.DiscardOld,
-		MaxMsgSize:         w.maxMsgSize,
-		Storage:            natsjs.FileStorage,
-		Replicas:           w.replicas,
-		Duplicates:         w.dupWindow,
-		AllowDirect:        true,
-		DenyDelete:         true,
-		DenyPurge:          false, // RemoveSession purges a session's subject
-		Compression:        natsjs.S2Compression,
-		AllowAtomicPublish: true,
-		Metadata: map[string]string{
-			MetaPartitions: strconv.Itoa(w.partitions),
-			MetaFormat:     StoreFormat,
-		},
-	}
+	c := w.streamConfig(StreamName, SubjectPrefix, "agentlog session logs: one subject per session, one record (1..K events) per message")
+	c.MaxBytes, c.MaxMsgsPerSubject = -1, -1
+	c.MaxMsgSize = w.maxMsgSize
+	c.Duplicates = w.dupWindow
+	c.DenyDelete = true
+	c.DenyPurge = false // RemoveSession purges a session's subject
+	c.Compression = natsjs.S2Compression
+	c.AllowAtomicPublish = true
+	c.Metadata = map[string]string{MetaPartitions: strconv.Itoa(w.partitions), MetaFormat: StoreFormat}
+	return c
 }
 
 func (w want) errorsStreamConfig() natsjs.StreamConfig {
+	c := w.streamConfig(ErrorsStream, ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
+	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = ErrorsMaxBytes, ErrorsMaxAge, ErrorsMaxMsgsPerSubject
+	return c
+}
+
+// streamConfig is what both streams share: subjects prefix.>, limits retention with no consumer
+// or message count limit (discard old), file storage, w's replicas, direct get.
+func (w want) streamConfig(name, prefix, description string) natsjs.StreamConfig {
 	return natsjs.StreamConfig{
-		Name:              ErrorsStream,
-		Description:       "agentlog agent/error reports (kept for inspection, never session events)",
-		Subjects:          []string{ErrorsPrefix + ".>"},
-		Retention:         natsjs.LimitsPolicy,
-		MaxConsumers:      -1,
-		MaxMsgs:           -1,
-		MaxBytes:          ErrorsMaxBytes,
-		MaxAge:            ErrorsMaxAge,
-		MaxMsgsPerSubject: ErrorsMaxMsgsPerSubject,
-		Discard:           natsjs.DiscardOld,
-		Storage:           natsjs.FileStorage,
-		Replicas:          w.replicas,
-		AllowDirect:       true,
+		Name:         name,
+		Description:  description,
+		Subjects:     []string{prefix + ".>"},
+		Retention:    natsjs.LimitsPolicy,
+		MaxConsumers: -1,
+		MaxMsgs:      -1,
+		Discard:      natsjs.DiscardOld,
+		Storage:      natsjs.FileStorage,
+		Replicas:     w.replicas,
+		AllowDirect:  true,
 	}
 }
 

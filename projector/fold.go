@@ -548,19 +548,7 @@ func FoldSession(reg *Registry, h session.Header, events []session.Event) (clien
 	if err := ss.apply(events, lk); err != nil {
 		return client.SnapshotReply{}, err
 	}
-	rep := client.SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
-	for _, u := range ss.units {
-		var st any = u.state
-		if u.def.gate {
-			st = fromSurface(u.state.(*session.Surface)).State
-		}
-		b, err := json.Marshal(u.def.view(st))
-		if err != nil {
-			return client.SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
-		}
-		rep.Units[u.def.Key] = client.UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
-	}
-	return rep, nil
+	return ss.views()
 }
 
 // checkpointAckTimeout bounds the wait for the KV acks of one checkpoint.

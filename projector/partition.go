@@ -122,23 +122,14 @@ func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
 
 // membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
 // renews the lease on its own schedule, so that a slow handover never lets the lease lapse.
-func (p *Projector) membership(ctx context.Context) {
-	defer p.loop.Done()
-	t := time.NewTicker(p.memberTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.rebalance(ctx)
-	}
-}
+func (p *Projector) membership(ctx context.Context) { p.every(ctx, p.memberTTL/3, p.rebalance) }
 
-func (p *Projector) heartbeat(ctx context.Context) {
+func (p *Projector) heartbeat(ctx context.Context) { p.every(ctx, p.memberTTL/4, p.renew) }
+
+// every runs f every d until ctx ends; it is one of p.loop's goroutines.
+func (p *Projector) every(ctx context.Context, d time.Duration, f func(context.Context)) {
 	defer p.loop.Done()
-	t := time.NewTicker(p.memberTTL / 4)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -146,7 +137,7 @@ func (p *Projector) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		p.renew(ctx)
+		f(ctx)
 	}
 }
 

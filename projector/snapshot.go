@@ -73,7 +73,21 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		}
 		ss = fresh
 	}
-	rep := client.SnapshotReply{Session: id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
+	rep, err := ss.views()
+	if err != nil {
+		return client.SnapshotReply{}, err
+	}
+	for _, u := range rep.Units {
+		if u.Error == nil {
+			rep.AsOfSeq = max(rep.AsOfSeq, u.AsOfSeq)
+		}
+	}
+	return rep, nil
+}
+
+// views returns every unit's view of ss, at the messages unit's asOfSeq.
+func (ss *sessState) views() (client.SnapshotReply, error) {
+	rep := client.SnapshotReply{Session: ss.id, AsOfSeq: ss.gate().asOfSeq, Units: map[string]client.UnitView{}}
 	for _, u := range ss.units {
 		var st any = u.state
 		if u.def.gate {
@@ -81,12 +95,9 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		}
 		b, err := json.Marshal(u.def.view(st))
 		if err != nil {
-			return client.SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", id, u.def.Key, err)
+			return client.SnapshotReply{}, fmt.Errorf("session %q: unit %q: encoding its view: %w", ss.id, u.def.Key, err)
 		}
 		rep.Units[u.def.Key] = client.UnitView{StateVersion: u.def.StateVersion, AsOfSeq: u.asOfSeq, View: b, Error: u.err}
-		if u.err == nil {
-			rep.AsOfSeq = max(rep.AsOfSeq, u.asOfSeq)
-		}
 	}
 	return rep, nil
 }

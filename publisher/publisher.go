@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,21 +140,11 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.AttemptTimeout == 0 {
-		opts.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if opts.RetryBudget == 0 {
-		opts.RetryBudget = DefaultRetryBudget
-	}
-	if opts.MaxConcurrentWrites == 0 {
-		opts.MaxConcurrentWrites = DefaultMaxConcurrentWrites
-	}
-	if opts.MaxPendingBytes == 0 {
-		opts.MaxPendingBytes = DefaultMaxPendingBytes
-	}
-	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = DefaultLeaseTTL
-	}
+	opts.AttemptTimeout = cmp.Or(opts.AttemptTimeout, DefaultAttemptTimeout)
+	opts.RetryBudget = cmp.Or(opts.RetryBudget, DefaultRetryBudget)
+	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
+	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
+	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
 	host, _ := os.Hostname()
 	return &Publisher{
 		store:     store,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,7 +84,12 @@ type benchAppendResult struct {
 	// embedded server's buffers: the server runs in this process).
 	IdleHeapPerSessionBytes int64 `json:"idle_heap_per_session_bytes"`
 	PeakHeapPerSessionBytes int64 `json:"peak_heap_per_session_bytes"`
-	// Every round's rate, sorted (with --rounds > 1 the figures above are the median round's).
+	benchRounds                   // with --rounds > 1 the figures above are the median round's
+}
+
+// benchRounds is every round's rate of a benchmark, (a) and (b), sorted; the figures a result
+// reports are the median round's.
+type benchRounds struct {
 	RoundsEventsPerSec         []float64 `json:"rounds_events_per_sec,omitempty"`
 	RoundsBaselineEventsPerSec []float64 `json:"rounds_baseline_events_per_sec,omitempty"`
 }
@@ -177,20 +183,12 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"})
+	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"}, "agentlog-bench", ajs.Config{})
 	if err != nil {
 		return res, err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name("agentlog-bench"))
-	if err != nil {
-		return res, err
-	}
-	defer nc.Close()
-	store, err := ajs.Provision(ctx, js, ajs.Config{})
-	if err != nil {
-		return res, fmt.Errorf("provision: %w", err)
-	}
+	defer stop()
+	js := store.JS
 
 	// The same events for both phases (generated before any timing).
 	events := make([][]session.Event, o.Sessions)
@@ -227,7 +225,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		}
 	}
 	if len(base) > 0 {
-		slices.SortFunc(base, func(a, b benchAppendResult) int { return cmpFloat(a.BaselineEventsPerSec, b.BaselineEventsPerSec) })
+		slices.SortFunc(base, func(a, b benchAppendResult) int { return cmp.Compare(a.BaselineEventsPerSec, b.BaselineEventsPerSec) })
 		for _, b := range base {
 			res.RoundsBaselineEventsPerSec = append(res.RoundsBaselineEventsPerSec, round1(b.BaselineEventsPerSec))
 		}
@@ -235,7 +233,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		res.BaselineElapsedMs, res.BaselineEventsPerSec, res.BaselineStoredBytes = m.BaselineElapsedMs, m.BaselineEventsPerSec, m.BaselineStoredBytes
 	}
 	if len(pub) > 0 {
-		slices.SortFunc(pub, func(a, b benchAppendResult) int { return cmpFloat(a.EventsPerSec, b.EventsPerSec) })
+		slices.SortFunc(pub, func(a, b benchAppendResult) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
 		for _, p := range pub {
 			res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(p.EventsPerSec))
 		}
@@ -248,16 +246,6 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		res.Ratio = res.EventsPerSec / res.BaselineEventsPerSec
 	}
 	return res, nil
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
@@ -477,3 +465,24 @@ func heapBytes(gc bool) int64 {
 }
 
 var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// benchServer starts an embedded nats-server with opts, connects to it as name and provisions cfg;
+// stop closes the connection and shuts the server down.
+func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, cfg ajs.Config) (nc *nats.Conn, store *ajs.Store, stop func(), err error) {
+	srv, err := natsdev.RunServer(opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stopServer := func() { srv.Shutdown(); srv.WaitForShutdown() }
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(name))
+	if err != nil {
+		stopServer()
+		return nil, nil, nil, err
+	}
+	if store, err = ajs.Provision(ctx, js, cfg); err != nil {
+		nc.Close()
+		stopServer()
+		return nil, nil, nil, fmt.Errorf("provision: %w", err)
+	}
+	return nc, store, func() { nc.Close(); stopServer() }, nil
+}

@@ -65,10 +65,8 @@ type benchProjectResult struct {
 	// fold rate excludes: it is a fixed cost, not a rate.
 	StartMs float64 `json:"start_ms"`
 	Rounds  int     `json:"rounds"`
-	// Every round's rate, sorted (the figures above are the median round's).
-	RoundsEventsPerSec         []float64 `json:"rounds_events_per_sec"`
-	RoundsBaselineEventsPerSec []float64 `json:"rounds_baseline_events_per_sec"`
-	LagSamples                 int       `json:"lag_samples"`
+	benchRounds
+	LagSamples int `json:"lag_samples"`
 	// LagFailures counts the queries that failed (their lag is not in the percentiles);
 	// LagFirstError is the first one's error.
 	LagFailures            int     `json:"lag_failures"`
@@ -130,20 +128,12 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir})
+	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir}, "agentlog-bench-project", ajs.Config{Partitions: o.Partitions})
 	if err != nil {
 		return res, err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name("agentlog-bench-project"))
-	if err != nil {
-		return res, err
-	}
-	defer nc.Close()
-	store, err := ajs.Provision(ctx, js, ajs.Config{Partitions: o.Partitions})
-	if err != nil {
-		return res, err
-	}
+	defer stop()
+	js := store.JS
 
 	// Pre-fill: every session in records of o.Batch events.
 	fmt.Fprintf(logw, "bench project: writing %d sessions x %d events...\n", o.Sessions, o.Events)

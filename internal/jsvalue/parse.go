@@ -75,11 +75,7 @@ func (p *parser) value(depth int) (*Value, error) {
 			return nil, p.fail(fmt.Sprintf("nesting deeper than %d levels", p.maxDepth))
 		}
 		v := &Value{kind: Array}
-		p.i++
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ']' {
-			p.i++
-			v.raw = p.b[start:p.i]
+		if p.empty(v, start, ']') {
 			return v, nil
 		}
 		for {
@@ -90,20 +86,12 @@ func (p *parser) value(depth int) (*Value, error) {
 			}
 			v.arr = append(v.arr, child)
 			v.lossy = v.lossy || child.lossy
-			p.ws()
-			if p.i >= len(p.b) {
-				return nil, p.fail("unexpected end of JSON input")
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.b[p.i] == ']' {
-				p.i++
-				v.raw = p.b[start:p.i]
+			if more, err := p.more(v, start, ']', "expected ',' or ']' in an array"); !more {
+				if err != nil {
+					return nil, err
+				}
 				return v, nil
 			}
-			return nil, p.fail("expected ',' or ']' in an array")
 		}
 	case c == '"':
 		s, err := p.str()
@@ -130,11 +118,7 @@ func (p *parser) value(depth int) (*Value, error) {
 func (p *parser) object(depth int, shallow bool, full []string) (*Value, error) {
 	start := p.i
 	v := &Value{kind: Object}
-	p.i++
-	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-		v.raw = p.b[start:p.i]
+	if p.empty(v, start, '}') {
 		return v, nil
 	}
 	for {
@@ -167,21 +151,44 @@ func (p *parser) object(depth int, shallow bool, full []string) (*Value, error) 
 		}
 		v.Set(key, child)
 		v.lossy = v.lossy || child.lossy
-		p.ws()
-		if p.i >= len(p.b) {
-			return nil, p.fail("unexpected end of JSON input")
-		}
-		if p.b[p.i] == ',' {
-			p.i++
-			continue
-		}
-		if p.b[p.i] == '}' {
-			p.i++
-			v.raw = p.b[start:p.i]
+		if more, err := p.more(v, start, '}', "expected ',' or '}' in an object"); !more {
+			if err != nil {
+				return nil, err
+			}
 			return v, nil
 		}
-		return nil, p.fail("expected ',' or '}' in an object")
 	}
+}
+
+// empty reads the opening bracket of v (at start) and reports whether close follows at once (then
+// read, and v.raw set).
+func (p *parser) empty(v *Value, start int, close byte) bool {
+	p.i++
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == close {
+		p.i++
+		v.raw = p.b[start:p.i]
+		return true
+	}
+	return false
+}
+
+// more reads what follows a member of the array or object v begun at start: true after a ',',
+// false after close (v.raw then set); an error (wrong when it is not) otherwise.
+func (p *parser) more(v *Value, start int, close byte, wrong string) (bool, error) {
+	p.ws()
+	switch {
+	case p.i >= len(p.b):
+		return false, p.fail("unexpected end of JSON input")
+	case p.b[p.i] == ',':
+		p.i++
+		return true, nil
+	case p.b[p.i] == close:
+		p.i++
+		v.raw = p.b[start:p.i]
+		return false, nil
+	}
+	return false, p.fail(wrong)
 }
 
 func (p *parser) literal(word string, v *Value) (*Value, error) {

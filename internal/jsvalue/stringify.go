@@ -120,27 +120,18 @@ const hexDigits = "0123456789abcdef"
 // lone surrogates become \udxxx, invalid bytes U+FFFD; no HTML escaping. AppendQuote appends it.
 func Quote(s string) string { return string(AppendQuote(nil, s)) }
 
+// shortEscape is the letter JSON.stringify escapes an ASCII byte with (0: none).
+var shortEscape = [0x80]byte{'"': '"', '\\': '\\', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
+
 // AppendQuote appends Quote(s) to dst.
 func AppendQuote(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < 0x80 {
-			switch {
-			case c == '"':
-				dst = append(dst, '\\', '"')
-			case c == '\\':
-				dst = append(dst, '\\', '\\')
-			case c == '\b':
-				dst = append(dst, '\\', 'b')
-			case c == '\f':
-				dst = append(dst, '\\', 'f')
-			case c == '\n':
-				dst = append(dst, '\\', 'n')
-			case c == '\r':
-				dst = append(dst, '\\', 'r')
-			case c == '\t':
-				dst = append(dst, '\\', 't')
+			switch e := shortEscape[c]; {
+			case e != 0:
+				dst = append(dst, '\\', e)
 			case c < 0x20:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 			default:

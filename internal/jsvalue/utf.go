@@ -34,26 +34,11 @@ func decodeUTF8Lossy(dst []byte, b []byte) string {
 			switch {
 			case c <= 0x7F:
 				out = append(out, c)
-			case c >= 0xC2 && c <= 0xDF:
-				need, cp = 1, rune(c&0x1F)
-			case c >= 0xE0 && c <= 0xEF:
-				if c == 0xE0 {
-					lower = 0xA0
-				}
-				if c == 0xED {
-					upper = 0x9F
-				}
-				need, cp = 2, rune(c&0x0F)
-			case c >= 0xF0 && c <= 0xF4:
-				if c == 0xF0 {
-					lower = 0x90
-				}
-				if c == 0xF4 {
-					upper = 0x8F
-				}
-				need, cp = 3, rune(c&0x07)
 			default:
-				out = append(out, repl...)
+				if need, lower, upper = leadByte(c); need == 0 {
+					out = append(out, repl...)
+				}
+				cp = rune(c & (0x3F >> need))
 			}
 			continue
 		}
@@ -76,6 +61,28 @@ func decodeUTF8Lossy(dst []byte, b []byte) string {
 		out = append(out, repl...)
 	}
 	return string(out)
+}
+
+// leadByte returns how many continuation bytes the UTF-8 lead byte c needs (0: c is no lead byte)
+// and the range the first of them must be in (the WHATWG decoder's lower and upper boundary).
+func leadByte(c byte) (need int, lower, upper byte) {
+	for _, l := range leadBytes {
+		if c >= l.first && c <= l.last {
+			return l.need, l.lower, l.upper
+		}
+	}
+	return 0, 0x80, 0xBF
+}
+
+// leadBytes is the WHATWG UTF-8 decoder's table: lead bytes first..last need need continuation
+// bytes, the first of them in lower..upper.
+var leadBytes = [...]struct {
+	first, last, lower, upper byte
+	need                      int
+}{
+	{0xC2, 0xDF, 0x80, 0xBF, 1},
+	{0xE0, 0xE0, 0xA0, 0xBF, 2}, {0xE1, 0xEC, 0x80, 0xBF, 2}, {0xED, 0xED, 0x80, 0x9F, 2}, {0xEE, 0xEF, 0x80, 0xBF, 2},
+	{0xF0, 0xF0, 0x90, 0xBF, 3}, {0xF1, 0xF3, 0x80, 0xBF, 3}, {0xF4, 0xF4, 0x80, 0x8F, 3},
 }
 
 // utf16Units returns the UTF-16 code units of a (WTF-8) string, as JavaScript sees it.
