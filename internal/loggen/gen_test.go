@@ -165,7 +165,7 @@ func TestCorruptKinds(t *testing.T) {
 			case Refused:
 				if res.OK || res.Accepted == nil || *res.Accepted != c.Fault.Accepted {
 					t.Errorf("%s (log seed %d): Inspect ok=%v acceptedEvents=%v", c.Fault, LogSeed(12, i), res.OK, deref(res.Accepted))
-				} else if !strings.Contains(res.Error, "session ") || !(strings.Contains(res.Error, "seq") || strings.Contains(res.Error, "line")) {
+				} else if !(strings.Contains(res.Error, "session ") || emptyID(c.JSONL)) || !(strings.Contains(res.Error, "seq") || strings.Contains(res.Error, "line")) {
 					t.Errorf("%s: the refusal names neither the session and seq nor the line: %q", c.Fault, res.Error)
 				}
 			case Accepted:
@@ -178,4 +178,10 @@ func TestCorruptKinds(t *testing.T) {
 			t.Errorf("fault kind %s never applied", kind)
 		}
 	}
+}
+
+// emptyID reports whether the log's header names the session "" (a refusal then names no session).
+func emptyID(jsonl []byte) bool {
+	first, _, _ := bytes.Cut(jsonl, []byte("\n"))
+	return bytes.Contains(first, []byte(`"type":"session"`)) && bytes.Contains(first, []byte(`"id":""`))
 }
