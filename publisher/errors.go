@@ -89,7 +89,7 @@ func (e *LiveError) Unwrap() error { return ErrSessionLive }
 
 // AckedLostError names the session and the acknowledged seqs FromSeq..ToSeq that the stored log
 // no longer holds (at least those), with what the writer found there. It wraps ErrAckedLost. It
-// comes inside a *WriteError, whose text names the session, so its own text does not.
+// comes inside a *WriteError, which names the session, so its own text does not.
 type AckedLostError struct {
 	Session string
 	FromSeq int64
