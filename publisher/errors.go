@@ -46,7 +46,7 @@ var (
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
 	// removed (jetstream.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
 	// jetstream.ErrSessionDeleted.
-	ErrSessionDeleted error = &sentinel{"publisher: session deleted under this writer", jetstream.ErrSessionDeleted}
+	ErrSessionDeleted error = &sentinel{"session deleted under this writer", jetstream.ErrSessionDeleted}
 
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
