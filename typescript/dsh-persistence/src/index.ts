@@ -1,0 +1,727 @@
+/**
+ * agentlog session persistence for the DeepSeek Harness (dsh): a `SessionPersistence` backend that
+ * stores every session as one subject of the agentlog JetStream stream, in agentlog's wire format
+ * (docs/PROTOCOL.md), so that the Go stack (`agentlog events`, `messages`, `fork`, the projector)
+ * reads what dsh writes and dsh loads what the Go stack writes.
+ * @module @agentlog/dsh-session-persistence
+ */
+import { readFileSync } from 'node:fs'
+import { Context, Service } from '@deepseek-ai/cordis'
+import z from '@deepseek-ai/schemastery'
+import { isJsonValue } from '@deepseek-ai/dsh-session'
+import type { SessionEvent, SessionHeader, SessionId, SessionPreparation } from '@deepseek-ai/dsh-session'
+import {
+  DEFAULT_PREPARED_SESSION_CACHE_SIZE, DEFAULT_WRITE_BATCH_MAX_DELAY_MS, MAX_WRITE_BATCH_DELAY_MS,
+  PersistenceCoordinator, SessionPersistence, SessionPersistenceRevision,
+  type PersistenceBackend, type SessionInspection, type SessionPersistenceSnapshot, type StoredPrefix,
+} from '@deepseek-ai/dsh-session-persistence'
+import {
+  connect, credsAuthenticator, nkeyAuthenticator, headers as natsHeaders, nuid,
+  type Authenticator, type MsgHdrs, type NatsConnection, type NodeConnectionOptions,
+} from '@nats-io/transport-node'
+import {
+  jetstream, jetstreamManager, JetStreamApiError,
+  type JetStreamClient, type JetStreamManager, type PubAck, type StoredMsg, type StreamConfig,
+} from '@nats-io/jetstream'
+import { Kvm, type KV } from '@nats-io/kv'
+import {
+  AgentlogWireError, DEFAULT_PARTITIONS, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
+  HEADER_MSG_ID, MAX_BATCH_RECORDS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET,
+  STORE_FORMAT, STREAM_NAME, SUBJECT_PREFIX, decodeRecord, encodeLines, headerLine, headerWireSize,
+  idFromToken, parseHeaderLine, partition, recordHeaders, token, type WireEvent,
+} from './wire.js'
+
+export * from './wire.js'
+
+/** JetStream API error codes (PROTOCOL.md §5). */
+export const ERR_WRONG_LAST_SEQUENCE = 10071
+export const ERR_WRONG_LAST_SEQUENCE_CONSTANT = 10164
+export const ERR_BATCH_DUPLICATE_MSG_ID = 10201
+
+/** TLS settings: file paths. */
+export interface TlsConfig {
+  /** CA certificate(s) to verify the server with (PEM file). */
+  ca?: string
+  /** Client certificate (PEM file), for mutual TLS. */
+  cert?: string
+  /** Client private key (PEM file), for mutual TLS. */
+  key?: string
+  /** Do the TLS handshake before the NATS INFO (server option `handshake_first`). */
+  handshakeFirst?: boolean
+}
+
+/** Names of the stream and buckets; the defaults are what `agentlog provision` creates. */
+export interface NamesConfig {
+  stream?: string
+  subjectPrefix?: string
+  sessionsBucket?: string
+  errorsStream?: string
+  errorsPrefix?: string
+}
+
+/** Plugin config. Only `servers` is required. */
+export interface Config {
+  /** NATS server URL(s), e.g. `nats://127.0.0.1:4222`. */
+  servers: string | string[]
+  /** Connection name shown by the server (default `dsh-agentlog`). */
+  name?: string
+  /** A `.creds` file (JWT plus nkey seed), for decentralized auth. */
+  credsFile?: string
+  /** An nkey seed (`SU...`), or a file that holds one (`nkeyFile`). */
+  nkey?: string
+  nkeyFile?: string
+  user?: string
+  pass?: string
+  token?: string
+  tls?: TlsConfig
+  /** Prefix of this writer's Nats-Msg-Id values (default a fresh nuid per instance). */
+  writerId?: string
+  /** The coordinator's fixed write-batching window, ms (default 200). */
+  writeBatchMaxDelayMs?: number
+  /** Cold Session preparations retained for history-to-resume reuse (default 5). */
+  preparedSessionCacheSize?: number
+  /** Timeout of one JetStream request (publish, get), ms (default 10000). */
+  requestTimeoutMs?: number
+  /**
+   * Create the stream and buckets when missing, with the settings `agentlog provision` uses
+   * (default false: a missing stream is an error telling to run `agentlog provision`).
+   */
+  provision?: boolean | { partitions?: number; maxMsgSize?: number; replicas?: number }
+  /**
+   * Other names than agentlog's (for isolated test namespaces). The Go stack reads only the
+   * defaults: sessions written under other names are invisible to `agentlog` commands.
+   */
+  names?: NamesConfig
+}
+
+const ConfigSchema: z<Config> = z.object({
+  servers: z.union([z.string(), z.array(z.string())]).required(),
+  name: z.string(),
+  credsFile: z.string(),
+  nkey: z.string(),
+  nkeyFile: z.string(),
+  user: z.string(),
+  pass: z.string(),
+  token: z.string(),
+  tls: z.object({ ca: z.string(), cert: z.string(), key: z.string(), handshakeFirst: z.boolean() }),
+  writerId: z.string(),
+  writeBatchMaxDelayMs: z.number().step(1).min(1).max(MAX_WRITE_BATCH_DELAY_MS).default(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
+  preparedSessionCacheSize: z.number().step(1).min(1).default(DEFAULT_PREPARED_SESSION_CACHE_SIZE),
+  requestTimeoutMs: z.number().min(1),
+  provision: z.union([z.boolean(), z.object({ partitions: z.number(), maxMsgSize: z.number(), replicas: z.number() })]),
+  names: z.object({ stream: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string() }),
+}) as any
+
+/** A write fenced by the guard: another writer appended to the session first. Nothing was written. */
+export class AgentlogConflictError extends Error {
+  constructor(
+    readonly session: string, readonly firstSeq: number, readonly lastSeq: number,
+    readonly expectedStreamSeq: number, detail: string, options?: ErrorOptions,
+  ) {
+    super(`agentlog: session ${JSON.stringify(session)} seqs ${firstSeq}..${lastSeq}: the session log changed under this writer `
+      + `(guard: expected last stream seq ${expectedStreamSeq}): ${detail}`, options)
+    this.name = 'AgentlogConflictError'
+  }
+}
+
+/** The session's tail as this writer knows it. */
+interface Tail { streamSeq: number; nextSeq: number; msgId: string }
+
+/** The resolved connection to one agentlog store. */
+interface Store {
+  nc: NatsConnection
+  js: JetStreamClient
+  jsm: JetStreamManager
+  sessions: KV
+  partitions: number
+  maxMsgSize: number
+  source: string
+}
+
+/** How many KV reads `list` runs at once. */
+const LIST_CONCURRENCY = 32
+
+/**
+ * The agentlog persistence backend. Load it as a cordis plugin (`ctx.plugin(AgentlogSessionPersistence,
+ * { servers })`); it registers as `ctx.sessionPersistence`. The {@link PersistenceCoordinator} does the
+ * buffering, serialization, lazy creation, crash repair and adoption; this class implements the
+ * storage primitives over JetStream.
+ */
+export class AgentlogSessionPersistence extends SessionPersistence implements PersistenceBackend<never> {
+  static inject = ['sessions']
+  static Config = ConfigSchema
+
+  override readonly supportsRawArtifacts = false
+  override readonly name = 'session-persistence-agentlog'
+
+  readonly config: Config
+  /** Prefix of this instance's Nats-Msg-Id values. */
+  readonly writerId: string
+  private readonly names: Required<NamesConfig>
+  private readonly ready: Promise<Store>
+  private store?: Store
+  private readonly tails = new Map<string, Tail>()
+  private readonly coordinator: PersistenceCoordinator<never>
+  private closed = false
+
+  constructor(ctx: Context, config: Config) {
+    super(ctx)
+    this.config = config
+    if (config === undefined || config.servers === undefined || (Array.isArray(config.servers) && config.servers.length === 0)) {
+      throw new Error('agentlog session persistence: config.servers is required (e.g. "nats://127.0.0.1:4222")')
+    }
+    this.writerId = config.writerId ?? nuid.next()
+    if (/[\s\x00-\x1f\x7f]/.test(this.writerId) || this.writerId === '') {
+      throw new Error(`agentlog session persistence: writerId ${JSON.stringify(this.writerId)} must be non-empty, without whitespace or control characters (it goes into Nats-Msg-Id)`)
+    }
+    this.names = {
+      stream: config.names?.stream ?? STREAM_NAME,
+      subjectPrefix: config.names?.subjectPrefix ?? SUBJECT_PREFIX,
+      sessionsBucket: config.names?.sessionsBucket ?? SESSIONS_BUCKET,
+      errorsStream: config.names?.errorsStream ?? ERRORS_STREAM,
+      errorsPrefix: config.names?.errorsPrefix ?? ERRORS_PREFIX,
+    }
+    this.ready = this.open()
+    this.ready.then(s => { this.store = s }, () => {})
+    // The coordinator's constructor may call loadStored for live sessions: every primitive awaits
+    // `ready`, so it can be built before the connection is up.
+    this.coordinator = new PersistenceCoordinator<never>(this.ctx, this, {
+      preparedSessionCacheSize: config.preparedSessionCacheSize ?? DEFAULT_PREPARED_SESSION_CACHE_SIZE,
+      writeBatchMaxDelayMs: config.writeBatchMaxDelayMs ?? DEFAULT_WRITE_BATCH_MAX_DELAY_MS,
+    })
+  }
+
+  /** Startup: `await ctx.plugin(...)` fails with the connection error, if any. */
+  async [Service.init](): Promise<void> {
+    await this.ready
+  }
+
+  /** The NATS connection, once connected (for tools and tests). */
+  connection(): Promise<NatsConnection> {
+    return this.ready.then(s => s.nc)
+  }
+
+  // --- connection ---
+
+  private connectOptions(): NodeConnectionOptions {
+    const c = this.config
+    const opts: NodeConnectionOptions = {
+      servers: c.servers,
+      name: c.name ?? 'dsh-agentlog',
+      maxReconnectAttempts: -1,
+    }
+    const auth: Authenticator[] = []
+    if (c.credsFile !== undefined) auth.push(credsAuthenticator(readFileSync(c.credsFile)))
+    const seed = c.nkey ?? (c.nkeyFile !== undefined ? readFileSync(c.nkeyFile, 'utf8').trim() : undefined)
+    if (seed !== undefined) auth.push(nkeyAuthenticator(new TextEncoder().encode(seed)))
+    if (auth.length > 1) throw new Error('agentlog session persistence: set one of credsFile and nkey/nkeyFile, not both')
+    if (auth.length === 1) opts.authenticator = auth[0]
+    if (c.user !== undefined) { opts.user = c.user; opts.pass = c.pass }
+    if (c.token !== undefined) opts.token = c.token
+    const t = c.tls
+    if (t !== undefined && (t.ca !== undefined || t.cert !== undefined || t.key !== undefined || t.handshakeFirst)) {
+      opts.tls = {
+        ...c.tls.ca !== undefined ? { caFile: c.tls.ca } : {},
+        ...c.tls.cert !== undefined ? { certFile: c.tls.cert } : {},
+        ...c.tls.key !== undefined ? { keyFile: c.tls.key } : {},
+        ...c.tls.handshakeFirst ? { handshakeFirst: true } : {},
+      }
+    }
+    return opts
+  }
+
+  private async open(): Promise<Store> {
+    let nc: NatsConnection
+    const servers = Array.isArray(this.config.servers) ? this.config.servers.join(',') : this.config.servers
+    try {
+      nc = await connect(this.connectOptions())
+    } catch (err) {
+      throw new Error(`agentlog session persistence: cannot connect to NATS at ${servers}: ${(err as Error).message}`, { cause: err })
+    }
+    try {
+      const timeout = this.config.requestTimeoutMs ?? 10_000
+      const js = jetstream(nc, { timeout })
+      const jsm = await jetstreamManager(nc, { timeout })
+      const n = this.names
+      if (this.config.provision) await this.provision(nc, jsm)
+      let si
+      try {
+        si = await jsm.streams.info(n.stream)
+      } catch (err) {
+        throw new Error(`stream ${n.stream} does not exist or cannot be read (run \`agentlog provision\`): ${(err as Error).message}`, { cause: err })
+      }
+      const cfg = si.config
+      const parts = Number(cfg.metadata?.[META_PARTITIONS])
+      if (!Number.isSafeInteger(parts) || parts < 1 || cfg.metadata?.[META_FORMAT] !== STORE_FORMAT) {
+        throw new Error(`stream ${n.stream} lacks the agentlog metadata (${META_PARTITIONS}, ${META_FORMAT}=${STORE_FORMAT}): not an agentlog stream`)
+      }
+      if (!cfg.subjects?.includes(`${n.subjectPrefix}.>`)) {
+        throw new Error(`stream ${n.stream} does not hold subjects ${n.subjectPrefix}.>`)
+      }
+      const maxPayload = nc.info?.max_payload ?? 1 << 20
+      const maxMsgSize = cfg.max_msg_size !== undefined && cfg.max_msg_size > 0 ? Math.min(cfg.max_msg_size, maxPayload) : maxPayload
+      let sessions: KV
+      try {
+        sessions = await new Kvm(js).open(n.sessionsBucket)
+        await sessions.status()
+      } catch (err) {
+        throw new Error(`KV bucket ${n.sessionsBucket} does not exist or cannot be read (run \`agentlog provision\`): ${(err as Error).message}`, { cause: err })
+      }
+      return { nc, js, jsm, sessions, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}` }
+    } catch (err) {
+      await nc.close().catch(() => {})
+      throw new Error(`agentlog session persistence (${servers}): ${(err as Error).message}`, { cause: err })
+    }
+  }
+
+  /** Create what is missing with `agentlog provision`'s settings; existing ones are kept as they are. */
+  private async provision(nc: NatsConnection, jsm: JetStreamManager): Promise<void> {
+    const p = typeof this.config.provision === 'object' ? this.config.provision : {}
+    const n = this.names
+    const replicas = p.replicas ?? 1
+    const maxPayload = nc.info?.max_payload ?? 1 << 20
+    const exists = async (name: string) => jsm.streams.info(name).then(() => true, (err: unknown) => {
+      if (err instanceof JetStreamApiError && err.code === 10059) return false
+      throw err
+    })
+    if (!await exists(n.stream)) {
+      const cfg: any = {
+        name: n.stream,
+        description: 'agentlog session logs: one subject per session, one record (1..K events) per message',
+        subjects: [`${n.subjectPrefix}.>`],
+        retention: 'limits' as any,
+        max_consumers: -1, max_msgs: -1, max_bytes: -1, max_msgs_per_subject: -1,
+        discard: 'old' as any,
+        max_msg_size: Math.min(p.maxMsgSize ?? 1 << 20, maxPayload),
+        storage: 'file' as any,
+        num_replicas: replicas,
+        duplicate_window: 120_000_000_000,
+        allow_direct: true,
+        deny_delete: true,
+        compression: 's2' as any,
+        allow_atomic: true,
+        metadata: { [META_PARTITIONS]: String(p.partitions ?? DEFAULT_PARTITIONS), [META_FORMAT]: STORE_FORMAT },
+      } as any
+      await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.stream)) throw err })
+    }
+    const kvm = new Kvm(jetstream(nc))
+    for (const bucket of [n.sessionsBucket, ...n.sessionsBucket === SESSIONS_BUCKET ? [PROJECTIONS_BUCKET] : []]) {
+      if (!await exists(`KV_${bucket}`)) {
+        await kvm.create(bucket, { history: 1, replicas, storage: 'file' as any }).catch(async (err: unknown) => {
+          if (!await exists(`KV_${bucket}`)) throw err
+        })
+      }
+    }
+    if (!await exists(n.errorsStream)) {
+      await jsm.streams.add({
+        name: n.errorsStream,
+        description: 'agentlog agent/error reports (kept for inspection, never session events)',
+        subjects: [`${n.errorsPrefix}.>`],
+        retention: 'limits' as any, max_consumers: -1, max_msgs: -1,
+        max_bytes: 256 << 20, max_age: 7 * 24 * 3600 * 1e9, max_msgs_per_subject: 1000,
+        discard: 'old' as any, storage: 'file' as any, num_replicas: replicas, allow_direct: true,
+      } as any).catch(async (err: unknown) => { if (!await exists(n.errorsStream)) throw err })
+    }
+  }
+
+  private subjectOf(s: Store, tok: string): string {
+    return `${this.names.subjectPrefix}.${partition(tok, s.partitions)}.${tok}`
+  }
+
+  private revision(s: Store, records: number): SessionPersistenceRevision {
+    return SessionPersistenceRevision(`agentlog:${s.source}:${records}`)
+  }
+
+  // --- service API (delegated to the coordinator) ---
+
+  locate(_meta: SessionHeader): undefined {
+    return undefined
+  }
+
+  create(meta: SessionHeader): Promise<void> {
+    return this.coordinator.create(meta)
+  }
+
+  append(id: SessionId, events: readonly SessionEvent[]): Promise<void> {
+    return this.coordinator.append(id, events)
+  }
+
+  override prepare(id: SessionId, signal?: AbortSignal): Promise<SessionPreparation> {
+    return this.coordinator.prepare(id, signal)
+  }
+
+  load(id: SessionId): Promise<SessionInspection> {
+    return this.coordinator.load(id)
+  }
+
+  inspect(id: SessionId, signal?: AbortSignal): Promise<SessionInspection> {
+    return this.coordinator.inspect(id, signal)
+  }
+
+  readFrom(id: SessionId, fromSeq: number, signal?: AbortSignal): Promise<{ meta: SessionHeader; events: SessionEvent[] }> {
+    return this.coordinator.readFrom(id, fromSeq, signal)
+  }
+
+  async listSnapshots(signal?: AbortSignal): Promise<SessionPersistenceSnapshot[]> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    const out: SessionPersistenceSnapshot[] = []
+    for (const { header, records } of await this.listStored(s, signal)) {
+      out.push({ header: header as SessionHeader, revision: this.revision(s, records) })
+    }
+    return out
+  }
+
+  // --- PersistenceBackend: storage primitives ---
+
+  /** Direct get of the session's last record (null when it has none). */
+  private async lastRecord(s: Store, subject: string): Promise<StoredMsg | null> {
+    return s.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })
+  }
+
+  /** Leader get (STREAM.MSG.GET) of the session's last record: never stale on R>1. */
+  private async leaderTail(s: Store, id: string, tok: string): Promise<Tail> {
+    const subject = this.subjectOf(s, tok)
+    let m: StoredMsg | null
+    try {
+      m = await s.jsm.streams.getMessage(this.names.stream, { last_by_subj: subject })
+    } catch (err) {
+      if (err instanceof JetStreamApiError && err.code === 10037) m = null
+      else throw new Error(`agentlog: session ${JSON.stringify(id)}: read the tail (subject ${subject}) from the stream leader: ${(err as Error).message}`, { cause: err })
+    }
+    if (m === null) return { streamSeq: 0, nextSeq: 0, msgId: '' }
+    const { info } = decodeRecord(k => m.header.values(k), m.string(), m.seq)
+    return { streamSeq: m.seq, nextSeq: info.firstSeq + info.count, msgId: m.header.get(HEADER_MSG_ID) }
+  }
+
+  /** Records of the session's subject (stream info with a subject filter); 0 when none. */
+  private async recordCount(s: Store, subject: string): Promise<number> {
+    const si = await s.jsm.streams.info(this.names.stream, { subjects_filter: subject } as any)
+    return (si.state.subjects as Record<string, number> | undefined)?.[subject] ?? 0
+  }
+
+  async loadStored(id: SessionId, signal?: AbortSignal): Promise<StoredPrefix<never> | undefined> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    signal?.throwIfAborted()
+    const tok = token(id)
+    const subject = this.subjectOf(s, tok)
+    const last = await this.lastRecord(s, subject)
+    signal?.throwIfAborted()
+    if (last === null) {
+      this.tails.delete(id)
+      return undefined
+    }
+    const entry = await s.sessions.get(tok)
+    signal?.throwIfAborted()
+    if (entry === null || entry.operation !== 'PUT') {
+      throw new Error(`agentlog: session ${JSON.stringify(id)} has records on ${subject} but no metadata (key ${tok} in KV bucket ${this.names.sessionsBucket})`)
+    }
+    const meta = parseHeaderLine(id, entry.string()) as SessionHeader
+    const lastDec = decodeRecord(k => last.header.values(k), last.string(), last.seq)
+    let events: WireEvent[]
+    let records: number
+    if (lastDec.info.firstSeq === 0) {
+      events = lastDec.events
+      records = 1
+    } else {
+      ({ events, records } = await this.readAll(s, id, subject, last.seq, signal))
+    }
+    this.checkSession(id, tok, lastDec.info.session)
+    const nextSeq = events.length
+    this.tails.set(id, { streamSeq: last.seq, nextSeq, msgId: last.header.get(HEADER_MSG_ID) })
+    return { meta, events: events as SessionEvent[], revision: this.revision(s, records) }
+  }
+
+  private checkSession(id: string, _tok: string, found: string): void {
+    if (found !== id) {
+      throw new AgentlogWireError(id, -1, 'record-session', `a record on this session's subject names session ${JSON.stringify(found)}`)
+    }
+  }
+
+  /** Read every record of a session up to stream seq `upTo` (direct batch gets, in order). */
+  private async readAll(s: Store, id: string, subject: string, upTo: number, signal?: AbortSignal): Promise<{ events: WireEvent[]; records: number }> {
+    const events: WireEvent[] = []
+    let records = 0
+    let from = 1
+    while (from <= upTo) {
+      signal?.throwIfAborted()
+      const iter = await s.jsm.direct.getBatch(this.names.stream, { seq: from, next_by_subj: subject, batch: 256 })
+      let got = 0
+      for await (const m of iter) {
+        got++
+        from = m.seq + 1
+        if (m.seq > upTo) break
+        const { info, events: evs } = decodeRecord(k => m.header.values(k), m.string(), m.seq)
+        this.checkSession(id, '', info.session)
+        if (info.firstSeq !== events.length) {
+          throw new AgentlogWireError(id, info.firstSeq, 'record-continue',
+            `record at stream seq ${m.seq} starts at seq ${info.firstSeq}, but the records before it end at seq ${events.length - 1}`)
+        }
+        for (const e of evs) events.push(e)
+        records++
+      }
+      if (got === 0) {
+        throw new Error(`agentlog: session ${JSON.stringify(id)}: reading ${subject} stopped at stream seq ${from}, before its last record at stream seq ${upTo}`)
+      }
+    }
+    return { events, records }
+  }
+
+  async readStoredRevision(id: SessionId, signal?: AbortSignal): Promise<SessionPersistenceRevision | undefined> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    const n = await this.recordCount(s, this.subjectOf(s, token(id)))
+    signal?.throwIfAborted()
+    return n === 0 ? undefined : this.revision(s, n)
+  }
+
+  async appendBatch(meta: SessionHeader, events: readonly SessionEvent[], isMaterialized: boolean): Promise<void> {
+    if (events.length === 0) return
+    const id = meta.id
+    const first = events[0]!.seq
+    const last = events[events.length - 1]!.seq
+    for (const e of events) {
+      if (!isJsonValue(e.data)) {
+        throw new AgentlogWireError(id, e.seq, 'record-event', `event "${e.type}" carries data that is not losslessly JSON-serializable`)
+      }
+    }
+    const lines = encodeLines(id, events as readonly WireEvent[])
+    const s = await this.ready
+    if (this.closed) throw new Error(`agentlog: session ${JSON.stringify(id)} seqs ${first}..${last}: the backend is closed`)
+    const tok = token(id)
+    try {
+      let tail: Tail
+      if (!isMaterialized) {
+        if (first !== 0) {
+          throw new AgentlogWireError(id, first, 'record-continue', 'the first record of a session must start at seq 0')
+        }
+        await this.createMeta(s, meta, tok)
+        tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
+      } else {
+        tail = this.tails.get(id) ?? await this.leaderTail(s, id, tok)
+      }
+      if (tail.nextSeq !== first) {
+        throw new AgentlogConflictError(id, first, last, tail.streamSeq,
+          `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
+      }
+      await this.write(s, id, tok, tail.streamSeq, events as readonly WireEvent[], lines)
+    } catch (err) {
+      this.report(s, id, tok, first, last, err as Error)
+      throw err
+    }
+  }
+
+  /** Register the session's metadata (KV create); a retry of our own create passes. */
+  private async createMeta(s: Store, meta: SessionHeader, tok: string): Promise<void> {
+    const value = headerLine(meta)
+    try {
+      await s.sessions.create(tok, value)
+      return
+    } catch (err) {
+      const entry = await s.sessions.get(tok).catch(() => null)
+      if (entry === null || entry.operation !== 'PUT') {
+        throw new Error(`agentlog: create session ${JSON.stringify(meta.id)} (key ${tok} in KV bucket ${this.names.sessionsBucket}): ${(err as Error).message}`, { cause: err })
+      }
+      const last = await this.lastRecord(s, this.subjectOf(s, tok))
+      if (last !== null) {
+        throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists (it has records up to stream seq ${last.seq}); load or resume it instead`)
+      }
+      if (entry.string() !== value) {
+        throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists: another writer registered its metadata (key ${tok} in KV bucket ${this.names.sessionsBucket}) and has not written yet`)
+      }
+      // Our own earlier try (its record was not written): carry on.
+    }
+  }
+
+  /**
+   * Write events as one guarded record (or an atomic batch of records when too big), and resolve
+   * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5).
+   */
+  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: string[]): Promise<void> {
+    const subject = this.subjectOf(s, tok)
+    for (;;) {
+      const first = events[0]!.seq
+      const last = events[events.length - 1]!.seq
+      const msgId = `${this.writerId}.${tok}.${first}`
+      let ack: PubAck
+      try {
+        ack = await this.publish(s, id, tok, subject, guard, msgId, events, lines)
+      } catch (err) {
+        const code = err instanceof JetStreamApiError ? err.code : undefined
+        if (code !== ERR_WRONG_LAST_SEQUENCE && code !== ERR_WRONG_LAST_SEQUENCE_CONSTANT && code !== ERR_BATCH_DUPLICATE_MSG_ID) {
+          if (err instanceof AgentlogWireError || err instanceof AgentlogConflictError) throw err
+          throw new Error(`agentlog: append to session ${JSON.stringify(id)} seqs ${first}..${last} (expected last stream seq ${guard}): ${(err as Error).message}`, { cause: err })
+        }
+        const tail = await this.leaderTail(s, id, tok)
+        const stored = ownTail(tail, msgId, first, last)
+        if (stored < 0) {
+          throw new AgentlogConflictError(id, first, last, guard,
+            `the tail record is at stream seq ${tail.streamSeq} (Nats-Msg-Id ${JSON.stringify(tail.msgId)}, next seq ${tail.nextSeq})`, { cause: err })
+        }
+        ack = { stream: this.names.stream, seq: tail.streamSeq, duplicate: true } as PubAck
+        if (stored < events.length) {
+          // An earlier try stored a prefix of this batch: write the rest after it.
+          this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
+          guard = tail.streamSeq
+          events = events.slice(stored)
+          lines = lines.slice(stored)
+          continue
+        }
+      }
+      if (ack.duplicate) {
+        if (ack.seq <= guard) {
+          throw new AgentlogConflictError(id, first, last, guard, `Nats-Msg-Id ${JSON.stringify(msgId)} matched stream seq ${ack.seq}, at or before the guard`)
+        }
+        const tail = await this.leaderTail(s, id, tok)
+        const stored = tail.streamSeq === ack.seq ? ownTail(tail, msgId, first, last) : -1
+        if (stored < 0) {
+          throw new AgentlogConflictError(id, first, last, guard,
+            `Nats-Msg-Id ${JSON.stringify(msgId)} was deduplicated as stream seq ${ack.seq}, but the tail record is stream seq ${tail.streamSeq} (next seq ${tail.nextSeq})`)
+        }
+        this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
+        if (stored < events.length) {
+          guard = tail.streamSeq
+          events = events.slice(stored)
+          lines = lines.slice(stored)
+          continue
+        }
+        return
+      }
+      this.tails.set(id, { streamSeq: ack.seq, nextSeq: last + 1, msgId })
+      return
+    }
+  }
+
+  private headersOf(pairs: [string, string][]): MsgHdrs {
+    const h = natsHeaders()
+    for (const [k, v] of pairs) h.set(k, v)
+    return h
+  }
+
+  private async publish(s: Store, id: string, tok: string, subject: string, guard: number, msgId: string,
+    events: readonly WireEvent[], lines: string[]): Promise<PubAck> {
+    const first = events[0]!.seq
+    const limit = s.maxMsgSize
+    const pairs = recordHeaders(tok, first, events.length)
+    pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
+    const body = lines.join('\n')
+    const bodyBytes = Buffer.byteLength(body)
+    if (headerWireSize(pairs) + bodyBytes <= limit) {
+      return s.js.publish(subject, body, { headers: this.headersOf(pairs) })
+    }
+    // Split: cut into records within the limit, committed as one atomic batch (ADR-50).
+    const n = events.length
+    const worst = recordHeaders(tok, events[n - 1]!.seq, n)
+    worst.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, `${msgId}~${n}`],
+      ['Nats-Batch-Id', 'x'.repeat(22)], ['Nats-Batch-Sequence', String(n)], ['Nats-Batch-Commit', '1'])
+    const budget = limit - headerWireSize(worst)
+    const parts: [number, number][] = []
+    let from = 0
+    let size = 0
+    for (let i = 0; i < n; i++) {
+      const len = Buffer.byteLength(lines[i]!)
+      if (len > budget) {
+        throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large',
+          `the event is ${len} bytes encoded (plus ${limit - budget} bytes of record headers), the max message size is ${limit} bytes`)
+      }
+      let add = i > from ? len + 1 : len
+      if (i > from && size + add > budget) {
+        parts.push([from, i])
+        from = i
+        size = 0
+        add = len
+      }
+      size += add
+    }
+    parts.push([from, n])
+    if (parts.length > MAX_BATCH_RECORDS) {
+      throw new AgentlogWireError(id, first, 'batch-too-large',
+        `seqs ${first}..${events[n - 1]!.seq} need ${parts.length} records of at most ${limit} bytes, more than the ${MAX_BATCH_RECORDS} an atomic batch may hold`)
+    }
+    const record = (k: number): { data: string; headers: MsgHdrs } => {
+      const [a, b] = parts[k]!
+      const h = recordHeaders(tok, events[a]!.seq, b - a)
+      if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
+      h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
+      return { data: lines.slice(a, b).join('\n'), headers: this.headersOf(h) }
+    }
+    const r0 = record(0)
+    const batch = await s.js.startBatch(subject, r0.data, { headers: r0.headers })
+    for (let k = 1; k < parts.length - 1; k++) {
+      const r = record(k)
+      batch.add(subject, r.data, { headers: r.headers })
+    }
+    const rl = record(parts.length - 1)
+    const ack = await batch.commit(subject, rl.data, { headers: rl.headers })
+    return { stream: ack.stream, seq: ack.seq, duplicate: false } as PubAck
+  }
+
+  /** Publish an agent/error report (best effort; never a session event). */
+  private report(s: Store, id: string, tok: string, firstSeq: number, lastSeq: number, err: Error): void {
+    try {
+      if (s.nc.isClosed()) return
+      s.nc.publish(`${this.names.errorsPrefix}.${tok}`, JSON.stringify({
+        type: 'agent/error', session: id, firstSeq, lastSeq, error: err.message, time: Date.now(), writerId: this.writerId,
+      }))
+    } catch { /* a report is best effort */ }
+  }
+
+  async commitRepair(meta: SessionHeader, _torn: undefined, closers: readonly SessionEvent[]): Promise<void> {
+    // Records are atomic: there is never a torn tail, only closers to append.
+    if (closers.length > 0) await this.appendBatch(meta, closers, true)
+  }
+
+  async list(signal?: AbortSignal): Promise<SessionHeader[]> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    return (await this.listStored(s, signal)).map(x => x.header as SessionHeader)
+  }
+
+  /** Every session with at least one record, with its metadata and record count. */
+  private async listStored(s: Store, signal?: AbortSignal): Promise<{ header: ReturnType<typeof parseHeaderLine>; records: number }[]> {
+    const si = await s.jsm.streams.info(this.names.stream, { subjects_filter: `${this.names.subjectPrefix}.>` } as any)
+    signal?.throwIfAborted()
+    const subjects = Object.entries((si.state.subjects ?? {}) as Record<string, number>)
+    const out: { header: ReturnType<typeof parseHeaderLine>; records: number }[] = []
+    const prefixDots = this.names.subjectPrefix.split('.').length
+    let next = 0
+    const worker = async () => {
+      while (next < subjects.length) {
+        const [subject, records] = subjects[next++]!
+        const tok = subject.split('.')[prefixDots + 1]
+        if (tok === undefined) continue
+        let id: string
+        try { id = idFromToken(tok) } catch { continue }
+        const entry = await s.sessions.get(tok)
+        if (entry === null || entry.operation !== 'PUT') continue
+        out.push({ header: parseHeaderLine(id, entry.string()), records })
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, subjects.length) }, worker))
+    signal?.throwIfAborted()
+    out.sort((a, b) => a.header.id < b.header.id ? -1 : a.header.id > b.header.id ? 1 : 0)
+    return out
+  }
+
+  /** Teardown, run by the coordinator after it drained every buffered batch: drain the connection. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    const s = await this.ready.catch(() => undefined)
+    if (s !== undefined && !s.nc.isClosed()) await s.nc.drain()
+  }
+}
+
+/**
+ * How many of events[first..last] the tail record shows as stored by this writer (its Nats-Msg-Id
+ * is msgId, or msgId plus a split-part suffix, and it ends inside the batch); −1 when the tail is
+ * not ours.
+ */
+function ownTail(t: Tail, msgId: string, first: number, last: number): number {
+  const ours = t.msgId === msgId || (t.msgId.startsWith(msgId) && t.msgId.length > msgId.length && t.msgId[msgId.length] === '~')
+  if (!ours || t.nextSeq <= first || t.nextSeq > last + 1) return -1
+  return t.nextSeq - first
+}
+
+export default AgentlogSessionPersistence
