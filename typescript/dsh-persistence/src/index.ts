@@ -221,10 +221,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const t = c.tls
     if (t !== undefined && (t.ca !== undefined || t.cert !== undefined || t.key !== undefined || t.handshakeFirst)) {
       opts.tls = {
-        ...c.tls.ca !== undefined ? { caFile: c.tls.ca } : {},
-        ...c.tls.cert !== undefined ? { certFile: c.tls.cert } : {},
-        ...c.tls.key !== undefined ? { keyFile: c.tls.key } : {},
-        ...c.tls.handshakeFirst ? { handshakeFirst: true } : {},
+        ...t.ca !== undefined ? { caFile: t.ca } : {},
+        ...t.cert !== undefined ? { certFile: t.cert } : {},
+        ...t.key !== undefined ? { keyFile: t.key } : {},
+        ...t.handshakeFirst ? { handshakeFirst: true } : {},
       }
     }
     return opts

@@ -1,0 +1,158 @@
+// Identity both ways between this backend and the Go stack, on the default agentlog names of the
+// test stack: TS writes → `agentlog messages` / `agentlog events` read; `agentlog import` writes →
+// the backend loads identical events; a Go fork of a TS-written session loads in dsh.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { Context, type Fiber } from '@deepseek-ai/cordis'
+import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
+import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
+import AgentlogSessionPersistence, { encodeEventLine, type WireEvent } from '../src/index.ts'
+import { agentlog, agentlogConfig, agentlogResult, uniqueId } from './stack.ts'
+import { recordedSessions, readJsonl } from './jsonl.ts'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+let ctx: Context
+let fiber: Fiber
+let backend: AgentlogSessionPersistence
+
+beforeAll(async () => {
+  ctx = new Context()
+  await ctx.plugin(SessionStore)
+  fiber = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig())
+  backend = ctx.sessionPersistence as AgentlogSessionPersistence
+})
+afterAll(async () => { await fiber?.dispose() })
+
+const recorded = recordedSessions()
+
+function metaFor(id: string, h: Record<string, unknown> | undefined): SessionHeader {
+  return {
+    version: 0,
+    id: SessionId(id),
+    createdAt: typeof h?.createdAt === 'number' ? h.createdAt : 1785000000000,
+    ...typeof h?.cwd === 'string' ? { cwd: h.cwd } : {},
+    ...typeof h?.agentPreset === 'string' ? { agentPreset: h.agentPreset } : {},
+  } as SessionHeader
+}
+
+/** `agentlog events ID --no-header`, parsed. */
+async function goEvents(id: string): Promise<{ text: string; events: WireEvent[] }> {
+  const text = await agentlog('events', id, '--no-header')
+  return { text, events: readJsonl(text).events }
+}
+
+describe('TS writes, Go reads', () => {
+  it(`recorded sessions (${recorded.length}): agentlog messages equals the oracle's messages, events round-trip`, async () => {
+    expect(recorded.length).toBeGreaterThan(0)
+    let byteIdentical = 0
+    for (const r of recorded) {
+      const id = uniqueId('ts-writes')
+      await backend.create(metaFor(id, r.header as Record<string, unknown>))
+      await backend.append(SessionId(id), r.events as SessionEvent[])
+      const messages = JSON.parse(await agentlog('messages', id))
+      expect(messages, r.name).toEqual(r.expected.messages)
+      const go = await goEvents(id)
+      expect(go.events, r.name).toEqual(r.events)
+      // The Go stack re-encodes what we wrote byte for byte (its encoder keeps data bytes).
+      expect(go.text, r.name).toBe(r.events.map(e => encodeEventLine(id, e) + '\n').join(''))
+      byteIdentical++
+    }
+    expect(byteIdentical).toBe(recorded.length)
+  })
+
+  it('a record bigger than the max message size is split into an atomic batch and read back whole', async () => {
+    const id = uniqueId('ts-split')
+    const pad = 'x'.repeat(500)
+    const events: SessionEvent[] = [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } } as SessionEvent]
+    for (let i = 1; i < 2600; i++) {
+      events.push({ type: 'assistant/chunk', seq: i, time: 1 + i, data: { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: pad } } } as SessionEvent)
+    }
+    await backend.create(metaFor(id, undefined))
+    await backend.append(SessionId(id), events)
+    const go = await goEvents(id)
+    expect(go.events).toHaveLength(events.length)
+    expect(go.events).toEqual(events)
+    const stored = await backend.loadStored(SessionId(id))
+    expect(stored?.events).toEqual(events)
+  })
+})
+
+describe('Go writes, TS loads', () => {
+  it(`recorded sessions (${recorded.length}): agentlog import, then loadStored gives identical events`, async () => {
+    for (const r of recorded) {
+      const id = uniqueId('go-writes')
+      await agentlog('import', r.file, '--session', id)
+      const stored = await backend.loadStored(SessionId(id))
+      expect(stored, r.name).toBeDefined()
+      expect(stored!.meta.id).toBe(id)
+      expect(stored!.events, r.name).toEqual(r.events)
+      // And both writers' records give the same bytes to the Go reader.
+      const tsId = uniqueId('ts-twin')
+      await backend.create(metaFor(tsId, r.header as Record<string, unknown>))
+      await backend.append(SessionId(tsId), r.events as SessionEvent[])
+      const [a, b] = await Promise.all([goEvents(id), goEvents(tsId)])
+      if (a.text !== b.text) {
+        // Only data bytes that are not JSON.stringify's canonical form may differ (the Go importer
+        // keeps a file's bytes as they are); the values must still be equal.
+        expect(b.events, r.name).toEqual(a.events)
+      }
+    }
+  })
+
+  it('a Go-written session resumes in dsh and continues its seq', async () => {
+    const r = recorded.find(x => x.expected.events > 5)!
+    const id = uniqueId('go-resume')
+    // The recorded headers carry template placeholders ("{{cwd}}"), which dsh refuses as a cwd.
+    const file = join(mkdtempSync(join(tmpdir(), 'dsh-resume-')), 'session.jsonl')
+    writeFileSync(file, readFileSync(r.file, 'utf8').replace(/"cwd":"[^"]*"/, '"cwd":"/w"'))
+    await agentlog('import', file, '--session', id)
+    const loaded = await backend.load(SessionId(id))
+    expect(loaded.meta.cwd).toBe('/w')
+    expect(loaded.events.length).toBeGreaterThanOrEqual(r.events.length)
+    expect(loaded.events.slice(0, r.events.length)).toEqual(r.events)
+    // Resume it as a live session: dsh appends its end-seed through this backend, after the Go records.
+    const live = ctx.sessions.create(SessionId(id), { seed: loaded.events, meta: { cwd: "/w" } })
+    await ctx.sessions.flush(live)
+    const go = await goEvents(id)
+    expect(go.events.slice(0, loaded.events.length)).toEqual(loaded.events)
+    expect(go.events.at(-1)).toMatchObject({ type: 'session/end-seed', seq: loaded.events.length })
+  })
+})
+
+describe('forks', () => {
+  it('a fork made by the Go forker of a TS-written session loads in dsh', async () => {
+    const parent = uniqueId('ts-parent')
+    const session = ctx.sessions.create(SessionId(parent), { meta: { cwd: '/w' } })
+    const r = recorded.find(x => x.expected.events > 10 && x.expected.ok)!
+    // Drive a real live session with dsh's own SessionStore.
+    const { appendLog } = await import('../../../../shared/dsh-contract/tests/contract.ts')
+    appendLog(session, [
+      { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+      { type: 'user/message', seq: 1, time: 2, data: { id: 'm1', role: 'user', content: [{ type: 'text', text: 'hi' }], source: { kind: 'user' } }, surfaceOp: 'append' },
+      { type: 'step/start', seq: 2, time: 3, data: { turn: 1, step: 1 } },
+      { type: 'assistant/message', seq: 3, time: 4, data: { turn: 1, step: 1, message: { id: 'm2', role: 'assistant', content: [{ type: 'text', text: 'hello' }], source: { kind: 'model', provider: 'mock', model: 'mock' } } }, surfaceOp: 'append' },
+      { type: 'step/end', seq: 4, time: 5, data: { turn: 1, step: 1 } },
+      { type: 'turn/end', seq: 5, time: 6, data: { turn: 1, reason: { kind: 'completed' } } },
+    ] as unknown as SessionEvent[])
+    await ctx.sessions.flush(session)
+    void r
+    const child = uniqueId('go-fork')
+    const out = JSON.parse(await agentlog('fork', parent, '--at', '5', '--child', child))
+    expect(out).toMatchObject({ child, seedLength: 6, parentSession: parent })
+    const stored = await backend.loadStored(SessionId(child))
+    expect(stored?.meta).toMatchObject({ id: child, parentSession: parent, seedLength: 6 })
+    const parentStored = await backend.loadStored(SessionId(parent))
+    expect(stored!.events.slice(0, 6)).toEqual(parentStored!.events.slice(0, 6))
+    expect(stored!.events[6]).toMatchObject({ type: 'session/end-seed', seq: 6, data: {} })
+    const loaded = await backend.load(SessionId(child))
+    expect(loaded.events).toHaveLength(7)
+    expect(loaded.meta.parentSession).toBe(parent)
+    // And its messages, from the projector.
+    expect(JSON.parse(await agentlog('messages', child))).toHaveLength(2)
+    // A fork boundary inside an open turn is refused with the reference's text.
+    const refused = await agentlogResult('fork', parent, '--at', '2')
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toContain(`OPEN_TURN: fork boundary 2 in session "${parent}" ends inside open turn 1`)
+  })
+})

@@ -1,0 +1,83 @@
+// A TS writer (this backend's write path) and a Go writer (the publisher, in the hidden
+// `agentlog bench writer` process) on one session, 200 rounds. Each round both start from the same
+// tail; the guard must let exactly one of the two concurrent writes in (a write that read the tail
+// after the other's record is serialized, not concurrent: the other writer, now stale, must then be
+// fenced). The log stays contiguous throughout.
+import { execFile } from 'node:child_process'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { Context, type Fiber } from '@deepseek-ai/cordis'
+import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
+import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
+import AgentlogSessionPersistence, { AgentlogConflictError } from '../src/index.ts'
+import { agentlogBin, agentlogConfig, natsUrl, uniqueId } from './stack.ts'
+
+const ROUNDS = Number(process.env.RACE_ROUNDS ?? 200)
+
+let fiber: Fiber
+let backend: AgentlogSessionPersistence
+beforeAll(async () => {
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  fiber = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-racer' }))
+  backend = ctx.sessionPersistence as AgentlogSessionPersistence
+})
+afterAll(async () => { await fiber?.dispose() })
+
+/** One Go writer process: opens (resumes) the session, which writes its end-seed record. */
+function goWriter(id: string): Promise<{ ok: boolean; out: string }> {
+  return new Promise(resolve => {
+    execFile(agentlogBin(), ['--nats', natsUrl(), 'bench', 'writer', '--session', id, '--events', '1', '--writer-id', 'go-racer'],
+      (err, stdout, stderr) => resolve({ ok: err === null, out: stdout + stderr }))
+  })
+}
+
+it(`a TS writer and a Go writer on one session, ${ROUNDS} rounds: exactly one wins each round`, async () => {
+  const id = uniqueId('race')
+  const meta: SessionHeader = { version: 0, id: SessionId(id), createdAt: 1785000000000 } as SessionHeader
+  await backend.create(meta)
+  await backend.append(SessionId(id), [
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+    { type: 'turn/end', seq: 1, time: 2, data: { turn: 1, reason: { kind: 'completed' } } },
+  ] as SessionEvent[])
+  const outcome = { tsWon: 0, goWon: 0, serialized: 0 }
+  let expected = 2
+  for (let r = 0; r < ROUNDS; r++) {
+    let before = await backend.loadStored(SessionId(id)) // the TS writer's tail: the current one
+    expect(before!.events).toHaveLength(expected)
+    if (before!.events.at(-1)!.type === 'session/end-seed') {
+      // A Go resume writes nothing onto a log that ends with its marker: give it something to resume.
+      await backend.appendBatch(meta, [{ type: 'race/fill', seq: expected, time: 10 + r, data: {}, ignorable: true } as SessionEvent], true)
+      before = await backend.loadStored(SessionId(id))
+      expected++
+    }
+    const ev = { type: 'race/ts', seq: expected, time: 10 + r, data: { round: r }, ignorable: true } as SessionEvent
+    const go = goWriter(id)
+    await new Promise(ok => setTimeout(ok, (r * 37) % 240)) // spread the TS write over the Go writer's start-up
+    const ts = await backend.appendBatch(meta, [ev], true).then(() => null, (err: unknown) => err)
+    const g = await go
+    if (ts !== null && !(ts instanceof AgentlogConflictError)) throw ts
+    if (!g.ok) expect(g.out, `round ${r}`).toMatch(/conflict|changed under/i)
+    const after = await backend.loadStored(SessionId(id))
+    const types = after!.events.slice(expected).map(e => e.type)
+    if (ts === null && !g.ok) {
+      outcome.tsWon++
+      expect(types).toEqual(['race/ts'])
+    } else if (ts !== null && g.ok) {
+      outcome.goWon++
+      expect(types).toEqual(['session/end-seed'])
+    } else if (ts === null && g.ok) {
+      // Serialized: the Go writer resumed after the TS record; the TS writer is now stale.
+      outcome.serialized++
+      expect(types).toEqual(['race/ts', 'session/end-seed'])
+      const stale = await backend.appendBatch(meta, [{ ...ev, seq: expected + 1 }], true).then(() => null, (err: unknown) => err)
+      expect(stale, `round ${r}: a stale TS writer was not fenced`).toBeInstanceOf(AgentlogConflictError)
+    } else {
+      throw new Error(`round ${r}: both writers lost: ${String(ts)} / ${g.out}`)
+    }
+    // Contiguous: loadStored decodes every record and checks that each continues the previous one.
+    after!.events.forEach((e, i) => expect(e.seq).toBe(i))
+    expected = after!.events.length
+  }
+  console.log(`race: ${ROUNDS} rounds, TS won ${outcome.tsWon}, Go won ${outcome.goWon}, serialized ${outcome.serialized}`)
+  expect(outcome.tsWon + outcome.goWon + outcome.serialized).toBe(ROUNDS)
+}, 600_000)
