@@ -8,7 +8,6 @@
 import { readFileSync } from 'node:fs'
 import { Context, Service } from '@deepseek-ai/cordis'
 import z from '@deepseek-ai/schemastery'
-import { isJsonValue } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader, SessionId, SessionPreparation } from '@deepseek-ai/dsh-session'
 import {
   DEFAULT_PREPARED_SESSION_CACHE_SIZE, DEFAULT_WRITE_BATCH_MAX_DELAY_MS, MAX_WRITE_BATCH_DELAY_MS,
@@ -209,6 +208,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       servers: c.servers,
       name: c.name ?? 'dsh-agentlog',
       maxReconnectAttempts: -1,
+      // No stack capture per request: a record write is on the hot path.
+      noAsyncTraces: true,
     }
     const auth: Authenticator[] = []
     if (c.credsFile !== undefined) auth.push(credsAuthenticator(readFileSync(c.credsFile)))
@@ -481,11 +482,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const id = meta.id
     const first = events[0]!.seq
     const last = events[events.length - 1]!.seq
-    for (const e of events) {
-      if (!isJsonValue(e.data)) {
-        throw new AgentlogWireError(id, e.seq, 'record-event', `event "${e.type}" carries data that is not losslessly JSON-serializable`)
-      }
-    }
+    // The coordinator hands over detached, validated lossless-JSON snapshots; encodeLines still
+    // refuses what JSON.stringify cannot encode, naming the session, seq and type.
     const lines = encodeLines(id, events as readonly WireEvent[])
     const s = await this.ready
     if (this.closed) throw new Error(`agentlog: session ${JSON.stringify(id)} seqs ${first}..${last}: the backend is closed`)
@@ -605,9 +603,9 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const limit = s.maxMsgSize
     const pairs = recordHeaders(tok, first, events.length)
     pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
-    const body = lines.join('\n')
-    const bodyBytes = Buffer.byteLength(body)
-    if (headerWireSize(pairs) + bodyBytes <= limit) {
+    // One UTF-8 encoding of the whole body: nats.js sends a Uint8Array as it is.
+    const body = Buffer.from(lines.join('\n'), 'utf8')
+    if (headerWireSize(pairs) + body.length <= limit) {
       return s.js.publish(subject, body, { headers: this.headersOf(pairs) })
     }
     // Split: cut into records within the limit, committed as one atomic batch (ADR-50).
@@ -639,12 +637,12 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       throw new AgentlogWireError(id, first, 'batch-too-large',
         `seqs ${first}..${events[n - 1]!.seq} need ${parts.length} records of at most ${limit} bytes, more than the ${MAX_BATCH_RECORDS} an atomic batch may hold`)
     }
-    const record = (k: number): { data: string; headers: MsgHdrs } => {
+    const record = (k: number): { data: Uint8Array; headers: MsgHdrs } => {
       const [a, b] = parts[k]!
       const h = recordHeaders(tok, events[a]!.seq, b - a)
       if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
       h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
-      return { data: lines.slice(a, b).join('\n'), headers: this.headersOf(h) }
+      return { data: Buffer.from(lines.slice(a, b).join('\n'), 'utf8'), headers: this.headersOf(h) }
     }
     const r0 = record(0)
     const batch = await s.js.startBatch(subject, r0.data, { headers: r0.headers })
