@@ -38,7 +38,7 @@ function metaFor(id: string, h: Record<string, unknown> | undefined): SessionHea
 
 /** `agentlog events ID --no-header`, parsed. */
 async function goEvents(id: string): Promise<{ text: string; events: WireEvent[] }> {
-  const text = await agentlog('events', id, '--no-header')
+  const text = await agentlog('events', '--no-header', '--', id)
   return { text, events: readJsonl(text).events }
 }
 
@@ -117,6 +117,29 @@ describe('Go writes, TS loads', () => {
     const go = await goEvents(id)
     expect(go.events.slice(0, loaded.events.length)).toEqual(loaded.events)
     expect(go.events.at(-1)).toMatchObject({ type: 'session/end-seed', seq: loaded.events.length })
+  })
+})
+
+describe('session ids that are not subject-safe', () => {
+  // Both sides must map an id to the same token and partition (PROTOCOL.md §3).
+  const ids = ['a.b c', 'x_y*>', 'é 中文 🙂', '-', 'A'.repeat(200), 'tab\tnew\nline', '_5F']
+  it('Go writes, TS loads, and TS writes, Go reads, under ids with dots, wildcards, spaces and non-ASCII', async () => {
+    const r = recorded[0]!
+    for (const raw of ids) {
+      const goId = `${raw}-go-${uniqueId('x')}`
+      await agentlog('import', r.file, '--session', goId)
+      const stored = await backend.loadStored(SessionId(goId))
+      expect(stored?.events, goId).toEqual(r.events)
+      const tsId = `${raw}-ts-${uniqueId('x')}`
+      await backend.create(metaFor(tsId, undefined))
+      await backend.append(SessionId(tsId), r.events as SessionEvent[])
+      expect((await goEvents(tsId)).events, tsId).toEqual(r.events)
+    }
+  })
+
+  it('ids that are not 1..256 bytes of UTF-8 are refused, naming the rule', async () => {
+    await expect(backend.loadStored(SessionId('x'.repeat(257)))).rejects.toThrow(/id-too-long/)
+    await expect(backend.loadStored(SessionId('bad\ud800'))).rejects.toThrow(/id-utf8/)
   })
 })
 

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { AgentlogConflictError } from '../src/index.ts'
+import AgentlogSessionPersistence, { AgentlogConflictError, errorsSubject } from '../src/index.ts'
+import { jetstreamManager } from '@nats-io/jetstream'
 import { agentlogBin, agentlogConfig, natsUrl, uniqueId } from './stack.ts'
 
 const ROUNDS = Number(process.env.RACE_ROUNDS ?? 200)
@@ -77,6 +78,14 @@ it(`a TS writer and a Go writer on one session, ${ROUNDS} rounds: exactly one wi
     // Contiguous: loadStored decodes every record and checks that each continues the previous one.
     after!.events.forEach((e, i) => expect(e.seq).toBe(i))
     expected = after!.events.length
+  }
+  // The fenced TS writes were reported on agentlog.errors.<token> (never as session events).
+  if (outcome.goWon + outcome.serialized > 0) {
+    const nc = await (backend as AgentlogSessionPersistence).connection()
+    const jsm = await jetstreamManager(nc)
+    const last = await jsm.streams.getMessage('AGENTLOG_ERRORS', { last_by_subj: errorsSubject(id) })
+    expect(last?.json()).toMatchObject({ type: 'agent/error', session: id, writerId: 'ts-racer' })
+    expect((last?.json() as { error: string }).error).toMatch(/changed under this writer/)
   }
   console.log(`race: ${ROUNDS} rounds, TS won ${outcome.tsWon}, Go won ${outcome.goWon}, serialized ${outcome.serialized}`)
   expect(outcome.tsWon + outcome.goWon + outcome.serialized).toBe(ROUNDS)
