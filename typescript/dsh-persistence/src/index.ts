@@ -522,10 +522,15 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         throw new Error(`agentlog: create session ${JSON.stringify(meta.id)} (key ${tok} in KV bucket ${this.names.sessionsBucket}): ${(err as Error).message}`, { cause: err })
       }
       const last = await this.lastRecord(s, this.subjectOf(s, tok))
+      const ours = entry.string() === value
       if (last !== null) {
+        // A retry of our own first record whose ack was lost: write() finds it at the tail.
+        const firstId = `${this.writerId}.${tok}.0`
+        const msgId = last.header.get(HEADER_MSG_ID)
+        if (ours && (msgId === firstId || msgId.startsWith(`${firstId}~`))) return
         throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists (it has records up to stream seq ${last.seq}); load or resume it instead`)
       }
-      if (entry.string() !== value) {
+      if (!ours) {
         throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists: another writer registered its metadata (key ${tok} in KV bucket ${this.names.sessionsBucket}) and has not written yet`)
       }
       // Our own earlier try (its record was not written): carry on.

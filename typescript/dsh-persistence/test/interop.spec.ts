@@ -5,7 +5,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { encodeEventLine, type WireEvent } from '../src/index.ts'
+import AgentlogSessionPersistence, { encodeEventLine, headerLine, recordHeaders, sessionSubject, token, type WireEvent } from '../src/index.ts'
+import { headers as natsHeaders } from '@nats-io/transport-node'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { Kvm } from '@nats-io/kv'
 import { agentlog, agentlogConfig, agentlogResult, uniqueId } from './stack.ts'
 import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
@@ -117,6 +120,43 @@ describe('Go writes, TS loads', () => {
     const go = await goEvents(id)
     expect(go.events.slice(0, loaded.events.length)).toEqual(loaded.events)
     expect(go.events.at(-1)).toMatchObject({ type: 'session/end-seed', seq: loaded.events.length })
+  })
+})
+
+describe('retries after a lost ack', () => {
+  // Simulate a write whose ack was lost: the record is stored under this writer's Nats-Msg-Id,
+  // but the backend did not learn it. The retry must find it and never store the events twice.
+  async function storeBehindTheBacksOf(id: string, guard: number, events: WireEvent[]) {
+    const nc = await backend.connection()
+    const tok = token(id)
+    const h = natsHeaders()
+    for (const [k, v] of recordHeaders(tok, events[0]!.seq, events.length)) h.set(k, v)
+    h.set('Nats-Expected-Last-Subject-Sequence', String(guard))
+    h.set('Nats-Msg-Id', `${backend.writerId}.${tok}.${events[0]!.seq}`)
+    const ack = await jetstream(nc).publish(sessionSubject(id, 16), events.map(e => encodeEventLine(id, e)).join('\n'), { headers: h })
+    return ack.seq
+  }
+  const log = (from: number, n: number): WireEvent[] =>
+    Array.from({ length: n }, (_, i) => ({ type: 'retry/test', seq: from + i, time: 1 + from + i, data: { i: from + i }, ignorable: true as const }))
+
+  it('the first record (after the KV create) and a later one are found at the tail, then the rest is written', async () => {
+    const id = uniqueId('lost-ack')
+    const meta = metaFor(id, undefined)
+    const nc = await backend.connection()
+    const kv = await new Kvm(jetstream(nc)).open('agentlog_sessions')
+    await kv.create(token(id), headerLine(meta as any))
+    await storeBehindTheBacksOf(id, 0, log(0, 3))
+    // The coordinator retries the first batch, now with two more events.
+    await backend.appendBatch(meta, log(0, 5) as SessionEvent[], false)
+    let stored = await backend.loadStored(SessionId(id))
+    expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4])
+    // A later record: the backend's guard is the record above; the stored try is past it.
+    const seqBefore = (await jetstreamManager(nc)).streams.getMessage('AGENTLOG', { last_by_subj: sessionSubject(id, 16) })
+    await storeBehindTheBacksOf(id, (await seqBefore)!.seq, log(5, 2))
+    await backend.appendBatch(meta, log(5, 2) as SessionEvent[], true)
+    stored = await backend.loadStored(SessionId(id))
+    expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4, 5, 6])
+    expect((await goEvents(id)).events).toEqual(log(0, 7))
   })
 })
 
