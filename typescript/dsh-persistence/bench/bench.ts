@@ -95,12 +95,18 @@ class NoopPersistence extends SessionPersistence implements PersistenceBackend<n
 
 // --- measurement ------------------------------------------------------------------------------
 
-interface Result { backend: string; path: string; events: number; seconds: number; eventsPerSec: number; p99BatchMs?: number; p99FlushMs?: number }
+interface Result { backend: string; path: string; events: number; seconds: number; cpuSeconds?: number; eventsPerSec: number; p99BatchMs?: number; p99FlushMs?: number }
 
 function p99(xs: number[]): number {
   if (xs.length === 0) return 0
   const s = [...xs].sort((a, b) => a - b)
   return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!
+}
+
+/** This process's CPU seconds (user + system) since c0. */
+function cpuSince(c0: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(c0)
+  return (d.user + d.system) / 1e6
 }
 
 /** Wrap appendBatch to time each durable write. */
@@ -123,6 +129,7 @@ async function apiPath(name: string, mount: Mount, prefix: string): Promise<Resu
   timeBatches(p, batches)
   const all = Array.from({ length: SESSIONS }, (_, i) => sessionEvents(1785000000000 + i))
   const t0 = performance.now()
+  const c0 = process.cpuUsage()
   let next = 0
   await Promise.all(Array.from({ length: Math.min(API_CONCURRENCY, SESSIONS) }, async () => {
     while (next < SESSIONS) {
@@ -133,9 +140,10 @@ async function apiPath(name: string, mount: Mount, prefix: string): Promise<Resu
     }
   }))
   const seconds = (performance.now() - t0) / 1000
+  const cpuSeconds = cpuSince(c0)
   await fiber.dispose()
   const events = SESSIONS * EVENTS
-  return { backend: name, path: 'api', events, seconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches) }
+  return { backend: name, path: 'api', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches) }
 }
 
 async function livePath(name: string, mount: Mount, prefix: string): Promise<Result> {
@@ -147,6 +155,7 @@ async function livePath(name: string, mount: Mount, prefix: string): Promise<Res
   const templates = sessionEvents(0)
   const sessions = Array.from({ length: SESSIONS }, (_, i) => ctx.sessions.create(SessionId(`${prefix}-live-${i}`), { meta: { cwd: '/bench' } }))
   const t0 = performance.now()
+  const c0 = process.cpuUsage()
   for (let k = 0; k < EVENTS; k++) {
     const e = templates[k]!
     for (const s of sessions) (s as any).append(e.type, e.data)
@@ -160,9 +169,10 @@ async function livePath(name: string, mount: Mount, prefix: string): Promise<Res
     flushes.push(performance.now() - t)
   }))
   const seconds = (performance.now() - t0) / 1000
+  const cpuSeconds = cpuSince(c0)
   await fiber.dispose()
   const events = SESSIONS * EVENTS
-  return { backend: name, path: 'live', events, seconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches), p99FlushMs: p99(flushes) }
+  return { backend: name, path: 'live', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches), p99FlushMs: p99(flushes) }
 }
 
 /** Raw nats.js: one async JetStream publish per event (no guard, no headers), into a scratch stream. */

@@ -698,7 +698,9 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         try { id = idFromToken(tok) } catch { continue }
         const entry = await s.sessions.get(tok)
         if (entry === null || entry.operation !== 'PUT') continue
-        out.push({ header: parseHeaderLine(id, entry.string()), records })
+        let header: ReturnType<typeof parseHeaderLine>
+        try { header = parseHeaderLine(id, entry.string()) } catch { continue } // as the JSONL backend skips a bad header line
+        out.push({ header, records })
       }
     }
     await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, subjects.length) }, worker))
