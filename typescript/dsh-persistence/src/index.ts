@@ -24,7 +24,7 @@ import {
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
 import {
-  AgentlogWireError, DEFAULT_PARTITIONS, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
+  AgentlogWireError, DEFAULT_PARTITIONS, HEADER_INCARNATION, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
   HEADER_MSG_ID, MAX_BATCH_RECORDS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET,
   STORE_FORMAT, STREAM_NAME, SUBJECT_PREFIX, decodeRecord, encodeLines, headerLine, headerWireSize,
   idFromToken, parseHeaderLine, partition, recordHeaders, token, type WireEvent,
@@ -126,6 +126,9 @@ export class AgentlogConflictError extends Error {
 /** The session's tail as this writer knows it. */
 interface Tail { streamSeq: number; nextSeq: number; msgId: string }
 
+/** A session's metadata entry in agentlog_sessions: the header line and the incarnation. */
+interface MetaEntry { value: string; incarnation: string; seq: number }
+
 /** The resolved connection to one agentlog store. */
 interface Store {
   nc: NatsConnection
@@ -160,6 +163,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   private readonly ready: Promise<Store>
   private store?: Store
   private readonly tails = new Map<string, Tail>()
+  /** Each session's incarnation (its metadata entry's Agentlog-Incarnation header; "" for legacy). */
+  private readonly incarnations = new Map<string, string>()
   private readonly coordinator: PersistenceCoordinator<never>
   private closed = false
 
@@ -401,6 +406,22 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     return (si.state.subjects as Record<string, number> | undefined)?.[subject] ?? 0
   }
 
+  /** Direct get of the session's metadata entry (null when absent or deleted). */
+  private async readMeta(s: Store, tok: string): Promise<MetaEntry | null> {
+    const bucket = this.names.sessionsBucket
+    const m = await s.jsm.direct.getMessage(`KV_${bucket}`, { last_by_subj: `$KV.${bucket}.${tok}` })
+    if (m === null) return null
+    const op = m.header?.get('KV-Operation') ?? ''
+    if (op === 'DEL' || op === 'PURGE' || (m.header?.get('Nats-Marker-Reason') ?? '') !== '') return null
+    return { value: m.string(), incarnation: m.header?.get(HEADER_INCARNATION) ?? '', seq: m.seq }
+  }
+
+  /** The Nats-Msg-Id of the record starting at firstSeq (PROTOCOL.md §5.2). */
+  private msgIdOf(id: string, tok: string, firstSeq: number): string {
+    const inc = this.incarnations.get(id) ?? ''
+    return inc === '' ? `${this.writerId}.${tok}.${firstSeq}` : `${this.writerId}.${tok}.${inc}.${firstSeq}`
+  }
+
   async loadStored(id: SessionId, signal?: AbortSignal): Promise<StoredPrefix<never> | undefined> {
     signal?.throwIfAborted()
     const s = await this.ready
@@ -413,12 +434,13 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       this.tails.delete(id)
       return undefined
     }
-    const entry = await s.sessions.get(tok)
+    const entry = await this.readMeta(s, tok)
     signal?.throwIfAborted()
-    if (entry === null || entry.operation !== 'PUT') {
+    if (entry === null) {
       throw new Error(`agentlog: session ${JSON.stringify(id)} has records on ${subject} but no metadata (key ${tok} in KV bucket ${this.names.sessionsBucket})`)
     }
-    const meta = parseHeaderLine(id, entry.string()) as SessionHeader
+    const meta = parseHeaderLine(id, entry.value) as SessionHeader
+    this.incarnations.set(id, entry.incarnation)
     const lastDec = decodeRecord(k => last.header.values(k), last.string(), last.seq)
     let events: WireEvent[]
     let records: number
@@ -497,6 +519,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         await this.createMeta(s, meta, tok)
         tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
       } else {
+        if (!this.incarnations.has(id)) this.incarnations.set(id, (await this.readMeta(s, tok))?.incarnation ?? '')
         tail = this.tails.get(id) ?? await this.leaderTail(s, id, tok)
       }
       if (tail.nextSeq !== first) {
@@ -510,30 +533,56 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     }
   }
 
-  /** Register the session's metadata (KV create); a retry of our own create passes. */
+  /**
+   * Register the session's metadata: a KV create by hand (PROTOCOL.md §6), so that the entry
+   * carries a fresh incarnation in its Agentlog-Incarnation header. A retry of our own create
+   * (same header line, same incarnation) passes, and so does a retry of our own first record.
+   */
   private async createMeta(s: Store, meta: SessionHeader, tok: string): Promise<void> {
     const value = headerLine(meta)
-    try {
-      await s.sessions.create(tok, value)
-      return
-    } catch (err) {
-      const entry = await s.sessions.get(tok).catch(() => null)
-      if (entry === null || entry.operation !== 'PUT') {
-        throw new Error(`agentlog: create session ${JSON.stringify(meta.id)} (key ${tok} in KV bucket ${this.names.sessionsBucket}): ${(err as Error).message}`, { cause: err })
+    const id = meta.id
+    const bucket = this.names.sessionsBucket
+    const subject = `$KV.${bucket}.${tok}`
+    let inc = this.incarnations.get(id)
+    if (inc === undefined || inc === '') {
+      inc = nuid.next()
+      this.incarnations.set(id, inc)
+    }
+    let expect = 0
+    for (let attempt = 0; ; attempt++) {
+      const h = natsHeaders()
+      h.set(HEADER_INCARNATION, inc)
+      h.set(HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(expect))
+      try {
+        await s.js.publish(subject, value, { headers: h })
+        return
+      } catch (err) {
+        const code = err instanceof JetStreamApiError ? err.code : undefined
+        if (code !== ERR_WRONG_LAST_SEQUENCE && code !== ERR_WRONG_LAST_SEQUENCE_CONSTANT) {
+          throw new Error(`agentlog: create session ${JSON.stringify(id)} (key ${tok} in KV bucket ${bucket}): ${(err as Error).message}`, { cause: err })
+        }
+        const entry = await this.readMeta(s, tok)
+        if (entry === null && attempt === 0) {
+          // The key's last entry is a delete marker (the metadata of an unwritten session was
+          // removed): create over it.
+          const m = await s.jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: subject })
+          if (m !== null) { expect = m.seq; continue }
+        }
+        if (entry === null) throw new Error(`agentlog: create session ${JSON.stringify(id)} (key ${tok} in KV bucket ${bucket}): ${(err as Error).message}`, { cause: err })
+        const ours = entry.value === value && entry.incarnation === inc
+        const last = await this.lastRecord(s, this.subjectOf(s, tok))
+        if (last !== null) {
+          // A retry of our own first record whose ack was lost: write() finds it at the tail.
+          const firstId = this.msgIdOf(id, tok, 0)
+          const msgId = last.header.get(HEADER_MSG_ID)
+          if (ours && (msgId === firstId || msgId.startsWith(`${firstId}~`))) return
+          throw new Error(`agentlog: session ${JSON.stringify(id)} already exists (it has records up to stream seq ${last.seq}); load or resume it instead`)
+        }
+        if (!ours) {
+          throw new Error(`agentlog: session ${JSON.stringify(id)} already exists: another writer registered its metadata (key ${tok} in KV bucket ${bucket}) and has not written yet`)
+        }
+        return // our own earlier try (its record was not written): carry on
       }
-      const last = await this.lastRecord(s, this.subjectOf(s, tok))
-      const ours = entry.string() === value
-      if (last !== null) {
-        // A retry of our own first record whose ack was lost: write() finds it at the tail.
-        const firstId = `${this.writerId}.${tok}.0`
-        const msgId = last.header.get(HEADER_MSG_ID)
-        if (ours && (msgId === firstId || msgId.startsWith(`${firstId}~`))) return
-        throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists (it has records up to stream seq ${last.seq}); load or resume it instead`)
-      }
-      if (!ours) {
-        throw new Error(`agentlog: session ${JSON.stringify(meta.id)} already exists: another writer registered its metadata (key ${tok} in KV bucket ${this.names.sessionsBucket}) and has not written yet`)
-      }
-      // Our own earlier try (its record was not written): carry on.
     }
   }
 
@@ -546,7 +595,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     for (;;) {
       const first = events[0]!.seq
       const last = events[events.length - 1]!.seq
-      const msgId = `${this.writerId}.${tok}.${first}`
+      const msgId = this.msgIdOf(id, tok, first)
       let ack: PubAck
       try {
         ack = await this.publish(s, id, tok, subject, guard, msgId, events, lines)
@@ -696,10 +745,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         if (tok === undefined) continue
         let id: string
         try { id = idFromToken(tok) } catch { continue }
-        const entry = await s.sessions.get(tok)
-        if (entry === null || entry.operation !== 'PUT') continue
+        const entry = await this.readMeta(s, tok)
+        if (entry === null) continue
         let header: ReturnType<typeof parseHeaderLine>
-        try { header = parseHeaderLine(id, entry.string()) } catch { continue } // as the JSONL backend skips a bad header line
+        try { header = parseHeaderLine(id, entry.value) } catch { continue } // as the JSONL backend skips a bad header line
         out.push({ header, records })
       }
     }

@@ -14,6 +14,8 @@ export const RECORD_FORMAT = '1'
 /** NATS control headers this package sends. */
 export const HEADER_MSG_ID = 'Nats-Msg-Id'
 export const HEADER_EXPECTED_LAST_SUBJECT_SEQ = 'Nats-Expected-Last-Subject-Sequence'
+/** Header of a session's agentlog_sessions entry: its incarnation (a random id given at create). */
+export const HEADER_INCARNATION = 'Agentlog-Incarnation'
 
 /** Names provisioned by `agentlog provision` / `agentlog dev` (PROTOCOL.md §2). */
 export const STREAM_NAME = 'AGENTLOG'

@@ -5,10 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { encodeEventLine, headerLine, recordHeaders, sessionSubject, token, type WireEvent } from '../src/index.ts'
+import AgentlogSessionPersistence, { encodeEventLine, recordHeaders, sessionSubject, token, type WireEvent } from '../src/index.ts'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
-import { Kvm } from '@nats-io/kv'
 import { agentlog, agentlogConfig, agentlogResult, uniqueId } from './stack.ts'
 import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
@@ -124,39 +123,45 @@ describe('Go writes, TS loads', () => {
 })
 
 describe('retries after a lost ack', () => {
-  // Simulate a write whose ack was lost: the record is stored under this writer's Nats-Msg-Id,
-  // but the backend did not learn it. The retry must find it and never store the events twice.
+  // Simulate writes whose ack was lost: the record is stored under this writer's Nats-Msg-Id, but
+  // the backend did not learn it. The retry must find it and never store the events twice.
   async function storeBehindTheBacksOf(id: string, guard: number, events: WireEvent[]) {
     const nc = await backend.connection()
     const tok = token(id)
     const h = natsHeaders()
     for (const [k, v] of recordHeaders(tok, events[0]!.seq, events.length)) h.set(k, v)
     h.set('Nats-Expected-Last-Subject-Sequence', String(guard))
-    h.set('Nats-Msg-Id', `${backend.writerId}.${tok}.${events[0]!.seq}`)
+    h.set('Nats-Msg-Id', (backend as any).msgIdOf(id, tok, events[0]!.seq))
     const ack = await jetstream(nc).publish(sessionSubject(id, 16), events.map(e => encodeEventLine(id, e)).join('\n'), { headers: h })
     return ack.seq
   }
   const log = (from: number, n: number): WireEvent[] =>
     Array.from({ length: n }, (_, i) => ({ type: 'retry/test', seq: from + i, time: 1 + from + i, data: { i: from + i }, ignorable: true as const }))
 
-  it('the first record (after the KV create) and a later one are found at the tail, then the rest is written', async () => {
+  it('a first record and a later one are found at the tail, and only the rest is written', async () => {
     const id = uniqueId('lost-ack')
     const meta = metaFor(id, undefined)
-    const nc = await backend.connection()
-    const kv = await new Kvm(jetstream(nc)).open('agentlog_sessions')
-    await kv.create(token(id), headerLine(meta as any))
-    await storeBehindTheBacksOf(id, 0, log(0, 3))
-    // The coordinator retries the first batch, now with two more events.
+    const tails = (backend as any).tails as Map<string, unknown>
+    // First record: written, then its ack "lost" (the backend forgets the tail); the coordinator
+    // retries the first batch, now with two more events, still as an unmaterialized session.
+    await backend.appendBatch(meta, log(0, 3) as SessionEvent[], false)
+    tails.delete(id)
     await backend.appendBatch(meta, log(0, 5) as SessionEvent[], false)
     let stored = await backend.loadStored(SessionId(id))
     expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4])
-    // A later record: the backend's guard is the record above; the stored try is past it.
-    const seqBefore = (await jetstreamManager(nc)).streams.getMessage('AGENTLOG', { last_by_subj: sessionSubject(id, 16) })
-    await storeBehindTheBacksOf(id, (await seqBefore)!.seq, log(5, 2))
-    await backend.appendBatch(meta, log(5, 2) as SessionEvent[], true)
+    // A later record stored behind the backend's back at its current guard, then retried.
+    const nc = await backend.connection()
+    const last = await (await jetstreamManager(nc)).streams.getMessage('AGENTLOG', { last_by_subj: sessionSubject(id, 16) })
+    await storeBehindTheBacksOf(id, last!.seq, log(5, 2))
+    await backend.appendBatch(meta, log(5, 3) as SessionEvent[], true)
     stored = await backend.loadStored(SessionId(id))
-    expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4, 5, 6])
-    expect((await goEvents(id)).events).toEqual(log(0, 7))
+    expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
+    expect((await goEvents(id)).events).toEqual(log(0, 8))
+    // The metadata entry carries an incarnation, and the records' Msg-Ids name it.
+    const meta2 = await (backend as any).readMeta(await (backend as any).ready, token(id))
+    expect(meta2.incarnation).toMatch(/^[A-Za-z0-9]{22}$/)
+    const tail = await (await jetstreamManager(nc)).streams.getMessage('AGENTLOG', { last_by_subj: sessionSubject(id, 16) })
+    expect(tail!.header.get('Nats-Msg-Id')).toBe(`${backend.writerId}.${token(id)}.${meta2.incarnation}.7`)
   })
 })
 
