@@ -233,7 +233,7 @@ async function main(): Promise<void> {
   const n = `bench${run}`
   const names = process.env.BENCH_DEFAULT_NAMES === '1' ? undefined : {
     stream: `ALBENCH_${run}`, subjectPrefix: `albench.${run}.session`, sessionsBucket: `albench_${run}_sessions`,
-    errorsStream: `ALBENCH_${run}_ERRORS`, errorsPrefix: `albench.${run}.errors`,
+    errorsStream: `ALBENCH_${run}_ERRORS`, errorsPrefix: `albench.${run}.errors`, writersBucket: `albench_${run}_writers`,
   }
   const agentlogMount: Mount = ctx => ctx.plugin(AgentlogSessionPersistence, { servers: url, ...names ? { names, provision: true } : {} })
   const jsonlMount = (sub: string): Mount => ctx => ctx.plugin(JsonlSessionPersistence as any, { root: join(tmp, `jsonl-${sub}`) })
@@ -257,7 +257,7 @@ async function main(): Promise<void> {
     if (names) {
       const nc: NatsConnection = await connect({ servers: url })
       const jsm = await jetstreamManager(nc)
-      for (const s of [names.stream, `KV_${names.sessionsBucket}`, names.errorsStream]) await jsm.streams.delete(s).catch(() => {})
+      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream]) await jsm.streams.delete(s).catch(() => {})
       await nc.close()
     }
     await stop()

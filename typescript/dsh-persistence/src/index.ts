@@ -6,6 +6,7 @@
  * @module @agentlog/dsh-session-persistence
  */
 import { readFileSync } from 'node:fs'
+import { hostname } from 'node:os'
 import { Context, Service } from '@deepseek-ai/cordis'
 import z from '@deepseek-ai/schemastery'
 import type { SessionEvent, SessionHeader, SessionId, SessionPreparation } from '@deepseek-ai/dsh-session'
@@ -26,7 +27,7 @@ import { Kvm, type KV } from '@nats-io/kv'
 import {
   AgentlogWireError, DEFAULT_PARTITIONS, HEADER_INCARNATION, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
   HEADER_MSG_ID, MAX_BATCH_RECORDS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET,
-  STORE_FORMAT, STREAM_NAME, SUBJECT_PREFIX, decodeRecord, encodeLines, headerLine, headerWireSize,
+  STORE_FORMAT, STREAM_NAME, SUBJECT_PREFIX, WRITERS_BUCKET, decodeRecord, encodeLines, headerLine, headerWireSize,
   idFromToken, parseHeaderLine, partition, recordHeaders, token, type WireEvent,
 } from './wire.js'
 
@@ -36,6 +37,9 @@ export * from './wire.js'
 export const ERR_WRONG_LAST_SEQUENCE = 10071
 export const ERR_WRONG_LAST_SEQUENCE_CONSTANT = 10164
 export const ERR_BATCH_DUPLICATE_MSG_ID = 10201
+
+/** Default TTL of a writer lease, ms (the Go publisher's DefaultLeaseTTL). */
+export const DEFAULT_LEASE_TTL_MS = 10_000
 
 /** TLS settings: file paths. */
 export interface TlsConfig {
@@ -52,6 +56,7 @@ export interface TlsConfig {
 /** Names of the stream and buckets; the defaults are what `agentlog provision` creates. */
 export interface NamesConfig {
   stream?: string
+  writersBucket?: string
   subjectPrefix?: string
   sessionsBucket?: string
   errorsStream?: string
@@ -79,6 +84,12 @@ export interface Config {
   writeBatchMaxDelayMs?: number
   /** Cold Session preparations retained for history-to-resume reuse (default 5). */
   preparedSessionCacheSize?: number
+  /**
+   * TTL of this writer's lease on each session it writes (KV agentlog_writers), ms: renewed every
+   * TTL/4 while the session is written, deleted at close; the Go publisher refuses to open a
+   * session whose lease is live. 0 takes no leases (the guard alone fences). Default 10000.
+   */
+  leaseTtlMs?: number
   /** Timeout of one JetStream request (publish, get), ms (default 10000). */
   requestTimeoutMs?: number
   /**
@@ -107,8 +118,9 @@ const ConfigSchema: z<Config> = z.object({
   writeBatchMaxDelayMs: z.number().step(1).min(1).max(MAX_WRITE_BATCH_DELAY_MS).default(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
   preparedSessionCacheSize: z.number().step(1).min(1).default(DEFAULT_PREPARED_SESSION_CACHE_SIZE),
   requestTimeoutMs: z.number().min(1),
+  leaseTtlMs: z.number().step(1).min(0),
   provision: z.union([z.boolean(), z.object({ partitions: z.number(), maxMsgSize: z.number(), replicas: z.number() })]),
-  names: z.object({ stream: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string() }),
+  names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string() }),
 }) as any
 
 /** A write fenced by the guard: another writer appended to the session first. Nothing was written. */
@@ -123,6 +135,20 @@ export class AgentlogConflictError extends Error {
   }
 }
 
+/** Another writer holds a live lease on the session (PROTOCOL.md §5.5). Nothing was written. */
+export class AgentlogLeaseHeldError extends AgentlogConflictError {
+  constructor(session: string, firstSeq: number, lastSeq: number, readonly holder: Record<string, unknown>) {
+    super(session, firstSeq, lastSeq, -1, `the session is being written by writer ${JSON.stringify(holder.writer)} (host ${String(holder.host)}, pid ${String(holder.pid)}, since ${new Date(Number(holder.since)).toISOString()})`)
+    this.name = 'AgentlogLeaseHeldError'
+  }
+}
+
+/** A lease this writer holds. */
+interface HeldLease { rev: number; since: number; lastWrite: number; lost: boolean }
+
+/** A lease not written through for this long is released (ms). */
+const LEASE_IDLE_MS = 60_000
+
 /** The session's tail as this writer knows it. */
 interface Tail { streamSeq: number; nextSeq: number; msgId: string }
 
@@ -135,6 +161,7 @@ interface Store {
   js: JetStreamClient
   jsm: JetStreamManager
   sessions: KV
+  writers?: KV
   partitions: number
   maxMsgSize: number
   source: string
@@ -165,6 +192,9 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   private readonly tails = new Map<string, Tail>()
   /** Each session's incarnation (its metadata entry's Agentlog-Incarnation header; "" for legacy). */
   private readonly incarnations = new Map<string, string>()
+  private readonly leases = new Map<string, HeldLease>()
+  private readonly leaseTtlMs: number
+  private renewTimer?: NodeJS.Timeout
   private readonly coordinator: PersistenceCoordinator<never>
   private closed = false
 
@@ -184,6 +214,11 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       sessionsBucket: config.names?.sessionsBucket ?? SESSIONS_BUCKET,
       errorsStream: config.names?.errorsStream ?? ERRORS_STREAM,
       errorsPrefix: config.names?.errorsPrefix ?? ERRORS_PREFIX,
+      writersBucket: config.names?.writersBucket ?? WRITERS_BUCKET,
+    }
+    this.leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS
+    if (this.leaseTtlMs !== 0 && this.leaseTtlMs < 1000) {
+      throw new Error(`agentlog session persistence: leaseTtlMs ${this.leaseTtlMs}: want 0 (no leases) or at least 1000`)
     }
     this.ready = this.open()
     this.ready.then(s => { this.store = s }, () => {})
@@ -273,7 +308,16 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       } catch (err) {
         throw new Error(`KV bucket ${n.sessionsBucket} does not exist or cannot be read (run \`agentlog provision\`): ${(err as Error).message}`, { cause: err })
       }
-      return { nc, js, jsm, sessions, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}` }
+      let writers: KV | undefined
+      if (this.leaseTtlMs > 0) {
+        try {
+          writers = await new Kvm(js).open(n.writersBucket)
+          await writers.status()
+        } catch (err) {
+          throw new Error(`KV bucket ${n.writersBucket} (writer leases) does not exist or cannot be read (run \`agentlog provision\`, or set leaseTtlMs: 0): ${(err as Error).message}`, { cause: err })
+        }
+      }
+      return { nc, js, jsm, sessions, writers, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}` }
     } catch (err) {
       await nc.close().catch(() => {})
       throw new Error(`agentlog session persistence (${servers}): ${(err as Error).message}`, { cause: err })
@@ -311,6 +355,11 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.stream)) throw err })
     }
     const kvm = new Kvm(jetstream(nc))
+    if (this.leaseTtlMs > 0 && !await exists(`KV_${n.writersBucket}`)) {
+      await kvm.create(n.writersBucket, { history: 1, replicas, storage: 'file' as any, markerTTL: 60_000 } as any).catch(async (err: unknown) => {
+        if (!await exists(`KV_${n.writersBucket}`)) throw err
+      })
+    }
     for (const bucket of [n.sessionsBucket, ...n.sessionsBucket === SESSIONS_BUCKET ? [PROJECTIONS_BUCKET] : []]) {
       if (!await exists(`KV_${bucket}`)) {
         await kvm.create(bucket, { history: 1, replicas, storage: 'file' as any }).catch(async (err: unknown) => {
@@ -517,8 +566,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
           throw new AgentlogWireError(id, first, 'record-continue', 'the first record of a session must start at seq 0')
         }
         await this.createMeta(s, meta, tok)
+        await this.ensureLease(s, id, tok, first, last)
         tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
       } else {
+        await this.ensureLease(s, id, tok, first, last)
         if (!this.incarnations.has(id)) this.incarnations.set(id, (await this.readMeta(s, tok))?.incarnation ?? '')
         tail = this.tails.get(id) ?? await this.leaderTail(s, id, tok)
       }
@@ -719,6 +770,85 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     } catch { /* a report is best effort */ }
   }
 
+  // --- writer leases (PROTOCOL.md §5.5) ---
+
+  private leaseValue(id: string, since: number): string {
+    return JSON.stringify({ session: id, writer: this.writerId, host: hostname(), pid: process.pid, since, ttlMs: this.leaseTtlMs })
+  }
+
+  private ttlHeader(): string {
+    return `${Math.ceil(this.leaseTtlMs / 1000)}s`
+  }
+
+  /** Take this writer's lease on the session before its first write here; refuse a live one of another writer. */
+  private async ensureLease(s: Store, id: string, tok: string, first: number, last: number): Promise<void> {
+    if (s.writers === undefined) return
+    const held = this.leases.get(id)
+    if (held !== undefined) {
+      if (held.lost) {
+        throw new AgentlogConflictError(id, first, last, -1, `this writer's lease (key ${tok} in KV bucket ${this.names.writersBucket}) was taken over by another writer`)
+      }
+      held.lastWrite = Date.now()
+      return
+    }
+    const since = Date.now()
+    let rev: number
+    try {
+      rev = await s.writers.create(tok, this.leaseValue(id, since), this.ttlHeader())
+    } catch (err) {
+      const e = await s.writers.get(tok).catch(() => null)
+      if (e === null || e.operation !== 'PUT') {
+        throw new Error(`agentlog: session ${JSON.stringify(id)}: take the writer lease (key ${tok} in KV bucket ${this.names.writersBucket}): ${(err as Error).message}`, { cause: err })
+      }
+      let holder: Record<string, unknown> = {}
+      try { holder = e.json() } catch { /* an unreadable lease is another writer's */ }
+      if (holder.writer !== this.writerId) throw new AgentlogLeaseHeldError(id, first, last, holder)
+      rev = e.revision // our own lease (an earlier try)
+    }
+    this.leases.set(id, { rev, since, lastWrite: Date.now(), lost: false })
+    if (this.renewTimer === undefined) {
+      this.renewTimer = setInterval(() => { void this.renewLeases() }, Math.max(250, Math.floor(this.leaseTtlMs / 4)))
+      this.renewTimer.unref()
+    }
+  }
+
+  /** Renew every held lease (revision-guarded); release those idle for LEASE_IDLE_MS. */
+  private async renewLeases(): Promise<void> {
+    const s = this.store
+    if (s === undefined || s.writers === undefined || this.closed) return
+    const now = Date.now()
+    const bucket = this.names.writersBucket
+    await Promise.all([...this.leases].map(async ([id, l]) => {
+      if (l.lost) return
+      const tok = token(id)
+      if (now - l.lastWrite > LEASE_IDLE_MS) {
+        this.leases.delete(id)
+        await s.writers!.delete(tok, { previousSeq: l.rev }).catch(() => {})
+        return
+      }
+      const h = natsHeaders()
+      h.set(HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(l.rev))
+      h.set('Nats-TTL', this.ttlHeader())
+      try {
+        const ack = await s.js.publish(`$KV.${bucket}.${tok}`, this.leaseValue(id, l.since), { headers: h })
+        l.rev = ack.seq
+      } catch (err) {
+        const code = err instanceof JetStreamApiError ? err.code : undefined
+        if (code === ERR_WRONG_LAST_SEQUENCE || code === ERR_WRONG_LAST_SEQUENCE_CONSTANT) l.lost = true // taken over, or expired
+      }
+    }))
+  }
+
+  /** Delete the leases this writer holds (each only if still at its revision). */
+  private async releaseLeases(s: Store): Promise<void> {
+    if (this.renewTimer !== undefined) clearInterval(this.renewTimer)
+    this.renewTimer = undefined
+    if (s.writers === undefined) return
+    const held = [...this.leases]
+    this.leases.clear()
+    await Promise.all(held.filter(([, l]) => !l.lost).map(([id, l]) => s.writers!.delete(token(id), { previousSeq: l.rev }).catch(() => {})))
+  }
+
   async commitRepair(meta: SessionHeader, _torn: undefined, closers: readonly SessionEvent[]): Promise<void> {
     // Records are atomic: there is never a torn tail, only closers to append.
     if (closers.length > 0) await this.appendBatch(meta, closers, true)
@@ -763,7 +893,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     if (this.closed) return
     this.closed = true
     const s = await this.ready.catch(() => undefined)
-    if (s !== undefined && !s.nc.isClosed()) await s.nc.drain()
+    if (s !== undefined && !s.nc.isClosed()) {
+      await this.releaseLeases(s)
+      await s.nc.drain()
+    }
   }
 }
 

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { AgentlogConflictError, errorsSubject } from '../src/index.ts'
+import AgentlogSessionPersistence, { AgentlogConflictError, AgentlogLeaseHeldError, errorsSubject } from '../src/index.ts'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { agentlogBin, agentlogConfig, natsUrl, uniqueId } from './stack.ts'
 
@@ -19,15 +19,15 @@ let backend: AgentlogSessionPersistence
 beforeAll(async () => {
   const ctx = new Context()
   await ctx.plugin(SessionStore)
-  fiber = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-racer' }))
+  fiber = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-racer', leaseTtlMs: 0 })) // the guard alone: no lease refuses the Go writer early
   backend = ctx.sessionPersistence as AgentlogSessionPersistence
 })
 afterAll(async () => { await fiber?.dispose() })
 
 /** One Go writer process: opens (resumes) the session, which writes its end-seed record. */
-function goWriter(id: string): Promise<{ ok: boolean; out: string }> {
+function goWriter(id: string, ...extra: string[]): Promise<{ ok: boolean; out: string }> {
   return new Promise(resolve => {
-    execFile(agentlogBin(), ['--nats', natsUrl(), 'bench', 'writer', '--session', id, '--events', '1', '--writer-id', 'go-racer'],
+    execFile(agentlogBin(), ['--nats', natsUrl(), 'bench', 'writer', '--session', id, '--events', '1', '--writer-id', 'go-racer', ...extra],
       (err, stdout, stderr) => resolve({ ok: err === null, out: stdout + stderr }))
   })
 }
@@ -90,3 +90,46 @@ it(`a TS writer and a Go writer on one session, ${ROUNDS} rounds: exactly one wi
   console.log(`race: ${ROUNDS} rounds, TS won ${outcome.tsWon}, Go won ${outcome.goWon}, serialized ${outcome.serialized}`)
   expect(outcome.tsWon + outcome.goWon + outcome.serialized).toBe(ROUNDS)
 }, 600_000)
+
+it('writer leases: a live TS writer makes a Go Open refuse the session, and a live Go writer makes TS refuse it', async () => {
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  const leased = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-leased', leaseTtlMs: 2000 }))
+  const ts = ctx.sessionPersistence as AgentlogSessionPersistence
+  const id = uniqueId('lease')
+  const meta: SessionHeader = { version: 0, id: SessionId(id), createdAt: 1785000000000 } as SessionHeader
+  await ts.create(meta)
+  await ts.append(SessionId(id), [
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+    { type: 'turn/end', seq: 1, time: 2, data: { turn: 1, reason: { kind: 'completed' } } },
+  ] as SessionEvent[])
+  // The TS writer's lease is live (and renewed past its 2 s TTL): the Go publisher refuses to open.
+  await new Promise(ok => setTimeout(ok, 2500))
+  const refused = await goWriter(id)
+  expect(refused.ok).toBe(false)
+  expect(refused.out).toMatch(/live writer|being written/)
+  expect(refused.out).toContain('ts-leased')
+  // Closing releases it: the Go writer now resumes the session (its end-seed record).
+  await leased.dispose()
+  const resumed = await goWriter(id)
+  expect(resumed.ok, resumed.out).toBe(true)
+
+  // A Go writer that is still writing holds its lease: the TS writer is refused before any write.
+  const id2 = uniqueId('lease-go')
+  const go = goWriter(id2, '--events', '200', '--batch', '1', '--pause', '20ms', '--flush-every', '1')
+  let stored
+  for (let i = 0; i < 100 && !(stored = await backend.loadStored(SessionId(id2))); i++) await new Promise(ok => setTimeout(ok, 50))
+  expect(stored).toBeDefined()
+  const ctx2 = new Context()
+  await ctx2.plugin(SessionStore)
+  const second = await ctx2.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-second' }))
+  const ts2 = ctx2.sessionPersistence as AgentlogSessionPersistence
+  const st = await ts2.loadStored(SessionId(id2))
+  const err = await ts2.appendBatch(st!.meta, [{ type: 'x/y', seq: st!.events.length, time: 1, data: {}, ignorable: true } as SessionEvent], true)
+    .then(() => null, (e: unknown) => e)
+  expect(err).toBeInstanceOf(AgentlogLeaseHeldError)
+  expect(String(err)).toContain('go-racer')
+  await second.dispose()
+  const done = await go
+  expect(done.ok, done.out).toBe(true)
+}, 120_000)

@@ -21,13 +21,14 @@ export function isolatedConfig(extra: Partial<Config> = {}): { config: Config; n
     sessionsBucket: `altest_${n}_sessions`,
     errorsStream: `ALTEST_${n}_ERRORS`,
     errorsPrefix: `altest.${n}.errors`,
+    writersBucket: `altest_${n}_writers`,
   }
   const config: Config = { servers: natsUrl(), names, provision: { partitions: 4 }, ...extra }
   const cleanup = async () => {
     const nc = await connect({ servers: natsUrl() })
     try {
       const jsm = await jetstreamManager(nc)
-      for (const s of [names.stream, `KV_${names.sessionsBucket}`, names.errorsStream]) {
+      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream]) {
         await jsm.streams.delete(s).catch(() => {})
       }
     } finally {
