@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -15,6 +17,9 @@ import (
 type Client struct {
 	nc   *nats.Conn
 	base options
+
+	stMu sync.Mutex
+	st   *ajs.Store // opened on first use by the direct reads (sessions.go)
 }
 
 // Option configures a Client (New) or one call. Options check their input: a bad value makes

@@ -1,0 +1,171 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// EventsQuery selects events of a session: seq >= FromSeq, and of those only the last Tail
+// (0: all). With Follow the read goes on after the log's end, for new records as they are
+// appended, until the call's ctx ends.
+type EventsQuery struct {
+	FromSeq int64
+	Tail    int64
+	Follow  bool
+}
+
+// Events calls fn for each selected event of session id, in seq order. It reads the stored log
+// (records before the first selected one are read and skipped), then with Follow an ordered
+// consumer on the session's subject; it then returns ctx's error when ctx ends. An error from fn
+// stops it and is returned as is. Other errors: ErrBadRequest, a *session.Error for a bad
+// record, a read failure (ErrInternal).
+func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(session.Event) error) error {
+	if q.FromSeq < 0 || q.Tail < 0 {
+		return &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("events: fromSeq %d, tail %d: want >= 0", q.FromSeq, q.Tail)}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	subject, err := st.Subject(id)
+	if err != nil {
+		return &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	from := q.FromSeq
+	if q.Tail > 0 {
+		t, err := st.GetTail(ctx, id)
+		if err != nil {
+			return &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
+		}
+		from = max(from, t.NextSeq-q.Tail)
+	}
+	next := int64(0)
+	give := func(evs []session.Event) error {
+		for _, ev := range evs {
+			if ev.Seq >= from {
+				if err := fn(ev); err != nil {
+					return &fnError{err}
+				}
+			}
+		}
+		next = evs[len(evs)-1].Seq + 1
+		return nil
+	}
+	last, err := st.ReadRecords(ctx, id, func(_ uint64, evs []session.Event) error { return give(evs) })
+	if err != nil {
+		return unwrapFn(err)
+	}
+	if !q.Follow {
+		return nil
+	}
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
+	if last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, last+1
+	}
+	cons, err := st.Stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
+	}
+	if info := cons.CachedInfo(); info != nil && info.Name != "" {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.JS.Options().DefaultTimeout)
+			_ = st.Stream.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}()
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(natsjs.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
+		}
+		evs, err := ajs.DecodeRecord(m.Headers(), m.Data())
+		if err != nil {
+			return err
+		}
+		if evs[0].Seq != next {
+			return &Error{Code: CodeInternal, Session: id,
+				Description: fmt.Sprintf("session %q: a record starts at seq %d, want %d", id, evs[0].Seq, next)}
+		}
+		if err := give(evs); err != nil {
+			return unwrapFn(err)
+		}
+	}
+}
+
+// fnError carries the error of a caller's callback through a read.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+
+func unwrapFn(err error) error {
+	var fe *fnError
+	if errors.As(err, &fe) {
+		return fe.err
+	}
+	return err
+}
+
+// WatchMessages calls fn with session id's derived messages now, then each time its messages
+// projection advances, until ctx ends (it then returns ctx's error) or fn fails. It watches the
+// session's messages.<token> key in agentlog_projections and queries Messages with MinSeq at
+// each new asOfSeq. Errors: ErrStopped when the projection stops, and Messages' errors.
+func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesReply) error) error {
+	tok, err := ajs.Token(id)
+	if err != nil {
+		return &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := st.Projections.Watch(ctx, "messages."+tok, natsjs.IgnoreDeletes())
+	if err != nil {
+		return &Error{Code: CodeInternal, Session: id, Description: "watch projection", Err: err}
+	}
+	defer func() { _ = w.Stop() }()
+	last := int64(-2)
+	for {
+		var e natsjs.KeyValueEntry
+		ok := true
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return &Error{Code: CodeInternal, Session: id, Description: "the watch of projection messages." + tok + " ended"}
+		}
+		if e == nil {
+			continue
+		}
+		var p Projection
+		if err := json.Unmarshal(e.Value(), &p); err != nil || p.AsOfSeq < 0 || p.AsOfSeq <= last {
+			continue
+		}
+		r, err := c.Messages(ctx, id, MinSeq(max(p.AsOfSeq, 0)))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		last = r.AsOfSeq
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+}

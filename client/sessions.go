@@ -1,0 +1,391 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Events and
+// WatchMessages read the stream and KV buckets through the connection (nats.go jetstream).
+// Their errors are *Error with an empty Service.
+
+// SessionInfo is one session of a listing. LastSeq is -1 for a session without events; Events is
+// LastSeq+1 (seqs are contiguous from 0). CreatedAt is Unix ms. Children are the ids of the
+// sessions whose parentSession is this one, sorted.
+type SessionInfo struct {
+	ID            string   `json:"id"`
+	CreatedAt     int64    `json:"createdAt"`
+	LastSeq       int64    `json:"lastSeq"`
+	Events        int64    `json:"events"`
+	ParentSession string   `json:"parentSession,omitempty"`
+	SeedLength    *int64   `json:"seedLength,omitempty"`
+	Children      []string `json:"children"`
+}
+
+// SessionsQuery selects a listing: ids starting with Prefix, after the id After (exclusive; the
+// cursor of the previous page), at most Limit (0: all). Sessions come in byte order of their ids.
+type SessionsQuery struct {
+	Prefix string
+	After  string
+	Limit  int
+}
+
+// perRowLimit is the largest page whose last seqs are read with batched direct gets of the
+// sessions' last records; a larger one reads every session's last record headers instead (one
+// headers-only ordered consumer over the stream).
+const perRowLimit = 512
+
+// Sessions lists the sessions that have metadata in agentlog_sessions, calling fn for each in id
+// order, a page of up to 256 at a time (so output can stream). It returns the cursor of the next
+// page (the last id given, "" when the listing is complete). An error from fn stops it and is
+// returned as is.
+//
+// Cost: one pass over agentlog_sessions (ids, createdAt and parents: children need every
+// parentSession), then the last record of each listed session: batched direct gets for a page
+// of at most 512, else one headers-only pass over every session's last record.
+func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionInfo) error) (next string, err error) {
+	if q.Limit < 0 {
+		return "", &Error{Code: CodeBadRequest, Description: fmt.Sprintf("sessions: limit %d, want >= 0", q.Limit)}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return "", err
+	}
+	all, err := scanMeta(ctx, st, false)
+	if err != nil {
+		return "", err
+	}
+	children := childrenOf(all)
+	var rows []meta
+	for _, m := range all {
+		if strings.HasPrefix(m.id, q.Prefix) && m.id > q.After {
+			rows = append(rows, m)
+		}
+	}
+	more := false
+	if q.Limit > 0 && len(rows) > q.Limit {
+		rows, more = rows[:q.Limit], true
+	}
+	var lastAll map[string]int64
+	if len(rows) > perRowLimit {
+		if lastAll, err = scanLastSeqs(ctx, st); err != nil {
+			return "", err
+		}
+	}
+	const page = 256
+	for i := 0; i < len(rows); i += page {
+		chunk := rows[i:min(i+page, len(rows))]
+		last := lastAll
+		if last == nil {
+			if last, err = getLastSeqs(ctx, st, chunk); err != nil {
+				return "", err
+			}
+		}
+		for _, m := range chunk {
+			ls, ok := last[m.token]
+			if !ok {
+				ls = -1
+			}
+			info := SessionInfo{ID: m.id, CreatedAt: m.createdAt, LastSeq: ls, Events: ls + 1,
+				ParentSession: m.parent, SeedLength: m.seedLength, Children: children[m.id]}
+			if info.Children == nil {
+				info.Children = []string{}
+			}
+			if err := fn(info); err != nil {
+				return "", err
+			}
+		}
+	}
+	if more {
+		return rows[len(rows)-1].id, nil
+	}
+	return "", nil
+}
+
+// SessionIDs returns the ids starting with prefix, in byte order, at most limit (0: all), from
+// the keys of agentlog_sessions (one headers-only pass).
+func (c *Client) SessionIDs(ctx context.Context, prefix string, limit int) ([]string, error) {
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := scanMeta(ctx, st, true)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, m := range all {
+		if strings.HasPrefix(m.id, prefix) {
+			if ids = append(ids, m.id); limit > 0 && len(ids) == limit {
+				break
+			}
+		}
+	}
+	return ids, nil
+}
+
+// AmbiguousError is Resolve's error for a prefix that several session ids start with.
+type AmbiguousError struct {
+	Prefix     string
+	Candidates []string // sorted; at most 20
+	More       bool     // more candidates than listed
+}
+
+func (e *AmbiguousError) Error() string {
+	s := fmt.Sprintf("session id prefix %q is ambiguous: %s", e.Prefix, strings.Join(e.Candidates, ", "))
+	if e.More {
+		s += ", ..."
+	}
+	return s
+}
+
+// Resolve returns the session id that idOrPrefix names: an id with metadata (or records) wins,
+// else the one id it is a prefix of. Errors: ErrBadRequest for a blank or invalid id, ErrNotFound, or an
+// *AmbiguousError.
+func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error) {
+	if strings.TrimSpace(idOrPrefix) == "" {
+		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: "session id is blank"}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return "", err
+	}
+	if _, err := ajs.Token(idOrPrefix); err != nil {
+		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
+	}
+	_, err = st.GetSessionInfo(ctx, idOrPrefix)
+	if err == nil {
+		return idOrPrefix, nil
+	}
+	if !errors.Is(err, ajs.ErrSessionNotFound) {
+		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
+	}
+	if t, err := st.GetTail(ctx, idOrPrefix); err == nil && t.NextSeq > 0 {
+		return idOrPrefix, nil // a log without metadata
+	}
+	ids, err := c.SessionIDs(ctx, idOrPrefix, 22)
+	if err != nil {
+		return "", err
+	}
+	switch len(ids) {
+	case 0:
+		return "", &Error{Code: CodeNotFound, Session: idOrPrefix, Description: fmt.Sprintf("session %q not found (no id or id prefix)", idOrPrefix)}
+	case 1:
+		return ids[0], nil
+	}
+	return "", &AmbiguousError{Prefix: idOrPrefix, Candidates: ids[:min(len(ids), 20)], More: len(ids) > 20}
+}
+
+// openStore attaches to the provisioned agentlog once per Client.
+func (c *Client) openStore(ctx context.Context) (*ajs.Store, error) {
+	c.stMu.Lock()
+	defer c.stMu.Unlock()
+	if c.st != nil {
+		return c.st, nil
+	}
+	js, err := natsjs.New(c.nc)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "jetstream", Err: err}
+	}
+	st, err := ajs.Open(ctx, js)
+	if err != nil {
+		code := CodeInternal
+		if errors.Is(err, ajs.ErrNotProvisioned) {
+			code = CodeUnavailable
+		}
+		return nil, &Error{Code: code, Description: "open agentlog", Err: err}
+	}
+	c.st = st
+	return st, nil
+}
+
+// meta is one session's entry in agentlog_sessions.
+type meta struct {
+	id, token  string
+	createdAt  int64
+	parent     string
+	seedLength *int64
+}
+
+const sessionsKeyPrefix = "$KV." + ajs.SessionsBucket + "."
+
+// scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
+// with one ordered consumer, skipping deleted keys and keys that are not tokens, and returns the
+// sessions sorted by id.
+func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error) {
+	var out []meta
+	err := scanLast(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", keysOnly, func(m natsjs.Msg) error {
+		if deleted(m.Headers()) {
+			return nil
+		}
+		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
+		id, err := ajs.IDFromToken(tok)
+		if err != nil {
+			return nil // not a session key
+		}
+		e := meta{id: id, token: tok}
+		if !keysOnly {
+			var v struct {
+				CreatedAt     json.Number  `json:"createdAt"`
+				ParentSession string       `json:"parentSession"`
+				SeedLength    *json.Number `json:"seedLength"`
+			}
+			if json.Unmarshal(m.Data(), &v) == nil {
+				e.createdAt = jsonInt(v.CreatedAt)
+				e.parent = v.ParentSession
+				if v.SeedLength != nil {
+					n := jsonInt(*v.SeedLength)
+					e.seedLength = &n
+				}
+			}
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + ajs.SessionsBucket, Err: err}
+	}
+	slices.SortFunc(out, func(a, b meta) int { return cmp.Compare(a.id, b.id) })
+	return out, nil
+}
+
+func jsonInt(n json.Number) int64 {
+	if i, err := n.Int64(); err == nil {
+		return i
+	}
+	f, _ := n.Float64()
+	return int64(f)
+}
+
+func deleted(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(natsjs.MarkerReasonHeader) != ""
+}
+
+// childrenOf maps each parent id to its children's ids (sorted, as all is).
+func childrenOf(all []meta) map[string][]string {
+	ch := map[string][]string{}
+	for _, m := range all {
+		if m.parent != "" {
+			ch[m.parent] = append(ch[m.parent], m.id)
+		}
+	}
+	return ch
+}
+
+// scanLast calls fn for the last message of every subject of stream matching filter, through an
+// ordered consumer (headers only with headersOnly), in stream order.
+func scanLast(ctx context.Context, js natsjs.JetStream, stream, filter string, headersOnly bool, fn func(natsjs.Msg) error) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	if s.CachedInfo().State.Msgs == 0 {
+		return nil
+	}
+	cons, err := s.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: natsjs.DeliverLastPerSubjectPolicy, HeadersOnly: headersOnly})
+	if err != nil {
+		return err
+	}
+	info := cons.CachedInfo()
+	if info != nil && info.Name != "" {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), js.Options().DefaultTimeout)
+			_ = s.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}()
+	}
+	if info != nil && info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages(natsjs.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(natsjs.NextContext(ctx))
+		if err != nil {
+			return err
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// recordLastSeq is the seq of a record's last event, from its headers.
+func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
+	first, err1 := strconv.ParseInt(h.Get(ajs.HeaderFirstSeq), 10, 64)
+	n, err2 := strconv.ParseInt(h.Get(ajs.HeaderCount), 10, 64)
+	if err1 != nil || err2 != nil || n < 1 {
+		return "", 0, false
+	}
+	return h.Get(ajs.HeaderSession), first + n - 1, true
+}
+
+// scanLastSeqs reads the headers of every session's last record: token -> last seq.
+func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := scanLast(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", true, func(m natsjs.Msg) error {
+		if tok, last, ok := recordLastSeq(m.Headers()); ok {
+			out[tok] = last
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read stream " + ajs.StreamName, Err: err}
+	}
+	return out, nil
+}
+
+// getLastSeqs reads the last records of rows with one batched direct get: token -> last seq.
+func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]int64, error) {
+	out := map[string]int64{}
+	subjects := make([]string, 0, len(rows))
+	for _, m := range rows {
+		subj, err := st.Subject(m.id)
+		if err != nil {
+			return nil, &Error{Code: CodeInternal, Session: m.id, Description: "subject", Err: err}
+		}
+		subjects = append(subjects, subj)
+	}
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JS, ajs.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
+	if err == nil {
+		for m, merr := range msgs {
+			if merr != nil {
+				err = merr
+				break
+			}
+			if tok, last, ok := recordLastSeq(m.Header); ok {
+				out[tok] = last
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, jetstreamext.ErrNoMessages) {
+		return nil, &Error{Code: CodeInternal, Description: "read the last records of stream " + ajs.StreamName, Err: err}
+	}
+	return out, nil
+}

@@ -1,0 +1,265 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/testnats"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/session"
+)
+
+// opsStack is stack with an extra unit "boom" that stops at every tool/call, and sessions
+// "a" (6 events), "ab" (6 events, one tool call), "abc" (no events) and "a/child" (a fork of "a").
+func opsStack(t *testing.T) (*testnats.Env, *client.Client) {
+	t.Helper()
+	te := testnats.Start(t, ajs.Config{Partitions: 2})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	boom := projector.Def[int]{Key: "boom", StateVersion: 1, Reads: []string{"tool/call"},
+		Init:  func() int { return 0 },
+		Apply: func(int, session.Event) (int, error) { return 0, errors.New("boom") }}
+	reg, err := projector.NewRegistry(boom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet, Registry: reg})
+	if err := p.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	f := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	if err := f.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Stop(); _ = p.Stop() })
+	for _, id := range []string{"a", "ab", "abc"} {
+		if err := te.Store.CreateSession(ctx(t), session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := te.Store.Append(ctx(t), "a", 0, events()); err != nil {
+		t.Fatal(err)
+	}
+	evs := events()[:4]
+	evs = append(evs, ev(4, "turn/start", `{"turn":2}`, false),
+		ev(5, "tool/call", `{"turn":2,"step":1,"callId":"t1","name":"x","input":{}}`, false))
+	if _, err := te.Store.Append(ctx(t), "ab", 0, evs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(te.NC, client.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := int64(3)
+	if _, err := c.Fork(ctx(t), client.ForkRequest{Source: "a", Boundary: &at, Child: "a/child"}); err != nil {
+		t.Fatal(err)
+	}
+	return te, c
+}
+
+func list(t *testing.T, c *client.Client, q client.SessionsQuery) ([]client.SessionInfo, string) {
+	t.Helper()
+	var out []client.SessionInfo
+	next, err := c.Sessions(ctx(t), q, func(s client.SessionInfo) error { out = append(out, s); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, next
+}
+
+func ids(ss []client.SessionInfo) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func TestSessionsListing(t *testing.T) {
+	_, c := opsStack(t)
+	all, next := list(t, c, client.SessionsQuery{})
+	if want := []string{"a", "a/child", "ab", "abc"}; !slices.Equal(ids(all), want) || next != "" {
+		t.Fatalf("all: %v next %q, want %v", ids(all), next, want)
+	}
+	a, child, abc := all[0], all[1], all[3]
+	if a.LastSeq != 5 || a.Events != 6 || a.CreatedAt != 1785000000000 || !slices.Equal(a.Children, []string{"a/child"}) || a.ParentSession != "" {
+		t.Fatalf("a: %+v", a)
+	}
+	// The child: seed 0..3 plus the end-seed marker.
+	if child.ParentSession != "a" || child.SeedLength == nil || *child.SeedLength != 4 || child.LastSeq != 4 || len(child.Children) != 0 {
+		t.Fatalf("a/child: %+v", child)
+	}
+	if abc.LastSeq != -1 || abc.Events != 0 {
+		t.Fatalf("abc: %+v", abc)
+	}
+	// Pages.
+	p1, next := list(t, c, client.SessionsQuery{Limit: 2})
+	if !slices.Equal(ids(p1), []string{"a", "a/child"}) || next != "a/child" {
+		t.Fatalf("page 1: %v next %q", ids(p1), next)
+	}
+	p2, next := list(t, c, client.SessionsQuery{Limit: 2, After: next})
+	if !slices.Equal(ids(p2), []string{"ab", "abc"}) || next != "" {
+		t.Fatalf("page 2: %v next %q", ids(p2), next)
+	}
+	pre, _ := list(t, c, client.SessionsQuery{Prefix: "ab"})
+	if !slices.Equal(ids(pre), []string{"ab", "abc"}) {
+		t.Fatalf("prefix ab: %v", ids(pre))
+	}
+	if _, err := c.Sessions(ctx(t), client.SessionsQuery{Limit: -1}, nil); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("limit -1: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	_, c := opsStack(t)
+	for in, want := range map[string]string{"a": "a", "ab": "ab", "a/": "a/child", "abc": "abc"} {
+		if got, err := c.Resolve(ctx(t), in); err != nil || got != want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	var ae *client.AmbiguousError
+	if _, err := c.Resolve(ctx(t), "a/x"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("Resolve(a/x): %v", err)
+	}
+	if _, err := c.Resolve(ctx(t), " "); !errors.Is(err, client.ErrBadRequest) {
+		t.Errorf("Resolve(blank): %v", err)
+	}
+	// "ab" exists, so only a prefix that is not an id is ambiguous.
+	te2 := testnats.Start(t, ajs.Config{Partitions: 1})
+	for _, id := range []string{"x1", "x2"} {
+		if err := te2.Store.CreateSession(ctx(t), session.Header{ID: id, CreatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2, _ := client.New(te2.NC)
+	if _, err := c2.Resolve(ctx(t), "x"); !errors.As(err, &ae) || !slices.Equal(ae.Candidates, []string{"x1", "x2"}) {
+		t.Errorf("Resolve(x): %v", err)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	_, c := opsStack(t)
+	if _, err := c.Messages(ctx(t), "ab", client.MinSeq(5)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Status(ctx(t), "ab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LastSeq != 5 || s.OpenTurn == nil || *s.OpenTurn != 2 || s.ParentSession != nil || len(s.Children) != 0 {
+		t.Fatalf("ab: %+v", s)
+	}
+	var boom *client.UnitStatus
+	for i, u := range s.Units {
+		if u.Unit == "boom" {
+			boom = &s.Units[i]
+		} else if u.AsOfSeq != 5 || u.Lag != 0 || u.Error != nil {
+			t.Errorf("unit %+v", u)
+		}
+	}
+	if boom == nil || boom.Error == nil || boom.Lag != 1 || len(s.Stopped) != 1 || s.Stopped[0].Unit != "boom" || s.Stopped[0].Seq != 5 || s.Stopped[0].Session != "ab" || s.Stopped[0].Rule == "" {
+		t.Fatalf("boom %+v, stopped %+v", boom, s.Stopped)
+	}
+	a, err := c.Status(ctx(t), "a")
+	if err != nil || !slices.Equal(a.Children, []string{"a/child"}) {
+		t.Fatalf("a: %+v %v", a, err)
+	}
+	ch, err := c.Status(ctx(t), "a/child")
+	if err != nil || ch.ParentSession == nil || *ch.ParentSession != "a" || ch.SeedLength == nil || *ch.SeedLength != 4 {
+		t.Fatalf("a/child: %+v %v", ch, err)
+	}
+	if _, err := c.Status(ctx(t), "nobody"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("nobody: %v", err)
+	}
+}
+
+func TestEventsFollowAndWatch(t *testing.T) {
+	te, c := opsStack(t)
+	var got []session.Event
+	if err := c.Events(ctx(t), "a", client.EventsQuery{Tail: 2}, func(e session.Event) error { got = append(got, e); return nil }); err != nil || len(got) != 2 || got[0].Seq != 4 {
+		t.Fatalf("tail 2: %v %v", got, err)
+	}
+	got = nil
+	if err := c.Events(ctx(t), "a", client.EventsQuery{FromSeq: 3, Tail: 10}, func(e session.Event) error { got = append(got, e); return nil }); err != nil || len(got) != 3 || got[0].Seq != 3 {
+		t.Fatalf("from 3: %v %v", got, err)
+	}
+
+	fctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	evc := make(chan session.Event, 100)
+	hist := make(chan client.MessagesReply, 100)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs <- c.Events(fctx, "a", client.EventsQuery{FromSeq: 5, Follow: true}, func(e session.Event) error { evc <- e; return nil })
+	}()
+	go func() {
+		defer wg.Done()
+		errs <- c.WatchMessages(fctx, "a", func(r client.MessagesReply) error { hist <- r; return nil })
+	}()
+	recv := func(what string, ch <-chan session.Event) session.Event {
+		select {
+		case e := <-ch:
+			return e
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+		return session.Event{}
+	}
+	if e := recv("stored event", evc); e.Seq != 5 {
+		t.Fatalf("first followed event %d", e.Seq)
+	}
+	if r := <-hist; r.AsOfSeq != 5 || len(r.Messages) != 3 {
+		t.Fatalf("first history %+v", r)
+	}
+	more := []session.Event{
+		ev(6, "assistant/message", `{"turn":2,"step":1,"message":{"id":"a2","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}}}`, true),
+		ev(7, "turn/end", `{"turn":2,"reason":{"kind":"completed"}}`, false),
+	}
+	tail, err := te.Store.GetTail(ctx(t), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := te.Store.Append(ctx(t), "a", tail.LastStreamSeq, more); err != nil {
+		t.Fatal(err)
+	}
+	if e := recv("appended event", evc); e.Seq != 6 {
+		t.Fatalf("followed %d", e.Seq)
+	}
+	if e := recv("appended event", evc); e.Seq != 7 {
+		t.Fatalf("followed %d", e.Seq)
+	}
+	for {
+		select {
+		case r := <-hist:
+			if r.AsOfSeq < 6 {
+				t.Fatalf("history went back: %+v", r)
+			}
+			if r.AsOfSeq == 7 {
+				if len(r.Messages) != 4 {
+					t.Fatalf("last history %+v", r)
+				}
+				cancel()
+				wg.Wait()
+				for range 2 {
+					if err := <-errs; !errors.Is(err, context.Canceled) {
+						t.Fatalf("after cancel: %v", err)
+					}
+				}
+				return
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no history at seq 7")
+		}
+	}
+}
