@@ -64,14 +64,17 @@ Quick start:
 		newProjectorCmd(g),
 		newForkerCmd(g),
 		newImportCmd(g),
-		newEventsCmd(g),
-		newMessagesCmd(g),
-		newForkCmd(g),
-		newRmCmd(g),
+		withEventsFollow(g, newEventsCmd(g)),
+		withMessagesWatch(g, newMessagesCmd(g)),
+		withIDResolution(g, newForkCmd(g)),
+		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
 		newInspectCmd(g),
 		newDemoCmd(g),
-		newRebuildCmd(g),
+		withUnitCompletion(newRebuildCmd(g)),
 		newBenchCmd(g),
+		newSessionsCmd(g),
+		newStatusCmd(g),
+		newVersionCmd(g),
 	)
 	return root
 }
