@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -62,6 +63,20 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 	if err != nil {
 		return "", err
 	}
+	type lastSeqs struct {
+		m   map[string]int64
+		err error
+	}
+	var pending chan lastSeqs
+	if q.Limit == 0 || q.Limit > perRowLimit { // likely a large page: read the last records meanwhile
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		pending = make(chan lastSeqs, 1)
+		go func() {
+			m, err := scanLastSeqs(sctx, st)
+			pending <- lastSeqs{m, err}
+		}()
+	}
 	all, err := scanMeta(ctx, st, false)
 	if err != nil {
 		return "", err
@@ -79,7 +94,13 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 	}
 	var lastAll map[string]int64
 	if len(rows) > perRowLimit {
-		if lastAll, err = scanLastSeqs(ctx, st); err != nil {
+		if pending != nil {
+			r := <-pending
+			lastAll, err = r.m, r.err
+		} else {
+			lastAll, err = scanLastSeqs(ctx, st)
+		}
+		if err != nil {
 			return "", err
 		}
 	}
@@ -220,44 +241,92 @@ type meta struct {
 
 const sessionsKeyPrefix = "$KV." + ajs.SessionsBucket + "."
 
-// scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
-// with one ordered consumer, skipping deleted keys and keys that are not tokens, and returns the
-// sessions sorted by id.
+// scanMeta reads every entry of agentlog_sessions (headers only with keysOnly) with one ordered
+// consumer, keeps the last of each key, drops deleted keys and keys that are not tokens, and
+// returns the sessions sorted by id.
 func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
-	err := scanLast(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", keysOnly, func(m natsjs.Msg) error {
+	at := map[string]int{} // token -> index in out; -1 once deleted
+	err := scanStream(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverAllPolicy, keysOnly, func(m natsjs.Msg) error {
+		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
+		i, seen := at[tok]
 		if deleted(m.Headers()) {
+			if seen && i >= 0 {
+				out[i].id = ""
+			}
+			at[tok] = -1
 			return nil
 		}
-		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
 		id, err := ajs.IDFromToken(tok)
 		if err != nil {
 			return nil // not a session key
 		}
 		e := meta{id: id, token: tok}
 		if !keysOnly {
-			var v struct {
-				CreatedAt     json.Number  `json:"createdAt"`
-				ParentSession string       `json:"parentSession"`
-				SeedLength    *json.Number `json:"seedLength"`
-			}
-			if json.Unmarshal(m.Data(), &v) == nil {
-				e.createdAt = jsonInt(v.CreatedAt)
-				e.parent = v.ParentSession
-				if v.SeedLength != nil {
-					n := jsonInt(*v.SeedLength)
-					e.seedLength = &n
-				}
-			}
+			decodeMeta(m.Data(), &e)
 		}
-		out = append(out, e)
+		if seen && i >= 0 {
+			out[i] = e
+		} else {
+			at[tok] = len(out)
+			out = append(out, e)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + ajs.SessionsBucket, Err: err}
 	}
+	out = slices.DeleteFunc(out, func(m meta) bool { return m.id == "" })
 	slices.SortFunc(out, func(a, b meta) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
+}
+
+// decodeMeta reads createdAt, parentSession and seedLength from a header line. Without
+// "parentSession" in it, createdAt is read by a scan of the bytes (a listing decodes 100,000 of
+// them); otherwise, or when that scan fails, by encoding/json.
+func decodeMeta(b []byte, e *meta) {
+	if !bytes.Contains(b, []byte(`"parentSession"`)) {
+		if n, ok := scanInt(b, `"createdAt"`); ok {
+			e.createdAt = n
+			return
+		}
+	}
+	var v struct {
+		CreatedAt     json.Number  `json:"createdAt"`
+		ParentSession string       `json:"parentSession"`
+		SeedLength    *json.Number `json:"seedLength"`
+	}
+	if json.Unmarshal(b, &v) != nil {
+		return
+	}
+	e.createdAt = jsonInt(v.CreatedAt)
+	e.parent = v.ParentSession
+	if v.SeedLength != nil {
+		n := jsonInt(*v.SeedLength)
+		e.seedLength = &n
+	}
+}
+
+// scanInt finds the one occurrence of key (quoted) in b and the integer after its colon.
+func scanInt(b []byte, key string) (int64, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i <= 0 || b[i-1] == '\\' || bytes.Index(b[i+1:], []byte(key)) >= 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	j := 0
+	for j < len(rest) && (rest[j] >= '0' && rest[j] <= '9' || j == 0 && rest[j] == '-') {
+		j++
+	}
+	if j < len(rest) && rest[j] != ',' && rest[j] != '}' && rest[j] != ' ' {
+		return 0, false // a fraction or an exponent
+	}
+	n, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+	return n, err == nil
 }
 
 func jsonInt(n json.Number) int64 {
@@ -287,9 +356,10 @@ func childrenOf(all []meta) map[string][]string {
 	return ch
 }
 
-// scanLast calls fn for the last message of every subject of stream matching filter, through an
-// ordered consumer (headers only with headersOnly), in stream order.
-func scanLast(ctx context.Context, js natsjs.JetStream, stream, filter string, headersOnly bool, fn func(natsjs.Msg) error) error {
+// scanStream calls fn for the messages of stream matching filter that policy delivers (all, or
+// the last of each subject), through an ordered consumer (headers only with headersOnly), in
+// stream order.
+func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool, fn func(natsjs.Msg) error) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
@@ -298,7 +368,7 @@ func scanLast(ctx context.Context, js natsjs.JetStream, stream, filter string, h
 		return nil
 	}
 	cons, err := s.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: natsjs.DeliverLastPerSubjectPolicy, HeadersOnly: headersOnly})
+		FilterSubjects: []string{filter}, DeliverPolicy: policy, HeadersOnly: headersOnly})
 	if err != nil {
 		return err
 	}
@@ -313,7 +383,7 @@ func scanLast(ctx context.Context, js natsjs.JetStream, stream, filter string, h
 	if info != nil && info.NumPending == 0 {
 		return nil
 	}
-	it, err := cons.Messages(natsjs.PullMaxMessages(4096))
+	it, err := cons.Messages(natsjs.PullMaxMessages(16384))
 	if err != nil {
 		return err
 	}
@@ -349,7 +419,7 @@ func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
 // scanLastSeqs reads the headers of every session's last record: token -> last seq.
 func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := scanLast(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", true, func(m natsjs.Msg) error {
+	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(m natsjs.Msg) error {
 		if tok, last, ok := recordLastSeq(m.Headers()); ok {
 			out[tok] = last
 		}
