@@ -4,4 +4,7 @@
 // A Client wraps one *nats.Conn; calls take functional options (MinSeq, Timeout) and return the
 // services' wire types, defined here and used by the services too. Error replies are *Error,
 // matched by code with errors.Is (ErrNotFound, ErrTimeout, ErrOpenTurn, ...).
+//
+// Sessions, SessionIDs, Resolve, Status, Events and WatchMessages read the stream and the KV
+// buckets directly through the connection (nats.go jetstream), since no service owns listing yet.
 package client
