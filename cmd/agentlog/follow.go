@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/agentlog/agentlog/client"
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/spf13/cobra"
 )
@@ -64,9 +65,17 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 			return err
 		}
 		defer nc.Close()
+		var hp *session.Header
 		h, err := store.GetSession(hctx, args[0])
-		if err != nil {
+		switch {
+		case err == nil:
+			hp = &h
+		case !errors.Is(err, ajs.ErrSessionNotFound):
 			return err
+		case !q.Follow: // a log without metadata is still printed, as without these flags
+			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
+				return fmt.Errorf("session %q not found", args[0])
+			}
 		}
 		c, err := client.New(nc)
 		if err != nil {
@@ -74,8 +83,8 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 		}
 		bw := bufio.NewWriter(g.stdout)
 		defer bw.Flush()
-		if !noHeader {
-			if err := session.WriteJSONL(bw, &h, nil, session.WriteOptions{}); err != nil {
+		if !noHeader && hp != nil {
+			if err := session.WriteJSONL(bw, hp, nil, session.WriteOptions{}); err != nil {
 				return err
 			}
 		}
