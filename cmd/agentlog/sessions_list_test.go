@@ -116,8 +116,17 @@ func TestSessionsStatusCLI(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"turn/end"`) {
 		t.Fatalf("events --tail 1: %d %q", code, out)
 	}
+	if code, _, errOut := runCLI(ctx, s.url, "rm", "job-2"); code != 0 {
+		t.Fatalf("rm: %s", errOut)
+	}
+	if code, out, _ := runCLI(ctx, s.url, "sessions", "--prefix", "job", "--json"); code != 0 || strings.Contains(out, "job-2") || !strings.Contains(out, "job-1") {
+		t.Fatalf("sessions after rm: %q", out)
+	}
+	if code, _, errOut := runCLI(ctx, s.url, "status", "job"); code != 0 {
+		t.Fatalf("status by the prefix left unique: %s", errOut)
+	}
 	code, out, _ = runCLI(ctx, s.url, "__complete", "status", "jo")
-	if code != 0 || !strings.Contains(out, "job-1\njob-2\n") {
+	if code != 0 || !strings.Contains(out, "job-1\n") || strings.Contains(out, "job-2") {
 		t.Fatalf("complete: %d %q", code, out)
 	}
 	code, out, _ = runCLI(ctx, s.url, "__complete", "rebuild", "tu")
