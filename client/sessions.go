@@ -241,22 +241,18 @@ type meta struct {
 
 const sessionsKeyPrefix = "$KV." + ajs.SessionsBucket + "."
 
-// scanMeta reads every entry of agentlog_sessions (headers only with keysOnly) with one ordered
-// consumer, keeps the last of each key, drops deleted keys and keys that are not tokens, and
-// returns the sessions sorted by id.
+// scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
+// with one ordered consumer, drops deleted keys and keys that are not tokens, and returns the
+// sessions sorted by id.
 func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
-	at := map[string]int{} // token -> index in out; -1 once deleted
-	err := scanStream(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverAllPolicy, keysOnly, func(m natsjs.Msg) error {
-		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
-		i, seen := at[tok]
+	err := scanStream(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
+		out = make([]meta, 0, n)
+	}, func(m streamMsg) error {
 		if deleted(m.Headers()) {
-			if seen && i >= 0 {
-				out[i].id = ""
-			}
-			at[tok] = -1
 			return nil
 		}
+		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
 		id, err := ajs.IDFromToken(tok)
 		if err != nil {
 			return nil // not a session key
@@ -265,18 +261,12 @@ func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error)
 		if !keysOnly {
 			decodeMeta(m.Data(), &e)
 		}
-		if seen && i >= 0 {
-			out[i] = e
-		} else {
-			at[tok] = len(out)
-			out = append(out, e)
-		}
+		out = append(out, e)
 		return nil
 	})
 	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + ajs.SessionsBucket, Err: err}
 	}
-	out = slices.DeleteFunc(out, func(m meta) bool { return m.id == "" })
 	slices.SortFunc(out, func(a, b meta) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
 }
@@ -357,54 +347,76 @@ func childrenOf(all []meta) map[string][]string {
 }
 
 // scanStream calls fn for the messages of stream matching filter that policy delivers (all, or
-// the last of each subject), through an ordered consumer (headers only with headersOnly), in
-// stream order.
-func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool, fn func(natsjs.Msg) error) error {
+// the last of each subject) when it starts, through an ordered push consumer (headers only with
+// headersOnly), in stream order. sized, when not nil, gets their number first.
+func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool,
+	sized func(n uint64), fn func(streamMsg) error) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
 	}
 	if s.CachedInfo().State.Msgs == 0 {
+		if sized != nil {
+			sized(0)
+		}
 		return nil
 	}
-	cons, err := s.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: policy, HeadersOnly: headersOnly})
+	// The legacy push API: a callback per message costs less than pulling (no pull requests, no
+	// timer per message), which is what a pass over 100,000 sessions spends its time on.
+	ljs, err := js.Conn().JetStream()
 	if err != nil {
 		return err
 	}
-	info := cons.CachedInfo()
-	if info != nil && info.Name != "" {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), js.Options().DefaultTimeout)
-			_ = s.DeleteConsumer(dctx, info.Name)
-			cancel()
-		}()
+	opts := []nats.SubOpt{nats.BindStream(stream), nats.OrderedConsumer()}
+	if policy == natsjs.DeliverLastPerSubjectPolicy {
+		opts = append(opts, nats.DeliverLastPerSubject())
+	} else {
+		opts = append(opts, nats.DeliverAll())
 	}
-	if info != nil && info.NumPending == 0 {
-		return nil
+	if headersOnly {
+		opts = append(opts, nats.HeadersOnly())
 	}
-	it, err := cons.Messages(natsjs.PullMaxMessages(16384))
+	sub, err := ljs.SubscribeSync(filter, opts...)
 	if err != nil {
 		return err
 	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(natsjs.NextContext(ctx))
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	info, err := sub.ConsumerInfo()
+	if err != nil {
+		return err
+	}
+	// The consumer's pending count at creation bounds the read: what is appended later is not
+	// wanted. (An ordered consumer that resets resumes after the last message delivered.)
+	total := info.NumPending + info.Delivered.Consumer
+	if sized != nil {
+		sized(total)
+	}
+	for n := uint64(0); n < total; n++ {
+		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			return err
 		}
-		if err := fn(m); err != nil {
+		if err := fn(legacyMsg{m}); err != nil {
 			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		if md.NumPending == 0 {
-			return nil
 		}
 	}
+	return nil
 }
+
+// streamMsg is what scanStream's callers read of a message.
+type streamMsg interface {
+	Subject() string
+	Headers() nats.Header
+	Data() []byte
+}
+
+// legacyMsg is what scanStream's callers read of a message of the legacy API.
+type legacyMsg struct{ m *nats.Msg }
+
+func (l legacyMsg) Subject() string      { return l.m.Subject }
+func (l legacyMsg) Headers() nats.Header { return l.m.Header }
+func (l legacyMsg) Data() []byte         { return l.m.Data }
 
 // recordLastSeq is the seq of a record's last event, from its headers.
 func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
@@ -418,8 +430,10 @@ func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
 
 // scanLastSeqs reads the headers of every session's last record: token -> last seq.
 func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(m natsjs.Msg) error {
+	var out map[string]int64
+	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
+		out = make(map[string]int64, n)
+	}, func(m streamMsg) error {
 		if tok, last, ok := recordLastSeq(m.Headers()); ok {
 			out[tok] = last
 		}

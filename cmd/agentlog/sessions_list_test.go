@@ -155,33 +155,49 @@ func TestSessionsScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	js, err := natsjs.New(s.nc, natsjs.WithPublishAsyncMaxPending(4096))
+	url, nc, store := s.url, s.nc, s.store
+	if u := os.Getenv("AGENTLOG_SESSIONS_URL"); u != "" { // fill that server instead (to time a separate process)
+		g := &globals{natsURL: u}
+		if nc, store, err = g.connect(ctx, "scale"); err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		url = u
+	}
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	for i := range n {
+		if os.Getenv("AGENTLOG_SESSIONS_NOFILL") != "" {
+			break // AGENTLOG_SESSIONS_URL holds them already
+		}
 		id := fmt.Sprintf("sess-%07d", i)
 		h := session.Header{ID: id, CreatedAt: 1785000000000 + int64(i)}
 		if i%10 == 1 {
 			seed := int64(3)
 			h.ParentSession, h.SeedLength = fmt.Sprintf("sess-%07d", i-1), &seed
 		}
-		val, err := json.Marshal(map[string]any{"type": "session", "version": 0, "id": id, "createdAt": h.CreatedAt, "parentSession": h.ParentSession, "seedLength": h.SeedLength})
+		hv := map[string]any{"type": "session", "version": 0, "id": id, "createdAt": h.CreatedAt}
+		if h.ParentSession != "" {
+			hv["parentSession"], hv["seedLength"] = h.ParentSession, h.SeedLength
+		}
+		val, err := json.Marshal(hv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tok, _ := ajs.Token(id)
 		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: "$KV." + ajs.SessionsBucket + "." + tok, Data: val,
-			Header: nats.Header{ajs.IncarnationHeader: []string{ajs.NewIncarnation()}}}); err != nil {
+			Header: nats.Header{ajs.IncarnationHeader: []string{ajs.NewIncarnation()}}}, natsjs.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		hdr, body, err := ajs.EncodeRecord(id, opsEvents())
 		if err != nil {
 			t.Fatal(err)
 		}
-		subj, _ := s.store.Subject(id)
-		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: body}); err != nil {
+		subj, _ := store.Subject(id)
+		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: body}, natsjs.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +213,7 @@ func TestSessionsScale(t *testing.T) {
 		var out string
 		for range 3 {
 			t0 := time.Now()
-			code, o, errOut := runCLI(ctx, s.url, args...)
+			code, o, errOut := runCLI(ctx, url, args...)
 			times = append(times, time.Since(t0))
 			if code != 0 {
 				t.Fatalf("%v: exit %d: %s", args, code, errOut)
