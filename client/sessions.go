@@ -347,7 +347,7 @@ func childrenOf(all []meta) map[string][]string {
 }
 
 // scanStream calls fn for the messages of stream matching filter that policy delivers (all, or
-// the last of each subject) when it starts, through an ordered push consumer (headers only with
+// the last of each subject) when it starts, through an ordered consumer (headers only with
 // headersOnly), in stream order. sized, when not nil, gets their number first.
 func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool,
 	sized func(n uint64), fn func(streamMsg) error) error {
@@ -361,43 +361,40 @@ func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string,
 		}
 		return nil
 	}
-	// The legacy push API: a callback per message costs less than pulling (no pull requests, no
-	// timer per message), which is what a pass over 100,000 sessions spends its time on.
-	ljs, err := js.Conn().JetStream()
+	cons, err := js.OrderedConsumer(ctx, stream, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  policy,
+		HeadersOnly:    headersOnly,
+	})
 	if err != nil {
 		return err
 	}
-	opts := []nats.SubOpt{nats.BindStream(stream), nats.OrderedConsumer()}
-	if policy == natsjs.DeliverLastPerSubjectPolicy {
-		opts = append(opts, nats.DeliverLastPerSubject())
-	} else {
-		opts = append(opts, nats.DeliverAll())
-	}
-	if headersOnly {
-		opts = append(opts, nats.HeadersOnly())
-	}
-	sub, err := ljs.SubscribeSync(filter, opts...)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	info, err := sub.ConsumerInfo()
-	if err != nil {
-		return err
-	}
+	info := cons.CachedInfo()
 	// The consumer's pending count at creation bounds the read: what is appended later is not
 	// wanted. (An ordered consumer that resets resumes after the last message delivered.)
 	total := info.NumPending + info.Delivered.Consumer
 	if sized != nil {
 		sized(total)
 	}
+	if total == 0 {
+		return nil
+	}
+	it, err := cons.Messages(natsjs.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
 	for n := uint64(0); n < total; n++ {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := it.Next()
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
-		if err := fn(legacyMsg{m}); err != nil {
+		if err := fn(m); err != nil {
 			return err
 		}
 	}
@@ -410,13 +407,6 @@ type streamMsg interface {
 	Headers() nats.Header
 	Data() []byte
 }
-
-// legacyMsg is what scanStream's callers read of a message of the legacy API.
-type legacyMsg struct{ m *nats.Msg }
-
-func (l legacyMsg) Subject() string      { return l.m.Subject }
-func (l legacyMsg) Headers() nats.Header { return l.m.Header }
-func (l legacyMsg) Data() []byte         { return l.m.Data }
 
 // recordLastSeq is the seq of a record's last event, from its headers.
 func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
