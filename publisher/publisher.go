@@ -115,6 +115,10 @@ type Publisher struct {
 	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
 	leaseStop chan struct{}   // closed by Close: ends the renewal loop
 
+	ensureMu  sync.Mutex // writersRecreated
+	ensuredAt time.Time
+	recreated bool
+
 	mu        sync.Mutex
 	writers   map[string]*Writer
 	closed    bool
