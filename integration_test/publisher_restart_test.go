@@ -205,3 +205,46 @@ func TestWriterLeaseBucketLost(t *testing.T) {
 	}
 	t.Logf("publisher log:\n%s", logs.String())
 }
+
+// TestFlushAcrossServerRestart: a Flush called while the server is down (default retry budget)
+// returns within 10 s of the server being back, with the events durable.
+func TestFlushAcrossServerRestart(t *testing.T) {
+	srv := startOwnServer(t)
+	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	nc, sta := connectStore(t, srv.URL(), nil)
+	logs := &syncBuffer{}
+	p := newPublisher(t, sta, nc, publisher.Options{WriterID: "A", Logger: logTo(logs), LeaseTTL: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const id = "flush-across"
+	w, err := p.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := chunkEvents("A", 0, 6)
+	if err := writeSome(ctx, w, evs[:3]); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	flushed := make(chan error, 1)
+	go func() { flushed <- writeSome(ctx, w, evs[3:]) }()
+	time.Sleep(3 * time.Second)
+	srv.start()
+	back := time.Now()
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatalf("Flush across the restart: %v\n%s", err, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Flush did not return within 10 s of the server being back:\n%s", logs.String())
+	}
+	t.Logf("Flush returned %s after the server was back", time.Since(back).Round(time.Millisecond))
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, st, id, evs, len(evs))
+	if n := strings.Count(logs.String(), "level=WARN"); n > 1 {
+		t.Fatalf("%d warnings, want at most one:\n%s", n, logs.String())
+	}
+}
