@@ -196,6 +196,11 @@ func (w *Writer) renewLease() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err == nil && w.leaseRev != rev {
+		// Fenced or closed meanwhile, which released (or gave up) rev: release this one too.
+		go w.p.releaseLease(w.id, next)
+		return
+	}
 	if err != nil {
 		if w.renewFailing.IsZero() {
 			w.renewFailing = time.Now()
@@ -215,9 +220,7 @@ func (w *Writer) renewLease() {
 	case retaken:
 		w.p.log.Info("agentlog publisher: writer lease had expired, nobody took it; taken again", "session", w.id)
 	}
-	if w.leaseRev == rev {
-		w.leaseRev = next
-	}
+	w.leaseRev = next
 }
 
 // writersRecreated checks, after a failed renewal, whether agentlog_writers is missing (lost with
