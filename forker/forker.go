@@ -50,6 +50,8 @@ type Forker struct {
 	svc     micro.Service
 	reqs    sync.WaitGroup
 	closing bool
+	status  chan nats.Status // connection status changes (watchConn)
+	watched sync.WaitGroup
 
 	// test hook: runs between the KV create and the record (nil in production).
 	beforeRecord func(child string)
@@ -97,8 +99,31 @@ func (f *Forker) Start(ctx context.Context) error {
 		return fmt.Errorf("forker: adding endpoint %s: %w", Endpoint, err)
 	}
 	f.svc, f.started = svc, true
+	f.status = f.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
+	f.watched.Add(1)
+	go f.watchConn(f.status)
 	f.logger.Info("forker started", "service", client.ForkService, "subject", client.ForkSubject)
 	return nil
+}
+
+// watchConn logs the connection's changes of state once each: lost (warn), reconnected (info).
+// nats.go re-subscribes the service on reconnect; the forker owns no server state.
+func (f *Forker) watchConn(ch chan nats.Status) {
+	defer f.watched.Done()
+	var lost time.Time
+	for st := range ch {
+		switch {
+		case st == nats.RECONNECTING && lost.IsZero():
+			lost = time.Now()
+			f.logger.Warn("forker: connection to NATS lost; forks resume when it is back (logged once until then)")
+		case st == nats.CONNECTED && !lost.IsZero():
+			f.logger.Info("forker: reconnected to NATS; serving forks again", "url", f.nc.ConnectedUrlRedacted(),
+				"after", time.Since(lost).Round(time.Millisecond))
+			lost = time.Time{}
+		case st == nats.CLOSED:
+			return
+		}
+	}
 }
 
 // Stop drains the service's subscription and waits for the fork in flight to finish; requests
@@ -116,6 +141,8 @@ func (f *Forker) Stop() error {
 	f.closing = true
 	f.mu.Unlock()
 	f.reqs.Wait()
+	f.nc.RemoveStatusListener(f.status)
+	f.watched.Wait()
 	f.logger.Info("forker stopped")
 	if err != nil {
 		return fmt.Errorf("forker: stopping service %s: %w", client.ForkService, err)

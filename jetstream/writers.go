@@ -170,6 +170,17 @@ func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
 	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, WritersBucket, strconv.FormatUint(rev, 10), err)
 }
 
+// EnsureWritersBucket creates agentlog_writers again when it is missing (lost with a server's
+// state), as Open does; s.Writers stays usable.
+func (s *Store) EnsureWritersBucket(ctx context.Context) error {
+	replicas := 1
+	if s.Stream != nil {
+		replicas = s.Stream.CachedInfo().Config.Replicas
+	}
+	_, err := ensureWritersBucket(ctx, s.JS, replicas)
+	return err
+}
+
 // ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
 // replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
 func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {

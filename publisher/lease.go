@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/jetstream"
+	njs "github.com/nats-io/nats.go/jetstream"
 )
 
 // acked is what a Writer knows to be durable: the stream seq of the session's last record (the
@@ -142,7 +143,8 @@ func (p *Publisher) renewLoop(stop chan struct{}) {
 }
 
 // renewLease renews the Writer's lease. When the lease was taken over, the Writer is fenced; when
-// it expired and nobody took it, it is taken again.
+// it expired (or was lost with its bucket, which is then created again) and nobody took it, it is
+// taken again. A failure is logged once until a renewal succeeds.
 func (w *Writer) renewLease() {
 	w.mu.Lock()
 	rev, l := w.leaseRev, w.lease
@@ -155,6 +157,18 @@ func (w *Writer) renewLease() {
 	ctx, cancel := context.WithTimeout(w.ctx, ttl/4)
 	defer cancel()
 	next, err := w.p.store.RenewLease(ctx, w.id, rev, l, ttl)
+	if err != nil && ctx.Err() != nil {
+		// The renewal used up its time (a server unreachable, a missing bucket): give the
+		// checks below a time of their own.
+		cancel()
+		ctx, cancel = context.WithTimeout(w.ctx, ttl/4)
+		defer cancel()
+	}
+	retaken := false
+	if err != nil && !errors.Is(err, jetstream.ErrLeaseLost) && w.p.writersRecreated(ctx) {
+		// The bucket was gone with the server's state: take the lease as if it had expired.
+		err = fmt.Errorf("%w: bucket %s was missing", jetstream.ErrLeaseLost, jetstream.WritersBucket)
+	}
 	if errors.Is(err, jetstream.ErrLeaseLost) {
 		holder, hrev, gerr := w.p.store.GetLease(ctx, w.id)
 		switch {
@@ -165,6 +179,7 @@ func (w *Writer) renewLease() {
 				w.leaseLost(held.Holder)
 				return
 			}
+			retaken = err == nil
 		case gerr == nil && holder.Writer == l.Writer && holder.Host == l.Host && holder.PID == l.PID && holder.Since == l.Since:
 			// Our own lease at another revision: the server came back with older state, which
 			// may have lost records too. Renew it there, and check the tail before the next write.
@@ -179,15 +194,57 @@ func (w *Writer) renewLease() {
 			err = gerr
 		}
 	}
-	if err != nil {
-		w.p.log.Warn("agentlog publisher: cannot renew the writer lease", "session", w.id, "error", err)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil && w.leaseRev != rev {
+		// Fenced or closed meanwhile, which released (or gave up) rev: release this one too.
+		go w.p.releaseLease(w.id, next)
 		return
 	}
-	w.mu.Lock()
-	if w.leaseRev == rev {
-		w.leaseRev = next
+	if err != nil {
+		if w.renewFailing.IsZero() {
+			w.renewFailing = time.Now()
+			w.p.log.Warn("agentlog publisher: cannot renew the writer lease; retrying (logged once until it is renewed)", "session", w.id, "error", err)
+		}
+		return
 	}
-	w.mu.Unlock()
+	if retaken {
+		// A write may have been fenced by another writer meanwhile: check the tail first.
+		w.validGen = staleGen
+	}
+	switch {
+	case !w.renewFailing.IsZero():
+		w.p.log.Info("agentlog publisher: writer lease renewed again", "session", w.id, "retaken", retaken,
+			"after", time.Since(w.renewFailing).Round(time.Millisecond))
+		w.renewFailing = time.Time{}
+	case retaken:
+		w.p.log.Info("agentlog publisher: writer lease had expired, nobody took it; taken again", "session", w.id)
+	}
+	w.leaseRev = next
+}
+
+// writersRecreated checks, after a failed renewal, whether agentlog_writers is missing (lost with
+// the server's state) and creates it again; it reports whether it did. Connected only, and at most
+// once per renewal period for all the Publisher's writers.
+func (p *Publisher) writersRecreated(ctx context.Context) bool {
+	if nc := p.store.JS.Conn(); nc == nil || !nc.IsConnected() {
+		return false
+	}
+	p.ensureMu.Lock()
+	defer p.ensureMu.Unlock()
+	if time.Since(p.ensuredAt) < p.opts.LeaseTTL/4 {
+		return p.recreated
+	}
+	p.ensuredAt = time.Now()
+	_, err := p.store.JS.KeyValue(ctx, jetstream.WritersBucket)
+	p.recreated = false
+	if errors.Is(err, njs.ErrBucketNotFound) {
+		if err := p.store.EnsureWritersBucket(ctx); err == nil {
+			p.recreated = true
+			p.log.Info("agentlog publisher: created the missing writer lease bucket again", "bucket", jetstream.WritersBucket)
+		}
+	}
+	return p.recreated
 }
 
 // leaseLost fences the Writer after another writer took its lease over.
@@ -201,5 +258,7 @@ func (w *Writer) leaseLost(holder jetstream.Lease) {
 		Err: fmt.Errorf("session %q: %w: writer %q (host %s, pid %d) took the session over", w.id, jetstream.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
 	w.fenceLocked(we)
 	w.mu.Unlock()
+	w.p.log.Error("agentlog publisher: writer fenced: another writer holds the session's lease", "session", w.id,
+		"holder", holder.Writer, "host", holder.Host, "pid", holder.PID)
 	w.p.publishReport(w.token, we)
 }

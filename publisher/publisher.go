@@ -115,6 +115,14 @@ type Publisher struct {
 	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
 	leaseStop chan struct{}   // closed by Close: ends the renewal loop
 
+	status   chan nats.Status // connection status changes (watchConn); nil without a connection
+	reconnMu sync.Mutex
+	reconn   chan struct{} // closed and replaced at each reconnect
+
+	ensureMu  sync.Mutex // writersRecreated
+	ensuredAt time.Time
+	recreated bool
+
 	mu        sync.Mutex
 	writers   map[string]*Writer
 	closed    bool
@@ -146,7 +154,7 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
 	host, _ := os.Hostname()
-	return &Publisher{
+	p := &Publisher{
 		store:     store,
 		nc:        nc,
 		opts:      opts,
@@ -156,8 +164,38 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 		lease:     jetstream.Lease{Writer: opts.WriterID, Host: host, PID: os.Getpid()},
 		leaseStop: make(chan struct{}),
 		writers:   map[string]*Writer{},
-	}, nil
+		reconn:    make(chan struct{}),
+	}
+	if store.JS != nil && store.JS.Conn() != nil {
+		p.status = store.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
+		go p.watchConn(p.status)
+	}
+	return p, nil
 }
+
+// watchConn signals each reconnect (reconnected): a write attempt sent before it gets no answer,
+// so it is retried at once instead of waiting out its AttemptTimeout.
+func (p *Publisher) watchConn(ch chan nats.Status) {
+	for st := range ch {
+		if st == nats.CLOSED {
+			return
+		}
+		p.reconnMu.Lock()
+		close(p.reconn)
+		p.reconn = make(chan struct{})
+		p.reconnMu.Unlock()
+	}
+}
+
+// reconnected is closed at the next reconnect.
+func (p *Publisher) reconnected() <-chan struct{} {
+	p.reconnMu.Lock()
+	defer p.reconnMu.Unlock()
+	return p.reconn
+}
+
+// errReconnected cancels a write attempt sent before a reconnect.
+var errReconnected = errors.New("the connection reconnected during the attempt")
 
 // checkOptions refuses what New cannot use: a nil store, a WriterID that does not fit in a
 // Nats-Msg-Id, negative durations and counts.
@@ -381,6 +419,10 @@ func (p *Publisher) Close(ctx context.Context) error {
 		close(p.leaseStop)
 		p.leaseLoop = false
 	}
+	if len(errs) == 0 && p.status != nil {
+		p.store.JS.Conn().RemoveStatusListener(p.status)
+		p.status = nil
+	}
 	p.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -491,10 +533,26 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 		case <-ctx.Done():
 			return 0, backoff.Permanent(ctx.Err())
 		}
-		actx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
+		cctx, ccancel := context.WithCancelCause(ctx)
+		reconn := p.reconnected()
+		go func() {
+			select {
+			case <-reconn:
+				ccancel(errReconnected)
+			case <-cctx.Done():
+			}
+		}()
+		actx, cancel := context.WithTimeout(cctx, p.opts.AttemptTimeout)
 		res, err := p.store.Append(actx, id, guard, events, jetstream.WithMsgID(msgID))
+		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 		cancel()
+		ccancel(nil)
 		<-p.slots
+		if err != nil && reconnectedDuring && ctx.Err() == nil {
+			// Sent before the reconnect: its answer is lost. Retry it (same id) at once.
+			lastErr, maybeStored = fmt.Errorf("%w: %v", errReconnected, err), true
+			return 0, lastErr
+		}
 		if err == nil {
 			if res.Duplicate && res.StreamSeq <= guard {
 				// The server deduplicated against a record older than our guard: not ours.

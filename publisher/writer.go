@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
@@ -42,6 +43,8 @@ type Writer struct {
 	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq (staleGen: check it at the next write)
 	lease         jetstream.Lease  // this writer's lease value
 	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
+	renewFailing  time.Time        // when lease renewals started failing (zero: they succeed)
+	writeFailing  time.Time        // when writes started failing (zero: the last one succeeded)
 	pending       []session.Event  // admitted, not in flight, in seq order
 	due           int              // pending[:due] belong to ended windows and wait for a write
 	pinned        int              // >0: pending[:pinned] is a record that may be stored already (its write got no answer); it is retried as exactly that record
@@ -361,6 +364,11 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 			w.validGen = gen
 		}
 		w.pinned = 0
+		if !w.writeFailing.IsZero() {
+			w.p.log.Info("agentlog publisher: writing again", "session", w.id, "firstSeq", first,
+				"after", time.Since(w.writeFailing).Round(time.Millisecond))
+			w.writeFailing = time.Time{}
+		}
 		w.broadcastLocked()
 		w.kickLocked()
 		w.mu.Unlock()
@@ -385,8 +393,11 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 		w.pinned = len(batch)
 	} // else: unchanged (a pinned record stays pinned until it is written)
 	w.closeWindowLocked()
-	w.p.log.Warn("agentlog publisher: write failed; events stay pending", "session", w.id,
-		"firstSeq", first, "lastSeq", last, "error", err)
+	if w.writeFailing.IsZero() { // each failure goes to Errors; the log says it once
+		w.writeFailing = time.Now()
+		w.p.log.Warn("agentlog publisher: write failed; events stay pending (logged once until a write succeeds)", "session", w.id,
+			"firstSeq", first, "lastSeq", last, "error", err)
+	}
 	w.failGen++
 	w.lastErr = we
 	w.reportLocked(we)

@@ -53,7 +53,7 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 	}
 	p := demoPrinter{out}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := startStack(ctx, stackOptions{DataDir: dir, Listen: "127.0.0.1:0", Projectors: 1, Forker: true, Logger: quiet})
+	s, err := startStack(ctx, stackOptions{DataDir: dir, Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1, Logger: quiet})
 	if err != nil {
 		return err
 	}

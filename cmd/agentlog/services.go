@@ -18,10 +18,10 @@ import (
 func newDevCmd(g *globals) *cobra.Command {
 	var o stackOptions
 	c := &cobra.Command{
-		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N]",
+		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N] [--forkers N]",
 		Short: "Run an embedded nats-server with a projector and a forker, for local use",
 		Long: `dev runs, in one process, an embedded nats-server (JetStream, file storage in --data), the agentlog
-stream and KV buckets, N projectors and a forker. It prints the server URL, then serves until SIGINT or
+stream and KV buckets, N projectors (--projectors) and M forkers (--forkers). It prints the server URL, then serves until SIGINT or
 SIGTERM, when it stops cleanly. The data stays in --data for the next start.
 
 Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
@@ -29,6 +29,9 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Projectors < 0 {
 				return &usageError{fmt.Errorf("--projectors must be >= 0, got %d", o.Projectors)}
+			}
+			if o.Forkers < 0 {
+				return &usageError{fmt.Errorf("--forkers must be >= 0, got %d", o.Forkers)}
 			}
 			if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 				return &usageError{fmt.Errorf("--listen %q: want HOST:PORT: %w", o.Listen, err)}
@@ -41,13 +44,12 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 				return fmt.Errorf("--data %s: %w", abs, err)
 			}
 			o.DataDir = abs
-			o.Forker = true
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 			s, err := startStack(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog dev: nats-server listening on %s (data %s, %d projector(s), forker on)\n", s.url, o.DataDir, o.Projectors)
+			fmt.Fprintf(g.stdout, "agentlog dev: nats-server listening on %s (data %s, %d projector(s), %d forker(s))\n", s.url, o.DataDir, o.Projectors, o.Forkers)
 			fmt.Fprintf(g.stdout, "  export AGENTLOG_NATS_URL=%s\n", s.url)
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
@@ -57,6 +59,7 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 	c.Flags().StringVar(&o.DataDir, "data", "./agentlog-data", "JetStream storage directory (kept across restarts)")
 	c.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:4222", "client listen address HOST:PORT (port 0: pick a free one)")
 	c.Flags().IntVar(&o.Projectors, "projectors", 1, "number of projector instances to run (0: none; attach separate \"agentlog projector\" processes)")
+	c.Flags().IntVar(&o.Forkers, "forkers", 1, "number of forker instances to run (0: none; attach separate \"agentlog forker\" processes)")
 	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "fsync every write before acknowledging it (strict single-node durability; slower)")
 	return c
 }

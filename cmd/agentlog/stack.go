@@ -21,7 +21,7 @@ type stackOptions struct {
 	DataDir    string // JetStream file storage directory
 	Listen     string // host:port for the server; port 0 picks a free one
 	Projectors int    // projector instances to run (0: none)
-	Forker     bool   // run a forker
+	Forkers    int    // forker instances to run (0: none)
 	SyncAlways bool   // fsync every write
 	Logger     *slog.Logger
 }
@@ -33,7 +33,7 @@ type stack struct {
 	nc         *nats.Conn
 	store      *ajs.Store
 	projectors []*projector.Projector
-	forker     *forker.Forker
+	forkers    []*forker.Forker
 	url        string
 }
 
@@ -79,12 +79,12 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		}
 		s.projectors = append(s.projectors, p)
 	}
-	if o.Forker {
+	for i := 0; i < o.Forkers; i++ {
 		f := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
 		if err := f.Start(ctx); err != nil {
-			return nil, fmt.Errorf("start forker: %w", err)
+			return nil, fmt.Errorf("start forker %d: %w", i+1, err)
 		}
-		s.forker = f
+		s.forkers = append(s.forkers, f)
 	}
 	return s, nil
 }
@@ -92,8 +92,8 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 // Close stops the services, drains the connection and shuts the server down, waiting for it.
 func (s *stack) Close() error {
 	var errs []error
-	if s.forker != nil {
-		errs = append(errs, s.forker.Stop())
+	for _, f := range s.forkers {
+		errs = append(errs, f.Stop())
 	}
 	for _, p := range s.projectors {
 		errs = append(errs, p.Stop())
