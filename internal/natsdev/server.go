@@ -25,6 +25,28 @@ type ServerOptions struct {
 	// MaxPayload is the server's max_payload in bytes (0: the server default, 1 MiB). It bounds the
 	// max message size of the AGENTLOG stream.
 	MaxPayload int32
+
+	// HTTPHost and HTTPPort serve the monitoring endpoints (/varz, /jsz, ...): port 0 none, -1
+	// random (see MonitorAddr). HTTPHost defaults to Host.
+	HTTPHost string
+	HTTPPort int
+	// SystemUser and SystemPassword, when both set, add the system account SYS with this user, for
+	// `nats server ls` and the like. Clients without credentials stay on the global account.
+	SystemUser, SystemPassword string
+}
+
+// SystemAccount is the name of the system account RunServer adds with ServerOptions.SystemUser.
+const SystemAccount = "SYS"
+
+// noAuthUser is the global account's user of clients without credentials, when a system user is set.
+const noAuthUser = "agentlog"
+
+// MonitorAddr returns the HOST:PORT of srv's monitoring endpoints ("" when off).
+func MonitorAddr(srv *server.Server) string {
+	if a := srv.MonitorAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 // ReadyTimeout is how long RunServer waits for the server to accept connections.
@@ -85,6 +107,29 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		MaxPayload: opts.MaxPayload,
 		NoLog:      !opts.Logs,
 		NoSigs:     true,
+		HTTPPort:   opts.HTTPPort,
+		HTTPHost:   opts.HTTPHost,
+	}
+	if sopts.HTTPPort != 0 && sopts.HTTPHost == "" {
+		sopts.HTTPHost = opts.Host
+	}
+	if (opts.SystemUser == "") != (opts.SystemPassword == "") {
+		unlock()
+		return nil, errors.New("embedded nats-server: a system user needs both a name and a password")
+	}
+	if opts.SystemUser != "" {
+		if opts.SystemUser == noAuthUser {
+			unlock()
+			return nil, fmt.Errorf("embedded nats-server: system user %q is the name of the global account's user", noAuthUser)
+		}
+		sys := server.NewAccount(SystemAccount)
+		sopts.Accounts = []*server.Account{sys}
+		sopts.SystemAccount = SystemAccount
+		sopts.Users = []*server.User{
+			{Username: opts.SystemUser, Password: opts.SystemPassword, Account: sys},
+			{Username: noAuthUser}, // the global account
+		}
+		sopts.NoAuthUser = noAuthUser
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
