@@ -31,6 +31,7 @@ const DefaultQueryCacheBytes = 64 << 20
 // for each query, as without the cache, and does not push the others out.
 type nodeCache struct {
 	max int64
+	m   *metrics
 
 	mu   sync.Mutex
 	size int64
@@ -121,6 +122,7 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	c.m.cache("query", l.last != 0)
 	for attempt := 0; ; attempt++ {
 		err := c.update(ctx, store, l)
 		var se *session.Error

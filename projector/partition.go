@@ -475,6 +475,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if ss == nil {
 		ss = w.cache.get(token)
 	}
+	p.metrics.cache("state", ss != nil)
 	refolded := false
 	if ss == nil {
 		// Loaded from KV (or new): check it against the log and the session's incarnation.
@@ -567,11 +568,13 @@ func (w *worker) handle(msg jetstream.Msg) {
 		g := ss.gate()
 		p.logger.Error("projector: session log breaks a rule; its projection is stopped",
 			"session", id, "seq", g.err.Seq, "rule", g.err.Rule, "message", g.err.Message, "asOfSeq", g.asOfSeq)
+		p.metrics.stop(g.def.Key, g.err)
 	}
 	for _, u := range ss.units[1:] {
 		if u.err != nil && !u.logged && !ss.stopped() {
 			u.logged = true
 			p.logger.Error("projector: unit stopped for a session", "session", id, "unit", u.def.Key, "seq", u.err.Seq, "rule", u.err.Rule, "message", u.err.Message)
+			p.metrics.stop(u.def.Key, u.err)
 		}
 	}
 	if ss.dirty {
@@ -580,6 +583,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	w.cache.put(ss)
 	w.folded, w.count = append(w.folded, msg), w.count+1
 	p.applied.Add(int64(len(events)))
+	p.metrics.folded()
 }
 
 // flush writes the dirty session states (compare-and-swap; a conflict reloads the session and
@@ -592,7 +596,9 @@ func (w *worker) flush() {
 			sessions = append(sessions, ss)
 		}
 		for attempt := 0; len(sessions) > 0; attempt++ {
+			start := time.Now()
 			conflicts, err := writeSessions(w.ctx, p.store.JS, sessions)
+			p.metrics.checkpoint(start, err)
 			if err != nil {
 				if w.ctx.Err() == nil {
 					w.health.fail(p.logger, "checkpoint", "projector: checkpoint failed", err, "partition", w.part)

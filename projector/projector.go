@@ -59,6 +59,7 @@ type Projector struct {
 	logger   *slog.Logger
 	registry *Registry
 	defs     []*Definition // registry.list(), taken at Start
+	metrics  *metrics
 
 	mu      sync.Mutex // guards started and stopped
 	started bool
@@ -165,6 +166,8 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	default:
 		p.nodes = newNodeCache(cb)
 	}
+	p.metrics = newMetrics(p)
+	p.nodes.m = p.metrics
 	return p
 }
 

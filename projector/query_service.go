@@ -42,19 +42,19 @@ func (p *Projector) addService() (micro.Service, error) {
 	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
 	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
 	pending := micro.WithEndpointPendingLimits(100_000, 256<<20)
-	if err := svc.AddEndpoint("messages", p.endpoint(false, p.answerMessages), micro.WithEndpointSubject(client.MessagesSubject), pending); err != nil {
+	if err := svc.AddEndpoint("messages", p.endpoint("messages", false, p.answerMessages), micro.WithEndpointSubject(client.MessagesSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
 	}
-	if err := svc.AddEndpoint("surface", p.endpoint(true, p.answerSurface), micro.WithEndpointSubject(client.SurfaceSubject), pending); err != nil {
+	if err := svc.AddEndpoint("surface", p.endpoint("surface", true, p.answerSurface), micro.WithEndpointSubject(client.SurfaceSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
 	}
-	if err := svc.AddEndpoint("projection", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(client.ProjectionSubject), pending); err != nil {
+	if err := svc.AddEndpoint("projection", p.endpoint("projection", true, p.answerSnapshot), micro.WithEndpointSubject(client.ProjectionSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
 	}
-	if err := svc.AddEndpoint("snapshot", p.endpoint(true, p.answerSnapshot), micro.WithEndpointSubject(client.SnapshotSubject), pending); err != nil {
+	if err := svc.AddEndpoint("snapshot", p.endpoint("snapshot", true, p.answerSnapshot), micro.WithEndpointSubject(client.SnapshotSubject), pending); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
 	}
@@ -72,14 +72,23 @@ type responder interface {
 type syncResponder struct {
 	req     micro.Request
 	session string // named in the error of a reply that could not be sent ("" before parsing)
+	meter
 }
 
 func (r syncResponder) respond(b []byte) {
 	if err := r.req.Respond(b); err != nil {
 		r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
+		return
 	}
+	r.done(codeOK)
 }
-func (r syncResponder) fail(code client.Code, desc string) { _ = r.req.Error(string(code), desc, nil) }
+func (r syncResponder) fail(code client.Code, desc string) {
+	_ = r.req.Error(string(code), desc, nil)
+	r.done(code)
+}
+
+// codeOK is the code label of a successful reply.
+const codeOK client.Code = "200"
 
 // replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
 // server's max payload, 500 otherwise.
@@ -99,17 +108,21 @@ type replyResponder struct {
 	nc      *nats.Conn
 	reply   string
 	session string
+	meter
 }
 
 func (r replyResponder) respond(b []byte) {
 	if r.reply != "" {
 		if err := r.nc.Publish(r.reply, b); err != nil {
 			r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
+			return
 		}
 	}
+	r.done(codeOK)
 }
 
 func (r replyResponder) fail(code client.Code, desc string) {
+	r.done(code)
 	if r.reply != "" {
 		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
 			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
@@ -133,9 +146,10 @@ const (
 // that the request is answered "503" at once. The subscription is thus never held up by a slow
 // answer (a large history, a KV read) and does not fall behind and drop requests (a slow
 // consumer), and a burst of large queries cannot starve small ones for long.
-func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.HandlerFunc {
+func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
-		r := syncResponder{req: req}
+		mt := meter{m: p.metrics, endpoint: name, start: time.Now()}
+		r := syncResponder{req: req, meter: mt}
 		q, token, ok := parseQuery(r, req.Data())
 		if !ok {
 			return
@@ -157,7 +171,7 @@ func (p *Projector) endpoint(allowStopped bool, answer answerFunc) micro.Handler
 			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
 			return
 		}
-		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session}
+		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session, meter: mt}
 		go func() {
 			defer p.reqs.Done()
 			ctx := p.runCtx
