@@ -44,6 +44,8 @@ type Forker struct {
 	logger *slog.Logger
 	now    func() time.Time
 
+	metrics *metrics
+
 	mu      sync.Mutex
 	started bool
 	stopped bool
@@ -69,7 +71,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now}
+	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics()}
 }
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
@@ -154,10 +156,12 @@ func (f *Forker) Stop() error {
 // keeps per-endpoint stats from the handler's own answer), so one instance forks one request at
 // a time; more instances share the load through the queue group.
 func (f *Forker) serve(req micro.Request) {
+	start := time.Now()
 	f.mu.Lock()
 	if f.closing {
 		f.mu.Unlock()
 		_ = req.Error(string(client.CodeUnavailable), "forker is stopping", nil)
+		f.metrics.answered(start, client.CodeUnavailable)
 		return
 	}
 	f.reqs.Add(1)
@@ -172,9 +176,11 @@ func (f *Forker) serve(req micro.Request) {
 			f.logger.Error("fork failed", "err", err)
 		}
 		_ = req.Error(string(code), desc, nil)
+		f.metrics.answered(start, code)
 		return
 	}
 	_ = req.RespondJSON(res)
+	f.metrics.answered(start, "200")
 }
 
 // forkTimeout bounds one fork (reads, KV create, record write) in the service.
