@@ -110,6 +110,7 @@ type Publisher struct {
 	beforeWrite func(id string, firstSeq int64)
 
 	slots     chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
+	metrics   *metrics
 	sanitized atomic.Uint64 // strings repaired by Append, over all Writers (SanitizedStrings)
 
 	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
@@ -170,6 +171,7 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 		p.status = store.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
 		go p.watchConn(p.status)
 	}
+	p.metrics = newMetrics(p)
 	return p, nil
 }
 

@@ -330,6 +330,7 @@ func (w *Writer) kickLocked() {
 
 func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 	defer w.wg.Done()
+	start := time.Now()
 	first, last := batch[0].Seq, batch[len(batch)-1].Seq
 	var err error
 	if a.streamSeq == 0 {
@@ -355,9 +356,12 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 	w.mu.Lock()
 	w.inflight = nil
 	if err == nil {
+		var size int64
 		for i := range batch {
-			w.backlog -= eventBytes(batch[i])
+			size += eventBytes(batch[i])
 		}
+		w.backlog -= size
+		w.p.metrics.wrote(start, len(batch), size-64*int64(len(batch)))
 		w.lastStreamSeq, w.lastMsgID, w.lastFirstSeq = streamSeq, msgID, first
 		w.durableNext = last + 1
 		if w.validGen == validGen { // else invalidated meanwhile (renewLease): check again next time
@@ -375,6 +379,7 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 		return
 	}
 	we := &WriteError{Session: w.id, FirstSeq: first, LastSeq: last, Err: err}
+	w.p.metrics.failed(err)
 	if isFencing(err) {
 		we.Fenced = true
 		w.p.log.Error("agentlog publisher: writer fenced", "session", w.id,
@@ -420,6 +425,7 @@ func isFencing(err error) bool {
 // Errors, and the lease is released (if it is still this writer's).
 func (w *Writer) fenceLocked(we *WriteError) {
 	w.fenced = we
+	w.p.metrics.fenced.Inc()
 	w.closeWindowLocked()
 	w.pending, w.due, w.backlog = nil, 0, 0
 	w.failGen++
