@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -17,14 +19,21 @@ import (
 
 func newDevCmd(g *globals) *cobra.Command {
 	var o stackOptions
+	var metricsAddr string
 	c := &cobra.Command{
-		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N] [--forkers N]",
+		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N] [--forkers N] [--http HOST:PORT] [--metrics-addr HOST:PORT]",
 		Short: "Run an embedded nats-server with a projector and a forker, for local use",
 		Long: `dev runs, in one process, an embedded nats-server (JetStream, file storage in --data), the agentlog
 stream and KV buckets, N projectors (--projectors) and M forkers (--forkers). It prints the server URL, then serves until SIGINT or
 SIGTERM, when it stops cleanly. The data stays in --data for the next start.
 
-Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
+Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.
+
+The server has a system account (SYS) with the user --system-user: its password, unless given with
+--system-password, is generated once and kept in DIR/system-account.json. It is printed at start, for
+` + "`nats --user sys --password PW server ls`" + ` and ` + "`nats ... server report jetstream`" + `. Clients without
+credentials use the global account, as before. --http serves the server's monitoring endpoints
+(/varz, /jsz, ...); --metrics-addr the services' /metrics, /healthz and /readyz.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Projectors < 0 {
@@ -45,14 +54,36 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 			}
 			o.DataDir = abs
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
+			if o.SystemUser != "" && o.SystemPassword == "" {
+				if o.SystemPassword, err = devSystemPassword(abs, o.SystemUser); err != nil {
+					return err
+				}
+			}
+			var out bytes.Buffer // printed after the first line
+			ob, err := startObserver(metricsAddr, &out)
+			if err != nil {
+				return err
+			}
+			defer ob.Close()
+			ob.setReady(notReady("starting the embedded nats-server"))
 			s, err := startStack(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
+			s.register(ob.registerer())
+			ob.setReady(s.ready)
 			fmt.Fprintf(g.stdout, "agentlog dev: nats-server listening on %s (data %s, %d projector(s), %d forker(s))\n", s.url, o.DataDir, o.Projectors, o.Forkers)
 			fmt.Fprintf(g.stdout, "  export AGENTLOG_NATS_URL=%s\n", s.url)
+			if o.SystemUser != "" {
+				fmt.Fprintf(g.stdout, "  system account: nats --server %s --user %s --password %s server ls\n", s.url, o.SystemUser, o.SystemPassword)
+			}
+			if a := natsdev.MonitorAddr(s.srv); a != "" {
+				fmt.Fprintf(g.stdout, "  monitoring: http://%s/varz (and /jsz, /connz, ...)\n", a)
+			}
+			io.Copy(g.stdout, &out)
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
+			ob.setReady(notReady("shutting down"))
 			return s.Close()
 		},
 	}
@@ -61,6 +92,10 @@ Point the other commands at it with --nats URL or AGENTLOG_NATS_URL.`,
 	c.Flags().IntVar(&o.Projectors, "projectors", 1, "number of projector instances to run (0: none; attach separate \"agentlog projector\" processes)")
 	c.Flags().IntVar(&o.Forkers, "forkers", 1, "number of forker instances to run (0: none; attach separate \"agentlog forker\" processes)")
 	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "fsync every write before acknowledging it (strict single-node durability; slower)")
+	c.Flags().StringVar(&o.HTTP, "http", "", "serve the nats-server monitoring endpoints (/varz, /jsz, ...) on HOST:PORT (off by default)")
+	c.Flags().StringVar(&o.SystemUser, "system-user", "sys", "user of the system account (\"\": no system account)")
+	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
@@ -106,8 +141,9 @@ func newProjectorCmd(g *globals) *cobra.Command {
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
+	var metricsAddr string
 	c := &cobra.Command{
-		Use:   "projector [--name NAME]",
+		Use:   "projector [--name NAME] [--metrics-addr HOST:PORT]",
 		Short: "Run a projector instance against a NATS cluster until SIGINT/SIGTERM",
 		Long: `projector folds session logs into the projection units (messages, transcript, title, todos, usage,
 tools, turns) in the agentlog_projections KV bucket and serves the agentlog-query service.
@@ -135,6 +171,12 @@ waited for.`,
 				queryCache = -1 // keep nothing
 			}
 			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
+			ob, err := startObserver(metricsAddr, g.stdout)
+			if err != nil {
+				return err
+			}
+			defer ob.Close()
+			ob.setReady(notReady("connecting to NATS at " + g.natsURL))
 			nc, store, err := g.connectWait(cmd.Context(), "agentlog-projector", logger)
 			if err != nil {
 				return err
@@ -142,6 +184,8 @@ waited for.`,
 			defer nc.Close()
 			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache})
+			ob.register(p.Collector())
+			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -155,22 +199,32 @@ waited for.`,
 	c.Flags().DurationVar(&flush, "flush-interval", projector.DefaultFlushInterval, "longest a folded record waits for its checkpoint")
 	c.Flags().Int64Var(&queryCacheMiB, "query-cache-mib", projector.DefaultQueryCacheBytes>>20,
 		"MiB of user, assistant and tool-result events kept so that a messages query reads only the records appended since the session's last query (0: read the whole log each time)")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func newForkerCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "forker",
+	var metricsAddr string
+	c := &cobra.Command{
+		Use:   "forker [--metrics-addr HOST:PORT]",
 		Short: "Run a fork service instance against a NATS cluster until SIGINT/SIGTERM",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
+			ob, err := startObserver(metricsAddr, g.stdout)
+			if err != nil {
+				return err
+			}
+			defer ob.Close()
+			ob.setReady(notReady("connecting to NATS at " + g.natsURL))
 			nc, store, err := g.connectWait(cmd.Context(), "agentlog-forker", logger)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			f := forker.New(store, nc, forker.Options{Logger: logger})
+			ob.register(f.Collector())
+			ob.setReady(f.Ready)
 			if err := f.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -179,4 +233,6 @@ func newForkerCmd(g *globals) *cobra.Command {
 			return f.Stop()
 		},
 	}
+	addMetricsFlag(c, &metricsAddr)
+	return c
 }

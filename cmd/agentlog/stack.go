@@ -14,6 +14,7 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // stackOptions configure an in-process stack: an embedded nats-server plus the agentlog services.
@@ -24,6 +25,9 @@ type stackOptions struct {
 	Forkers    int    // forker instances to run (0: none)
 	SyncAlways bool   // fsync every write
 	Logger     *slog.Logger
+
+	HTTP                       string // host:port of the server's monitoring endpoints ("": none)
+	SystemUser, SystemPassword string // the system account's user ("": none)
 }
 
 // stack is a running embedded server with its services. Close stops everything in reverse order and
@@ -40,21 +44,21 @@ type stack struct {
 // startStack starts the embedded server, provisions the stream and buckets (idempotently), and
 // starts the requested services. On error everything already started is stopped.
 func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
-	host, portStr, err := net.SplitHostPort(o.Listen)
+	host, port, err := hostPort("--listen", o.Listen)
 	if err != nil {
-		return nil, &usageError{fmt.Errorf("--listen %q: want HOST:PORT: %w", o.Listen, err)}
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 0 || port > 65535 {
-		return nil, &usageError{fmt.Errorf("--listen %q: port must be 0..65535", o.Listen)}
-	}
-	if port == 0 {
-		port = -1 // nats-server's "pick a random port"
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev"})
+	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev",
+		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword}
+	if o.HTTP != "" {
+		if sopts.HTTPHost, sopts.HTTPPort, err = hostPort("--http", o.HTTP); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := natsdev.RunServer(sopts)
 	if err != nil {
 		return nil, err // natsdev names the server, its data directory and address
 	}
@@ -87,6 +91,61 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		s.forkers = append(s.forkers, f)
 	}
 	return s, nil
+}
+
+// hostPort parses a HOST:PORT flag for nats-server: port 0 becomes -1 (pick a free one).
+func hostPort(flag, v string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", 0, &usageError{fmt.Errorf("%s %q: want HOST:PORT: %w", flag, v, err)}
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, &usageError{fmt.Errorf("%s %q: port must be 0..65535", flag, v)}
+	}
+	if port == 0 {
+		port = -1 // nats-server's "pick a random port"
+	}
+	return host, port, nil
+}
+
+// register registers the services' metrics with r (nil: none); several forkers are labelled
+// forker="<n>".
+func (s *stack) register(r prometheus.Registerer) {
+	if r == nil {
+		return
+	}
+	for _, p := range s.projectors {
+		r.MustRegister(p.Collector())
+	}
+	for i, f := range s.forkers {
+		fr := r
+		if len(s.forkers) > 1 {
+			fr = prometheus.WrapRegistererWith(prometheus.Labels{"forker": strconv.Itoa(i + 1)}, r)
+		}
+		fr.MustRegister(f.Collector())
+	}
+}
+
+// ready reports why the stack cannot serve: the server, the connection, a service.
+func (s *stack) ready(ctx context.Context) error {
+	if !s.srv.Running() {
+		return errors.New("nats-server not running")
+	}
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("not connected to the embedded nats-server (%s)", st)
+	}
+	for _, p := range s.projectors {
+		if err := p.Ready(ctx); err != nil {
+			return fmt.Errorf("projector %s: %w", p.Name(), err)
+		}
+	}
+	for i, f := range s.forkers {
+		if err := f.Ready(ctx); err != nil {
+			return fmt.Errorf("forker %d: %w", i+1, err)
+		}
+	}
+	return nil
 }
 
 // Close stops the services, drains the connection and shuts the server down, waiting for it.

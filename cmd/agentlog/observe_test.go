@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/obs"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// runCmd runs the CLI until the test ends (its context is cancelled, and it is waited for).
+func runCmd(t *testing.T, args ...string) (stdout *lockedBuffer, done <-chan int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	ch := make(chan int, 1)
+	go func() { ch <- run(ctx, args, strings.NewReader(""), out, errOut) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-ch:
+			if code != 0 {
+				t.Errorf("%v exited %d: %s", args, code, errOut.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%v did not stop", args)
+		}
+	})
+	return out, ch
+}
+
+// waitOutput waits for re to match the command's output and returns its first group.
+func waitOutput(t *testing.T, out *lockedBuffer, re string) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := rx.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("output never matched %s:\n%s", re, out.String())
+	return ""
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitStatus polls url until it answers code, and returns the body.
+func waitStatus(t *testing.T, url string, code int) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, body := get(t, url)
+		if got == code {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %s, want %d", url, got, body, code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDevIsObservable: dev with --http, --metrics-addr and the system account.
+func TestDevIsObservable(t *testing.T) {
+	dir := t.TempDir()
+	out, _ := runCmd(t, "dev", "--data", dir, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	url := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
+	pw := waitOutput(t, out, `--user sys --password (\S+) server ls`)
+	mon := waitOutput(t, out, `monitoring: http://(\S+)/varz`)
+	metrics := waitOutput(t, out, `metrics: http://(\S+)/metrics`)
+
+	if b, err := readFile(dir + "/" + SystemAccountFile); err != nil || !strings.Contains(b, pw) {
+		t.Fatalf("%s: %q %v", SystemAccountFile, b, err)
+	}
+	sys, err := nats.Connect(url, nats.UserInfo("sys", pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	if _, err := sys.Request("$SYS.REQ.SERVER.PING", nil, 5*time.Second); err != nil {
+		t.Fatalf("$SYS.REQ.SERVER.PING as the system user: %v", err)
+	}
+	if code, body := get(t, "http://"+mon+"/varz"); code != 200 || !strings.Contains(body, `"server_name": "agentlog-dev"`) {
+		t.Fatalf("/varz: %d %.200s", code, body)
+	}
+	waitStatus(t, "http://"+metrics+"/readyz", 200)
+	if code, body := get(t, "http://"+metrics+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	fams, err := obs.Scrape(context.Background(), metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"agentlog_projector_partitions_owned", "agentlog_forker_fork_duration_seconds", "go_goroutines"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
+func note(seq int64) session.Event {
+	return session.Event{Type: "test/note", Seq: seq, Time: "1785000000000", Data: json.RawMessage(`{}`)}
+}
+
+// TestProjectorReadiness: a projector's /readyz is 200 while it serves, 503 with the reason while
+// its server is down, and 200 again once it is back; its counters move as it folds.
+func TestProjectorReadiness(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	addr := srv.Addr().(*net.TCPAddr)
+	nc, js, err := natsdev.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	store, err := ajs.Provision(ctx, js, ajs.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+
+	out, _ := runCmd(t, "--nats", url, "projector", "--name", "ready-1", "--metrics-addr", "127.0.0.1:0")
+	metrics := waitOutput(t, out, `metrics: http://(\S+)/metrics`)
+	waitOutput(t, out, `(running) on`)
+	waitStatus(t, "http://"+metrics+"/readyz", 200)
+
+	nc, js, err = natsdev.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	store, _ = ajs.Open(ctx, js)
+	if _, err := store.Append(ctx, "counted", 0, []session.Event{note(0), note(1)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		fams, err := obs.Scrape(ctx, metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := fams.Value("agentlog_projector_events_folded_total", map[string]string{"projector": "ready-1"}); v == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("events folded never reached 2")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		body := waitStatus(t, "http://"+metrics+"/readyz", 503)
+		if strings.Contains(body, "not connected to NATS") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz with the server down: %q", body)
+		}
+	}
+	srv, err = natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Host: addr.IP.String(), Port: addr.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	waitStatus(t, "http://"+metrics+"/readyz", 200)
+}
