@@ -68,6 +68,7 @@ func TestMetricsOfAFold(t *testing.T) {
 	waitMetric(t, addr, "agentlog_projector_records_folded_total", me, gt(5))
 	waitMetric(t, addr, "agentlog_projector_checkpoint_duration_seconds", me, gt(1))
 	waitMetric(t, addr, "agentlog_projector_partitions_owned", me, func(v float64) bool { return v == 4 })
+	waitMetric(t, addr, "agentlog_projector_refolds_total", me, func(v float64) bool { return v == 0 })
 	waitMetric(t, addr, "agentlog_projector_cache_misses_total", map[string]string{"cache": "state"}, gt(1))
 	waitMetric(t, addr, "agentlog_projector_cache_hits_total", map[string]string{"cache": "state"}, gt(1))
 	// Caught up: every owned partition reports a lag of 0.

@@ -143,16 +143,27 @@ func note(seq int64) session.Event {
 	return session.Event{Type: "test/note", Seq: seq, Time: "1785000000000", Data: json.RawMessage(`{}`)}
 }
 
-// TestProjectorReadiness: a projector's /readyz is 200 while it serves, 503 with the reason while
-// its server is down, and 200 again once it is back; its counters move as it folds.
+// TestProjectorReadiness: a projector's /readyz is 503 with the reason before its server is up
+// and while it is down, 200 while it serves; its counters move as it folds.
 func TestProjectorReadiness(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := srv.ClientURL()
-	addr := srv.Addr().(*net.TCPAddr)
+	addr := l.Addr().(*net.TCPAddr)
+	l.Close()
+	url := "nats://" + addr.String()
+	out, _ := runCmd(t, "--nats", url, "projector", "--name", "ready-1", "--metrics-addr", "127.0.0.1:0")
+	metrics := waitOutput(t, out, `metrics: http://(\S+)/metrics`)
+	if body := waitStatus(t, "http://"+metrics+"/readyz", 503); !strings.Contains(body, "connecting to NATS at "+url) {
+		t.Fatalf("/readyz before the server is up: %q", body)
+	}
+
+	dir := t.TempDir()
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Host: addr.IP.String(), Port: addr.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
 	nc, js, err := natsdev.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +176,6 @@ func TestProjectorReadiness(t *testing.T) {
 	}
 	nc.Close()
 
-	out, _ := runCmd(t, "--nats", url, "projector", "--name", "ready-1", "--metrics-addr", "127.0.0.1:0")
-	metrics := waitOutput(t, out, `metrics: http://(\S+)/metrics`)
 	waitOutput(t, out, `(running) on`)
 	waitStatus(t, "http://"+metrics+"/readyz", 200)
 
