@@ -81,18 +81,25 @@ func (p *Projector) Collector() prometheus.Collector { return (*collector)(p) }
 
 type collector Projector
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range c.metrics.all() {
+		x.Describe(ch)
+	}
+	ch <- c.metrics.lagRecords
+	ch <- c.metrics.lagSeconds
+}
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	m := c.metrics
-	for _, x := range []prometheus.Collector{m.records, m.checkpointSeconds, m.checkpointFailures, m.stopped,
-		m.cacheHits, m.cacheMisses, m.queries, m.querySeconds} {
-		x.Collect(ch)
-	}
-	for _, x := range m.funcs {
+	for _, x := range c.metrics.all() {
 		x.Collect(ch)
 	}
 	(*Projector)(c).collectLag(ch)
+}
+
+// all are the metrics other than the lag.
+func (m *metrics) all() []prometheus.Collector {
+	return append([]prometheus.Collector{m.records, m.checkpointSeconds, m.checkpointFailures, m.stopped,
+		m.cacheHits, m.cacheMisses, m.queries, m.querySeconds}, m.funcs...)
 }
 
 // lagTimeout bounds the consumer reads of one collection.
@@ -166,17 +173,28 @@ func (m *metrics) stop(unit string, pe *ProjectionError) {
 	}
 }
 
-// meter counts the reply of one query (its endpoint, its arrival).
+// meter counts the reply of one query (its endpoint, its arrival) in the metrics and in the
+// endpoint's micro stats.
 type meter struct {
 	m        *metrics
+	ep       *endpointStats
 	endpoint string
 	start    time.Time
 }
 
-func (o meter) done(code client.Code) {
+// done counts a reply: codeOK, or an error reply's code and description.
+func (o meter) done(code client.Code, desc string) {
+	d := time.Since(o.start)
+	if o.ep != nil {
+		errCode := string(code)
+		if code == codeOK {
+			errCode = ""
+		}
+		o.ep.record(d, errCode, desc)
+	}
 	if o.m == nil || o.endpoint == "" {
 		return
 	}
 	o.m.queries.WithLabelValues(o.endpoint, string(code)).Inc()
-	o.m.querySeconds.WithLabelValues(o.endpoint).Observe(time.Since(o.start).Seconds())
+	o.m.querySeconds.WithLabelValues(o.endpoint).Observe(d.Seconds())
 }

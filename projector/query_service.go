@@ -29,8 +29,8 @@ type query struct {
 }
 
 // addService starts the agentlog-query micro service (queue group "q", micro's default).
-func (p *Projector) addService() (micro.Service, error) {
-	svc, err := micro.AddService(p.nc, micro.Config{
+func (p *Projector) addService() (*service, error) {
+	svc, err := newService(p.nc, micro.Config{
 		Name:        client.QueryService,
 		Version:     QueryServiceVersion,
 		Description: "agentlog projections: derived messages and stored surfaces of sessions",
@@ -41,59 +41,33 @@ func (p *Projector) addService() (micro.Service, error) {
 	}
 	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
 	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
-	pending := micro.WithEndpointPendingLimits(100_000, 256<<20)
-	if err := svc.AddEndpoint("messages", p.endpoint("messages", false, p.answerMessages), micro.WithEndpointSubject(client.MessagesSubject), pending); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("projector: adding endpoint messages: %w", err)
-	}
-	if err := svc.AddEndpoint("surface", p.endpoint("surface", true, p.answerSurface), micro.WithEndpointSubject(client.SurfaceSubject), pending); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("projector: adding endpoint surface: %w", err)
-	}
-	if err := svc.AddEndpoint("projection", p.endpoint("projection", true, p.answerSnapshot), micro.WithEndpointSubject(client.ProjectionSubject), pending); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("projector: adding endpoint projection: %w", err)
-	}
-	if err := svc.AddEndpoint("snapshot", p.endpoint("snapshot", true, p.answerSnapshot), micro.WithEndpointSubject(client.SnapshotSubject), pending); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("projector: adding endpoint snapshot: %w", err)
+	for _, e := range []struct {
+		name, subject string
+		allowStopped  bool
+		answer        answerFunc
+	}{
+		{"messages", client.MessagesSubject, false, p.answerMessages},
+		{"surface", client.SurfaceSubject, true, p.answerSurface},
+		{"projection", client.ProjectionSubject, true, p.answerSnapshot},
+		{"snapshot", client.SnapshotSubject, true, p.answerSnapshot},
+	} {
+		if err := svc.addEndpoint(e.name, e.subject, p.endpoint(e.name, e.allowStopped, e.answer), 100_000, 256<<20); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("projector: adding endpoint %s: %w", e.name, err)
+		}
 	}
 	return svc, nil
 }
 
-// responder answers one request: through micro while the handler runs (so the endpoint's stats
-// count it), or, for a request handed to a goroutine to wait for minSeq, by publishing the same
-// reply (micro's error headers) to its reply subject.
+// responder answers one request, once: a reply, or an error reply (micro's error headers).
 type responder interface {
 	respond(data []byte)
 	fail(code client.Code, desc string)
 }
 
-type syncResponder struct {
-	req     micro.Request
-	session string // named in the error of a reply that could not be sent ("" before parsing)
-	meter
-}
-
-func (r syncResponder) respond(b []byte) {
-	if err := r.req.Respond(b); err != nil {
-		r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
-		return
-	}
-	r.done(codeOK)
-}
-func (r syncResponder) fail(code client.Code, desc string) {
-	_ = r.req.Error(string(code), desc, nil)
-	r.done(code)
-}
-
-// codeOK is the code label of a successful reply.
-const codeOK client.Code = "200"
-
 // replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
 // server's max payload, 500 otherwise.
 func replyErrCode(err error) client.Code {
-	// micro reports a failed Respond as its own error type, with nats.go's text in it.
 	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
 		return client.CodeTooLarge
 	}
@@ -104,10 +78,11 @@ func replyErrDesc(id string, n int, err error) string {
 	return fmt.Sprintf("session %q: the reply of %d bytes could not be sent (the server's max payload bounds one reply): %v", id, n, err)
 }
 
+// replyResponder publishes the reply to the request's reply subject and counts it (meter).
 type replyResponder struct {
 	nc      *nats.Conn
 	reply   string
-	session string
+	session string // named in the error of a reply that could not be sent ("" before parsing)
 	meter
 }
 
@@ -118,16 +93,19 @@ func (r replyResponder) respond(b []byte) {
 			return
 		}
 	}
-	r.done(codeOK)
+	r.done(codeOK, "")
 }
 
 func (r replyResponder) fail(code client.Code, desc string) {
-	r.done(code)
+	r.done(code, desc)
 	if r.reply != "" {
 		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
 			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
 	}
 }
+
+// codeOK is the code label of a successful reply.
+const codeOK client.Code = "200"
 
 // answerFunc answers a request from a projection that satisfies it (raw is the stored value).
 type answerFunc func(ctx context.Context, r responder, q query, proj Projection, raw []byte)
@@ -146,20 +124,19 @@ const (
 // that the request is answered "503" at once. The subscription is thus never held up by a slow
 // answer (a large history, a KV read) and does not fall behind and drop requests (a slow
 // consumer), and a burst of large queries cannot starve small ones for long.
-func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) micro.HandlerFunc {
-	return func(req micro.Request) {
-		mt := meter{m: p.metrics, endpoint: name, start: time.Now()}
-		r := syncResponder{req: req, meter: mt}
-		q, token, ok := parseQuery(r, req.Data())
+func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) func(*endpointStats, *nats.Msg) {
+	return func(ep *endpointStats, req *nats.Msg) {
+		ar := replyResponder{nc: p.nc, reply: req.Reply, meter: meter{m: p.metrics, ep: ep, endpoint: name, start: time.Now()}}
+		q, token, ok := parseQuery(ar, req.Data)
 		if !ok {
 			return
 		}
-		r.session = q.Session
+		ar.session = q.Session
 		q.deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
 		p.reqMu.Lock()
 		if p.closing {
 			p.reqMu.Unlock()
-			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
+			ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
 			return
 		}
 		p.reqs.Add(1)
@@ -168,10 +145,9 @@ func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) 
 		case p.work <- struct{}{}:
 		default:
 			p.reqs.Done()
-			r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
+			ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
 			return
 		}
-		ar := replyResponder{nc: p.nc, reply: req.Reply(), session: q.Session, meter: mt}
 		go func() {
 			defer p.reqs.Done()
 			ctx := p.runCtx
@@ -306,6 +282,11 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	w, err := p.store.Projections.Watch(wctx, key)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
+		r.fail(client.CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs))
+		return Projection{}, nil, false
+	}
 	if err != nil {
 		r.fail(client.CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
 		return Projection{}, nil, false
