@@ -81,16 +81,20 @@ func (p *Publisher) Collector() prometheus.Collector { return (*collector)(p) }
 
 type collector Publisher
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range c.metrics.all() {
+		x.Describe(ch)
+	}
+}
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	m := c.metrics
-	for _, x := range []prometheus.Collector{m.events, m.records, m.bytes, m.writeSeconds, m.failures, m.fenced} {
+	for _, x := range c.metrics.all() {
 		x.Collect(ch)
 	}
-	for _, x := range m.funcs {
-		x.Collect(ch)
-	}
+}
+
+func (m *metrics) all() []prometheus.Collector {
+	return append([]prometheus.Collector{m.events, m.records, m.bytes, m.writeSeconds, m.failures, m.fenced}, m.funcs...)
 }
 
 // wrote counts a record written durably.
