@@ -117,6 +117,7 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 		st = toSurface(p)
 	}
 	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
+	u.logged = v.Error != nil // logged and counted when it stopped
 	u.pos = v.Log
 	return true
 }

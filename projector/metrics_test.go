@@ -14,6 +14,7 @@ import (
 	"github.com/agentlog/agentlog/internal/obs"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -170,17 +171,29 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	e.appendRecord("bad", bad[3:])
 	e.waitStored("bad", func(p Projection) bool { return p.AsOfSeq == 4 && p.Error == nil })
 
+	// The units' values of one checkpoint are written together, not atomically: wait for poison's.
 	tok, _ := ajs.Token("bad")
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey("poison", tok))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v storedValue
-	if err := json.Unmarshal(ent.Value(), &v); err != nil {
-		t.Fatal(err)
+	var raw []byte
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ent, err := e.store.Projections.Get(ctx(t), UnitKey("poison", tok))
+		if err == nil {
+			raw = ent.Value()
+			if err := json.Unmarshal(raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.AsOfSeq >= 1 && v.Error != nil {
+				break
+			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the poison unit's value of bad: %s %v", raw, err)
+		}
 	}
 	if v.Error == nil || v.Error.Seq != 2 || v.Error.Rule != session.RuleUnitApply || !strings.Contains(v.Error.Message, "refusing rm") || v.AsOfSeq != 1 {
-		t.Fatalf("stored poison value of bad: %s", ent.Value())
+		t.Fatalf("stored poison value of bad: %s", raw)
 	}
 	snap, err := ReadSnapshot(ctx(t), e.store, reg, "good")
 	if err != nil {
@@ -205,6 +218,21 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	}
 	if len(lines) != 1 || lines[0]["session"] != "bad" || lines[0]["seq"] != float64(2) || lines[0]["rule"] != string(session.RuleUnitApply) || lines[0]["level"] != "ERROR" {
 		t.Fatalf("log lines about the poison unit: %v\n%s", lines, logs.String())
+	}
+
+	// Another instance that reads the stopped unit back does not log or count it again.
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs2 := &syncBuffer{}
+	p2 := e.startProjectorOpts("poison-2", Options{Registry: reg, Logger: slog.New(slog.NewJSONHandler(logs2, nil))})
+	e.appendRecord("bad", []session.Event{call(5, "ls")})
+	e.waitStored("bad", func(p Projection) bool { return p.AsOfSeq == 5 })
+	if strings.Contains(logs2.String(), `"unit":"poison"`) {
+		t.Fatalf("logged again by the next instance:\n%s", logs2.String())
+	}
+	if n := testutil.CollectAndCount(p2.metrics.stopped); n != 0 {
+		t.Fatalf("counted again by the next instance: %v", n)
 	}
 }
 
