@@ -94,3 +94,26 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestOneRegistry: the collectors of two projectors, a forker and a publisher register in one
+// registry, as in `agentlog dev --projectors 2`.
+func TestOneRegistry(t *testing.T) {
+	pub, err := publisher.New(&ajs.Store{}, nil, publisher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range []prometheus.Collector{
+		projector.New(&ajs.Store{}, nil, projector.Options{Name: "p1"}).Collector(),
+		projector.New(&ajs.Store{}, nil, projector.Options{Name: "p2"}).Collector(),
+		forker.New(nil, nil, forker.Options{}).Collector(),
+		pub.Collector(),
+	} {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
