@@ -99,7 +99,8 @@ func waitStatus(t *testing.T, url string, code int) string {
 // TestDevIsObservable: dev with --http, --metrics-addr and the system account.
 func TestDevIsObservable(t *testing.T) {
 	dir := t.TempDir()
-	out, _ := runCmd(t, "dev", "--data", dir, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	out, _ := runCmd(t, "dev", "--data", dir, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+		"--projectors", "2", "--forkers", "2")
 	url := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
 	pw := waitOutput(t, out, `--user sys --password (\S+) server ls`)
 	mon := waitOutput(t, out, `monitoring: http://(\S+)/varz`)
@@ -130,6 +131,16 @@ func TestDevIsObservable(t *testing.T) {
 	for _, name := range []string{"agentlog_projector_partitions_owned", "agentlog_forker_fork_duration_seconds", "go_goroutines"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	for _, l := range []map[string]string{{"projector": "dev-projector-1"}, {"projector": "dev-projector-2"}} {
+		if _, ok := fams.Value("agentlog_projector_partitions_owned", l); !ok {
+			t.Errorf("/metrics has no agentlog_projector_partitions_owned%v", l)
+		}
+	}
+	for _, l := range []map[string]string{{"forker": "1"}, {"forker": "2"}} {
+		if _, ok := fams.Value("agentlog_forker_fork_duration_seconds", l); !ok {
+			t.Errorf("/metrics has no agentlog_forker_fork_duration_seconds%v", l)
 		}
 	}
 }
