@@ -192,8 +192,10 @@ func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []s
 	}
 	lk := &logLookup{ctx: ctx, store: store, id: ss.id, batch: events}
 	todo := events
+	foldedLog := false // the whole log was folded, not only this record (a log read for a lookup
+	// reaches past the record, so only a fold of all of it moves the position to its end)
 	defer func() {
-		if lk.loaded && lk.lastStreamSeq > ss.streamSeq && store != nil {
+		if foldedLog && lk.lastStreamSeq > ss.streamSeq && store != nil {
 			ss.streamSeq, ss.dirty = lk.lastStreamSeq, true
 		}
 		if ss.dirty && streamSeq > ss.streamSeq {
@@ -211,6 +213,7 @@ func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []s
 		}
 		todo = lk.log
 		lk.batch = nil
+		foldedLog = true
 	}
 	return ss.apply(todo, lk)
 }

@@ -72,3 +72,16 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 		t.Fatalf("stored %s, Refolds %d", ent.Value(), p.Refolds())
 	}
 }
+
+// A log read for a lookup (a tool/result replace) reaches past the record being folded; the
+// position must stay at that record, or the next record looks rewritten and is refolded.
+func TestLookupDoesNotMoveThePositionAhead(t *testing.T) {
+	e := newEnv(t)
+	e.create("lk")
+	e.appendChunked("lk", toolSession(), 3) // all stored before the projector starts
+	p := e.startProjectorOpts("lookup-1", Options{})
+	e.waitStored("lk", func(p Projection) bool { return p.AsOfSeq == 10 })
+	if n := p.Refolds(); n != 0 {
+		t.Fatalf("Refolds() = %d after folding a log with a lookup, want 0", n)
+	}
+}
