@@ -95,7 +95,7 @@ class NoopPersistence extends SessionPersistence implements PersistenceBackend<n
 
 // --- measurement ------------------------------------------------------------------------------
 
-interface Result { backend: string; path: string; events: number; seconds: number; cpuSeconds?: number; eventsPerSec: number; p99BatchMs?: number; p99FlushMs?: number }
+interface Result { backend: string; path: string; events: number; seconds: number; cpuSeconds?: number; eventsPerSec: number; p99BatchMs?: number; p99FlushMs?: number; records?: number }
 
 function p99(xs: number[]): number {
   if (xs.length === 0) return 0
@@ -143,7 +143,7 @@ async function apiPath(name: string, mount: Mount, prefix: string): Promise<Resu
   const cpuSeconds = cpuSince(c0)
   await fiber.dispose()
   const events = SESSIONS * EVENTS
-  return { backend: name, path: 'api', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches) }
+  return { backend: name, path: 'api', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches), records: batches.length }
 }
 
 async function livePath(name: string, mount: Mount, prefix: string): Promise<Result> {
@@ -172,7 +172,7 @@ async function livePath(name: string, mount: Mount, prefix: string): Promise<Res
   const cpuSeconds = cpuSince(c0)
   await fiber.dispose()
   const events = SESSIONS * EVENTS
-  return { backend: name, path: 'live', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches), p99FlushMs: p99(flushes) }
+  return { backend: name, path: 'live', events, seconds, cpuSeconds, eventsPerSec: events / seconds, p99BatchMs: p99(batches), p99FlushMs: p99(flushes), records: batches.length }
 }
 
 /** Raw nats.js: one async JetStream publish per event (no guard, no headers), into a scratch stream. */

@@ -16,11 +16,11 @@ import {
   type PersistenceBackend, type SessionInspection, type SessionPersistenceSnapshot, type StoredPrefix,
 } from '@deepseek-ai/dsh-session-persistence'
 import {
-  connect, credsAuthenticator, nkeyAuthenticator, headers as natsHeaders, nuid,
-  type Authenticator, type MsgHdrs, type NatsConnection, type NodeConnectionOptions,
+  connect, createInbox, credsAuthenticator, nkeyAuthenticator, headers as natsHeaders, nuid, NoRespondersError, TimeoutError,
+  type Authenticator, type Msg, type MsgHdrs, type NatsConnection, type NodeConnectionOptions, type Subscription,
 } from '@nats-io/transport-node'
 import {
-  jetstream, jetstreamManager, JetStreamApiError,
+  jetstream, jetstreamManager, JetStreamApiError, JetStreamError,
   type JetStreamClient, type JetStreamManager, type PubAck, type StoredMsg, type StreamConfig,
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
@@ -165,6 +165,100 @@ interface Store {
   partitions: number
   maxMsgSize: number
   source: string
+  /** Acked publishes of records and lease renewals, without nats.js's per-request machinery. */
+  acks: AckMux
+}
+
+const HOSTNAME = hostname()
+
+/**
+ * A NATS header block built as one string (the bytes MsgHdrsImpl.encode() would send for the same
+ * keys and values in this order): HPUB sends `encode()`'s bytes as they are.
+ */
+class RawHeaders {
+  constructor(private readonly text: string) {}
+  encode(): Uint8Array { return Buffer.from(this.text, 'latin1') }
+}
+
+/** "NATS/1.0\r\nk: v\r\n...\r\n" for ASCII keys and values (ours: tokens, decimals, Msg-Ids). */
+function rawHeaderText(pairs: readonly (readonly [string, string])[]): string {
+  let t = 'NATS/1.0'
+  for (const [k, v] of pairs) t += '\r\n' + k + ': ' + v
+  return t + '\r\n\r\n'
+}
+
+const ASCII_HEADER = /^[\x21-\x7e]+$/
+
+/**
+ * JetStream acked publishes over one wildcard inbox subscription: each publish is an HPUB with
+ * reply `<inbox>.<n>`; one sweep timer fails those not acked within the timeout. The ack is
+ * parsed as js.publish parses it (JetStreamApiError for an API error, no responders as
+ * JetStreamError), with no per-request timer, token, stack-capturing error or header object.
+ */
+class AckMux {
+  private readonly prefix = createInbox() + '.'
+  private readonly pending = new Map<string, { ok: (a: PubAck) => void; fail: (e: Error) => void; deadline: number; subject: string }>()
+  private readonly sub: Subscription
+  private readonly timer: NodeJS.Timeout
+  private n = 0
+  constructor(private readonly nc: NatsConnection, private readonly timeoutMs: number) {
+    this.sub = nc.subscribe(this.prefix + '*', { callback: (err, m) => this.onMsg(err, m) })
+    this.timer = setInterval(() => this.sweep(), Math.min(1000, Math.max(50, Math.floor(timeoutMs / 4))))
+    this.timer.unref()
+    void this.sub.closed.then(() => this.stop(new Error('the ack subscription closed')), () => this.stop(new Error('the ack subscription closed')))
+  }
+
+  /** Publish data with these header pairs and wait for the JetStream ack. */
+  publish(subject: string, data: Uint8Array | string, pairs: readonly (readonly [string, string])[]): Promise<PubAck> {
+    let ascii = true
+    for (const [k, v] of pairs) if (!ASCII_HEADER.test(k) || !ASCII_HEADER.test(v)) { ascii = false; break }
+    const headers: MsgHdrs = ascii ? new RawHeaders(rawHeaderText(pairs)) as unknown as MsgHdrs : headersOf(pairs)
+    const reply = this.prefix + (this.n++).toString(36)
+    return new Promise<PubAck>((ok, fail) => {
+      this.pending.set(reply, { ok, fail, deadline: Date.now() + this.timeoutMs, subject })
+      try {
+        this.nc.publish(subject, data, { reply, headers })
+      } catch (err) {
+        this.pending.delete(reply)
+        fail(err as Error)
+      }
+    })
+  }
+
+  private onMsg(err: Error | null, m: Msg): void {
+    if (err !== null) return
+    const p = this.pending.get(m.subject)
+    if (p === undefined) return // late, after its timeout
+    this.pending.delete(m.subject)
+    if (m.data.length === 0 && m.headers?.code === 503) {
+      p.fail(new JetStreamError('jetstream is not enabled', { cause: new NoRespondersError(p.subject) }))
+      return
+    }
+    let v: any
+    try { v = JSON.parse(m.string()) } catch (e) { p.fail(e as Error); return }
+    if (v.error) { p.fail(new JetStreamApiError(v.error)); return }
+    if (typeof v.stream !== 'string' || v.stream === '') { p.fail(new JetStreamError('invalid ack response')); return }
+    v.duplicate = v.duplicate ? v.duplicate : false
+    p.ok(v as PubAck)
+  }
+
+  private sweep(): void {
+    const now = Date.now()
+    for (const [k, p] of this.pending) {
+      if (p.deadline <= now) { this.pending.delete(k); p.fail(new TimeoutError()) }
+    }
+  }
+
+  stop(err: Error): void {
+    clearInterval(this.timer)
+    for (const [k, p] of this.pending) { this.pending.delete(k); p.fail(err) }
+  }
+}
+
+function headersOf(pairs: readonly (readonly [string, string])[]): MsgHdrs {
+  const h = natsHeaders()
+  for (const [k, v] of pairs) h.set(k, v)
+  return h
 }
 
 /** How many KV reads `list` runs at once. */
@@ -317,7 +411,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
           throw new Error(`KV bucket ${n.writersBucket} (writer leases) does not exist or cannot be read (run \`agentlog provision\`, or set leaseTtlMs: 0): ${(err as Error).message}`, { cause: err })
         }
       }
-      return { nc, js, jsm, sessions, writers, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}` }
+      return { nc, js, jsm, sessions, writers, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout) }
     } catch (err) {
       await nc.close().catch(() => {})
       throw new Error(`agentlog session persistence (${servers}): ${(err as Error).message}`, { cause: err })
@@ -696,22 +790,16 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     }
   }
 
-  private headersOf(pairs: [string, string][]): MsgHdrs {
-    const h = natsHeaders()
-    for (const [k, v] of pairs) h.set(k, v)
-    return h
-  }
-
   private async publish(s: Store, id: string, tok: string, subject: string, guard: number, msgId: string,
     events: readonly WireEvent[], lines: string[]): Promise<PubAck> {
     const first = events[0]!.seq
     const limit = s.maxMsgSize
     const pairs = recordHeaders(tok, first, events.length)
     pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
-    // One UTF-8 encoding of the whole body: nats.js sends a Uint8Array as it is.
-    const body = Buffer.from(lines.join('\n'), 'utf8')
+    // One UTF-8 encoding of the whole body, written line by line into one buffer.
+    const body = encodeBody(lines, 0, lines.length)
     if (headerWireSize(pairs) + body.length <= limit) {
-      return s.js.publish(subject, body, { headers: this.headersOf(pairs) })
+      return s.acks.publish(subject, body, pairs)
     }
     // Split: cut into records within the limit, committed as one atomic batch (ADR-50).
     const n = events.length
@@ -747,7 +835,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       const h = recordHeaders(tok, events[a]!.seq, b - a)
       if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
       h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
-      return { data: Buffer.from(lines.slice(a, b).join('\n'), 'utf8'), headers: this.headersOf(h) }
+      return { data: encodeBody(lines, a, b), headers: headersOf(h) }
     }
     const r0 = record(0)
     const batch = await s.js.startBatch(subject, r0.data, { headers: r0.headers })
@@ -773,7 +861,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   // --- writer leases (PROTOCOL.md §5.5) ---
 
   private leaseValue(id: string, since: number): string {
-    return JSON.stringify({ session: id, writer: this.writerId, host: hostname(), pid: process.pid, since, ttlMs: this.leaseTtlMs })
+    return JSON.stringify({ session: id, writer: this.writerId, host: HOSTNAME, pid: process.pid, since, ttlMs: this.leaseTtlMs })
   }
 
   private ttlHeader(): string {
@@ -826,11 +914,9 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         await s.writers!.delete(tok, { previousSeq: l.rev }).catch(() => {})
         return
       }
-      const h = natsHeaders()
-      h.set(HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(l.rev))
-      h.set('Nats-TTL', this.ttlHeader())
       try {
-        const ack = await s.js.publish(`$KV.${bucket}.${tok}`, this.leaseValue(id, l.since), { headers: h })
+        const ack = await s.acks.publish(`$KV.${bucket}.${tok}`, this.leaseValue(id, l.since),
+          [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(l.rev)], ['Nats-TTL', this.ttlHeader()]])
         l.rev = ack.seq
       } catch (err) {
         const code = err instanceof JetStreamApiError ? err.code : undefined
@@ -896,6 +982,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     if (s !== undefined && !s.nc.isClosed()) {
       await this.releaseLeases(s)
       await s.nc.drain()
+      s.acks.stop(new Error('agentlog: the backend is closed'))
     }
   }
 }
@@ -905,6 +992,19 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
  * is msgId, or msgId plus a split-part suffix, and it ends inside the batch); −1 when the tail is
  * not ours.
  */
+/** lines[a..b) joined by "\n", as UTF-8, in one buffer. */
+function encodeBody(lines: readonly string[], a: number, b: number): Buffer {
+  let n = b - a - 1
+  for (let i = a; i < b; i++) n += Buffer.byteLength(lines[i]!, 'utf8')
+  const buf = Buffer.allocUnsafe(n)
+  let off = 0
+  for (let i = a; i < b; i++) {
+    if (i > a) buf[off++] = 0x0a
+    off += buf.write(lines[i]!, off, 'utf8')
+  }
+  return buf
+}
+
 function ownTail(t: Tail, msgId: string, first: number, last: number): number {
   const ours = t.msgId === msgId || (t.msgId.startsWith(msgId) && t.msgId.length > msgId.length && t.msgId[msgId.length] === '~')
   if (!ours || t.nextSeq <= first || t.nextSeq > last + 1) return -1

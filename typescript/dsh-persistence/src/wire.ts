@@ -191,7 +191,20 @@ export function recordHeaders(tok: string, firstSeq: number, count: number): [st
 export function headerWireSize(h: readonly (readonly [string, string])[]): number {
   if (h.length === 0) return 0
   let n = 'NATS/1.0\r\n'.length + 2
-  for (const [k, v] of h) n += utf8.encode(k).length + utf8.encode(v.trim()).length + 4
+  for (const [k, v] of h) n += utf8Length(k) + utf8Length(v.trim()) + 4
+  return n
+}
+
+/** Bytes of the string's UTF-8 encoding (a lone surrogate counts as U+FFFD, 3 bytes, as TextEncoder writes it). */
+export function utf8Length(s: string): number {
+  let n = s.length
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 0x80) continue
+    if (c < 0x800) n += 1
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) { n += 2; i++ }
+    else n += 2
+  }
   return n
 }
 
