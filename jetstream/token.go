@@ -1,6 +1,8 @@
 package jetstream
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -166,9 +168,106 @@ func checkID(id string) error {
 	case id == "":
 		return fmt.Errorf("session id %q: empty (rule id-empty)", id)
 	case len(id) > MaxSessionIDBytes:
-		return fmt.Errorf("session id %.40q...: %d bytes, more than %d (rule id-too-long)", id, len(id), MaxSessionIDBytes)
+		return fmt.Errorf("session id %s: %d bytes, more than %d (rule id-too-long)", QuoteID(id), len(id), MaxSessionIDBytes)
 	case !utf8.ValidString(id):
 		return fmt.Errorf("session id %q: not valid UTF-8 (rule id-utf8)", id)
+	}
+	return nil
+}
+
+// echoIDBytes is how much of an over-long id an error text echoes.
+const echoIDBytes = 40
+
+// QuoteID quotes id for an error text (as %q does). An id longer than MaxSessionIDBytes, which no
+// session can have, is cut to its first 40 bytes (at a UTF-8 boundary) plus "...", so that an
+// error never echoes an unbounded id (a description travels in one NATS header).
+func QuoteID(id string) string {
+	if len(id) <= MaxSessionIDBytes {
+		return strconv.Quote(id)
+	}
+	n := echoIDBytes
+	for n > echoIDBytes-utf8.UTFMax && !utf8.RuneStart(id[n]) {
+		n--
+	}
+	return strconv.Quote(id[:n]) + "..."
+}
+
+// CheckRawID applies rule id-utf8 to an id as it appears in a JSON request, before decoding: Go's
+// decoding turns invalid UTF-8 bytes and lone surrogate escapes ("\ud800") into U+FFFD, so a
+// request for an ill-formed id would otherwise name the session "\uFFFD". raw is the JSON value;
+// a value that is not a string is left to the decoding. The error names the offending byte or
+// escape and the rule.
+func CheckRawID(raw []byte) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil
+	}
+	if !utf8.Valid(raw) {
+		for i := 0; i < len(raw); {
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				return fmt.Errorf("session id: byte 0x%02X at offset %d of the JSON string is not valid UTF-8 (rule id-utf8)", raw[i], i-1)
+			}
+			i += size
+		}
+	}
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(raw[i+1:])
+		if !ok {
+			return nil // malformed: left to the decoding
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if i+6 < len(raw) && raw[i+5] == '\\' && raw[i+6] == 'u' {
+				if lo, ok := hex4(raw[i+7:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+					i += 10
+					continue
+				}
+			}
+			return fmt.Errorf("session id: escape %s is a lone surrogate, not a character (rule id-utf8)", raw[i-1:i+5])
+		case r >= 0xDC00 && r < 0xE000:
+			return fmt.Errorf("session id: escape %s is a lone surrogate, not a character (rule id-utf8)", raw[i-1:i+5])
+		}
+		i += 4
+	}
+	return nil
+}
+
+// hex4 decodes the 4 hex digits that start b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	return rune(v), err == nil
+}
+
+// CheckRawIDFields applies CheckRawID to the top-level fields of the JSON object data that decode
+// into the named fields (encoding/json matches names without regard to case). A request that is
+// not a JSON object is left to the decoding (nil). The error is prefixed with the field's name.
+func CheckRawIDFields(data []byte, fields ...string) error {
+	if utf8.Valid(data) && !bytes.Contains(data, []byte(`\u`)) {
+		return nil // nothing that decoding could turn into U+FFFD
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil {
+		return nil
+	}
+	for _, f := range fields {
+		for k, v := range obj {
+			if strings.EqualFold(k, f) {
+				if err := CheckRawID(v); err != nil {
+					return fmt.Errorf("%s: %w", f, err)
+				}
+			}
+		}
 	}
 	return nil
 }

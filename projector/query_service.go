@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/jsvalue"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -194,9 +195,14 @@ func parseQuery(r responder, data []byte) (query, string, bool) {
 		}
 		where := ""
 		if json.Unmarshal(data, &named) == nil && named.Session != "" {
-			where = fmt.Sprintf("session %q: ", named.Session)
+			where = fmt.Sprintf("session %s: ", ajs.QuoteID(named.Session))
 		}
 		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
+		return q, "", false
+	}
+	// Before the decoded id: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
+	if err := ajs.CheckRawIDFields(data, "session"); err != nil {
+		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err))
 		return q, "", false
 	}
 	if q.Session == "" {
@@ -205,11 +211,30 @@ func parseQuery(r responder, data []byte) (query, string, bool) {
 	}
 	token, err := ajs.Token(q.Session)
 	if err != nil {
-		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: %v", q.Session, err))
+		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err)) // err names the id, bounded
 		return q, "", false
+	}
+	// The protocol's integers are safe integers (JSON numbers as JavaScript reads them exactly).
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"minSeq", q.MinSeq}, {"timeoutMs", q.TimeoutMs}} {
+		if f.v != nil && !safeInt(*f.v) {
+			r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: %s %d is not a safe integer (|n| ≤ 2^53 − 1)", q.Session, f.name, *f.v))
+			return q, "", false
+		}
+	}
+	for _, n := range q.Nodes {
+		if !safeInt(n) {
+			r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: nodes: %d is not a safe integer (|n| ≤ 2^53 − 1)", q.Session, n))
+			return q, "", false
+		}
 	}
 	return q, token, true
 }
+
+// safeInt reports whether n is a safe integer: |n| ≤ 2^53 − 1 (Number.MAX_SAFE_INTEGER).
+func safeInt(n int64) bool { return n >= -jsvalue.MaxSafeInteger && n <= jsvalue.MaxSafeInteger }
 
 // timeoutMs is how long q may wait for minSeq, in ms.
 func (q query) timeoutMs() int64 {
@@ -227,6 +252,11 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 	key := Key(token)
 	e, err := p.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if q.waits() && !p.sessionKnown(ctx, q.Session) {
+			// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
+			r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session: no metadata and no events)", q.Session))
+			return Projection{}, nil, answered
+		}
 		if q.waits() {
 			return Projection{}, nil, mustWait
 		}
@@ -266,6 +296,17 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 		return Projection{}, nil, mustWait
 	}
 	return proj, raw, ready
+}
+
+// sessionKnown reports whether the store has metadata or records for id (true when it cannot
+// tell: the wait then decides).
+func (p *Projector) sessionKnown(ctx context.Context, id string) bool {
+	_, err := p.store.GetSession(ctx, id)
+	if !errors.Is(err, ajs.ErrSessionNotFound) {
+		return true
+	}
+	tail, err := p.store.GetTail(ctx, id)
+	return err != nil || tail.NextSeq > 0 || tail.LastStreamSeq > 0
 }
 
 func stoppedText(id string, pe *ProjectionError) string {
