@@ -37,6 +37,13 @@ func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, ev
 	return hdr, tail.LastStreamSeq > 0, nil
 }
 
+// checkSource applies the id rules to a fork's source (as the CLI and the child's check do): an id
+// that breaks one is a bad request naming the rule, not SESSION_NOT_FOUND. The error bounds the id.
+func checkSource(id string) error {
+	_, err := ajs.Token(id)
+	return err
+}
+
 // DefaultChildID returns a fresh child id for source: "<source>~fork~<nuid>", with source cut at a
 // UTF-8 boundary so that the id is at most ajs.MaxSessionIDBytes (256) bytes.
 func DefaultChildID(source string) string {
@@ -59,6 +66,9 @@ func DefaultChildID(source string) string {
 func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkResult, error) {
 	if req.Source == "" {
 		return client.ForkResult{}, &requestError{"bad request: \"source\" is required"}
+	}
+	if err := checkSource(req.Source); err != nil {
+		return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: source: %v", err)}
 	}
 	if req.Child != "" {
 		if _, err := ajs.Token(req.Child); err != nil {
@@ -92,10 +102,6 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		if hdr != nil || evs {
 			return client.ForkResult{}, alreadyExists(req.Child)
 		}
-	}
-	if _, err := ajs.Token(req.Source); err != nil {
-		// An id that has no subject token cannot name a stored session.
-		return client.ForkResult{}, notFound(req.Source)
 	}
 	var srcHdr *session.Header
 	srcInfo, err := f.store.GetSessionInfo(ctx, req.Source)

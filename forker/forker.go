@@ -232,8 +232,15 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
 	}
+	// Before the decoded ids: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
+	if err := ajs.CheckRawIDFields(data, "source", "child"); err != nil {
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: %v", err)}
+	}
 	if w.Source == "" {
 		return client.ForkRequest{}, &requestError{"bad request: \"source\" is required"}
+	}
+	if len(w.Source) > ajs.MaxSessionIDBytes {
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: source: %v", checkSource(w.Source))}
 	}
 	r := client.ForkRequest{Source: w.Source, Child: w.Child}
 	raw := bytes.TrimSpace(w.Boundary)
@@ -270,7 +277,7 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: boundary %s is not a number", raw)}
 	}
 	return client.ForkRequest{}, &session.ForkError{Code: session.CodeInvalidBoundary,
-		Msg: fmt.Sprintf("fork boundary for session %q must be a non-negative safe integer, got %s", w.Source, got)}
+		Msg: fmt.Sprintf("fork boundary for session %s must be a non-negative safe integer, got %s", ajs.QuoteID(w.Source), got)}
 }
 
 // handle performs one fork.
