@@ -20,7 +20,7 @@ and its error reports in AGENTLOG_ERRORS. A live writer of the session is fenced
 fails. The id can then be created again, as a new session. It prints what it removed (--json: one
 JSON object). An id with nothing stored is refused (exit 1). An rm that failed half-way is finished
 by running it again.`,
-		Args: exactArgs(1, "one session ID"),
+		Args: idArgs("one session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := ajs.Token(args[0]); err != nil {
 				return &exitError{code: 1, err: err}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
@@ -89,6 +90,24 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// idArgs is exactArgs(1, what) for a command whose argument is a session id: a blank id (empty or
+// only white space, see blankID) is a usage error too (exit 2), as a blank import --session is.
+func idArgs(what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if err := exactArgs(1, what)(c, args); err != nil {
+			return err
+		}
+		if blankID(args[0]) {
+			return &usageError{fmt.Errorf("%s takes %s: the session ID is blank", c.CommandPath(), what)}
+		}
+		return nil
+	}
+}
+
+// blankID reports whether a session id given on the command line is blank: empty or only white
+// space. Every command refuses one as a usage error (exit 2).
+func blankID(id string) bool { return strings.TrimSpace(id) == "" }
 
 // natsOptions are the connection options of every command that dials --nats, named name. A flag
 // such as --creds or --tls adds its nats.Option here.

@@ -30,8 +30,8 @@ events (rule empty-log). The session id defaults to the one in the file's header
 existing session is refused.`,
 		Args: exactArgs(1, "one FILE argument"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("session") && id == "" {
-				return &usageError{errors.New("--session must not be empty (leave it out to use the file header's id)")}
+			if cmd.Flags().Changed("session") && blankID(id) {
+				return &usageError{errors.New("--session must not be blank (leave it out to use the file header's id)")}
 			}
 			h, events, err := readLogFile(args[0], id)
 			if err != nil {
@@ -171,7 +171,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "events ID",
 		Short: "Print a session's log as dsh JSONL (header line, then one event per line)",
-		Args:  exactArgs(1, "one session ID"),
+		Args:  idArgs("one session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
@@ -223,7 +223,7 @@ func newMessagesCmd(g *globals) *cobra.Command {
 		Long: `messages asks the projector's query service for the message history the model sees. By default it
 waits (up to --timeout) until the projection has applied the last event in the log, so it reads its own
 writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projection as it is.`,
-		Args: exactArgs(1, "one session ID"),
+		Args: idArgs("one session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
@@ -306,8 +306,11 @@ func newForkCmd(g *globals) *cobra.Command {
 session/end-seed marker. It prints {"child":…,"seedLength":…,"parentSession":…}. A refused fork exits 1
 and prints the reference's code and exact text on stderr, e.g.
   OPEN_TURN: fork boundary 2 in session "parent" ends inside open turn 1`,
-		Args: exactArgs(1, "one source session ID"),
+		Args: idArgs("one source session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("child") && blankID(child) {
+				return &usageError{errors.New("--child must not be blank (leave it out for a fresh unique id)")}
+			}
 			ids := []string{args[0]}
 			if cmd.Flags().Changed("child") {
 				ids = append(ids, child) // without --child the forker picks one
@@ -344,16 +347,15 @@ and prints the reference's code and exact text on stderr, e.g.
 	return c
 }
 
-// forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr (the text alone
-// for a seed-validation refusal, which the reference raises without a code).
+// forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr (INVALID_SEED for a
+// seed-validation refusal, which the reference raises without a code of its own).
 func forkExit(err error) error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		switch ce.Code {
-		case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeSessionNotFound, client.CodeSessionExists:
+		case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeSessionNotFound, client.CodeSessionExists,
+			client.CodeInvalidSeed:
 			return &exitError{code: 1, err: fmt.Errorf("%s: %s", ce.Code, ce.Description)}
-		case client.CodeInvalidSeed:
-			return &exitError{code: 1, err: errors.New(ce.Description)}
 		}
 	}
 	return err

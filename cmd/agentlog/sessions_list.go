@@ -101,7 +101,7 @@ func (g *globals) client(name string) (*nats.Conn, *client.Client, error) {
 // ambiguous prefix exits 1 listing its candidates; an unknown one is returned as given, for the
 // command to report.
 func (g *globals) resolveID(ctx context.Context, arg string) (string, error) {
-	if strings.TrimSpace(arg) == "" {
+	if blankID(arg) {
 		return "", &usageError{errors.New("the session ID is blank")}
 	}
 	nc, c, err := g.client("agentlog-resolve")

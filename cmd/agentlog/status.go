@@ -19,7 +19,7 @@ parent and seed length, its fork children, and for each stored projection unit i
 Finding the children reads every session's header (a pass over agentlog_sessions). --json prints one
 object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLength","children",
 "units":[{"unit","stateVersion","asOfSeq","lag","error"?}],"stopped":[{"session","seq","unit","rule","message"}]}.`,
-		Args:              exactArgs(1, "one session ID"),
+		Args:              idArgs("one session ID"),
 		ValidArgsFunction: g.completeSessionIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
