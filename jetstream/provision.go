@@ -126,8 +126,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 // metadata); it fails with a clear error if it is not provisioned.
 //
 // A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
-// Provision would refuse is ErrIncompatible (wrapped). Open changes nothing, and creates only the
-// lease bucket agentlog_writers when it is missing (deployments provisioned before it existed).
+// Provision would refuse is ErrIncompatible (wrapped). Open changes no existing stream or bucket;
+// the one thing it may create is the lease bucket agentlog_writers, when it is missing (deployments
+// provisioned before it existed).
 func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	w, err := wantFromConfig(js, Config{})
 	if err != nil {

@@ -7,5 +7,5 @@
 // query replies (package client's wire types), and Fold, FoldSession and ReadSnapshot in process.
 // A session whose log breaks a rule stops with a *session.Error; query errors carry a client.Code.
 // How a fold, a checkpoint, the scale-out and a query work, and why: ARCHITECTURE.md ("A fold",
-// "A query") and SCALEOUT.md.
+// "A query") and projector/SCALEOUT.md.
 package projector

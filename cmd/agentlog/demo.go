@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/spf13/cobra"
 )
@@ -59,7 +61,8 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 	}
 	defer s.Close()
 	p.line("agentlog demo: embedded nats-server at %s, data in %s", s.url, dir)
-	p.line("stream %s, KV buckets agentlog_sessions and agentlog_projections, 1 projector, 1 forker", "AGENTLOG")
+	p.line("streams %s and %s, KV buckets %s, %s, %s and %s, 1 projector, 1 forker", ajs.StreamName, ajs.ErrorsStream,
+		ajs.SessionsBucket, ajs.ProjectionsBucket, ajs.WritersBucket, projector.MembersBucket)
 
 	type imported struct {
 		h      session.Header
