@@ -72,3 +72,32 @@ func projectionKeys(t *testing.T, st *jetstream.Store, tok string) []string {
 	}
 	return keys
 }
+
+// TestImportOntoOrphanRecords: an import onto an id that holds records but no metadata is refused
+// before anything is written, naming the session and `agentlog rm`; after rm the import succeeds.
+func TestImportOntoOrphanRecords(t *testing.T) {
+	id := "it/" + runTag(t) + "rawnometa"
+	_, st := connectStore(t, devURL, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := st.Append(ctx, id, 0, userEvents("raw", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	log := writeLog(t, t.TempDir(), "x.jsonl", userLine(0, "imported"))
+	r := agentlog(t, nil, "import", log, "--session", id)
+	if r.code != 1 || !strings.Contains(r.stderr, `session "`+id+`"`) || !strings.Contains(r.stderr, "without metadata") ||
+		!strings.Contains(r.stderr, "agentlog rm "+id) || strings.Contains(r.stderr, "wrong last sequence") {
+		t.Fatalf("import onto orphan records: exit %d, stderr %q; want 1 naming the session, the missing metadata and agentlog rm", r.code, r.stderr)
+	}
+	if _, err := st.GetSession(ctx, id); !errors.Is(err, jetstream.ErrSessionNotFound) {
+		t.Fatalf("metadata after the refused import: %v (want none)", err)
+	}
+	if tail, err := st.GetTailFromLeader(ctx, id); err != nil || tail.NextSeq != 1 {
+		t.Fatalf("log after the refused import: %+v, %v (want the one raw record)", tail, err)
+	}
+	mustAgentlog(t, nil, "rm", id)
+	mustAgentlog(t, nil, "import", log, "--session", id)
+	if got := messageTexts(t, mustAgentlog(t, nil, "messages", id)); len(got) != 1 || got[0] != "imported" {
+		t.Fatalf("messages after rm and import: %q", got)
+	}
+}
