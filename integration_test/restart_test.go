@@ -481,9 +481,10 @@ func TestPurgedAndRecreatedSession(t *testing.T) {
 				t.Fatalf("%d messages, want 3", n)
 			}
 			recreate(t, url, id)
-			// Purged: the log is empty; no old message is served.
-			if r := runAt(t, url, nil, "messages", id, "--min-seq", "-1"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
-				t.Fatalf("messages of the purged session: exit %d, %s%s", r.code, r.stdout, r.stderr)
+			// Purged, without metadata: the session is not found (no old message, and not an
+			// existing empty session either).
+			if r := runAt(t, url, nil, "messages", id, "--min-seq", "-1"); r.code != 1 || !strings.Contains(r.stderr, "(code 404)") || strings.Contains(r.stdout+r.stderr, "old ") {
+				t.Fatalf("messages of the purged session: exit %d, %s%s; want not found (404)", r.code, r.stdout, r.stderr)
 			}
 			if restart {
 				dev.interrupt(t)

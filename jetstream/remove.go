@@ -204,6 +204,21 @@ func (s *Store) CheckCurrent(ctx context.Context, id, inc string) error {
 	return nil
 }
 
+// PurgeProjections purges every agentlog_projections key of session id (<unit>.<token>) and
+// returns the keys it found. A projector calls it for a session it finds removed (no metadata, no
+// records), so that no state of it is kept.
+func (s *Store) PurgeProjections(ctx context.Context, id string) ([]string, error) {
+	tok, err := Token(id)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := s.purgeProjections(ctx, tok)
+	if err != nil {
+		return nil, fmt.Errorf("session %q: purge its projections: %w", id, err)
+	}
+	return keys, nil
+}
+
 // purgeProjections lists and purges the agentlog_projections keys of token tok (no delete markers
 // are left: a projector then finds the key new).
 func (s *Store) purgeProjections(ctx context.Context, tok string) ([]string, error) {

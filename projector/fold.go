@@ -42,6 +42,9 @@ type sessState struct {
 	streamSeq   uint64
 	legacy      bool
 	checkedSeq  uint64 // streamSeq when it was last checked against the log (foldedRecordMismatch)
+	// gone: the session has neither metadata nor records (removed, or being removed): its
+	// states are purged, not written, and it is not cached.
+	gone bool
 }
 
 func (s *sessState) gate() *unitState { return s.units[0] }
@@ -525,6 +528,16 @@ func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, 
 	}
 	if err := catchUp(ctx, store, fresh); err != nil {
 		return nil, err
+	}
+	// A conflict is how a checkpoint meets agentlog rm's purge of the keys: a session without
+	// metadata and records is not written again.
+	gone, err := sessionGone(ctx, store, ss.id)
+	if err != nil {
+		return nil, err
+	}
+	if gone {
+		fresh.gone = true
+		return fresh, nil
 	}
 	for _, u := range fresh.units {
 		u.written = false // write every unit again, over the revisions just read

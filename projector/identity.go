@@ -24,6 +24,27 @@ func sessionMeta(ctx context.Context, store *ajs.Store, id string) (h session.He
 	return info.Header, info.Incarnation, true, nil
 }
 
+// sessionGone reports whether session id has neither metadata (none, or marked for removal by
+// agentlog rm) nor records: a removed session, of which no projection state may be kept (a state
+// stored for it would answer as an existing empty session). Errors are transient.
+func sessionGone(ctx context.Context, store *ajs.Store, id string) (bool, error) {
+	_, _, known, err := sessionMeta(ctx, store, id)
+	if err != nil || known {
+		return false, err
+	}
+	tail, err := store.GetTailFromLeader(ctx, id)
+	switch {
+	case err != nil && isSessionError(err):
+		return false, nil // a record that does not decode is a record all the same
+	case err != nil:
+		return false, &transientError{fmt.Errorf("session %q: %w", id, err)}
+	}
+	return tail.LastStreamSeq == 0, nil
+}
+
+// errSessionGone is checkStored's answer for a session that has neither metadata nor records.
+var errSessionGone = errors.New("session not found (removed, or never created)")
+
 // Causes of a refold (logged and counted by Projector.Refolds).
 const (
 	causeRecreated = "re-created"     // the session's incarnation differs from the state's
@@ -135,6 +156,10 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		}
 		return nil, "", "", &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
 	}
+	if !known && tail.LastStreamSeq == 0 {
+		ss.gone = true // removed (or being removed): nothing to fold, nothing to keep
+		return ss, "", "", nil
+	}
 	cause, desc := ss.mismatch(tail, inc, known)
 	if cause == "" && tail.LastStreamSeq > ss.streamSeq {
 		if desc, err = foldedRecordMismatch(ctx, store, ss); err != nil {
@@ -199,6 +224,10 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 		return Projection{}, nil, err
 	}
 	var cause, desc string
+	if err == nil && !known && tail.LastStreamSeq == 0 {
+		// Removed (or being removed): a state stored for it is not an empty session.
+		return Projection{}, nil, errSessionGone
+	}
 	if err == nil {
 		cause, desc = ss.mismatch(tail, inc, known)
 		if cause == "" && tail.LastStreamSeq > ss.streamSeq {

@@ -34,6 +34,14 @@ func (c *lru) put(ss *sessState) {
 	c.trim()
 }
 
+// remove drops the state of token.
+func (c *lru) remove(token string) {
+	if e, ok := c.items[token]; ok {
+		c.ll.Remove(e)
+		delete(c.items, token)
+	}
+}
+
 // trim evicts the least recently used clean states while above the capacity.
 func (c *lru) trim() {
 	for e := c.ll.Back(); e != nil && c.ll.Len() > c.cap; {

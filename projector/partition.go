@@ -498,6 +498,14 @@ func (w *worker) handle(msg jetstream.Msg) {
 			return
 		}
 	}
+	if ss.gone {
+		// Removed, or being removed (agentlog rm): a record still delivered folds into nothing,
+		// and no state of the session is kept.
+		if w.dropGone(ss) {
+			w.folded, w.count = append(w.folded, msg), w.count+1
+		}
+		return
+	}
 	if decodeErr == nil && !refolded {
 		desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq)
 		if desc == "" && delivered == 1 && streamSeq != 0 && streamSeq <= ss.streamSeq && ss.checkedSeq != ss.streamSeq {
@@ -532,11 +540,23 @@ func (w *worker) handle(msg jetstream.Msg) {
 				if known && inc != ss.incarnation {
 					cause = causeRecreated
 				}
+				if !known && fresh.streamSeq == 0 {
+					if fresh.gone, err = sessionGone(w.ctx, p.store, id); err != nil || fresh.gone {
+						ss = fresh
+						return err
+					}
+				}
 				p.noteRefold("delivery", id, cause, desc, fresh)
 				ss = fresh
 				return nil
 			})
 			if !ok {
+				return
+			}
+			if ss.gone {
+				if w.dropGone(ss) {
+					w.folded, w.count = append(w.folded, msg), w.count+1
+				}
 				return
 			}
 		}
@@ -586,14 +606,32 @@ func (w *worker) handle(msg jetstream.Msg) {
 	p.metrics.folded()
 }
 
+// dropGone forgets session ss, which has neither metadata nor records (removed, or being
+// removed), and purges whatever states of it are stored; false when the worker stopped meanwhile.
+func (w *worker) dropGone(ss *sessState) bool {
+	delete(w.dirty, ss.token)
+	w.cache.remove(ss.token)
+	return w.retry("purge "+ss.id, func() error {
+		keys, err := w.p.store.PurgeProjections(w.ctx, ss.id)
+		if err == nil && len(keys) > 0 {
+			w.p.logger.Info("projector: session removed; its projection states purged", "session", ss.id, "keys", keys)
+		}
+		return err
+	})
+}
+
 // flush writes the dirty session states (compare-and-swap; a conflict reloads the session and
 // folds the log again) and then acknowledges every record folded since the last checkpoint.
 func (w *worker) flush() {
 	p := w.p
 	if len(w.dirty) > 0 {
 		sessions := make([]*sessState, 0, len(w.dirty))
+		var created []*sessState // sessions whose messages key this checkpoint creates
 		for _, ss := range w.dirty {
 			sessions = append(sessions, ss)
+			if ss.gate().rev == 0 {
+				created = append(created, ss)
+			}
 		}
 		for attempt := 0; len(sessions) > 0; attempt++ {
 			start := time.Now()
@@ -620,9 +658,30 @@ func (w *worker) flush() {
 				}) {
 					return
 				}
+				if fresh.gone {
+					if !w.dropGone(fresh) {
+						return
+					}
+					continue
+				}
 				w.dirty[ss.token] = fresh
 				w.cache.put(fresh)
 				sessions = append(sessions, fresh)
+			}
+		}
+		// A session's first checkpoint may land after agentlog rm swept its keys (it was loaded
+		// before the removal began): the keys it created are purged again.
+		for _, ss := range created {
+			var gone bool
+			if !w.retry("check "+ss.id, func() error {
+				var err error
+				gone, err = sessionGone(w.ctx, p.store, ss.id)
+				return err
+			}) {
+				return
+			}
+			if gone && !w.dropGone(ss) {
+				return
 			}
 		}
 		for tok, ss := range w.dirty {

@@ -270,7 +270,10 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 	proj, current, err := decodeProjection(e.Value())
 	raw := e.Value()
 	if err == nil && current {
-		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
+		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); errors.Is(err, errSessionGone) {
+			r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", q.Session))
+			return Projection{}, nil, answered
+		} else if err != nil {
 			r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
 			return Projection{}, nil, answered
 		}
@@ -353,7 +356,10 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 			raw := e.Value()
 			if proj.Error != nil || proj.AsOfSeq >= minSeq {
 				// Never answer from a state of another log (lost records, a re-create).
-				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); err != nil {
+				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); errors.Is(err, errSessionGone) {
+					r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", q.Session))
+					return Projection{}, nil, false
+				} else if err != nil {
 					if wctx.Err() != nil {
 						continue // the deadline case below answers
 					}

@@ -127,6 +127,9 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 	if err != nil {
 		return 0, err
 	}
+	if err := refuseOrphanRecords(ctx, store, h.ID); err != nil {
+		return 0, err
+	}
 	w, err := pub.Create(ctx, h)
 	if err != nil {
 		return 0, err
@@ -142,6 +145,27 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 	return len(events), nil
 }
 
+// refuseOrphanRecords refuses an import onto id when the id holds records but no metadata (left
+// by a writer that died between its first record and its check, or by an rm that stopped
+// half-way): creating the metadata would succeed and the first write then conflict, leaving the
+// id with metadata as well. Nothing is written.
+func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error {
+	if _, err := store.GetSession(ctx, id); !errors.Is(err, ajs.ErrSessionNotFound) {
+		return nil // it exists (Create refuses it) or cannot be read (Create says why)
+	}
+	tail, err := store.GetTailFromLeader(ctx, id)
+	if err == nil && tail.LastStreamSeq == 0 {
+		return nil
+	}
+	what := "records"
+	if err == nil {
+		what = fmt.Sprintf("records (to seq %d)", tail.NextSeq-1)
+	} else if !errors.As(err, new(*session.Error)) {
+		return fmt.Errorf("session %q: reading its log: %w", id, err)
+	}
+	return fmt.Errorf("session %q: the id holds %s without metadata (a write or a removal stopped half-way); nothing was written: run `agentlog rm %s` to clear it, then import again", id, what, shellQuote(id))
+}
+
 // rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
 // is cancelled and waited for), then reads the log from the stream leader and, when it is empty,
 // removes the session's metadata so that the import can be retried. It returns the cause with what
@@ -151,17 +175,17 @@ func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause erro
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if uncertain {
-		return fmt.Errorf("%w; a write got no answer, so the session may hold part of the import: check it with `agentlog events`", cause)
+		return fmt.Errorf("%w; a write got no answer, so the session may hold part of the import: check it with `agentlog events`, and remove it with `agentlog rm %s`", cause, shellQuote(id))
 	}
 	events, _, err := store.Read(ctx, id) // through the stream leader, unlike a direct get
 	if err != nil {
-		return fmt.Errorf("%w; the session may be left with metadata and no events: %v", cause, err)
+		return fmt.Errorf("%w; the session may be left with metadata and no events (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
 	}
 	if len(events) > 0 {
-		return fmt.Errorf("%w; the session holds %d events", cause, len(events))
+		return fmt.Errorf("%w; the session holds %d events (`agentlog rm %s` removes it)", cause, len(events), shellQuote(id))
 	}
 	if err := store.DeleteSession(ctx, id); err != nil {
-		return fmt.Errorf("%w; the session is left with metadata and no events: %v", cause, err)
+		return fmt.Errorf("%w; the session is left with metadata and no events (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
 	}
 	return fmt.Errorf("%w; nothing was written", cause)
 }
