@@ -304,12 +304,8 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 // sessionKnown reports whether the store has metadata or records for id (true when it cannot
 // tell: the wait then decides).
 func (p *Projector) sessionKnown(ctx context.Context, id string) bool {
-	_, err := p.store.GetSession(ctx, id)
-	if !errors.Is(err, ajs.ErrSessionNotFound) {
-		return true
-	}
-	tail, err := p.store.GetTail(ctx, id)
-	return err != nil || tail.NextSeq > 0 || tail.LastStreamSeq > 0
+	gone, err := sessionGone(ctx, p.store, id)
+	return err != nil || !gone
 }
 
 func stoppedText(id string, pe *ProjectionError) string {
