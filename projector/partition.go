@@ -501,9 +501,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if ss.gone {
 		// Removed, or being removed (agentlog rm): a record still delivered folds into nothing,
 		// and no state of the session is kept.
-		if w.dropGone(ss) {
-			w.folded, w.count = append(w.folded, msg), w.count+1
-		}
+		w.foldIntoGone(ss, msg)
 		return
 	}
 	if decodeErr == nil && !refolded {
@@ -554,9 +552,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 				return
 			}
 			if ss.gone {
-				if w.dropGone(ss) {
-					w.folded, w.count = append(w.folded, msg), w.count+1
-				}
+				w.foldIntoGone(ss, msg)
 				return
 			}
 		}
@@ -604,6 +600,14 @@ func (w *worker) handle(msg jetstream.Msg) {
 	w.folded, w.count = append(w.folded, msg), w.count+1
 	p.applied.Add(int64(len(events)))
 	p.metrics.folded()
+}
+
+// foldIntoGone takes msg, a record of the removed session ss, as folded into nothing (it is acked
+// at the next checkpoint) once ss is dropped.
+func (w *worker) foldIntoGone(ss *sessState, msg jetstream.Msg) {
+	if w.dropGone(ss) {
+		w.folded, w.count = append(w.folded, msg), w.count+1
+	}
 }
 
 // dropGone forgets session ss, which has neither metadata nor records (removed, or being
