@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentlog/agentlog/internal/natsdev"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -170,17 +172,11 @@ waited for.`,
 			if queryCache == 0 {
 				queryCache = -1 // keep nothing
 			}
-			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
-			ob, err := startObserver(metricsAddr, g.stdout)
+			logger, ob, nc, store, err := g.startService(cmd.Context(), metricsAddr, "agentlog-projector")
 			if err != nil {
 				return err
 			}
 			defer ob.Close()
-			ob.setReady(notReady("connecting to NATS at " + g.natsURL))
-			nc, store, err := g.connectWait(cmd.Context(), "agentlog-projector", logger)
-			if err != nil {
-				return err
-			}
 			defer nc.Close()
 			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache})
@@ -210,17 +206,11 @@ func newForkerCmd(g *globals) *cobra.Command {
 		Short: "Run a fork service instance against a NATS cluster until SIGINT/SIGTERM",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
-			ob, err := startObserver(metricsAddr, g.stdout)
+			logger, ob, nc, store, err := g.startService(cmd.Context(), metricsAddr, "agentlog-forker")
 			if err != nil {
 				return err
 			}
 			defer ob.Close()
-			ob.setReady(notReady("connecting to NATS at " + g.natsURL))
-			nc, store, err := g.connectWait(cmd.Context(), "agentlog-forker", logger)
-			if err != nil {
-				return err
-			}
 			defer nc.Close()
 			f := forker.New(store, nc, forker.Options{Logger: logger})
 			ob.register(f.Collector())
@@ -235,4 +225,21 @@ func newForkerCmd(g *globals) *cobra.Command {
 	}
 	addMetricsFlag(c, &metricsAddr)
 	return c
+}
+
+// startService starts a service process's metrics server (not ready until connected) and its
+// connection, waiting for NATS. On error nothing is left open.
+func (g *globals) startService(ctx context.Context, metricsAddr, name string) (*slog.Logger, *observer, *nats.Conn, *ajs.Store, error) {
+	logger := slog.New(slog.NewTextHandler(g.stderr, nil))
+	ob, err := startObserver(metricsAddr, g.stdout)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ob.setReady(notReady("connecting to NATS at " + g.natsURL))
+	nc, store, err := g.connectWait(ctx, name, logger)
+	if err != nil {
+		ob.Close()
+		return nil, nil, nil, nil, err
+	}
+	return logger, ob, nc, store, nil
 }
