@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
@@ -81,8 +80,8 @@ type LiveError struct {
 }
 
 func (e *LiveError) Error() string {
-	return fmt.Sprintf("publisher: session %q is being written by writer %q (host %s, pid %d, since %s); open it with publisher.Takeover() to fence that writer",
-		e.Session, e.Writer, e.Host, e.PID, time.UnixMilli(e.Since).UTC().Format(time.RFC3339))
+	held := &jetstream.LeaseHeldError{Session: e.Session, Holder: jetstream.Lease{Writer: e.Writer, Host: e.Host, PID: e.PID, Since: e.Since}}
+	return "publisher: " + held.Error() + "; open it with publisher.Takeover() to fence that writer"
 }
 
 func (e *LiveError) Unwrap() error { return ErrSessionLive }
