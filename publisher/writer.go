@@ -43,6 +43,7 @@ type Writer struct {
 	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq (staleGen: check it at the next write)
 	lease         jetstream.Lease  // this writer's lease value
 	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
+	releasing     chan struct{}    // closed when the lease release a fence started is done (nil: none)
 	renewFailing  time.Time        // when lease renewals started failing (zero: they succeed)
 	writeFailing  time.Time        // when writes started failing (zero: the last one succeeded)
 	pending       []session.Event  // admitted, not in flight, in seq order
@@ -434,15 +435,27 @@ func (w *Writer) fenceLocked(we *WriteError) {
 	w.broadcastLocked()
 	if rev := w.leaseRev; rev != 0 {
 		w.leaseRev = 0
-		go w.p.releaseLease(w.id, rev)
+		done := make(chan struct{})
+		w.releasing = done
+		go func() { defer close(done); w.p.releaseLease(w.id, rev) }()
 	}
 }
 
-// takeLeaseLocked returns the lease revision and forgets it (no more renewals).
-func (w *Writer) takeLeaseLocked() uint64 {
+// takeLeaseLocked returns the lease revision and forgets it (no more renewals), and the release
+// a fence started, if any, to wait for.
+func (w *Writer) takeLeaseLocked() (uint64, chan struct{}) {
 	rev := w.leaseRev
 	w.leaseRev = 0
-	return rev
+	return rev, w.releasing
+}
+
+// releaseLeaseOf releases rev (0: none) and waits for the release a fence started (nil: none),
+// so that the lease is gone when Close or Abort returns.
+func (w *Writer) releaseLeaseOf(rev uint64, releasing chan struct{}) {
+	w.p.releaseLease(w.id, rev)
+	if releasing != nil {
+		<-releasing
+	}
 }
 
 // reportLocked delivers we on Errors without ever blocking: drop-oldest when full.
@@ -531,11 +544,11 @@ func (w *Writer) Close(ctx context.Context) error {
 	w.closed = true
 	w.closeWindowLocked()
 	w.broadcastLocked()
-	rev := w.takeLeaseLocked()
+	rev, releasing := w.takeLeaseLocked()
 	w.mu.Unlock()
 	w.cancel()
 	w.wg.Wait()
-	w.p.releaseLease(w.id, rev)
+	w.releaseLeaseOf(rev, releasing)
 	w.p.release(w.id, w)
 	return err
 }
@@ -562,9 +575,9 @@ func (w *Writer) Abort() (uncertain bool) {
 	w.pending, w.due, w.backlog = nil, 0, 0
 	w.closeWindowLocked()
 	w.broadcastLocked()
-	rev := w.takeLeaseLocked()
+	rev, releasing := w.takeLeaseLocked()
 	w.mu.Unlock()
-	w.p.releaseLease(w.id, rev)
+	w.releaseLeaseOf(rev, releasing)
 	w.p.release(w.id, w)
 	return uncertain
 }
