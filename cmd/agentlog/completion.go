@@ -15,6 +15,10 @@ func (g *globals) completeSessionIDs(cmd *cobra.Command, args []string, toComple
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
+	// Completion runs no pre-run hook: the connection settings are resolved here.
+	if err := g.conn.resolve(g, cmd.Root().PersistentFlags()); err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 	defer cancel()
 	nc, c, err := g.client("agentlog-complete")

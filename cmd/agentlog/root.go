@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -17,12 +16,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// DefaultNATSURL is used when neither --nats nor AGENTLOG_NATS_URL is set.
+// DefaultNATSURL is used when neither --nats nor AGENTLOG_NATS_URL nor NATS_URL is set.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // globals holds the persistent flags shared by every command.
 type globals struct {
-	natsURL string
+	natsURL string // without user info: resolve moves it into conn
+	conn    connFlags
 	timeout time.Duration
 	stdin   io.Reader
 	stdout  io.Writer
@@ -44,23 +44,21 @@ Quick start:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	envURL := os.Getenv("AGENTLOG_NATS_URL")
-	if envURL == "" {
-		envURL = DefaultNATSURL
-	}
-	root.PersistentFlags().StringVar(&g.natsURL, "nats", envURL, "NATS server URL(s), comma separated (env AGENTLOG_NATS_URL)")
+	g.conn.addConnFlags(g, root.PersistentFlags())
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline for one command's requests to NATS")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if isOffline(c) {
+			return nil
+		}
 		if g.timeout <= 0 {
 			return &usageError{fmt.Errorf("--timeout must be positive, got %s", g.timeout)}
 		}
-		return nil
+		return g.conn.resolve(g, root.PersistentFlags())
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
 	})
 	root.AddCommand(
-		newDevCmd(g),
 		newProvisionCmd(g),
 		newProjectorCmd(g),
 		newForkerCmd(g),
@@ -69,14 +67,23 @@ Quick start:
 		withMessagesWatch(g, newMessagesCmd(g)),
 		withIDResolution(g, newForkCmd(g)),
 		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
-		newInspectCmd(g),
-		newDemoCmd(g),
+		markOffline(newInspectCmd(g)),
+		markOffline(newDemoCmd(g)),
 		withUnitCompletion(newRebuildCmd(g)),
-		newBenchCmd(g),
+		markOffline(newBenchCmd(g)), // its own embedded server, except the hidden writer
 		newSessionsCmd(g),
 		newStatusCmd(g),
-		newVersionCmd(g),
+		markOffline(newVersionCmd(g)),
+		markOffline(newDevCmd(g)), // its own embedded server
 	)
+	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" || c.Name() == "help" {
+			markOffline(c)
+		}
+	}
+	hideConnFlags(root)
 	return root
 }
 
@@ -109,10 +116,11 @@ func idArgs(what string) cobra.PositionalArgs {
 // space. Every command refuses one as a usage error (exit 2).
 func blankID(id string) bool { return strings.TrimSpace(id) == "" }
 
-// natsOptions are the connection options of every command that dials --nats, named name. A flag
-// such as --creds or --tls adds its nats.Option here.
+// natsOptions are the connection options of every command that dials --nats, named name: the
+// credentials and TLS of --creds, --nkey, --user/--password, --token (or the URL's user info),
+// --tls-ca, --tls-cert and --tls-key, or their environment variables (connopts.go).
 func (g *globals) natsOptions(name string) []nats.Option {
-	return []nats.Option{nats.Name(name)}
+	return append([]nats.Option{nats.Name(name)}, g.conn.opts...)
 }
 
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
@@ -146,7 +154,7 @@ func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Log
 			}
 			return nc, store, nil
 		}
-		if errors.Is(err, ajs.ErrIncompatible) || ctx.Err() != nil {
+		if errors.Is(err, ajs.ErrIncompatible) || connectionFailedForGood(err) || ctx.Err() != nil {
 			return nil, nil, err
 		}
 		if !waiting {

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// connSetting is one connection setting: its flag, its environment variables in the order they are
+// consulted (AGENTLOG_NATS_*, then the nats CLI's NATS_*), and its help text.
+type connSetting struct {
+	flag, env, natsEnv, usage string
+	secret                bool // never printed as a default in --help
+	dst                   *string
+}
+
+// connFlags are the connection settings every command that dials NATS shares (flag > AGENTLOG_NATS_X >
+// NATS_X > default, each setting on its own; the credentials as a whole come from one of the three,
+// see resolve).
+type connFlags struct {
+	creds, nkey, user, password, token string
+	tlsCA, tlsCert, tlsKey              string
+
+	opts []nats.Option // built by resolve, added by globals.natsOptions
+}
+
+func (f *connFlags) settings(g *globals) []connSetting {
+	return []connSetting{
+		{flag: "nats", env: "AGENTLOG_NATS_URL", natsEnv: "NATS_URL", dst: &g.natsURL,
+			usage: "NATS server `URL`s, comma separated; may carry user:password@ or token@ (default " + DefaultNATSURL + ")"},
+		{flag: "creds", env: "AGENTLOG_NATS_CREDS", natsEnv: "NATS_CREDS", dst: &f.creds,
+			usage: "user credentials `FILE` (a JWT and its nkey seed, as nsc writes them)"},
+		{flag: "nkey", env: "AGENTLOG_NATS_NKEY", natsEnv: "NATS_NKEY", dst: &f.nkey,
+			usage: "`FILE` holding a user nkey seed (SU...)"},
+		{flag: "user", env: "AGENTLOG_NATS_USER", natsEnv: "NATS_USER", dst: &f.user,
+			usage: "`USER` name (with --password)"},
+		{flag: "password", env: "AGENTLOG_NATS_PASSWORD", natsEnv: "NATS_PASSWORD", dst: &f.password, secret: true,
+			usage: "`PASSWORD` of --user (prefer the environment variable: a flag shows in the process list)"},
+		{flag: "token", env: "AGENTLOG_NATS_TOKEN", natsEnv: "NATS_TOKEN", dst: &f.token, secret: true,
+			usage: "authentication `TOKEN` (prefer the environment variable: a flag shows in the process list)"},
+		{flag: "tls-ca", env: "AGENTLOG_NATS_TLS_CA", natsEnv: "NATS_CA", dst: &f.tlsCA,
+			usage: "PEM `FILE` of the CA(s) that sign the server's certificate (turns TLS on; tls:// URLs without it use the system roots)"},
+		{flag: "tls-cert", env: "AGENTLOG_NATS_TLS_CERT", natsEnv: "NATS_CERT", dst: &f.tlsCert,
+			usage: "PEM `FILE` of the client certificate, for servers that verify clients (with --tls-key)"},
+		{flag: "tls-key", env: "AGENTLOG_NATS_TLS_KEY", natsEnv: "NATS_KEY", dst: &f.tlsKey,
+			usage: "PEM `FILE` of the client certificate's private key (with --tls-cert)"},
+	}
+}
+
+// connFlagNames are the persistent flags that only matter to commands that dial NATS; offline
+// commands hide them in their help (hideConnFlags).
+var connFlagNames = []string{"nats", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "timeout"}
+
+// addConnFlags registers the connection flags on root's persistent flags. Their values are taken from
+// the environment in resolve, not here, so that --help shows no secret as a default.
+func (f *connFlags) addConnFlags(g *globals, fs *pflag.FlagSet) {
+	for _, s := range f.settings(g) {
+		fs.StringVar(s.dst, s.flag, "", s.usage+" (env "+s.env+", then "+s.natsEnv+")")
+	}
+}
+
+// resolve fills the settings not given as flags from the environment, checks that the credentials
+// are one consistent set, moves user info out of the URL(s), and builds the connection options. A
+// conflict is a usage error; files are read when a connection is made, and a bad one fails it,
+// naming the flag and the file.
+//
+// Precedence: the URL and each TLS setting come from its flag, else AGENTLOG_NATS_X, else NATS_X.
+// The credentials (creds, nkey, user/password, token, user info in the URL) come as a whole from the
+// first of these three levels that sets any of them, so a NATS_USER in the environment never mixes
+// with a --creds on the command line; two kinds at one level are refused.
+func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
+	settings := f.settings(g)
+	isAuth := func(s connSetting) bool {
+		switch s.flag {
+		case "creds", "nkey", "user", "password", "token":
+			return true
+		}
+		return false
+	}
+	// The credentials' level: 0 flags, 1 AGENTLOG_NATS_*, 2 NATS_*.
+	authLevel := -1
+	for level := 0; level < 3 && authLevel < 0; level++ {
+		for _, s := range settings {
+			if isAuth(s) && s.lookup(fs, level) != "" {
+				authLevel = level
+			}
+		}
+	}
+	for _, s := range settings {
+		if fs.Changed(s.flag) {
+			if *s.dst == "" {
+				return &usageError{fmt.Errorf("--%s is empty", s.flag)}
+			}
+			continue
+		}
+		if isAuth(s) {
+			if authLevel > 0 {
+				*s.dst = s.lookup(fs, authLevel)
+			}
+			continue
+		}
+		for level := 1; level < 3 && *s.dst == ""; level++ {
+			*s.dst = s.lookup(fs, level)
+		}
+	}
+	if g.natsURL == "" {
+		g.natsURL = DefaultNATSURL
+	}
+	stripped, ui, err := splitUserInfo(g.natsURL)
+	if err != nil {
+		return &usageError{err}
+	}
+	g.natsURL = stripped
+	if ui != nil {
+		if f.creds != "" || f.nkey != "" || f.user != "" || f.token != "" || f.password != "" {
+			return &usageError{errors.New("the NATS URL carries user info and credentials are given too (--creds, --nkey, --user, --token or their environment variables): choose one")}
+		}
+		if pw, ok := ui.Password(); ok {
+			f.user, f.password = ui.Username(), pw
+		} else {
+			f.token = ui.Username()
+		}
+	}
+	var kinds []string
+	if f.creds != "" {
+		kinds = append(kinds, "--creds")
+	}
+	if f.nkey != "" {
+		kinds = append(kinds, "--nkey")
+	}
+	if f.user != "" {
+		kinds = append(kinds, "--user")
+	}
+	if f.token != "" {
+		kinds = append(kinds, "--token")
+	}
+	if len(kinds) > 1 {
+		return &usageError{fmt.Errorf("credentials: %s given together; use one", strings.Join(kinds, " and "))}
+	}
+	if f.password != "" && f.user == "" {
+		return &usageError{errors.New("--password needs --user")}
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return &usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+
+	f.opts = nil
+	switch {
+	case f.creds != "":
+		creds := f.creds
+		f.opts = append(f.opts, func(o *nats.Options) error {
+			if _, err := os.Stat(creds); err != nil {
+				return fmt.Errorf("--creds: %w", err)
+			}
+			return nats.UserCredentials(creds)(o)
+		})
+	case f.nkey != "":
+		seed := f.nkey
+		f.opts = append(f.opts, func(o *nats.Options) error {
+			opt, err := nats.NkeyOptionFromSeed(seed)
+			if err != nil {
+				return fmt.Errorf("--nkey %s: %w", seed, err)
+			}
+			return opt(o)
+		})
+	case f.user != "":
+		f.opts = append(f.opts, nats.UserInfo(f.user, f.password))
+	case f.token != "":
+		f.opts = append(f.opts, nats.Token(f.token))
+	}
+	if f.tlsCA != "" || f.tlsCert != "" {
+		ca, cert, key := f.tlsCA, f.tlsCert, f.tlsKey
+		f.opts = append(f.opts, func(o *nats.Options) error {
+			cfg, err := loadTLS(ca, cert, key)
+			if err != nil {
+				return err
+			}
+			o.Secure, o.TLSConfig = true, cfg
+			return nil
+		})
+	}
+	return nil
+}
+
+// lookup returns the setting at level 0 (its flag, when given), 1 (AGENTLOG_NATS_*) or 2 (NATS_*).
+func (s connSetting) lookup(fs *pflag.FlagSet, level int) string {
+	switch level {
+	case 0:
+		if fs.Changed(s.flag) {
+			return *s.dst
+		}
+		return ""
+	case 1:
+		return os.Getenv(s.env)
+	default:
+		return os.Getenv(s.natsEnv)
+	}
+}
+
+// splitUserInfo removes user info (user:password@ or token@) from each of the comma-separated URLs,
+// returning it once. URLs that carry different user info are refused.
+func splitUserInfo(urls string) (string, *url.Userinfo, error) {
+	parts := strings.Split(urls, ",")
+	var found *url.Userinfo
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "@") {
+			parts[i] = p
+			continue
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.User == nil {
+			return "", nil, fmt.Errorf("NATS URL %q: cannot parse its user info", redactURL(p))
+		}
+		if found != nil && found.String() != u.User.String() {
+			return "", nil, errors.New("the NATS URLs carry different user info")
+		}
+		found = u.User
+		u.User = nil
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ","), found, nil
+}
+
+// redactURL hides what follows the scheme up to an @, for error messages.
+func redactURL(s string) string {
+	at := strings.LastIndex(s, "@")
+	if at < 0 {
+		return s
+	}
+	start := strings.Index(s, "://")
+	if start < 0 || start > at {
+		start = -3
+	}
+	return s[:start+3] + "REDACTED" + s[at:]
+}
+
+// loadTLS builds the client TLS configuration: the roots from ca (the system's when ""), and the
+// client certificate when cert is set. Errors name the flag and the file.
+func loadTLS(ca, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// connectionFailedForGood reports whether a connection error will not go away by retrying: bad
+// credentials, a certificate that does not verify, a file that cannot be read. The services stop on
+// such an error instead of waiting for NATS.
+func connectionFailedForGood(err error) bool {
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	var cie x509.CertificateInvalidError
+	var cve *tls.CertificateVerificationError
+	var pe *os.PathError
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+		errors.Is(err, nats.ErrNkeysNotSupported) || errors.Is(err, nats.ErrSecureConnRequired) ||
+		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) || errors.As(err, &cve) || errors.As(err, &pe) ||
+		strings.Contains(err.Error(), "--nkey") || strings.Contains(err.Error(), "--tls-") || strings.Contains(err.Error(), "--creds")
+}
+
+// offline marks a command that never dials NATS: its help leaves out the connection flags, and the
+// connection settings are not resolved for it.
+const offlineAnnotation = "agentlog.offline"
+
+// markOffline marks c and its subcommands offline (see hideConnFlags).
+func markOffline(c *cobra.Command) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[offlineAnnotation] = "true"
+	for _, sub := range c.Commands() {
+		if !sub.Hidden { // a hidden subcommand (bench writer) dials NATS
+			markOffline(sub)
+		}
+	}
+	return c
+}
+
+func isOffline(c *cobra.Command) bool { return c.Annotations[offlineAnnotation] == "true" }
+
+// hideConnFlags makes the help of offline commands leave out the connection flags: while an offline
+// command's help or usage is printed, those inherited flags are hidden (they belong to root, shared
+// by every command, so they are shown again after).
+func hideConnFlags(root *cobra.Command) {
+	defHelp, defUsage := root.HelpFunc(), root.UsageFunc()
+	hidden := func(c *cobra.Command, f func()) {
+		if !isOffline(c) {
+			f()
+			return
+		}
+		var was []bool
+		for _, name := range connFlagNames {
+			fl := root.PersistentFlags().Lookup(name)
+			was = append(was, fl.Hidden)
+			fl.Hidden = true
+		}
+		defer func() {
+			for i, name := range connFlagNames {
+				root.PersistentFlags().Lookup(name).Hidden = was[i]
+			}
+		}()
+		f()
+	}
+	root.SetHelpFunc(func(c *cobra.Command, args []string) { hidden(c, func() { defHelp(c, args) }) })
+	root.SetUsageFunc(func(c *cobra.Command) error {
+		var err error
+		hidden(c, func() { err = defUsage(c) })
+		return err
+	})
+}
