@@ -18,8 +18,8 @@ import (
 // consulted (AGENTLOG_NATS_*, then the nats CLI's NATS_*), and its help text.
 type connSetting struct {
 	flag, env, natsEnv, usage string
-	secret                bool // never printed as a default in --help
-	dst                   *string
+	secret                    bool // never printed as a default in --help
+	dst                       *string
 }
 
 // connFlags are the connection settings every command that dials NATS shares (flag > AGENTLOG_NATS_X >
@@ -27,7 +27,7 @@ type connSetting struct {
 // see resolve).
 type connFlags struct {
 	creds, nkey, user, password, token string
-	tlsCA, tlsCert, tlsKey              string
+	tlsCA, tlsCert, tlsKey             string
 
 	opts []nats.Option // built by resolve, added by globals.natsOptions
 }

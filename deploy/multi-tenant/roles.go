@@ -105,8 +105,8 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 		return Permissions{
 			Publish: concat(
 				[]string{
-					ajs.SubjectPrefix + ".>",          // records: guarded JetStream publishes (ack to the inbox)
-					ajs.ErrorsPrefix + ".>",           // the publisher's error reports
+					ajs.SubjectPrefix + ".>",           // records: guarded JetStream publishes (ack to the inbox)
+					ajs.ErrorsPrefix + ".>",            // the publisher's error reports
 					"$KV." + ajs.SessionsBucket + ".>", // session metadata: the KV create that claims an id
 					"$KV." + ajs.WritersBucket + ".>",  // the writer lease (create, renew, release)
 					"agentlog.fork",                    // the fork service
