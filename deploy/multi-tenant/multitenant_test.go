@@ -1,0 +1,602 @@
+package multitenant_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// deployment is a running up.sh deployment: what gen wrote and what DIR/env defines.
+type deployment struct {
+	*multitenant.Deployment
+	bin string            // DIR/bin/agentlog
+	env map[string]string // NATS_URL, A_AGENT_ARGS, ... as DIR/env defines them
+}
+
+// up runs up.sh into a temporary directory, for real, and stops it with DIR/down.sh at cleanup.
+func up(t *testing.T) *deployment {
+	t.Helper()
+	for _, tool := range []string{"sh", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("deploy/multi-tenant/up.sh needs %s, not found: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "up.sh", dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t.Cleanup(func() {
+		if b, err := exec.Command(filepath.Join(dir, "down.sh")).CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, b)
+		}
+		if t.Failed() {
+			for _, name := range []string{"nats-server", "a-projector", "a-forker", "b-projector", "b-forker"} {
+				b, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+				t.Logf("%s.log (tail):\n%s", name, tail(string(b), 3000))
+			}
+		}
+	})
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("up.sh %s: %v\n%s", dir, err, out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "deployment.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &deployment{Deployment: &multitenant.Deployment{}, bin: filepath.Join(dir, "bin", "agentlog"), env: map[string]string{}}
+	if err := json.Unmarshal(b, d.Deployment); err != nil {
+		t.Fatal(err)
+	}
+	// The passwords are not in deployment.json: read them from their files, as a user would.
+	for _, id := range d.Identities {
+		if id.PassFile != "" {
+			pw, err := os.ReadFile(id.PassFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id.Password = strings.TrimSpace(string(pw))
+		}
+	}
+	// DIR/env, sourced by a shell.
+	names := []string{"NATS_URL", "A_AGENT_ARGS", "B_AGENT_ARGS", "A_NATS_ARGS", "B_NATS_ARGS", "A_VIEWER_ARGS", "A_OPERATOR_ARGS", "B_OPERATOR_ARGS"}
+	script := ". " + filepath.Join(dir, "env")
+	for _, n := range names {
+		script += fmt.Sprintf("; printf '%%s\\n' \"$%s\"", n)
+	}
+	vals, err := exec.Command("sh", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("sourcing %s/env: %v", dir, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(vals), "\n"), "\n")
+	if len(lines) != len(names) {
+		t.Fatalf("%s/env defines %d of %v:\n%s", dir, len(lines), names, vals)
+	}
+	for i, n := range names {
+		if lines[i] == "" {
+			t.Fatalf("%s/env: %s is empty", dir, n)
+		}
+		d.env[n] = lines[i]
+	}
+	return d
+}
+
+// cli runs the agentlog binary with the global flags in the variable args of DIR/env (e.g.
+// A_AGENT_ARGS, expanded as a shell would, unquoted) and NATS_URL from DIR/env in its environment.
+func (d *deployment) cli(t *testing.T, stdin, args string, cmdArgs ...string) (int, string, string) {
+	t.Helper()
+	all := append(strings.Fields(d.env[args]), cmdArgs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin, all...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "NATS_URL=" + d.env["NATS_URL"]}
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errb.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errb.String()
+	}
+	t.Fatalf("agentlog %v: %v", cmdArgs, err)
+	return 0, "", ""
+}
+
+// importLog writes log to a file and imports it with the flags of args (plus extra).
+func (d *deployment) importLog(t *testing.T, args, log string, extra ...string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "log.jsonl")
+	if err := os.WriteFile(f, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.ok(t, "", args, append([]string{"import", f}, extra...)...)
+}
+
+// ok runs cli and fails the test unless it exits 0; it returns stdout.
+func (d *deployment) ok(t *testing.T, stdin, args string, cmdArgs ...string) string {
+	t.Helper()
+	code, out, errOut := d.cli(t, stdin, args, cmdArgs...)
+	if code != 0 {
+		t.Fatalf("agentlog $%s %s: exit %d\nstdout: %s\nstderr: %s", args, strings.Join(cmdArgs, " "), code, tail(out, 2000), errOut)
+	}
+	return out
+}
+
+// refused runs cli and fails the test unless it exits 1 with stderr matching want.
+func (d *deployment) refused(t *testing.T, want, stdin, args string, cmdArgs ...string) {
+	t.Helper()
+	code, out, errOut := d.cli(t, stdin, args, cmdArgs...)
+	if code != 1 || !regexp.MustCompile(want).MatchString(errOut) {
+		t.Fatalf("agentlog $%s %s: exit %d, want 1 with stderr matching %q\nstdout: %s\nstderr: %s", args, strings.Join(cmdArgs, " "), code, want, tail(out, 2000), errOut)
+	}
+}
+
+// conn connects as id with the deployment's CA and id's certificate, named name.
+func (d *deployment) conn(t *testing.T, id *multitenant.Identity, name string, extra ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := d.dial(id, name, extra...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", id.Name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func (d *deployment) dial(id *multitenant.Identity, name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.RootCAs(d.CAFile), nats.ClientCert(id.CertFile, id.KeyFile),
+		nats.Timeout(5 * time.Second), nats.NoReconnect(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
+	if id.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(id.NkeyFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
+	} else {
+		opts = append(opts, nats.UserInfo(id.Name, id.Password))
+	}
+	return nats.Connect(d.URL, append(opts, extra...)...)
+}
+
+// smallLog is a session log of one turn whose user message carries marker.
+func smallLog(id, marker string) string {
+	return fmt.Sprintf(`{"type":"session","version":0,"id":%q,"createdAt":1784998084454}
+{"type":"turn/start","seq":0,"time":1784998084454,"data":{"turn":1,"trigger":{"kind":"message"}}}
+{"type":"user/message","seq":1,"time":1784998084455,"data":{"id":"m1","role":"user","content":[{"type":"text","text":%q}],"source":{"kind":"user"}},"surfaceOp":"append"}
+{"type":"turn/end","seq":2,"time":1784998084456,"data":{"turn":1,"reason":{"kind":"completed"}}}
+`, id, marker)
+}
+
+// violations returns the permission violations nats-server logged so far, one line each.
+func (d *deployment) violations(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.Dir, "logs", "nats-server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Violation") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+const (
+	markerA = "tenant-A-private-text"
+	markerB = "tenant-B-private-text"
+)
+
+// TestMultiTenant starts deploy/multi-tenant/up.sh for real (nats-server built from the module's
+// dependency, the generated config, a projector and a forker per tenant, each as its role) and
+// checks, against that server and config: every role's legitimate work with only its permissions,
+// every attack of tenant A on tenant B, the limits of each role within a tenant, and TLS.
+func TestMultiTenant(t *testing.T) {
+	d := up(t)
+	a, b := d.Tenants[0], d.Tenants[1]
+
+	t.Run("legitimate", func(t *testing.T) {
+		// Agents: import, messages, events, fork, sessions, status; the same id in both tenants.
+		d.importLog(t, "A_AGENT_ARGS", smallLog("s1", markerA))
+		d.importLog(t, "B_AGENT_ARGS", smallLog("s1", markerB))
+		d.importLog(t, "B_AGENT_ARGS", smallLog("b-secret", markerB))
+		if out := d.ok(t, "", "A_AGENT_ARGS", "messages", "s1"); !strings.Contains(out, markerA) || strings.Contains(out, markerB) {
+			t.Fatalf("A's messages of s1: %s", out)
+		}
+		if out := d.ok(t, "", "B_AGENT_ARGS", "messages", "s1"); !strings.Contains(out, markerB) || strings.Contains(out, markerA) {
+			t.Fatalf("B's messages of s1: %s", out)
+		}
+		if out := d.ok(t, "", "A_AGENT_ARGS", "events", "s1"); !strings.Contains(out, markerA) {
+			t.Fatalf("A's events of s1: %s", out)
+		}
+		if out := d.ok(t, "", "A_AGENT_ARGS", "fork", "s1", "--child", "s1-fork"); !strings.Contains(out, `"seedLength":3`) {
+			t.Fatalf("fork: %s", out)
+		}
+		if out := d.ok(t, "", "A_AGENT_ARGS", "messages", "s1-fork"); !strings.Contains(out, markerA) {
+			t.Fatalf("A's messages of the fork: %s", out)
+		}
+		out := d.ok(t, "", "A_AGENT_ARGS", "sessions")
+		if !strings.Contains(out, "s1-fork") || strings.Contains(out, "b-secret") {
+			t.Fatalf("A's sessions:\n%s", out)
+		}
+		d.ok(t, "", "A_AGENT_ARGS", "status", "s1")
+
+		// The viewer reads everything of its tenant.
+		if out := d.ok(t, "", "A_VIEWER_ARGS", "sessions"); !strings.Contains(out, "s1-fork") {
+			t.Fatalf("viewer's sessions:\n%s", out)
+		}
+		d.ok(t, "", "A_VIEWER_ARGS", "status", "s1")
+		if out := d.ok(t, "", "A_VIEWER_ARGS", "events", "s1"); !strings.Contains(out, markerA) {
+			t.Fatalf("viewer's events: %s", out)
+		}
+		if out := d.ok(t, "", "A_VIEWER_ARGS", "messages", "s1"); !strings.Contains(out, markerA) {
+			t.Fatalf("viewer's messages: %s", out)
+		}
+		// Live: the viewer consumes the session subject and a projection watch.
+		viewer := d.conn(t, d.Identity(a, multitenant.Viewer), "viewer-live")
+		js, _ := natsjs.New(viewer)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		subj, _ := ajs.SessionSubject("s2", d.Partitions)
+		live, err := viewer.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		viewer.Flush()
+		store, err := ajs.Open(ctx, js)
+		if err != nil {
+			t.Fatalf("viewer: jetstream.Open: %v", err)
+		}
+		w, err := store.Projections.Watch(ctx, "messages.s1")
+		if err != nil {
+			t.Fatalf("viewer: watch messages.s1: %v", err)
+		}
+		defer w.Stop()
+		if e := <-w.Updates(); e == nil || e.Key() != "messages.s1" || e.Revision() == 0 {
+			t.Fatalf("viewer's watch: first update %v", e)
+		}
+		d.importLog(t, "A_AGENT_ARGS", smallLog("s1", "live text"), "--session", "s2")
+		if m, err := live.NextMsg(10 * time.Second); err != nil || !strings.Contains(string(m.Data), "live text") {
+			t.Fatalf("viewer's live subscription to %s: %v", subj, err)
+		}
+
+		// The operator provisions (again: idempotent), rebuilds and removes.
+		d.ok(t, "", "A_OPERATOR_ARGS", "provision")
+		d.ok(t, "", "A_OPERATOR_ARGS", "rebuild", "messages")
+		d.ok(t, "", "A_OPERATOR_ARGS", "rm", "s2")
+
+		// The services did all of that with only their permissions, and so did every client.
+		if v := d.violations(t); len(v) > 0 {
+			t.Fatalf("permission violations during legitimate work:\n%s", strings.Join(v, "\n"))
+		}
+	})
+
+	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
+	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
+	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
+}
+
+// attacks tries, as tenant A's agent and as tenant A's operator (who holds every right in A's
+// account), to read, fork, watch and write tenant B's sessions. Each one fails, and B is unchanged.
+func attacks(t *testing.T, d *deployment, a, b string) {
+	before := d.ok(t, "", "B_AGENT_ARGS", "events", "b-secret")
+
+	// events, messages, status, fork through the CLI.
+	d.refused(t, `session "b-secret" not found`, "", "A_AGENT_ARGS", "events", "b-secret")
+	d.refused(t, `404`, "", "A_AGENT_ARGS", "messages", "b-secret", "--min-seq", "-1")
+	d.refused(t, `not found`, "", "A_AGENT_ARGS", "status", "b-secret")
+	d.refused(t, `SESSION_NOT_FOUND`, "", "A_AGENT_ARGS", "fork", "b-secret", "--child", "stolen")
+	d.refused(t, `not found`, "", "A_OPERATOR_ARGS", "events", "b-secret")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, role := range []multitenant.Role{multitenant.Agent, multitenant.Operator} {
+		nc := d.conn(t, d.Identity(a, role), "attack-"+string(role))
+		js, _ := natsjs.New(nc)
+		subj, _ := ajs.SessionSubject("b-secret", d.Partitions)
+		tok, _ := ajs.Token("b-secret")
+
+		// The fork service, asked with the tenant in the payload: the tenant is the connection's.
+		for _, req := range []string{
+			`{"source":"b-secret","child":"stolen2"}`,
+			`{"source":"b-secret","child":"stolen3","tenant":"` + b + `","account":"` + b + `"}`,
+		} {
+			reply, err := nc.RequestWithContext(ctx, "agentlog.fork", []byte(req))
+			if err != nil {
+				t.Fatalf("%s: fork request: %v", role, err)
+			}
+			if !strings.Contains(reply.Header.Get("Nats-Service-Error"), "not found") && !strings.Contains(string(reply.Data), "SESSION_NOT_FOUND") {
+				t.Fatalf("%s: fork of B's session %s answered %v %s", role, req, reply.Header, reply.Data)
+			}
+		}
+
+		// Direct get, last by subject and by sequence; STREAM.MSG.GET.
+		if r, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.AGENTLOG."+subj, nil); err != nil || r.Header.Get("Status") != "404" || bytes.Contains(r.Data, []byte(markerB)) {
+			t.Fatalf("%s: direct get of %s: %v %v %s", role, subj, err, r.Header, r.Data)
+		}
+		for seq := 1; seq <= 20; seq++ {
+			r, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.AGENTLOG", fmt.Appendf(nil, `{"seq":%d}`, seq))
+			if err == nil && bytes.Contains(r.Data, []byte(markerB)) {
+				t.Fatalf("%s: direct get seq %d returned B's record", role, seq)
+			}
+		}
+		if r, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.AGENTLOG", fmt.Appendf(nil, `{"last_by_subj":%q}`, subj)); err == nil && !bytes.Contains(r.Data, []byte(`"code":404`)) {
+			t.Fatalf("%s: STREAM.MSG.GET of %s: %s", role, subj, r.Data)
+		}
+
+		// KV reads of B's metadata and projections.
+		for _, kvName := range []string{ajs.SessionsBucket, ajs.ProjectionsBucket} {
+			kv, err := js.KeyValue(ctx, kvName)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", role, kvName, err)
+			}
+			key := tok
+			if kvName == ajs.ProjectionsBucket {
+				key = "messages." + tok
+			}
+			if e, err := kv.Get(ctx, key); !errors.Is(err, natsjs.ErrKeyNotFound) {
+				t.Fatalf("%s: KV get %s %s: %v %v", role, kvName, key, e, err)
+			}
+		}
+
+		// A consumer on the whole stream, no filter: it reads A's records only.
+		cons, err := js.OrderedConsumer(ctx, "AGENTLOG", natsjs.OrderedConsumerConfig{FilterSubjects: []string{"agentlog.>"}})
+		if err != nil {
+			t.Fatalf("%s: consumer on AGENTLOG: %v", role, err)
+		}
+		batch, err := cons.FetchNoWait(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if bytes.Contains(m.Data(), []byte(markerB)) || strings.HasSuffix(m.Subject(), "."+tok) {
+				t.Fatalf("%s: consumer read B's record on %s", role, m.Subject())
+			}
+		}
+		if n == 0 {
+			t.Fatalf("%s: the consumer read nothing (A's records were expected)", role)
+		}
+	}
+
+	// Writing a record into B's session, on its subject with its headers, as A's agent: it lands in
+	// A's stream (on the same subject name), never in B's.
+	{
+		nc := d.conn(t, d.Identity(a, multitenant.Agent), "attack-write")
+		js, _ := natsjs.New(nc)
+		subj, _ := ajs.SessionSubject("b-secret", d.Partitions)
+		tok, _ := ajs.Token("b-secret")
+		h := nats.Header{}
+		h.Set("Agentlog-Session", tok)
+		h.Set("Agentlog-First-Seq", "3")
+		h.Set("Agentlog-Count", "1")
+		h.Set("Agentlog-Format", "1")
+		h.Set("Nats-Expected-Last-Subject-Sequence", "0")
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: h, Data: []byte(`{"type":"x/evil","seq":3,"time":1,"data":{},"ignorable":true}`)}); err != nil {
+			t.Fatalf("A's agent publishing on %s: %v", subj, err)
+		}
+	}
+
+	// Core subscriptions: A's operator may subscribe to anything in A's account. While it listens,
+	// B appends, reads, queries and forks: nothing of B's reaches it.
+	op := d.conn(t, d.Identity(a, multitenant.Operator), "attack-listener")
+	got := make(chan *nats.Msg, 100000)
+	for _, s := range []string{"agentlog.>", "$JS.API.>", "$KV.>", ">"} {
+		if _, err := op.ChanSubscribe(s, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op.Flush()
+	// The agent may not even subscribe to those.
+	agent := d.conn(t, d.Identity(a, multitenant.Agent), "attack-agent-sub")
+	for _, s := range []string{"$JS.API.>", ">", "$KV.>"} {
+		sub, err := agent.SubscribeSync(s)
+		if err == nil {
+			agent.Flush()
+			if _, err = sub.NextMsg(time.Second); !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(fmt.Sprint(err, agent.LastError()), "Permissions Violation") {
+				t.Fatalf("agent subscribed to %s: %v / %v", s, err, agent.LastError())
+			}
+		}
+	}
+	d.importLog(t, "B_AGENT_ARGS", smallLog("b-more", markerB))
+	d.ok(t, "", "B_AGENT_ARGS", "messages", "b-more")
+	d.ok(t, "", "B_AGENT_ARGS", "fork", "b-more", "--child", "b-more-fork")
+	d.ok(t, "", "B_AGENT_ARGS", "sessions")
+	time.Sleep(300 * time.Millisecond)
+	seen := len(got)
+	for i := 0; i < seen; i++ {
+		m := <-got
+		if bytes.Contains(m.Data, []byte(markerB)) || strings.Contains(m.Subject, "b-more") || bytes.Contains(m.Data, []byte("b-more")) {
+			t.Fatalf("A's operator saw B's traffic on %s: %.200s", m.Subject, m.Data)
+		}
+	}
+
+	// B is unchanged: the records A wrote on B's subject went into A's stream.
+	if after := d.ok(t, "", "B_AGENT_ARGS", "events", "b-secret"); after != before {
+		t.Fatalf("B's session changed:\nbefore %s\nafter %s", before, after)
+	}
+}
+
+// withinTenant checks that a role cannot do what another role of its tenant does, and that no
+// identity of A can pass for B's.
+func withinTenant(t *testing.T, d *deployment, a, b string) {
+	// The viewer writes nothing: no import, fork, rm.
+	f := filepath.Join(t.TempDir(), "v1.jsonl")
+	if err := os.WriteFile(f, []byte(smallLog("v1", "x")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.refused(t, `ermission|deadline|timeout`, "", "A_VIEWER_ARGS", "--timeout", "3s", "import", f)
+	d.refused(t, `ermission|deadline|timeout|no responders`, "", "A_VIEWER_ARGS", "--timeout", "3s", "fork", "s1", "--child", "v-fork")
+	d.refused(t, `ermission|deadline|timeout`, "", "A_VIEWER_ARGS", "--timeout", "3s", "rm", "s1")
+	// The agent does not administer: no provision, no rm (a purge), no rebuild.
+	d.refused(t, `ermission|deadline|timeout`, "", "A_AGENT_ARGS", "--timeout", "3s", "rm", "s1")
+	d.refused(t, `ermission|deadline|timeout`, "", "A_AGENT_ARGS", "--timeout", "3s", "rebuild", "messages", "--session", "s1")
+	agent := d.conn(t, d.Identity(a, multitenant.Agent), "attack-within")
+	js, _ := natsjs.New(agent)
+	// Each refused request is answered by no one: it times out (2 s) and the server logs the violation.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "MINE", Subjects: []string{"mine.>"}}); err == nil {
+		t.Fatal("agent created a stream")
+	}
+	if err := js.DeleteStream(ctx, "AGENTLOG"); err == nil {
+		t.Fatal("agent deleted AGENTLOG")
+	}
+	// The projector's partition consumers are out of the agent's reach.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := js.CreateOrUpdateConsumer(ctx, "AGENTLOG", natsjs.ConsumerConfig{Durable: "agentlog-projector-0", FilterSubject: "agentlog.session.0.*"}); err == nil {
+		t.Fatal("agent changed the projector's consumer agentlog-projector-0")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := js.DeleteConsumer(ctx, "AGENTLOG", "agentlog-projector-1"); err == nil {
+		t.Fatal("agent deleted the projector's consumer agentlog-projector-1")
+	}
+	// Projections are the projector's: an agent cannot forge one.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "$KV.agentlog_projections.messages.s1", []byte(`{}`)); err == nil {
+		t.Fatal("agent wrote a projection")
+	}
+	// A service reply cannot be impersonated: the agent may not subscribe to the service subjects.
+	sub, err := agent.SubscribeSync("agentlog.fork")
+	if err == nil {
+		agent.Flush()
+		if _, err := sub.NextMsg(500 * time.Millisecond); !strings.Contains(fmt.Sprint(err, agent.LastError()), "ermission") {
+			t.Fatalf("agent subscribed to agentlog.fork: %v", err)
+		}
+	}
+
+	// No identity of A authenticates as B: B's viewer name with A's viewer password, A's certificate
+	// with B's user, a password user in B's name with no password.
+	av, bv := d.Identity(a, multitenant.Viewer), d.Identity(b, multitenant.Viewer)
+	forged := *bv
+	forged.Password = av.Password
+	if nc, err := d.dial(&forged, "forged"); err == nil {
+		nc.Close()
+		t.Fatal("B's viewer authenticated with A's viewer password")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("forged B viewer: %v, want an authorization violation", err)
+	}
+	// A's agent, with B's certificate: the certificate carries no identity, the nkey does.
+	mixed := *d.Identity(a, multitenant.Agent)
+	mixed.CertFile, mixed.KeyFile = d.Identity(b, multitenant.Agent).CertFile, d.Identity(b, multitenant.Agent).KeyFile
+	nc := d.conn(t, &mixed, "mixed-cert")
+	kv, _ := natsjs.New(nc)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := ajs.Open(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetSession(ctx, "b-secret"); err == nil {
+		t.Fatal("A's agent with B's certificate read B's session")
+	}
+}
+
+// tlsChecks: the server refuses plain connections, a client without a certificate, a certificate of
+// another CA; a client refuses a server whose CA it does not trust; every connection of the
+// services is TLS, in its tenant's account.
+func tlsChecks(t *testing.T, d *deployment, a string) {
+	id := d.Identity(a, multitenant.Agent)
+	other := t.TempDir()
+	wrongCA, err := multitenant.NewCA(other, "not the deployment's CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcert, wkey, err := wrongCA.Issue(other, "intruder", false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := nats.NkeyOptionFromSeed(id.NkeyFile)
+	base := []nats.Option{seed, nats.Timeout(5 * time.Second), nats.NoReconnect()}
+	cases := []struct {
+		name string
+		url  string
+		opts []nats.Option
+	}{
+		{"plain", strings.Replace(d.URL, "tls://", "nats://", 1), nil},
+		{"no client certificate", d.URL, []nats.Option{nats.RootCAs(d.CAFile)}},
+		{"client certificate of another CA", d.URL, []nats.Option{nats.RootCAs(d.CAFile), nats.ClientCert(wcert, wkey)}},
+		{"server not signed by the trusted CA", d.URL, []nats.Option{nats.RootCAs(wrongCA.CertFile), nats.ClientCert(id.CertFile, id.KeyFile)}},
+	}
+	for _, c := range cases {
+		if nc, err := nats.Connect(c.url, append(base, c.opts...)...); err == nil {
+			nc.Close()
+			t.Fatalf("%s: connected", c.name)
+		}
+	}
+	// The CLI with the wrong CA says why.
+	code, _, errOut := d.cli(t, "", "A_AGENT_ARGS", "--tls-ca", wrongCA.CertFile, "sessions")
+	if code != 1 || !strings.Contains(errOut, "certificate") {
+		t.Fatalf("agentlog with the wrong CA: exit %d: %s", code, errOut)
+	}
+
+	// Every client connection is TLS (the server requires it); the services' are in their tenant's
+	// account, under their role's user.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}
+	resp, err := hc.Get(d.HTTPURL + "/connz?auth=true&limit=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var connz struct {
+		Conns []struct {
+			Name string `json:"name"`
+			TLS  string `json:"tls_version"`
+			Acc  string `json:"account"`
+			User string `json:"authorized_user"`
+		} `json:"connections"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&connz); err != nil {
+		t.Fatal(err)
+	}
+	services := 0
+	for _, c := range connz.Conns {
+		if c.TLS == "" {
+			t.Errorf("connection %q (account %s) is not TLS", c.Name, c.Acc)
+		}
+		if c.Name == "agentlog-projector" || c.Name == "agentlog-forker" {
+			services++
+			role := multitenant.Projector
+			if c.Name == "agentlog-forker" {
+				role = multitenant.Forker
+			}
+			if want := d.Identity(c.Acc, role); want == nil || want.Public != c.User {
+				t.Errorf("service connection %q in account %s as %s: not that tenant's %s", c.Name, c.Acc, c.User, role)
+			}
+		}
+	}
+	if services < 2*len(d.Tenants) {
+		t.Errorf("found %d service connections, want at least %d: %+v", services, 2*len(d.Tenants), connz.Conns)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
