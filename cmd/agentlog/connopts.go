@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -281,6 +282,59 @@ func connectionFailedForGood(err error) bool {
 		errors.Is(err, nats.ErrNkeysNotSupported) || errors.Is(err, nats.ErrSecureConnRequired) ||
 		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) || errors.As(err, &cve) || errors.As(err, &pe) ||
 		strings.Contains(err.Error(), "--nkey") || strings.Contains(err.Error(), "--tls-") || strings.Contains(err.Error(), "--creds")
+}
+
+// serviceAnnotation marks a long-running service command (projector, forker): a refused request is
+// logged and the service goes on, where another command stops at once (failFastOnRefusal).
+const serviceAnnotation = "agentlog.service"
+
+// markService marks c a service.
+func markService(c *cobra.Command) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[serviceAnnotation] = "true"
+	return c
+}
+
+// failFastOnRefusal makes a permission violation reported by the server stop command c at once,
+// with that violation as its error (see refusal): a request the server refuses to deliver is never
+// answered, and would otherwise wait for --timeout and end as a bare "deadline exceeded".
+func (g *globals) failFastOnRefusal(c *cobra.Command) {
+	if c.Annotations[serviceAnnotation] == "true" {
+		return
+	}
+	ctx, cancel := context.WithCancelCause(c.Context())
+	c.SetContext(ctx)
+	g.mu.Lock()
+	g.refuse = cancel
+	g.mu.Unlock()
+}
+
+// asyncError is the connections' error handler: a permission violation stops the command (see
+// failFastOnRefusal); other errors, and every error of a service, are written to stderr.
+func (g *globals) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if errors.Is(err, nats.ErrPermissionViolation) && g.refuse != nil {
+		if g.refused == nil {
+			g.refused = fmt.Errorf("NATS refused a request of this command: %w (the credentials' permissions do not allow it; the roles: deploy/SECURITY.md)", err)
+			g.refuse(g.refused)
+		}
+		return
+	}
+	if sub != nil {
+		fmt.Fprintf(g.stderr, "agentlog: NATS: subscription %s: %v\n", sub.Subject, err)
+	} else {
+		fmt.Fprintf(g.stderr, "agentlog: NATS: %v\n", err)
+	}
+}
+
+// refusal is the permission violation that stopped the command, or nil.
+func (g *globals) refusal() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused
 }
 
 // offline marks a command that never dials NATS: its help leaves out the connection flags, and the

@@ -37,7 +37,7 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // run executes the CLI with args and returns the process exit status. It is the testable entry point.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdin, stdout, stderr)
+	root, g := newRoot(stdin, stdout, stderr)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -45,6 +45,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	if r := g.refusal(); r != nil {
+		err = r // the command was stopped by the server's refusal, which says more than "canceled"
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

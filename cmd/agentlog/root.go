@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
@@ -24,12 +25,22 @@ type globals struct {
 	natsURL string // without user info: resolve moves it into conn
 	conn    connFlags
 	timeout time.Duration
+
+	mu      sync.Mutex
+	refuse  context.CancelCauseFunc // cancels the running command (nil for services)
+	refused error                   // the permission violation that did
 	stdin   io.Reader
 	stdout  io.Writer
 	stderr  io.Writer
 }
 
 func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	root, _ := newRoot(stdin, stdout, stderr)
+	return root
+}
+
+// newRoot is newRootCmd, with the globals the commands share (run asks them for a refusal).
+func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "agentlog",
@@ -53,15 +64,19 @@ Quick start:
 		if g.timeout <= 0 {
 			return &usageError{fmt.Errorf("--timeout must be positive, got %s", g.timeout)}
 		}
-		return g.conn.resolve(g, root.PersistentFlags())
+		if err := g.conn.resolve(g, root.PersistentFlags()); err != nil {
+			return err
+		}
+		g.failFastOnRefusal(c)
+		return nil
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
 	})
 	root.AddCommand(
 		newProvisionCmd(g),
-		newProjectorCmd(g),
-		newForkerCmd(g),
+		markService(newProjectorCmd(g)),
+		markService(newForkerCmd(g)),
 		newImportCmd(g),
 		withEventsFollow(g, newEventsCmd(g)),
 		withMessagesWatch(g, newMessagesCmd(g)),
@@ -84,7 +99,7 @@ Quick start:
 		}
 	}
 	hideConnFlags(root)
-	return root
+	return root, g
 }
 
 // exactArgs returns a cobra.PositionalArgs that reports a usage error unless exactly n args are
@@ -120,7 +135,7 @@ func blankID(id string) bool { return strings.TrimSpace(id) == "" }
 // credentials and TLS of --creds, --nkey, --user/--password, --token (or the URL's user info),
 // --tls-ca, --tls-cert and --tls-key, or their environment variables (connopts.go).
 func (g *globals) natsOptions(name string) []nats.Option {
-	return append([]nats.Option{nats.Name(name)}, g.conn.opts...)
+	return append([]nats.Option{nats.Name(name), nats.ErrorHandler(g.asyncError)}, g.conn.opts...)
 }
 
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
