@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
 	"github.com/agentlog/agentlog/client"
+	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
@@ -33,6 +33,7 @@ import (
 type tenancyResult struct {
 	Mode           string  `json:"mode"` // accounts or namespaces
 	Tenants        int     `json:"tenants"`
+	Partitions     int     `json:"partitions"` // of each tenant's stream (0: 16)
 	Streams        int     `json:"streams"`   // JetStream streams on the server (buckets included)
 	Consumers      int     `json:"consumers"` // durable consumers (the projectors')
 	ServerRSSMiB   float64 `json:"server_rss_mib"`
@@ -59,6 +60,14 @@ func TestTenancyCost(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
 	}
+	// AGENTLOG_TENANCY_PARTITIONS: the partitions of every tenant's stream (default 16).
+	if p := os.Getenv("AGENTLOG_TENANCY_PARTITIONS"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			t.Fatalf("AGENTLOG_TENANCY_PARTITIONS=%q", p)
+		}
+		partitions = n
+	}
 	var results []tenancyResult
 	for _, f := range strings.Split(spec, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -76,6 +85,9 @@ func TestTenancyCost(t *testing.T) {
 			n, acc.ServerRSSMiB/ns.ServerRSSMiB, acc.RestartReadyMs/ns.RestartReadyMs, acc.AppendP50Ms/ns.AppendP50Ms, acc.ReadP50Ms/ns.ReadP50Ms)
 	}
 }
+
+// partitions of each tenant's AGENTLOG stream (0: the default, 16).
+var partitions int
 
 func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	dir := t.TempDir()
@@ -139,7 +151,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, err := ajs.Provision(ctx, js, ajs.Config{})
+		store, err := ajs.Provision(ctx, js, ajs.Config{Partitions: partitions})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +220,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	pub.Close(ctx)
 
 	time.Sleep(time.Second)
-	r := tenancyResult{Mode: mode, Tenants: n, ServerRSSMiB: rssMiB(t, srv.Process.Pid)}
+	r := tenancyResult{Mode: mode, Tenants: n, Partitions: partitions, ServerRSSMiB: rssMiB(t, srv.Process.Pid)}
 	r.AppendP50Ms, r.AppendP99Ms = pct(appendMs, 50), pct(appendMs, 99)
 	r.ReadP50Ms, r.ReadP99Ms = pct(readMs, 50), pct(readMs, 99)
 	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", httpPort)); err == nil {
