@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,9 +35,10 @@ type tenancyResult struct {
 	Mode           string  `json:"mode"` // accounts or namespaces
 	Tenants        int     `json:"tenants"`
 	Partitions     int     `json:"partitions"` // of each tenant's stream (0: 16)
-	Streams        int     `json:"streams"`   // JetStream streams on the server (buckets included)
-	Consumers      int     `json:"consumers"` // durable consumers (the projectors')
+	Streams        int     `json:"streams"`    // JetStream streams on the server (buckets included)
+	Consumers      int     `json:"consumers"`  // durable consumers (the projectors')
 	ServerRSSMiB   float64 `json:"server_rss_mib"`
+	ServicesRSSMiB float64 `json:"services_rss_mib"` // growth of this process's RSS by the projectors and forkers, run in it
 	RestartReadyMs float64 `json:"restart_ready_ms"` // SIGTERM, start, every tenant's stream answering
 	AppendP50Ms    float64 `json:"append_p50_ms"`    // Append + Flush of one event, tenant 0
 	AppendP99Ms    float64 `json:"append_p99_ms"`
@@ -146,6 +148,8 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		fork  *forker.Forker
 	}
 	tenants := make([]tenant, accounts)
+	runtime.GC()
+	rssBefore := rssMiB(t, os.Getpid())
 	for i := range tenants {
 		nc, js, err := natsdev.Connect(url, nats.UserInfo(fmt.Sprintf("t%d", i), "pw"))
 		if err != nil {
@@ -165,6 +169,8 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		}
 		tenants[i] = tenant{nc, store, p, f}
 	}
+	time.Sleep(time.Second)
+	servicesMiB := rssMiB(t, os.Getpid()) - rssBefore
 	// Every tenant gets 5 sessions of 20 events: in its account, or under its id prefix.
 	for ti := 0; ti < n; ti++ {
 		tn := tenants[ti%accounts]
@@ -220,7 +226,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	pub.Close(ctx)
 
 	time.Sleep(time.Second)
-	r := tenancyResult{Mode: mode, Tenants: n, Partitions: partitions, ServerRSSMiB: rssMiB(t, srv.Process.Pid)}
+	r := tenancyResult{Mode: mode, Tenants: n, Partitions: partitions, ServerRSSMiB: rssMiB(t, srv.Process.Pid), ServicesRSSMiB: servicesMiB}
 	r.AppendP50Ms, r.AppendP99Ms = pct(appendMs, 50), pct(appendMs, 99)
 	r.ReadP50Ms, r.ReadP99Ms = pct(readMs, 50), pct(readMs, 99)
 	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", httpPort)); err == nil {
