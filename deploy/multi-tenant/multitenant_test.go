@@ -285,6 +285,9 @@ func TestMultiTenant(t *testing.T) {
 		d.ok(t, "", "A_OPERATOR_ARGS", "rebuild", "messages")
 		d.ok(t, "", "A_OPERATOR_ARGS", "rm", "s2")
 
+		// The TypeScript backend, as A's agent (nkey, TLS client certificate).
+		typescriptAgent(t, d, a)
+
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
 			t.Fatalf("permission violations during legitimate work:\n%s", strings.Join(v, "\n"))
@@ -294,6 +297,32 @@ func TestMultiTenant(t *testing.T) {
 	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
+}
+
+// typescriptAgent writes a session through the TypeScript backend (typescript/dsh-persistence) as
+// tenant's agent and reads it with the CLI. Without the package's dependencies it says so and
+// returns (under CI=true it fails, as typescript/dsh-persistence/npm_test.go does).
+func typescriptAgent(t *testing.T, d *deployment, tenant string) {
+	pkg, _ := filepath.Abs("../../typescript/dsh-persistence")
+	node := filepath.Join(pkg, "node_modules/.bin/node")
+	if _, err := os.Stat(filepath.Join(pkg, "lib/index.js")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the TypeScript backend is not built (npm ci in %s): %v", pkg, err)
+		}
+		t.Logf("not checking the TypeScript backend: run npm ci in %s (%v)", pkg, err)
+		return
+	}
+	id := d.Identity(tenant, multitenant.Agent)
+	cmd := exec.Command(node, "test/tenant-check.mjs")
+	cmd.Dir = pkg
+	cmd.Env = append(os.Environ(), "NATS_URL="+d.URL, "TS_NKEY="+id.NkeyFile, "TS_CA="+d.CAFile, "TS_CERT="+id.CertFile,
+		"TS_KEY="+id.KeyFile, "TS_SESSION=ts-1", "TS_TEXT=written by the TypeScript backend")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
+		t.Fatalf("TypeScript backend as %s: %v\n%s", id.Name, err, out)
+	}
+	if out := d.ok(t, "", strings.ToUpper(tenant)+"_AGENT_ARGS", "messages", "ts-1"); !strings.Contains(out, "written by the TypeScript backend") {
+		t.Fatalf("messages of the TypeScript backend's session: %s", out)
+	}
 }
 
 // attacks tries, as tenant A's agent and as tenant A's operator (who holds every right in A's
