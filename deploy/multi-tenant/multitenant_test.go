@@ -313,15 +313,21 @@ func typescriptAgent(t *testing.T, d *deployment, tenant string) {
 		return
 	}
 	id := d.Identity(tenant, multitenant.Agent)
-	cmd := exec.Command(node, "test/tenant-check.mjs")
-	cmd.Dir = pkg
-	cmd.Env = append(os.Environ(), "NATS_URL="+d.URL, "TS_NKEY="+id.NkeyFile, "TS_CA="+d.CAFile, "TS_CERT="+id.CertFile,
-		"TS_KEY="+id.KeyFile, "TS_SESSION=ts-1", "TS_TEXT=written by the TypeScript backend")
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
-		t.Fatalf("TypeScript backend as %s: %v\n%s", id.Name, err, out)
-	}
-	if out := d.ok(t, "", strings.ToUpper(tenant)+"_AGENT_ARGS", "messages", "ts-1"); !strings.Contains(out, "written by the TypeScript backend") {
-		t.Fatalf("messages of the TypeScript backend's session: %s", out)
+	// Once with the credentials in the plugin config, once with them in AGENTLOG_NATS_* only.
+	for i, extra := range [][]string{
+		{"TS_NKEY=" + id.NkeyFile, "TS_CA=" + d.CAFile, "TS_CERT=" + id.CertFile, "TS_KEY=" + id.KeyFile},
+		append([]string{"TS_FROM_ENV=1"}, id.Env(d.Deployment)...),
+	} {
+		sid := fmt.Sprintf("ts-%d", i)
+		cmd := exec.Command(node, "test/tenant-check.mjs")
+		cmd.Dir = pkg
+		cmd.Env = append(append(os.Environ(), "NATS_URL="+d.URL, "TS_SESSION="+sid, "TS_TEXT=written by the TypeScript backend"), extra...)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
+			t.Fatalf("TypeScript backend as %s (%v): %v\n%s", id.Name, extra, err, out)
+		}
+		if out := d.ok(t, "", strings.ToUpper(tenant)+"_AGENT_ARGS", "messages", sid); !strings.Contains(out, "written by the TypeScript backend") {
+			t.Fatalf("messages of the TypeScript backend's session %s: %s", sid, out)
+		}
 	}
 }
 

@@ -63,7 +63,41 @@ export interface NamesConfig {
   errorsPrefix?: string
 }
 
-/** Plugin config. Only `servers` is required. */
+/** AGENTLOG_NATS_<name>, else the nats CLI's variable natsName, else undefined (empty counts as unset). */
+function fromEnv(name: string, natsName: string, level?: 1 | 2): string | undefined {
+  const a = process.env[`AGENTLOG_NATS_${name}`] || undefined
+  const b = process.env[natsName] || undefined
+  return level === 1 ? a : level === 2 ? b : a ?? b
+}
+
+type Credentials = Pick<Config, 'credsFile' | 'nkey' | 'nkeyFile' | 'user' | 'pass' | 'token'>
+
+/**
+ * The credentials: the config's when it sets any; else, as the Go CLI takes them, the first of
+ * AGENTLOG_NATS_{CREDS,NKEY,USER,PASSWORD,TOKEN} and NATS_{CREDS,NKEY,USER,PASSWORD,TOKEN} that
+ * sets any, as a whole (never one part from each).
+ */
+function credentialsOf(c: Config): Credentials {
+  if (c.credsFile !== undefined || c.nkey !== undefined || c.nkeyFile !== undefined || c.user !== undefined || c.token !== undefined) return c
+  for (const level of [1, 2] as const) {
+    const cr: Credentials = {
+      credsFile: fromEnv('CREDS', 'NATS_CREDS', level),
+      nkeyFile: fromEnv('NKEY', 'NATS_NKEY', level),
+      user: fromEnv('USER', 'NATS_USER', level),
+      pass: fromEnv('PASSWORD', 'NATS_PASSWORD', level),
+      token: fromEnv('TOKEN', 'NATS_TOKEN', level),
+    }
+    if (Object.values(cr).some(v => v !== undefined)) return cr
+  }
+  return {}
+}
+
+/**
+ * Plugin config. Only `servers` is required. Credentials and TLS files the config leaves out are
+ * taken from the environment as the Go CLI takes them (AGENTLOG_NATS_CREDS, _NKEY, _USER,
+ * _PASSWORD, _TOKEN, _TLS_CA, _TLS_CERT, _TLS_KEY, then NATS_CREDS, NATS_NKEY, NATS_USER,
+ * NATS_PASSWORD, NATS_TOKEN, NATS_CA, NATS_CERT, NATS_KEY).
+ */
 export interface Config {
   /** NATS server URL(s), e.g. `nats://127.0.0.1:4222`. */
   servers: string | string[]
@@ -346,15 +380,21 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       noAsyncTraces: true,
     }
     const auth: Authenticator[] = []
-    if (c.credsFile !== undefined) auth.push(credsAuthenticator(readFileSync(c.credsFile)))
-    const seed = c.nkey ?? (c.nkeyFile !== undefined ? readFileSync(c.nkeyFile, 'utf8').trim() : undefined)
+    const cr = credentialsOf(c)
+    if (cr.credsFile !== undefined) auth.push(credsAuthenticator(readFileSync(cr.credsFile)))
+    const seed = cr.nkey ?? (cr.nkeyFile !== undefined ? readFileSync(cr.nkeyFile, 'utf8').trim() : undefined)
     if (seed !== undefined) auth.push(nkeyAuthenticator(new TextEncoder().encode(seed)))
     if (auth.length > 1) throw new Error('agentlog session persistence: set one of credsFile and nkey/nkeyFile, not both')
     if (auth.length === 1) opts.authenticator = auth[0]
-    if (c.user !== undefined) { opts.user = c.user; opts.pass = c.pass }
-    if (c.token !== undefined) opts.token = c.token
-    const t = c.tls
-    if (t !== undefined && (t.ca !== undefined || t.cert !== undefined || t.key !== undefined || t.handshakeFirst)) {
+    if (cr.user !== undefined) { opts.user = cr.user; opts.pass = cr.pass }
+    if (cr.token !== undefined) opts.token = cr.token
+    const t: TlsConfig = {
+      ca: c.tls?.ca ?? fromEnv('TLS_CA', 'NATS_CA'),
+      cert: c.tls?.cert ?? fromEnv('TLS_CERT', 'NATS_CERT'),
+      key: c.tls?.key ?? fromEnv('TLS_KEY', 'NATS_KEY'),
+      handshakeFirst: c.tls?.handshakeFirst,
+    }
+    if (t.ca !== undefined || t.cert !== undefined || t.key !== undefined || t.handshakeFirst) {
       opts.tls = {
         ...t.ca !== undefined ? { caFile: t.ca } : {},
         ...t.cert !== undefined ? { certFile: t.cert } : {},

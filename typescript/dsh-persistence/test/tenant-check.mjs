@@ -4,7 +4,8 @@
 //
 //   NATS_URL=tls://... TS_NKEY=agent.nk TS_CA=ca.pem TS_CERT=agent.pem TS_KEY=agent-key.pem \
 //   TS_SESSION=id TS_TEXT=marker node test/tenant-check.mjs
-// (or TS_USER and TS_PASS in place of TS_NKEY). Needs `npm ci` (the built lib/).
+// (or TS_USER and TS_PASS in place of TS_NKEY; or TS_FROM_ENV=1 and AGENTLOG_NATS_NKEY,
+// AGENTLOG_NATS_TLS_CA, ... in place of all of them). Needs `npm ci` (the built lib/).
 import { Context } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import AgentlogSessionPersistence from '../lib/index.js'
@@ -14,9 +15,13 @@ const env = k => {
   if (!v) throw new Error(`tenant-check: ${k} is not set`)
   return v
 }
-const config = { servers: env('NATS_URL'), name: 'dsh-tenant-check', tls: { ca: env('TS_CA'), cert: env('TS_CERT'), key: env('TS_KEY') } }
-if (process.env.TS_NKEY) config.nkeyFile = process.env.TS_NKEY
-else Object.assign(config, { user: env('TS_USER'), pass: env('TS_PASS') })
+// With TS_FROM_ENV=1 the credentials and TLS files come from AGENTLOG_NATS_* alone, not the config.
+const config = { servers: env('NATS_URL'), name: 'dsh-tenant-check' }
+if (process.env.TS_FROM_ENV !== '1') {
+  config.tls = { ca: env('TS_CA'), cert: env('TS_CERT'), key: env('TS_KEY') }
+  if (process.env.TS_NKEY) config.nkeyFile = process.env.TS_NKEY
+  else Object.assign(config, { user: env('TS_USER'), pass: env('TS_PASS') })
+}
 
 const ctx = new Context()
 await ctx.plugin(SessionStore)
