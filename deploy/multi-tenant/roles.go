@@ -28,19 +28,13 @@ var Roles = []Role{Agent, Projector, Forker, Operator, Viewer}
 // denied although a wider allow would match them. AllowResponses lets a service answer requests on
 // their reply subjects (and only those) without a publish right on the requesters' inboxes.
 type Permissions struct {
-	Publish, Subscribe         []string
-	DenyPublish, DenySubscribe []string
+	Publish, Subscribe         []Entry
+	DenyPublish, DenySubscribe []Entry
 	AllowResponses             bool
 }
 
-// api is $JS.API.<rest>.
-func api(rest ...string) []string {
-	out := make([]string, len(rest))
-	for i, r := range rest {
-		out[i] = "$JS.API." + r
-	}
-	return out
-}
+// Entry is one subject of a permission list and why it is there (SECURITY.md has the same table).
+type Entry struct{ Subject, Why string }
 
 const (
 	sessionsKV    = "KV_" + ajs.SessionsBucket
@@ -49,132 +43,147 @@ const (
 	membersKV     = "KV_" + projector.MembersBucket
 )
 
-// info is the account info request (limits and usage of the own account; nats.go asks it before
-// creating a KV bucket) and the stream info request of each of names (jetstream.Open checks every
-// stream and bucket).
-func info(names ...string) []string {
-	out := api("INFO")
-	for _, s := range names {
-		out = append(out, api("STREAM.INFO."+s)...)
+func e(subject, why string) Entry { return Entry{subject, why} }
+
+// api is an entry for $JS.API.<rest>.
+func api(rest, why string) Entry { return Entry{"$JS.API." + rest, why} }
+
+// Entries every role that attaches to the store (jetstream.Open) needs: it checks every stream and
+// bucket, and reads replies on its inbox.
+func openEntries() []Entry {
+	var out []Entry
+	for _, s := range []string{ajs.StreamName, ajs.ErrorsStream, sessionsKV, projectionsKV, writersKV} {
+		out = append(out, api("STREAM.INFO."+s, "jetstream.Open checks the stream's or bucket's settings"))
 	}
 	return out
 }
 
-// gets are the requests that read one message of each of names: by seq or last-by-subject from the
-// leader (STREAM.MSG.GET) or any replica (DIRECT.GET, whose last-by-subject form names the subject).
-func gets(names ...string) []string {
-	var out []string
-	for _, s := range names {
-		out = append(out, api("STREAM.MSG.GET."+s, "DIRECT.GET."+s, "DIRECT.GET."+s+".>")...)
-	}
-	return out
-}
-
-// consumers are the requests of ephemeral (ordered) consumers on each of names: create (with its
-// filter in the subject), info, pull and delete.
-func consumers(names ...string) []string {
-	var out []string
-	for _, s := range names {
-		out = append(out, api("CONSUMER.CREATE."+s+".>", "CONSUMER.INFO."+s+".*", "CONSUMER.MSG.NEXT."+s+".*", "CONSUMER.DELETE."+s+".*")...)
-	}
-	return out
-}
-
-// allStreams are the streams and buckets jetstream.Open looks up.
-var allStreams = []string{ajs.StreamName, ajs.ErrorsStream, sessionsKV, projectionsKV, writersKV}
+// Entries of the reads of AGENTLOG that the publisher, the client and the services share.
+var (
+	tailGet      = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (GetTail: the next append's guard; `sessions` rows): direct get, last by subject")
+	leaderGet    = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (GetTailFromLeader, a record by stream seq, the next by subject): never stale")
+	metaGet      = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (GetSession, CheckCurrent)")
+	logConsumer  = api("CONSUMER.CREATE.AGENTLOG.>", "an ordered consumer filtered on one session's subject, to read its log (ReadSession, events)")
+	logNext      = api("CONSUMER.MSG.NEXT.AGENTLOG.*", "pulls of that ordered consumer")
+	logDelete    = api("CONSUMER.DELETE.AGENTLOG.*", "deletes that consumer when the read is done")
+	watchCreate  = api("CONSUMER.CREATE."+projectionsKV+".>", "a KV watch of projection keys (messages --watch, status, the query service's minSeq wait): an ordered push consumer")
+	watchFC      = e("$JS.FC."+projectionsKV+".>", "flow-control replies of that push consumer (without them a busy watch stalls)")
+	watchDelete  = api("CONSUMER.DELETE."+projectionsKV+".*", "deletes that consumer when the watch stops")
+	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
+	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
+)
 
 // projectorConsumers deny what would let an agent or a viewer touch the projector's durable
 // partition consumers (partitions of them): create or update one (with or without a filter in the
 // subject), pull from it, delete it. Either could take a partition's records away from the projector.
-func projectorConsumers(partitions int) []string {
-	var out []string
+func projectorConsumers(partitions int) []Entry {
+	var out []Entry
 	for p := 0; p < partitions; p++ {
 		name := ajs.StreamName + "." + projector.PartitionConsumer(p)
-		out = append(out, api("CONSUMER.*."+name, "CONSUMER.CREATE."+name+".>")...)
+		out = append(out,
+			api("CONSUMER.*."+name, "the projector's partition consumer: info, pull, delete, create without a filter"),
+			api("CONSUMER.CREATE."+name+".>", "the projector's partition consumer: create or update with a filter"))
 	}
 	return out
 }
 
 // RolePermissions returns role's permissions for a tenant whose AGENTLOG stream has partitions
-// partitions. SECURITY.md explains every entry; the tests check each role can do its work with
-// these and nothing more.
+// partitions. SECURITY.md explains every entry; TestMultiTenant checks each role does its work with
+// these and without a single violation, and is refused what the others do.
 func RolePermissions(role Role, partitions int) (Permissions, error) {
-	inbox := []string{"_INBOX.>"}
 	switch role {
 	case Agent:
 		return Permissions{
-			Publish: concat(
-				[]string{
-					ajs.SubjectPrefix + ".>",           // records: guarded JetStream publishes (ack to the inbox)
-					ajs.ErrorsPrefix + ".>",            // the publisher's error reports
-					"$KV." + ajs.SessionsBucket + ".>", // session metadata: the KV create that claims an id
-					"$KV." + ajs.WritersBucket + ".>",  // the writer lease (create, renew, release)
-					"agentlog.fork",                    // the fork service
-					"agentlog.query.>",                 // the query service
-				},
-				info(allStreams...),
-				gets(ajs.StreamName, sessionsKV, projectionsKV, writersKV),
-				consumers(ajs.StreamName, sessionsKV, projectionsKV),
-			),
-			Subscribe:   concat(inbox, []string{ajs.SubjectPrefix + ".>"}),
+			Publish: concat([]Entry{
+				e(ajs.SubjectPrefix+".>", "the records it appends: guarded JetStream publishes, acked on its inbox"),
+				e(ajs.ErrorsPrefix+".>", "the publisher's error reports (AGENTLOG_ERRORS)"),
+				e("$KV."+ajs.SessionsBucket+".>", "session metadata: the KV create that claims a new session's id"),
+				e("$KV."+ajs.WritersBucket+".>", "its writer lease: create, renew, release (KV agentlog_writers)"),
+				e("agentlog.fork", "the fork service"),
+				e("agentlog.query.>", "the query service (messages, projection, snapshot, surface)"),
+				api("INFO", "the account's limits and usage: the TypeScript backend's jetstreamManager reads them when it connects"),
+				tailGet, leaderGet,
+				api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
+				metaGet,
+				api("DIRECT.GET."+sessionsKV+".>", "a KV create over a removed session's delete marker reads that marker"),
+				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
+				logConsumer, logNext, logDelete,
+				api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions (sessions, status, id prefixes)"),
+				api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
+				watchCreate, watchFC, watchDelete,
+			}, openEntries()),
+			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
 	case Viewer:
 		return Permissions{
-			Publish: concat(
-				[]string{"agentlog.query.>"},
-				info(allStreams...),
-				gets(ajs.StreamName, sessionsKV, projectionsKV),
-				consumers(ajs.StreamName, sessionsKV, projectionsKV),
-			),
-			Subscribe:   concat(inbox, []string{ajs.SubjectPrefix + ".>"}),
+			Publish: concat([]Entry{
+				e("agentlog.query.>", "the query service"),
+				tailGet, leaderGet,
+				api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
+				metaGet,
+				logConsumer, logNext, logDelete,
+				api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions"),
+				api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
+				watchCreate, watchFC, watchDelete,
+			}, openEntries()),
+			Subscribe: []Entry{inbox,
+				e(ajs.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
 	case Projector:
 		return Permissions{
-			Publish: concat(
-				[]string{
-					"$KV." + ajs.ProjectionsBucket + ".>",   // checkpoints
-					"$KV." + projector.MembersBucket + ".>", // the instance's lease
-					"$JS.ACK." + ajs.StreamName + ".>",      // acks of the partition consumers
-				},
-				info(append(allStreams, membersKV)...),
-				gets(ajs.StreamName, sessionsKV, projectionsKV, membersKV),
-				consumers(ajs.StreamName, projectionsKV, membersKV),
-				api(
-					"STREAM.CREATE."+membersKV, // recreated when lost
-					"STREAM.DELETE."+membersKV, // replaced when of an older version
-					"STREAM.PURGE."+projectionsKV,
-					"CONSUMER.DURABLE.CREATE."+ajs.StreamName+".*",
-					"CONSUMER.UNPIN."+ajs.StreamName+".*",
-				),
-			),
-			Subscribe:      concat(inbox, []string{"agentlog.query.>", "$SRV.>"}),
+			Publish: concat([]Entry{
+				e("$KV."+ajs.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap"),
+				e("$KV."+projector.MembersBucket+".>", "its instance lease in agentlog_projector_members"),
+				e("$JS.ACK."+ajs.StreamName+".>", "acks of its partition consumers"),
+				api("INFO", "nats.go reads the account's limits before it creates a KV bucket (the members bucket)"),
+				api("STREAM.INFO."+membersKV, "the members bucket's settings"),
+				api("STREAM.CREATE."+membersKV, "creates the members bucket, again when it was lost"),
+				api("STREAM.DELETE."+membersKV, "replaces a members bucket of an older version (memory storage)"),
+				api("DIRECT.GET."+membersKV+".>", "reads member leases"),
+				api("CONSUMER.CREATE."+membersKV+".>", "lists the members (a KV key listing: an ordered push consumer)"),
+				e("$JS.FC."+membersKV+".>", "flow-control replies of that push consumer"),
+				api("CONSUMER.DELETE."+membersKV+".*", "deletes that consumer when the listing is done"),
+				api("CONSUMER.CREATE.AGENTLOG.>", "creates and updates its durable partition consumers, and ordered consumers to read a session's log"),
+				api("CONSUMER.INFO.AGENTLOG.*", "its partition consumers' state (readiness, the lag metric)"),
+				api("CONSUMER.MSG.NEXT.AGENTLOG.*", "pulls from its partition consumers (pinned priority group) and ordered consumers"),
+				api("CONSUMER.UNPIN.AGENTLOG.*", "hands a partition over to another instance at once"),
+				logDelete,
+				tailGet, leaderGet,
+				api("DIRECT.GET.AGENTLOG", "a record by stream seq (the query cache, the lag metric)"),
+				metaGet,
+				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
+				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
+				watchCreate, watchFC, watchDelete,
+			}, openEntries()),
+			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil
 	case Forker:
 		return Permissions{
-			Publish: concat(
-				[]string{
-					ajs.SubjectPrefix + ".>",           // the child's seed record
-					"$KV." + ajs.SessionsBucket + ".>", // the child's metadata (claim, undo)
-				},
-				api("STREAM.PURGE."+ajs.StreamName),
-				info(allStreams...),
-				gets(ajs.StreamName, sessionsKV),
-				consumers(ajs.StreamName),
-			),
-			Subscribe:      concat(inbox, []string{"agentlog.fork", "$SRV.>"}),
+			Publish: concat([]Entry{
+				e(ajs.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
+				e("$KV."+ajs.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
+				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (PurgeThrough)"),
+				tailGet, leaderGet, metaGet,
+				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
+				logConsumer, logNext, logDelete,
+			}, openEntries()),
+			Subscribe:      []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil
 	case Operator:
-		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}, nil
+		return Permissions{
+			Publish:   []Entry{e(">", "everything in the tenant's account: provision, rm (a stream purge), rebuild, stream and consumer administration")},
+			Subscribe: []Entry{e(">", "everything in the tenant's account")},
+		}, nil
 	}
 	return Permissions{}, fmt.Errorf("unknown role %q (want one of %v)", role, Roles)
 }
 
-func concat(lists ...[]string) []string {
-	var out []string
+func concat(lists ...[]Entry) []Entry {
+	var out []Entry
 	for _, l := range lists {
 		out = append(out, l...)
 	}
@@ -184,10 +193,10 @@ func concat(lists ...[]string) []string {
 // conf renders p as a nats-server permissions block.
 func (p Permissions) conf(indent string) string {
 	var b strings.Builder
-	list := func(xs []string) string {
+	list := func(xs []Entry) string {
 		q := make([]string, len(xs))
 		for i, x := range xs {
-			q[i] = strconv.Quote(x)
+			q[i] = strconv.Quote(x.Subject)
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}

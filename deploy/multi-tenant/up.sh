@@ -21,7 +21,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$DIR/bin"
 LOGS="$DIR/logs"
 PIDS="$DIR/pids"
-TENANTS_ARG=${AGENTLOG_MT_TENANTS:-A,B}
+TENANTS_ARG=${AGENTLOG_MT_TENANTS:-A,B} # tenant account names, comma separated
 READY_TIMEOUT=${AGENTLOG_MT_READY_TIMEOUT:-60}
 
 if [ -d "$PIDS" ] && [ -n "$(ls "$PIDS" 2>/dev/null)" ]; then
@@ -86,7 +86,10 @@ start() {
 	echo $! >"$PIDS/$name"
 }
 
-start nats-server "$BIN/nats-server" -c "$DIR/nats.conf"
+# AGENTLOG_MT_SERVER_FLAGS: extra nats-server flags, e.g. -V to trace every message (for auditing
+# which subjects each role uses), unquoted.
+# shellcheck disable=SC2086
+start nats-server "$BIN/nats-server" -c "$DIR/nats.conf" ${AGENTLOG_MT_SERVER_FLAGS:-}
 i=0
 until curl -fsS "$HTTP_URL/healthz?js-enabled-only=true" >/dev/null 2>&1; do
 	i=$((i + 1))
