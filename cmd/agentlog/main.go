@@ -3,9 +3,11 @@
 // projector`, `agentlog forker`), and gives operators a CLI over session logs (import, events,
 // messages, fork, rm, inspect, provision, demo).
 //
-// Every command that talks to NATS takes --nats URL (or AGENTLOG_NATS_URL; default
-// nats://127.0.0.1:4222). Exit status: 0 on success, 1 when the operation was refused or failed
-// (the reason is on stderr), 2 on a usage error.
+// Every command that talks to NATS takes --nats URL (or AGENTLOG_NATS_URL, then NATS_URL; default
+// nats://127.0.0.1:4222) and the credentials and TLS of connopts.go (--creds, --nkey, --user and
+// --password, --token, --tls-ca, --tls-cert, --tls-key, or their AGENTLOG_NATS_* and NATS_*
+// variables). Exit status: 0 on success, 1 when the operation was refused or failed (the reason is
+// on stderr), 2 on a usage error.
 package main
 
 import (
