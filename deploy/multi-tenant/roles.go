@@ -71,6 +71,12 @@ var (
 	watchDelete  = api("CONSUMER.DELETE."+projectionsKV+".*", "deletes that consumer when the watch stops")
 	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
 	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
+	// The listing (client.Sessions: sessions, status, id prefixes and completion).
+	listing = []Entry{
+		api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
+		api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions (sessions, status, id prefixes)"),
+		api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
+	}
 )
 
 // projectorConsumers deny what would let an agent or a viewer touch the projector's durable
@@ -102,16 +108,12 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e("agentlog.fork", "the fork service"),
 				e("agentlog.query.>", "the query service (messages, projection, snapshot, surface)"),
 				api("INFO", "the account's limits and usage: the TypeScript backend's jetstreamManager reads them when it connects"),
-				tailGet, leaderGet,
-				api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
-				metaGet,
+				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "a KV create over a removed session's delete marker reads that marker"),
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
 				logConsumer, logNext, logDelete,
-				api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions (sessions, status, id prefixes)"),
-				api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
 				watchCreate, watchFC, watchDelete,
-			}, openEntries()),
+			}, listing, openEntries()),
 			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
@@ -119,14 +121,10 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 		return Permissions{
 			Publish: concat([]Entry{
 				e("agentlog.query.>", "the query service"),
-				tailGet, leaderGet,
-				api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
-				metaGet,
+				tailGet, leaderGet, metaGet,
 				logConsumer, logNext, logDelete,
-				api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions"),
-				api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
 				watchCreate, watchFC, watchDelete,
-			}, openEntries()),
+			}, listing, openEntries()),
 			Subscribe: []Entry{inbox,
 				e(ajs.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
 			DenyPublish: projectorConsumers(partitions),
