@@ -86,8 +86,8 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		}
 		return false
 	}
-	// The credentials' level: 0 flags, 1 AGENTLOG_NATS_*, 2 NATS_*.
-	authLevel := -1
+	// The credentials' level and the URL's: 0 flags, 1 AGENTLOG_NATS_*, 2 NATS_*, 3 the default.
+	authLevel, urlLevel := -1, 0
 	for level := 0; level < 3 && authLevel < 0; level++ {
 		for _, s := range settings {
 			if isAuth(s) && s.lookup(fs, level) != "" {
@@ -110,20 +110,30 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		}
 		for level := 1; level < 3 && *s.dst == ""; level++ {
 			*s.dst = s.lookup(fs, level)
+			if s.flag == "nats" && *s.dst != "" {
+				urlLevel = level
+			}
 		}
 	}
 	if g.natsURL == "" {
-		g.natsURL = DefaultNATSURL
+		g.natsURL, urlLevel = DefaultNATSURL, 3
 	}
 	stripped, ui, err := splitUserInfo(g.natsURL)
 	if err != nil {
 		return &usageError{err}
 	}
 	g.natsURL = stripped
+	// User info in the URL is credentials at the URL's level: credentials from a level before it
+	// win over it, from a level after it give way to it, and from the same level conflict with it.
+	switch {
+	case ui == nil || (authLevel >= 0 && authLevel < urlLevel):
+		ui = nil
+	case authLevel == urlLevel:
+		return &usageError{errors.New("the NATS URL carries user info and credentials are given too (--creds, --nkey, --user, --token or their environment variables): choose one")}
+	default:
+		f.creds, f.nkey, f.user, f.password, f.token = "", "", "", "", ""
+	}
 	if ui != nil {
-		if f.creds != "" || f.nkey != "" || f.user != "" || f.token != "" || f.password != "" {
-			return &usageError{errors.New("the NATS URL carries user info and credentials are given too (--creds, --nkey, --user, --token or their environment variables): choose one")}
-		}
 		if pw, ok := ui.Password(); ok {
 			f.user, f.password = ui.Username(), pw
 		} else {
@@ -159,7 +169,7 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		creds := f.creds
 		f.opts = append(f.opts, func(o *nats.Options) error {
 			if _, err := os.Stat(creds); err != nil {
-				return fmt.Errorf("--creds: %w", err)
+				return &connConfigError{fmt.Errorf("--creds: %w", err)}
 			}
 			return nats.UserCredentials(creds)(o)
 		})
@@ -168,7 +178,7 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		f.opts = append(f.opts, func(o *nats.Options) error {
 			opt, err := nats.NkeyOptionFromSeed(seed)
 			if err != nil {
-				return fmt.Errorf("--nkey %s: %w", seed, err)
+				return &connConfigError{fmt.Errorf("--nkey %s: %w", seed, err)}
 			}
 			return opt(o)
 		})
@@ -182,7 +192,7 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		f.opts = append(f.opts, func(o *nats.Options) error {
 			cfg, err := loadTLS(ca, cert, key)
 			if err != nil {
-				return err
+				return &connConfigError{err}
 			}
 			o.Secure, o.TLSConfig = true, cfg
 			return nil
@@ -269,19 +279,25 @@ func loadTLS(ca, cert, key string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// connConfigError is a connection setting that cannot be used (a file that cannot be read or
+// parsed), found when the connection is made; it names the flag and the file.
+type connConfigError struct{ err error }
+
+func (e *connConfigError) Error() string { return e.err.Error() }
+func (e *connConfigError) Unwrap() error { return e.err }
+
 // connectionFailedForGood reports whether a connection error will not go away by retrying: bad
-// credentials, a certificate that does not verify, a file that cannot be read. The services stop on
-// such an error instead of waiting for NATS.
+// credentials, a certificate that does not verify, a setting that cannot be used. The services
+// stop on such an error instead of waiting for NATS.
 func connectionFailedForGood(err error) bool {
 	var uae x509.UnknownAuthorityError
 	var hne x509.HostnameError
 	var cie x509.CertificateInvalidError
 	var cve *tls.CertificateVerificationError
-	var pe *os.PathError
+	var ce *connConfigError
 	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
 		errors.Is(err, nats.ErrNkeysNotSupported) || errors.Is(err, nats.ErrSecureConnRequired) ||
-		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) || errors.As(err, &cve) || errors.As(err, &pe) ||
-		strings.Contains(err.Error(), "--nkey") || strings.Contains(err.Error(), "--tls-") || strings.Contains(err.Error(), "--creds")
+		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) || errors.As(err, &cve) || errors.As(err, &ce)
 }
 
 // serviceAnnotation marks a long-running service command (projector, forker): a refused request is

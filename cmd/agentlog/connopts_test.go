@@ -80,6 +80,12 @@ func TestConnUserPasswordAndPrecedence(t *testing.T) {
 	if strings.Contains(out+errOut, "pw-alice-123") {
 		t.Fatalf("the password was printed: %s %s", out, errOut)
 	}
+	// A service does not wait for NATS on bad credentials: retrying cannot cure them.
+	code, out, errOut = cli(t, "--nats", url, "--user", "alice", "--password", "wrong", "forker")
+	wantExit(t, "forker with a wrong password", 1, code, out, errOut, "uthorization")
+	if strings.Contains(errOut, "gave up waiting") || strings.Contains(errOut, "waiting for NATS") {
+		t.Fatalf("the forker waited for NATS on bad credentials: %s", errOut)
+	}
 	code, out, errOut = cli(t, "--nats", "nats://alice:wrong@"+addr, "provision")
 	wantExit(t, "URL with a wrong password", 1, code, out, errOut, "uthorization")
 	if strings.Contains(out+errOut, "wrong") {
@@ -101,6 +107,22 @@ func TestConnUserPasswordAndPrecedence(t *testing.T) {
 	// A token flag replaces the environment's credentials as a whole (no mixing with its user).
 	code, out, errOut = cli(t, "--token", "x", "provision")
 	wantExit(t, "--token with AGENTLOG_NATS_USER in the environment", 1, code, out, errOut, "uthorization")
+	// User info in a --nats flag wins over credentials in the environment; a --user flag over user
+	// info in an environment URL.
+	code, out, errOut = cli(t, "--nats", "nats://alice:pw-alice-123@"+addr, "provision")
+	wantExit(t, "URL user info over AGENTLOG_NATS_USER", 0, code, out, errOut)
+	t.Setenv("AGENTLOG_NATS_USER", "")
+	t.Setenv("AGENTLOG_NATS_PASSWORD", "")
+	t.Setenv("NATS_USER", "")
+	t.Setenv("NATS_PASSWORD", "")
+	t.Setenv("AGENTLOG_NATS_URL", "nats://alice:wrong@"+addr)
+	code, out, errOut = cli(t, "--user", "alice", "--password", "pw-alice-123", "provision")
+	wantExit(t, "--user over user info in AGENTLOG_NATS_URL", 0, code, out, errOut)
+	code, out, errOut = cli(t, "provision")
+	wantExit(t, "user info in AGENTLOG_NATS_URL", 1, code, out, errOut, "uthorization")
+	t.Setenv("AGENTLOG_NATS_USER", "alice")
+	code, out, errOut = cli(t, "provision")
+	wantExit(t, "user info and AGENTLOG_NATS_USER, both from the environment", 2, code, out, errOut, "choose one")
 }
 
 func TestConnTokenNkeyAndUsageErrors(t *testing.T) {
