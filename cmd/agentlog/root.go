@@ -94,8 +94,11 @@ Quick start:
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
-		if c.Name() == "completion" || c.Name() == "help" {
+		switch c.Name() {
+		case "completion", "help":
 			markOffline(c)
+		case "ui": // the web inspector serves many requests: one refused must not stop it
+			markService(c)
 		}
 	}
 	hideConnFlags(root)

@@ -80,7 +80,7 @@ func up(t *testing.T) *deployment {
 		}
 	}
 	// DIR/env, sourced by a shell.
-	names := []string{"NATS_URL", "A_AGENT_ARGS", "B_AGENT_ARGS", "A_NATS_ARGS", "B_NATS_ARGS", "A_VIEWER_ARGS", "A_OPERATOR_ARGS", "B_OPERATOR_ARGS"}
+	names := []string{"NATS_URL", "A_AGENT_ARGS", "B_AGENT_ARGS", "A_NATS_ARGS", "B_NATS_ARGS", "A_VIEWER_ARGS", "A_OPERATOR_ARGS", "B_OPERATOR_ARGS", "A_FORKER_ARGS"}
 	script := ". " + filepath.Join(dir, "env")
 	for _, n := range names {
 		script += fmt.Sprintf("; printf '%%s\\n' \"$%s\"", n)
@@ -596,6 +596,12 @@ func tlsChecks(t *testing.T, d *deployment, a string) {
 	code, _, errOut := d.cli(t, "", "A_AGENT_ARGS", "--tls-ca", wrongCA.CertFile, "sessions")
 	if code != 1 || !strings.Contains(errOut, "certificate") {
 		t.Fatalf("agentlog with the wrong CA: exit %d: %s", code, errOut)
+	}
+
+	// A service given another CA refuses the server, and stops at once rather than wait for it.
+	code, _, errOut = d.cli(t, "", "A_FORKER_ARGS", "--tls-ca", wrongCA.CertFile, "forker")
+	if code != 1 || !strings.Contains(errOut, "certificate signed by unknown authority") || strings.Contains(errOut, "waiting for NATS") {
+		t.Fatalf("agentlog forker with the wrong CA: exit %d: %s", code, errOut)
 	}
 
 	// Every client connection is TLS (the server requires it); the services' are in their tenant's
