@@ -58,8 +58,8 @@ Quick start:
 	g.conn.addConnFlags(g, root.PersistentFlags())
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline for one command's requests to NATS")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if isOffline(c) {
-			return nil
+		if isOffline(c) || strings.HasPrefix(c.Name(), cobra.ShellCompRequestCmd) {
+			return nil // shell completion parses its flags later and resolves them itself
 		}
 		if g.timeout <= 0 {
 			return &usageError{fmt.Errorf("--timeout must be positive, got %s", g.timeout)}
