@@ -41,6 +41,7 @@ func up(t *testing.T) *deployment {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "up.sh", dir)
+	cmd.Env = append(os.Environ(), "AGENTLOG_MT_TENANTS=A,B")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t.Cleanup(func() {
