@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+// benchMemoryOptions are the flags of `agentlog bench memory`.
+type benchMemoryOptions struct {
+	Events  int
+	Size    int
+	Binary  string // the agentlog binary measured (default: this one)
+	DataDir string
+	Timeout time.Duration
+}
+
+// benchMemoryResult is the JSON object `agentlog bench memory` prints. Sizes are bytes, times ms.
+type benchMemoryResult struct {
+	Binary    string `json:"binary"`
+	Events    int    `json:"events"`
+	FileBytes int64  `json:"file_bytes"`
+
+	ImportPeakRSSBytes   int64   `json:"import_peak_rss_bytes"`
+	ImportMs             float64 `json:"import_ms"`
+	FirstMessagesMs      float64 `json:"first_messages_ms"`
+	FirstMessagesBytes   int64   `json:"first_messages_bytes"`
+	EventsPeakRSSBytes   int64   `json:"events_peak_rss_bytes"`
+	EventsMs             float64 `json:"events_ms"`
+	EventsOutputBytes    int64   `json:"events_output_bytes"`
+	ServerRSSBeforeFork  int64   `json:"server_rss_before_fork_bytes"`
+	ServerPeakDuringFork int64   `json:"server_peak_rss_during_fork_bytes"`
+	ForkServerGrowth     int64   `json:"fork_server_rss_growth_bytes"`
+	ForkMs               float64 `json:"fork_ms"`
+	ProjectorPeakRSS     int64   `json:"projector_peak_rss_bytes"`
+
+	Targets benchMemoryTargets `json:"targets"`
+	Pass    map[string]bool    `json:"pass"`
+}
+
+type benchMemoryTargets struct {
+	ImportPeakRSSBytes int64   `json:"import_peak_rss_bytes"`
+	EventsPeakRSSBytes int64   `json:"events_peak_rss_bytes"`
+	ForkServerGrowth   int64   `json:"fork_server_rss_growth_bytes"`
+	FirstMessagesMs    float64 `json:"first_messages_ms"`
+}
+
+var memoryTargets = benchMemoryTargets{
+	ImportPeakRSSBytes: 256 << 20, EventsPeakRSSBytes: 256 << 20, ForkServerGrowth: 256 << 20, FirstMessagesMs: 1000,
+}
+
+func newBenchMemoryCmd(g *globals) *cobra.Command {
+	o := benchMemoryOptions{}
+	c := &cobra.Command{
+		Use:   "memory [--events N] [--size BYTES] [--binary PATH] [--json]",
+		Short: "Peak memory of import, events and fork of one big session, and the first messages' latency",
+		Long: `memory writes one session of --events assistant/chunk events (about --size bytes of JSON each;
+the defaults make 400,000 events, about 48 MB) to a JSONL file, starts ` + "`agentlog dev --projectors 0`" + `
+(the server and a forker) and a separate ` + "`agentlog projector`" + ` as child processes in a temporary
+directory, and measures, each as a child process of --binary (default: this binary):
+
+  import           agentlog import FILE: its peak RSS (getrusage of the child) and wall time
+  first messages   agentlog messages ID right after the import: wall time (the projector folds the
+                   session first)
+  events           agentlog events ID > /dev/null: its peak RSS and wall time
+  fork             agentlog fork ID: the dev process's peak RSS growth while it runs (VmHWM after
+                   resetting it through /proc/PID/clear_refs, minus VmRSS before)
+
+It prints one JSON object with the figures, the issue's targets and whether each is met. Linux only
+(it reads /proc). The machine is shared: wall times are noisy.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Events < 4 || o.Size < 1 {
+				return &usageError{fmt.Errorf("--events must be >= 4 and --size >= 1 (got %d, %d)", o.Events, o.Size)}
+			}
+			res, err := runBenchMemory(cmd.Context(), o, g.stderr)
+			if err != nil {
+				return err
+			}
+			return writeJSON(g.stdout, res, true)
+		},
+	}
+	c.Flags().IntVar(&o.Events, "events", 400_000, "events in the session")
+	c.Flags().IntVar(&o.Size, "size", 104, "bytes of JSON per event (104: a 400,000-event file of about 48 MB)")
+	c.Flags().StringVar(&o.Binary, "binary", "", "the agentlog binary to measure (default: this one; e.g. a build of main, for a before/after)")
+	c.Flags().StringVar(&o.DataDir, "data", "", "working directory (default: a temporary directory, removed afterwards)")
+	c.Flags().DurationVar(&o.Timeout, "step-timeout", 10*time.Minute, "deadline of each measured command")
+	c.Flags().Bool("json", true, "print JSON (always on; accepted for symmetry with the other benchmarks)")
+	return c
+}
+
+func runBenchMemory(ctx context.Context, o benchMemoryOptions, logw io.Writer) (benchMemoryResult, error) {
+	res := benchMemoryResult{Events: o.Events, Targets: memoryTargets}
+	bin := o.Binary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return res, err
+		}
+		bin = self
+	}
+	res.Binary = bin
+	dir := o.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "agentlog-bench-memory-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	const id = "bench-memory"
+	file := filepath.Join(dir, "big.jsonl")
+	fmt.Fprintf(logw, "bench memory: writing %d events to %s...\n", o.Events, file)
+	size, err := writeBigSession(file, id, o.Events, o.Size)
+	if err != nil {
+		return res, err
+	}
+	res.FileBytes = size
+
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	dev := exec.CommandContext(ctx, bin, "dev", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+strconv.Itoa(port),
+		"--projectors", "0", "--forkers", "1", "--system-user", "")
+	devLog, err := os.Create(filepath.Join(dir, "dev.log"))
+	if err != nil {
+		return res, err
+	}
+	defer devLog.Close()
+	dev.Stdout, dev.Stderr = devLog, devLog
+	if err := dev.Start(); err != nil {
+		return res, fmt.Errorf("start agentlog dev: %w", err)
+	}
+	defer stopChild(dev)
+	if err := waitProvisioned(ctx, url, 60*time.Second); err != nil {
+		return res, fmt.Errorf("agentlog dev (log in %s): %w", devLog.Name(), err)
+	}
+	proj := exec.CommandContext(ctx, bin, "--nats", url, "projector", "--name", "bench-memory")
+	proj.Stdout, proj.Stderr = devLog, devLog
+	if err := proj.Start(); err != nil {
+		return res, fmt.Errorf("start agentlog projector: %w", err)
+	}
+	projStopped := false
+	defer func() {
+		if !projStopped {
+			stopChild(proj)
+		}
+	}()
+
+	step := func(name string, stdout io.Writer, args ...string) (time.Duration, *os.ProcessState, error) {
+		fmt.Fprintf(logw, "bench memory: %s...\n", name)
+		sctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		c := exec.CommandContext(sctx, bin, append([]string{"--nats", url, "--timeout", o.Timeout.String()}, args...)...)
+		var stderr strings.Builder
+		c.Stdout, c.Stderr = stdout, &stderr
+		t0 := time.Now()
+		err := c.Run()
+		el := time.Since(t0)
+		if err != nil {
+			return el, c.ProcessState, fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
+		}
+		return el, c.ProcessState, nil
+	}
+
+	el, st, err := step("import", io.Discard, "import", file, "--session", id)
+	if err != nil {
+		return res, err
+	}
+	res.ImportMs, res.ImportPeakRSSBytes = ms(el), maxRSS(st)
+
+	var msgs countingWriter
+	if el, _, err = step("first messages", &msgs, "messages", id); err != nil {
+		return res, err
+	}
+	res.FirstMessagesMs, res.FirstMessagesBytes = ms(el), msgs.n
+
+	var evs countingWriter
+	if el, st, err = step("events", &evs, "events", id); err != nil {
+		return res, err
+	}
+	res.EventsMs, res.EventsPeakRSSBytes, res.EventsOutputBytes = ms(el), maxRSS(st), evs.n
+
+	pid := dev.Process.Pid
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		return res, fmt.Errorf("reset the dev process's peak RSS: %w", err)
+	}
+	if res.ServerRSSBeforeFork, err = procStatusBytes(pid, "VmRSS:"); err != nil {
+		return res, err
+	}
+	if el, _, err = step("fork", io.Discard, "fork", id, "--child", id+"-fork"); err != nil {
+		return res, err
+	}
+	res.ForkMs = ms(el)
+	if res.ServerPeakDuringFork, err = procStatusBytes(pid, "VmHWM:"); err != nil {
+		return res, err
+	}
+	res.ForkServerGrowth = res.ServerPeakDuringFork - res.ServerRSSBeforeFork
+	stopChild(proj)
+	projStopped = true
+	if proj.ProcessState != nil {
+		res.ProjectorPeakRSS = maxRSS(proj.ProcessState)
+	}
+	res.Pass = map[string]bool{
+		"import":         res.ImportPeakRSSBytes <= memoryTargets.ImportPeakRSSBytes,
+		"events":         res.EventsPeakRSSBytes <= memoryTargets.EventsPeakRSSBytes,
+		"fork":           res.ForkServerGrowth <= memoryTargets.ForkServerGrowth,
+		"first_messages": res.FirstMessagesMs <= memoryTargets.FirstMessagesMs,
+	}
+	return res, nil
+}
+
+// writeBigSession writes a header and n chunk events of about size bytes each to path, and returns
+// the file's size.
+func writeBigSession(path, id string, n, size int) (int64, error) {
+	t0 := time.Now().UnixMilli()
+	events, err := sessiontest.ChunkTurn(1, n, size, t0)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	err = session.WriteJSONL(bw, &session.Header{ID: id, CreatedAt: t0}, events, session.WriteOptions{})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// maxRSS is a finished child's peak resident set in bytes (Linux reports ru_maxrss in KiB).
+func maxRSS(st *os.ProcessState) int64 {
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+		return int64(ru.Maxrss) * 1024
+	}
+	return 0
+}
+
+// procStatusBytes reads one "kB" field (VmRSS:, VmHWM:) of /proc/PID/status, in bytes.
+func procStatusBytes(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
+// waitProvisioned waits until agentlog is provisioned at url.
+func waitProvisioned(ctx context.Context, url string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		nc, js, err := natsdev.Connect(url, nats.Name("agentlog-bench-memory"))
+		if err == nil {
+			_, err = ajs.Open(ctx, js)
+			nc.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not provisioned at %s after %s: %w", url, limit, errors.Join(err, ctx.Err()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stopChild ends a child process with SIGTERM (SIGKILL after 10 s) and waits for it.
+func stopChild(c *exec.Cmd) {
+	_ = c.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.Process.Kill()
+		<-done
+	}
+}
+
+// countingWriter counts the bytes written to it and drops them.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
