@@ -302,53 +302,52 @@ func buildChunkRow(run []*packable) []byte {
 	return append(b, `]}}`...)
 }
 
-// packChunkRuns returns the storage lines for events: every run of at least three consecutive
-// same-kind, same-block delta chunks becomes one row; every other event is written verbatim.
-func packChunkRuns(events []Event) ([][]byte, error) {
-	var out [][]byte
-	var run []*packable
-	var runEvents []int
-	flush := func() error {
-		if len(run) >= minChunkRun {
-			out = append(out, buildChunkRow(run))
-		} else {
-			for _, i := range runEvents {
-				line, err := events[i].MarshalJSON()
-				if err != nil {
-					return err
-				}
-				out = append(out, line)
-			}
+// chunkPacker packs a stream of events into storage lines as the reference's packChunkRuns
+// does: every run of at least three consecutive same-kind, same-block delta chunks becomes one
+// row; every other event is written verbatim. It holds only the run being built.
+type chunkPacker struct {
+	run       []*packable
+	runEvents []Event
+	emit      func(line []byte) error
+}
+
+// add takes the next event; emit gets each finished line.
+func (k *chunkPacker) add(ev *Event) error {
+	p, ok := classifyChunk(ev)
+	if !ok {
+		if err := k.flush(); err != nil {
+			return err
 		}
-		run, runEvents = run[:0], runEvents[:0]
-		return nil
+		return k.emitEvent(ev)
 	}
-	for i := range events {
-		p, ok := classifyChunk(&events[i])
-		if !ok {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			line, err := events[i].MarshalJSON()
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, line)
-			continue
+	if len(k.run) == 0 || k.run[0].kind != p.kind || !continuesRun(k.run[len(k.run)-1], p) {
+		if err := k.flush(); err != nil {
+			return err
 		}
-		if len(run) > 0 && run[0].kind == p.kind && continuesRun(run[len(run)-1], p) {
-			run = append(run, p)
-			runEvents = append(runEvents, i)
-			continue
-		}
-		if err := flush(); err != nil {
-			return nil, err
-		}
-		run = append(run, p)
-		runEvents = append(runEvents, i)
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	k.run = append(k.run, p)
+	k.runEvents = append(k.runEvents, *ev)
+	return nil
+}
+
+func (k *chunkPacker) emitEvent(ev *Event) error {
+	line, err := ev.MarshalJSON()
+	if err != nil {
+		return err
 	}
-	return out, nil
+	return k.emit(line)
+}
+
+// flush writes the run being built (a row, or its events verbatim when shorter than three).
+func (k *chunkPacker) flush() error {
+	defer func() { k.run, k.runEvents = k.run[:0], k.runEvents[:0] }()
+	if len(k.run) >= minChunkRun {
+		return k.emit(buildChunkRow(k.run))
+	}
+	for i := range k.runEvents {
+		if err := k.emitEvent(&k.runEvents[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -95,34 +95,62 @@ const inspectMaxJSONDepth = 100000
 // up to inspectMaxJSONDepth.
 func readJSONLDoc(r io.Reader, defaultID string, anyType bool) (*jsonlDoc, *Error) {
 	doc := &jsonlDoc{id: defaultID}
-	lr := newLineReader(r)
-	first := true
+	sc := newJSONLScanner(r, defaultID, anyType)
 	for {
-		line, n, err := lr.next(doc.id)
+		it, ok, fatal := sc.next()
+		doc.header, doc.headerLine, doc.id = sc.header, sc.headerLine, sc.id
+		if fatal != nil || !ok {
+			return doc, fatal
+		}
+		doc.items = append(doc.items, it)
+	}
+}
+
+// jsonlScanner reads a JSONL stream one item at a time, as readJSONLDoc does: the header on the
+// first non-blank line, packed rows expanded to their events. It holds one line (and one row's
+// events) at a time.
+type jsonlScanner struct {
+	lr         *lineReader
+	anyType    bool
+	first      bool
+	header     *jsvalue.Value // nil when the first line is not {"type":"session",...}
+	headerLine int
+	id         string // the header's id when it is a string, else the default
+	queue      []item // the rest of an expanded row
+}
+
+func newJSONLScanner(r io.Reader, defaultID string, anyType bool) *jsonlScanner {
+	return &jsonlScanner{lr: newLineReader(r), anyType: anyType, first: true, id: defaultID}
+}
+
+// next returns the next item (ok), the end of the stream (!ok, nil), or a fatal error.
+func (sc *jsonlScanner) next() (it item, ok bool, fatal *Error) {
+	for len(sc.queue) == 0 {
+		line, n, err := sc.lr.next(sc.id)
 		if err == io.EOF {
-			return doc, nil
+			return item{}, false, nil
 		}
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
-				return doc, e
+				return item{}, false, e
 			}
-			return doc, newError(doc.id, -1, n, RuleJSON, "read failed: "+err.Error())
+			return item{}, false, newError(sc.id, -1, n, RuleJSON, "read failed: "+err.Error())
 		}
 		maxDepth := jsvalue.MaxDepth
-		if anyType {
+		if sc.anyType {
 			maxDepth = inspectMaxJSONDepth
 		}
 		v, perr := jsvalue.ParseDepth(line, maxDepth)
 		if perr != nil {
-			return doc, newError(doc.id, -1, n, RuleJSON, perr.Error())
+			return item{}, false, newError(sc.id, -1, n, RuleJSON, perr.Error())
 		}
-		if first {
-			first = false
+		if sc.first {
+			sc.first = false
 			if jsvalue.IsPlainObject(v) && jsvalue.IsString(v.Field("type"), "session") {
-				doc.header, doc.headerLine = v, n
+				sc.header, sc.headerLine = v, n
 				if id := v.Field("id"); id != nil && id.Kind() == jsvalue.String {
-					doc.id = id.Str()
+					sc.id = id.Str()
 				}
 				continue
 			}
@@ -135,22 +163,92 @@ func readJSONLDoc(r io.Reader, defaultID string, anyType bool) (*jsonlDoc, *Erro
 				}
 				evs, why := expandChunkRow(v, t.Str())
 				if why != "" {
-					return doc, newError(doc.id, seq, n, RuleChunkRow, why)
+					return item{}, false, newError(sc.id, seq, n, RuleChunkRow, why)
 				}
 				for _, ev := range evs {
 					it := item{line: n, ev: ev}
 					var perr *Error
-					if it.p, perr = parseEvent(doc.id, &it.ev); perr != nil {
+					if it.p, perr = parseEvent(sc.id, &it.ev); perr != nil {
 						it.err = perr.withLine(n)
 					}
-					doc.items = append(doc.items, it)
+					sc.queue = append(sc.queue, it)
 				}
 				continue
 			}
 		}
-		ev, p, derr := decodeEvent(v, doc.id, anyType)
-		doc.items = append(doc.items, item{line: n, ev: ev, p: p, err: derr.withLine(n)})
+		ev, p, derr := decodeEvent(v, sc.id, sc.anyType)
+		return item{line: n, ev: ev, p: p, err: derr.withLine(n)}, true, nil
 	}
+	it = sc.queue[0]
+	sc.queue = sc.queue[1:]
+	return it, true, nil
+}
+
+// JSONLReader reads a dsh JSONL stream one event at a time, with ReadJSONL's rules and errors, so
+// that a long log is read in memory bounded by its longest line (or packed row): it does not
+// validate session rules (Surface.Apply or Session.Append do). Next returns the events in order
+// and io.EOF at the end; the first error ends the stream, as ReadJSONL's would.
+type JSONLReader struct {
+	sc      *jsonlScanner
+	peeked  *item
+	done    bool
+	err     error
+	started bool
+}
+
+// NewJSONLReader returns a JSONLReader on r; sessionID names the session in errors when the
+// stream has no header with a string id.
+func NewJSONLReader(r io.Reader, sessionID string) *JSONLReader {
+	return &JSONLReader{sc: newJSONLScanner(r, sessionID, false)}
+}
+
+// Header returns the stream's header line, nil when its first non-blank line is not one. It reads
+// that line when Next has not been called yet; a read error there is Next's.
+func (jr *JSONLReader) Header() *Header {
+	if !jr.started {
+		jr.started = true
+		if it, err := jr.read(); err == nil {
+			jr.peeked = &it
+		} else {
+			jr.done, jr.err = true, err
+		}
+	}
+	if jr.sc.header == nil {
+		return nil
+	}
+	return headerFromValue(jr.sc.header)
+}
+
+// Next returns the next event, io.EOF after the last one, or the *Error that ends the stream.
+func (jr *JSONLReader) Next() (Event, error) {
+	jr.started = true
+	if jr.peeked != nil {
+		it := *jr.peeked
+		jr.peeked = nil
+		return it.ev, nil
+	}
+	if jr.done {
+		return Event{}, jr.err
+	}
+	it, err := jr.read()
+	if err != nil {
+		jr.done, jr.err = true, err
+		return Event{}, err
+	}
+	return it.ev, nil
+}
+
+func (jr *JSONLReader) read() (item, error) {
+	it, ok, fatal := jr.sc.next()
+	switch {
+	case fatal != nil:
+		return item{}, fatal
+	case !ok:
+		return item{}, io.EOF
+	case it.err != nil:
+		return item{}, it.err
+	}
+	return it, nil
 }
 
 // ReadJSONL reads a dsh JSONL stream: an optional header line ({"type":"session",...} on the
@@ -268,39 +366,86 @@ func headerLine(h *Header) ([]byte, error) {
 // block (the reference's packChunkRuns) is written as one packed chunk row; ReadJSONL expands it
 // back to the same events, byte for byte. It validates every line before writing anything, so an
 // error (an event without data or with a time that is not a number, a bad header Raw) writes
-// nothing; the output is handed to w in one Write call.
+// nothing; the output is handed to w in one Write call. JSONLWriter writes the same lines as a
+// stream.
 func WriteJSONL(w io.Writer, h *Header, events []Event, opts WriteOptions) error {
 	var out bytes.Buffer
+	jw := NewJSONLWriter(&out, opts)
 	if h != nil {
-		line, err := headerLine(h)
-		if err != nil {
+		if err := jw.WriteHeader(h); err != nil {
 			return err
 		}
-		out.Write(line)
-		out.WriteByte('\n')
 	}
-	if opts.Pack {
-		lines, err := packChunkRuns(events)
-		if err != nil {
-			return err
-		}
-		for _, l := range lines {
-			out.Write(l)
-			out.WriteByte('\n')
-		}
-	} else {
-		var line []byte
-		for i := range events {
-			var err error
-			if line, err = appendEventJSON(line[:0], &events[i], false); err != nil {
-				return err
-			}
-			out.Write(line)
-			out.WriteByte('\n')
-		}
+	if err := jw.Write(events...); err != nil {
+		return err
+	}
+	if err := jw.Flush(); err != nil {
+		return err
 	}
 	_, err := w.Write(out.Bytes())
 	return err
+}
+
+// JSONLWriter writes a session as dsh JSONL the way WriteJSONL does, a batch of events at a time,
+// so that a long session is written without holding it: it buffers only what is not written yet
+// (with Pack, the chunk run being built). Lines go to the writer through a bufio.Writer; call
+// Flush at the end. An error leaves what was written before it written.
+type JSONLWriter struct {
+	bw     *bufio.Writer
+	pack   bool
+	packer chunkPacker
+	line   []byte
+}
+
+// NewJSONLWriter returns a JSONLWriter writing to w.
+func NewJSONLWriter(w io.Writer, opts WriteOptions) *JSONLWriter {
+	jw := &JSONLWriter{bw: bufio.NewWriterSize(w, 64<<10), pack: opts.Pack}
+	jw.packer.emit = jw.writeLine
+	return jw
+}
+
+func (jw *JSONLWriter) writeLine(line []byte) error {
+	if _, err := jw.bw.Write(line); err != nil {
+		return err
+	}
+	return jw.bw.WriteByte('\n')
+}
+
+// WriteHeader writes h's header line.
+func (jw *JSONLWriter) WriteHeader(h *Header) error {
+	line, err := headerLine(h)
+	if err != nil {
+		return err
+	}
+	return jw.writeLine(line)
+}
+
+// Write writes events, in order, after those written before.
+func (jw *JSONLWriter) Write(events ...Event) error {
+	for i := range events {
+		if jw.pack {
+			if err := jw.packer.add(&events[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		var err error
+		if jw.line, err = appendEventJSON(jw.line[:0], &events[i], false); err != nil {
+			return err
+		}
+		if err := jw.writeLine(jw.line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Flush writes what is buffered: the chunk run being built (with Pack) and the buffered lines.
+func (jw *JSONLWriter) Flush() error {
+	if err := jw.packer.flush(); err != nil {
+		return err
+	}
+	return jw.bw.Flush()
 }
 
 // WriteOptions controls WriteJSONL. Pack writes runs of 3+ streaming deltas as packed chunk rows.
