@@ -45,22 +45,19 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 				sel = ids
 			}
 			var bar *progressbar.ProgressBar
+			barChecked := false
 			start := time.Now()
 			res, err := projector.Rebuild(cmd.Context(), store, reg, unit, sel, func(done, total int) {
 				if quiet {
 					return
 				}
-				if bar == nil {
-					bar = progressbar.NewOptions(total,
-						progressbar.OptionSetWriter(g.stderr),
-						progressbar.OptionSetDescription("rebuild "+unit),
-						progressbar.OptionShowCount(),
-						progressbar.OptionShowIts(),
-						progressbar.OptionSetItsString("sessions"),
-						progressbar.OptionThrottle(100*time.Millisecond),
-						progressbar.OptionClearOnFinish())
+				if bar == nil && !barChecked {
+					barChecked = true
+					bar = newProgressBar(g.stderr, int64(total), "rebuild "+unit, "sessions")
 				}
-				_ = bar.Set(done)
+				if bar != nil {
+					_ = bar.Set(done)
+				}
 			})
 			if bar != nil {
 				_ = bar.Finish()

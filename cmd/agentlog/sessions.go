@@ -7,188 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"time"
 
 	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
-	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
-
-func newImportCmd(g *globals) *cobra.Command {
-	var id string
-	c := &cobra.Command{
-		Use:   "import FILE [--session ID]",
-		Short: "Append a dsh JSONL session log to a new session through the publisher",
-		Long: `import reads a dsh JSONL file (optional header line, events, packed chunk rows), validates the
-whole log first, and only then creates the session and appends its events through the publisher. A log
-that breaks a rule is refused with the seq and the rule, and nothing is written; so is a log without
-events (rule empty-log). The session id defaults to the one in the file's header; importing onto an
-existing session is refused.`,
-		Args: exactArgs(1, "one FILE argument"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("session") && blankID(id) {
-				return &usageError{errors.New("--session must not be blank (leave it out to use the file header's id)")}
-			}
-			h, events, err := readLogFile(args[0], id)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.withTimeout(cmd.Context())
-			defer cancel()
-			nc, store, err := g.connect(ctx, "agentlog-import")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			n, err := importLog(ctx, store, nc, h, events)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", n, h.ID)
-			return nil
-		},
-	}
-	c.Flags().StringVar(&id, "session", "", "session id (default: the file header's id)")
-	return c
-}
-
-// readLogFile reads and validates a dsh JSONL file. idOverride, when set, replaces the header's id.
-// The returned header always carries the session id; a file without header gets a fresh one.
-func readLogFile(path, idOverride string) (session.Header, []session.Event, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return session.Header{}, nil, err
-	}
-	defer f.Close()
-	return readLog(bufio.NewReader(f), path, idOverride)
-}
-
-func readLog(r io.Reader, name, idOverride string) (session.Header, []session.Event, error) {
-	nameInErrors := idOverride
-	if nameInErrors == "" {
-		nameInErrors = "session"
-	}
-	hp, events, err := session.ReadJSONL(r, nameInErrors)
-	if err != nil {
-		var se *session.Error
-		if idOverride != "" && errors.As(err, &se) {
-			err = se.ForSession(idOverride)
-		}
-		return session.Header{}, nil, fmt.Errorf("%s: %w", name, err)
-	}
-	var h session.Header
-	if hp != nil {
-		h = *hp
-	} else {
-		h = session.Header{Version: 0, CreatedAt: time.Now().UnixMilli()}
-	}
-	if idOverride != "" {
-		h.ID = idOverride
-		h.Raw = nil
-	}
-	if len(events) == 0 {
-		id := h.ID
-		if id == "" {
-			id = nameInErrors
-		}
-		return session.Header{}, nil, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
-			"the log holds no events, and import creates a session from its events (a session without events is created through the API, publisher.Create)"))
-	}
-	if h.ID == "" {
-		return session.Header{}, nil, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
-	}
-	if _, err := session.Load(h.ID, events); err != nil {
-		return session.Header{}, nil, fmt.Errorf("%s: refused, nothing written: %w", name, err)
-	}
-	return h, events, nil
-}
-
-// importLog creates the session and appends events through the publisher, returning once they are
-// durable. It returns the number of events written.
-//
-// An import is all or nothing: the publisher's window is disabled, so every event stays pending
-// until Close, which writes them as one record (split by the store into one atomic batch when it is
-// larger than the stream's max message size). If anything fails, the writer is aborted (nothing
-// pending is written) and the session's metadata is removed again when its log is still empty, so
-// the import can simply be retried.
-func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (n int, err error) {
-	pub, err := publisher.New(store, nc, publisher.Options{
-		Window:          24 * time.Hour, // never fires: Close writes everything at once
-		MaxPendingBytes: -1,
-		AttemptTimeout:  2 * time.Minute,
-		// Faithful to the file as the reference reads it: ill-formed UTF-8 becomes U+FFFD (as
-		// Node decodes the file), lone surrogate escapes stay.
-		KeepLoneSurrogates: true,
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := refuseOrphanRecords(ctx, store, h.ID); err != nil {
-		return 0, err
-	}
-	w, err := pub.Create(ctx, h)
-	if err != nil {
-		return 0, err
-	}
-	for _, ev := range events {
-		if err := w.Append(ev); err != nil {
-			return 0, rollbackImport(store, w, h.ID, err)
-		}
-	}
-	if err := w.Close(ctx); err != nil {
-		return 0, rollbackImport(store, w, h.ID, err)
-	}
-	return len(events), nil
-}
-
-// refuseOrphanRecords refuses an import onto id when the id holds records but no metadata (left
-// by a writer that died between its first record and its check, or by an rm that stopped
-// half-way): creating the metadata would succeed and the first write then conflict, leaving the
-// id with metadata as well. Nothing is written.
-func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error {
-	if _, err := store.GetSession(ctx, id); !errors.Is(err, ajs.ErrSessionNotFound) {
-		return nil // it exists (Create refuses it) or cannot be read (Create says why)
-	}
-	tail, err := store.GetTailFromLeader(ctx, id)
-	if err == nil && tail.LastStreamSeq == 0 {
-		return nil
-	}
-	what := "records"
-	if err == nil {
-		what = fmt.Sprintf("records (to seq %d)", tail.NextSeq-1)
-	} else if !errors.As(err, new(*session.Error)) {
-		return fmt.Errorf("session %q: reading its log: %w", id, err)
-	}
-	return fmt.Errorf("session %q: the id holds %s without metadata (a write or a removal stopped half-way); nothing was written: run `agentlog rm %s` to clear it, then import again", id, what, shellQuote(id))
-}
-
-// rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
-// is cancelled and waited for), then reads the log from the stream leader and, when it is empty,
-// removes the session's metadata so that the import can be retried. It returns the cause with what
-// the store now holds (cause names the session).
-func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause error) error {
-	uncertain := w.Abort()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if uncertain {
-		return fmt.Errorf("%w; a write got no answer, so the session may hold part of the import: check it with `agentlog events`, and remove it with `agentlog rm %s`", cause, shellQuote(id))
-	}
-	events, _, err := store.Read(ctx, id) // through the stream leader, unlike a direct get
-	if err != nil {
-		return fmt.Errorf("%w; the session may be left with metadata and no events (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
-	}
-	if len(events) > 0 {
-		return fmt.Errorf("%w; the session holds %d events (`agentlog rm %s` removes it)", cause, len(events), shellQuote(id))
-	}
-	if err := store.DeleteSession(ctx, id); err != nil {
-		return fmt.Errorf("%w; the session is left with metadata and no events (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
-	}
-	return fmt.Errorf("%w; nothing was written", cause)
-}
 
 func newEventsCmd(g *globals) *cobra.Command {
 	var packed, noHeader bool
@@ -212,6 +37,8 @@ func newEventsCmd(g *globals) *cobra.Command {
 	return c
 }
 
+// printEvents writes session id as dsh JSONL to out, a record at a time as it is read (memory
+// bounded by one record, or with Pack by one run of chunks), never the whole log.
 func printEvents(ctx context.Context, store *ajs.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
 	var hp *session.Header
 	h, herr := store.GetSession(ctx, id)
@@ -221,21 +48,22 @@ func printEvents(ctx context.Context, store *ajs.Store, id string, out io.Writer
 	case !errors.Is(herr, ajs.ErrSessionNotFound):
 		return herr
 	}
-	events, _, err := store.Read(ctx, id)
+	jw := session.NewJSONLWriter(out, opts)
+	if withHeader && hp != nil {
+		if err := jw.WriteHeader(hp); err != nil {
+			return err
+		}
+	}
+	last, err := store.ReadRecords(ctx, id, func(_ uint64, events []session.Event) error {
+		return jw.Write(events...)
+	})
 	if err != nil {
 		return err
 	}
-	if hp == nil && len(events) == 0 {
+	if hp == nil && last == 0 {
 		return fmt.Errorf("session %q not found", id)
 	}
-	if !withHeader {
-		hp = nil
-	}
-	bw := bufio.NewWriter(out)
-	if err := session.WriteJSONL(bw, hp, events, opts); err != nil {
-		return err
-	}
-	return bw.Flush()
+	return jw.Flush()
 }
 
 func newMessagesCmd(g *globals) *cobra.Command {

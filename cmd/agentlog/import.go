@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/publisher"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// importFlushBytes is how many bytes of events an import appends before it flushes them: the
+// memory an import holds beyond its validation state is a few times this.
+const importFlushBytes = 4 << 20
+
+// importResult is what `agentlog import --json` prints.
+type importResult struct {
+	Session string `json:"session"`
+	Events  int64  `json:"events"`
+	LastSeq int64  `json:"lastSeq"`
+}
+
+func newImportCmd(g *globals) *cobra.Command {
+	var id string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "import FILE|- [--session ID] [--json]",
+		Short: "Append a dsh JSONL session log to a new session through the publisher",
+		Long: `import reads a dsh JSONL log (optional header line, events, packed chunk rows) from FILE, or from
+stdin with -, and validates the whole log first: a log that breaks a rule is refused with the seq and
+the rule, and nothing is written; so is a log without events (rule empty-log). Only then does it create
+the session and append the events through the publisher, a few MiB at a time, so that a log of any
+length is imported in bounded memory (stdin is spooled to a temporary file for the second pass). If the
+append fails part-way, what was written is removed again (as agentlog rm does) and the import can be
+retried. The session id defaults to the one in the log's header; importing onto an existing session is
+refused. A progress bar goes to stderr when it is a terminal. --json prints
+{"session","events","lastSeq"}.`,
+		Args: exactArgs(1, "one FILE argument (- for stdin)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("session") && blankID(id) {
+				return &usageError{errors.New("--session must not be blank (leave it out to use the log header's id)")}
+			}
+			path, cleanup, h, n, err := validateImportSource(args[0], g.stdin, id)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			nc, store, err := g.connect(ctx, "agentlog-import")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			bar := newProgressBar(g.stderr, n, "import "+h.ID, "events")
+			jr := session.NewJSONLReader(f, h.ID)
+			written, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
+				ev, err := jr.Next()
+				if err == nil && bar != nil {
+					_ = bar.Add(1)
+				}
+				return ev, err
+			})
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, importResult{Session: h.ID, Events: written, LastSeq: written - 1}, false)
+			}
+			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", written, h.ID)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&id, "session", "", "session id (default: the log header's id)")
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","events","lastSeq"}`)
+	return c
+}
+
+// validateImportSource validates the log at arg (a path, or - for stdin, which is spooled to a
+// temporary file on the way) and returns the file to append from, a cleanup that removes the spool
+// file, the session's header and its event count.
+func validateImportSource(arg string, stdin io.Reader, idOverride string) (path string, cleanup func(), h session.Header, n int64, err error) {
+	cleanup = func() {}
+	if arg != "-" {
+		f, err := os.Open(arg)
+		if err != nil {
+			return "", cleanup, h, 0, err
+		}
+		defer f.Close()
+		h, n, err = validateLog(f, arg, idOverride)
+		return arg, cleanup, h, n, err
+	}
+	spool, err := os.CreateTemp("", "agentlog-import-*.jsonl")
+	if err != nil {
+		return "", cleanup, h, 0, fmt.Errorf("spool stdin: %w", err)
+	}
+	cleanup = func() { os.Remove(spool.Name()) }
+	h, n, err = validateLog(io.TeeReader(stdin, spool), "stdin", idOverride)
+	if cerr := spool.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("spool stdin: %w", cerr)
+	}
+	if err != nil {
+		cleanup()
+		return "", func() {}, h, 0, err
+	}
+	return spool.Name(), cleanup, h, n, nil
+}
+
+// readLogFile reads and validates a whole dsh JSONL file into memory (the demo's small logs).
+func readLogFile(path, idOverride string) (session.Header, []session.Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return session.Header{}, nil, err
+	}
+	defer f.Close()
+	h, _, err := validateLog(f, path, idOverride)
+	if err != nil {
+		return h, nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return h, nil, err
+	}
+	_, events, err := session.ReadJSONL(f, h.ID)
+	return h, events, err
+}
+
+// validateLog reads a dsh JSONL log from r to its end, one event at a time, and validates it as
+// session.Load would, with the same errors in the same order: a read error (ReadJSONL's), then
+// rule empty-log, then a missing id (a usage error), then the first event that breaks a rule. It
+// keeps only the fold state (session.Surface) and the surface nodes a tool/result replace may read,
+// never the events. name names r in errors; idOverride, when set, replaces the header's id. It
+// returns the header (with the session id; a log without header gets a fresh one) and the number of
+// events.
+func validateLog(r io.Reader, name, idOverride string) (session.Header, int64, error) {
+	nameInErrors := idOverride
+	if nameInErrors == "" {
+		nameInErrors = "session"
+	}
+	jr := session.NewJSONLReader(r, nameInErrors)
+	var h session.Header
+	if hp := jr.Header(); hp != nil {
+		h = *hp
+	} else {
+		h = session.Header{Version: 0, CreatedAt: time.Now().UnixMilli()}
+	}
+	if idOverride != "" {
+		h.ID = idOverride
+		h.Raw = nil
+	}
+	check := newStreamCheck(h.ID)
+	var n int64
+	var ruleErr error
+	for {
+		ev, err := jr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var se *session.Error
+			if idOverride != "" && errors.As(err, &se) {
+				err = se.ForSession(idOverride)
+			}
+			return session.Header{}, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		n++
+		if ruleErr == nil && h.ID != "" {
+			ruleErr = check.apply(ev)
+		}
+	}
+	if n == 0 {
+		id := h.ID
+		if id == "" {
+			id = nameInErrors
+		}
+		return session.Header{}, 0, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
+			"the log holds no events, and import creates a session from its events (a session without events is created through the API, publisher.Create)"))
+	}
+	if h.ID == "" {
+		return session.Header{}, 0, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
+	}
+	if ruleErr != nil {
+		return session.Header{}, 0, fmt.Errorf("%s: refused, nothing written: %w", name, ruleErr)
+	}
+	return h, n, nil
+}
+
+// streamCheck validates a session's events in order with the reference's rules (those of
+// session.Session.Append) keeping only the fold state: the Surface, and for each surface node the
+// event a tool/result replace may read (a tool/result whole, any other node by its type alone).
+type streamCheck struct {
+	id    string
+	surf  *session.Surface
+	nodes map[int64]session.Event
+}
+
+func newStreamCheck(id string) *streamCheck {
+	return &streamCheck{id: id, surf: session.NewSurface(), nodes: map[int64]session.Event{}}
+}
+
+// notToolResult stands for a surface node that is not a tool/result: a replace aimed at it is
+// refused by its type, before its data is read.
+var notToolResult = []byte(`{}`)
+
+func (c *streamCheck) apply(ev session.Event) error {
+	if _, err := strconv.ParseFloat(string(ev.Time), 64); err != nil {
+		// The publisher refuses it (it could not be stored as the reference reads it): say so
+		// before anything is written.
+		return session.NewError(c.id, ev.Seq, 0, session.RuleEnvelopeTime, "time is not a JSON number of Unix ms")
+	}
+	nodes := len(c.surf.Nodes)
+	if err := c.surf.Apply(c.id, ev, c.lookup); err != nil {
+		return err
+	}
+	if len(c.surf.Nodes) > nodes || ev.SurfaceOp != nil {
+		if ev.Type != "tool/result" {
+			ev = session.Event{Type: ev.Type, Seq: ev.Seq, Data: notToolResult}
+		}
+		c.nodes[ev.Seq] = ev
+	}
+	return nil
+}
+
+func (c *streamCheck) lookup(seq int64) (session.Event, error) {
+	if ev, ok := c.nodes[seq]; ok {
+		return ev, nil
+	}
+	return session.Event{}, fmt.Errorf("seq %d is not a surface node of the session", seq)
+}
+
+// importLog is importStream over events held in memory (the demo's).
+func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (int64, error) {
+	i := 0
+	return importStream(ctx, store, nc, h, func() (session.Event, error) {
+		if i == len(events) {
+			return session.Event{}, io.EOF
+		}
+		i++
+		return events[i-1], nil
+	})
+}
+
+// importStream creates the session and appends the events next returns (until io.EOF) through the
+// publisher, flushing every importFlushBytes, and returns the number written once they are durable.
+// The log must have been validated (validateLog). If anything fails, the writer is aborted and what
+// the session holds is removed (rollbackImport), so the import can simply be retried.
+func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (n int64, err error) {
+	pub, err := publisher.New(store, nc, publisher.Options{
+		Window:          24 * time.Hour, // never fires: the import flushes by size
+		MaxPendingBytes: -1,
+		AttemptTimeout:  2 * time.Minute,
+		// Faithful to the file as the reference reads it: ill-formed UTF-8 becomes U+FFFD (as
+		// Node decodes the file), lone surrogate escapes stay.
+		KeepLoneSurrogates: true,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := refuseOrphanRecords(ctx, store, h.ID); err != nil {
+		return 0, err
+	}
+	w, err := pub.Create(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	var pending int
+	for {
+		ev, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			err = w.Append(ev)
+		}
+		if err != nil {
+			return 0, rollbackImport(store, w, h.ID, err)
+		}
+		n++
+		if pending += len(ev.Data) + 64; pending >= importFlushBytes {
+			if err := w.Flush(ctx); err != nil {
+				return 0, rollbackImport(store, w, h.ID, err)
+			}
+			pending = 0
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		return 0, rollbackImport(store, w, h.ID, err)
+	}
+	return n, nil
+}
+
+// refuseOrphanRecords refuses an import onto id when the id holds records but no metadata (left
+// by a writer that died between its first record and its check, or by an rm that stopped
+// half-way): creating the metadata would succeed and the first write then conflict, leaving the
+// id with metadata as well. Nothing is written.
+func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error {
+	if _, err := store.GetSession(ctx, id); !errors.Is(err, ajs.ErrSessionNotFound) {
+		return nil // it exists (Create refuses it) or cannot be read (Create says why)
+	}
+	tail, err := store.GetTailFromLeader(ctx, id)
+	if err == nil && tail.LastStreamSeq == 0 {
+		return nil
+	}
+	what := "records"
+	if err == nil {
+		what = fmt.Sprintf("records (to seq %d)", tail.NextSeq-1)
+	} else if !errors.As(err, new(*session.Error)) {
+		return fmt.Errorf("session %q: reading its log: %w", id, err)
+	}
+	return fmt.Errorf("session %q: the id holds %s without metadata (a write or a removal stopped half-way); nothing was written: run `agentlog rm %s` to clear it, then import again", id, what, shellQuote(id))
+}
+
+// rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
+// is cancelled and waited for), then removes the session, metadata and whatever records it got (as
+// agentlog rm does), so that the import can be retried. It returns the cause with what the store
+// now holds (cause names the session).
+func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause error) error {
+	w.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rm, err := store.RemoveSession(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w; the session may be left with part of the import (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
+	}
+	if rm.Records > 0 {
+		return fmt.Errorf("%w; the %d events written were removed again", cause, rm.Events)
+	}
+	return fmt.Errorf("%w; nothing was written", cause)
+}
+
+// newProgressBar returns a progress bar of total items on w when w is a terminal, else nil: a log
+// file or a pipe gets no progress frames.
+func newProgressBar(w io.Writer, total int64, desc, items string) *progressbar.ProgressBar {
+	if !isTerminal(w) {
+		return nil
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString(items),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
