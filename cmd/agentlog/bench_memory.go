@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-		ajs "github.com/agentlog/agentlog/jetstream"
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
