@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/tracing"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Client calls the agentlog services over one NATS connection. It is safe for concurrent use.
@@ -85,9 +87,16 @@ func (c *Client) callOptions(service, id string, opts []Option) (options, error)
 	return o, nil
 }
 
-// request sends data to subject and returns the reply body, or an *Error.
+// request sends data to subject and returns the reply body, or an *Error. The trace context of
+// ctx, when it has one, goes in the request's headers (traceparent, tracestate), so that the
+// service's span is a child of the caller's.
 func (c *Client) request(ctx context.Context, service, subject, id string, data []byte) ([]byte, error) {
-	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	req := &nats.Msg{Subject: subject, Data: data}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		req.Header = nats.Header{}
+		tracing.Inject(ctx, req.Header)
+	}
+	msg, err := c.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		what := "a projector"

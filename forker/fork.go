@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/tracing"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go/jetstream"
@@ -160,7 +161,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	// Step 5: one record guarded with expected last subject sequence 0.
 	msgID := "fork:" + nuid.Next()
-	res, err := f.store.Append(ctx, child, 0, childEvents, ajs.WithMsgID(msgID))
+	res, err := f.store.Append(ctx, child, 0, childEvents, tracing.RecordOpts(ctx, msgID)...)
 	if err == nil {
 		if err := f.childRemoved(ctx, req.Source, child, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
@@ -176,7 +177,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	defer wcancel()
 	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		if res, err = f.store.Append(wctx, child, 0, childEvents, ajs.WithMsgID(msgID)); err == nil {
+		if res, err = f.store.Append(wctx, child, 0, childEvents, tracing.RecordOpts(ctx, msgID)...); err == nil {
 			if err := f.childRemoved(wctx, req.Source, child, inc, res.StreamSeq); err != nil {
 				return client.ForkResult{}, err
 			}

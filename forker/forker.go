@@ -14,10 +14,12 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/jsvalue"
+	"github.com/agentlog/agentlog/internal/tracing"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The fork micro service's version and endpoint name (its name and subject are
@@ -32,6 +34,10 @@ const (
 type Options struct {
 	Logger *slog.Logger
 	Now    func() time.Time
+	// TracerProvider makes the span of each fork ("agentlog.fork", a child of the trace context
+	// in the request's headers); the child's record carries it, so its fold joins the trace.
+	// Default otel.GetTracerProvider() (no-op unless the SDK is set up).
+	TracerProvider trace.TracerProvider
 }
 
 // Forker serves the agentlog-fork micro service (the reference's SessionStore.fork): the checks in
@@ -45,6 +51,7 @@ type Forker struct {
 	now    func() time.Time
 
 	metrics *metrics
+	tracer  trace.Tracer
 
 	mu      sync.Mutex
 	started bool
@@ -71,7 +78,8 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics()}
+	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
+		tracer: tracing.Tracer(opts.TracerProvider)}
 }
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
@@ -169,6 +177,7 @@ func (f *Forker) serve(req micro.Request) {
 	defer f.reqs.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), forkTimeout)
 	defer cancel()
+	ctx, span := f.startForkSpan(ctx, nats.Header(req.Headers()))
 	res, err := f.handle(ctx, req.Data())
 	if err != nil {
 		code, desc := wireError(err)
@@ -177,10 +186,12 @@ func (f *Forker) serve(req micro.Request) {
 		}
 		_ = req.Error(string(code), desc, nil)
 		f.metrics.answered(start, code)
+		endForkSpan(span, res, code, desc)
 		return
 	}
 	_ = req.RespondJSON(res)
 	f.metrics.answered(start, "200")
+	endForkSpan(span, res, "200", "")
 }
 
 // forkTimeout bounds one fork (reads, KV create, record write) in the service.

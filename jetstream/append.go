@@ -44,7 +44,37 @@ type AppendResult struct {
 type AppendOpt func(*appendOpts) error
 
 type appendOpts struct {
-	msgID string // "" when WithMsgID was not given
+	msgID string   // "" when WithMsgID was not given
+	extra []string // WithHeaders: key, value, key, value...
+}
+
+// WithHeaders adds headers to the record (to every record of a split append), as key/value pairs:
+// the trace context (traceparent, tracestate) of the write. A key the record format uses
+// (Agentlog-*, Nats-*) is refused.
+func WithHeaders(kv ...string) AppendOpt {
+	return func(o *appendOpts) error {
+		if len(kv)%2 != 0 {
+			return errors.New("headers must be key/value pairs")
+		}
+		for i := 0; i < len(kv); i += 2 {
+			if k := kv[i]; k == "" || strings.HasPrefix(k, "Agentlog-") || strings.HasPrefix(k, "Nats-") {
+				return fmt.Errorf("header %q is not an extra record header", k)
+			}
+		}
+		o.extra = append(o.extra, kv...)
+		return nil
+	}
+}
+
+// traceHeaderRoom is the wire size of the largest trace context WithHeaders carries: traceparent
+// (55 bytes) and tracestate (at most 512), each "key: value\r\n".
+const traceHeaderRoom = len("traceparent: \r\n") + 55 + len("tracestate: \r\n") + 512
+
+// setExtra sets the WithHeaders pairs on h.
+func (o *appendOpts) setExtra(h nats.Header) {
+	for i := 0; i+1 < len(o.extra); i += 2 {
+		h.Set(o.extra[i], o.extra[i+1])
+	}
 }
 
 // WithMsgID sends id as the record's Nats-Msg-Id, so that a retry after a lost ack is deduplicated
@@ -101,6 +131,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	if msgID != "" {
 		h.Set(natsjs.MsgIDHeader, msgID)
 	}
+	o.setExtra(h)
 	body := bytes.Join(lines, []byte{'\n'})
 	if headerWireSize(h)+len(body) <= limit {
 		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
@@ -109,11 +140,12 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		}
 		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	}
-	return s.appendSplit(ctx, id, tok, subject, expectedLastStreamSeq, msgID, events, lines, limit)
+	return s.appendSplit(ctx, id, tok, subject, expectedLastStreamSeq, &o, events, lines, limit)
 }
 
 // appendSplit cuts lines into records within limit and commits them as one atomic batch.
-func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, msgID string, events []session.Event, lines [][]byte, limit int) (AppendResult, error) {
+func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, limit int) (AppendResult, error) {
+	msgID := o.msgID
 	// Worst-case headers of any part: every number takes at most as many digits as its largest
 	// possible value, plus the batch headers that jetstreamext adds.
 	n := len(events)
@@ -125,6 +157,7 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22)) // a nuid
 	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(n))
 	worst.Set(jetstreamext.BatchCommitHeader, "1")
+	o.setExtra(worst)
 	budget := limit - headerWireSize(worst) // bytes of body per record
 
 	type part struct{ from, to int } // events[from:to]
@@ -166,6 +199,7 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 			h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		}
 		last := k == len(parts)-1
+		o.setExtra(h)
 		if msgID != "" {
 			if last {
 				h.Set(natsjs.MsgIDHeader, msgID)
@@ -242,7 +276,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
 	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
 	worst.Set(jetstreamext.BatchCommitHeader, "1")
-	budget := limit - headerWireSize(worst)
+	budget := limit - headerWireSize(worst) - traceHeaderRoom
 	// Upper bound of the encoded line: the envelope keys, the type escaped at worst 6 bytes a
 	// byte, and the raw fields (encoding only ever removes whitespace from them).
 	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)

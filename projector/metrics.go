@@ -10,6 +10,7 @@ import (
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // metrics are a projector's Prometheus metrics, labelled with its instance name.
@@ -180,11 +181,20 @@ type meter struct {
 	ep       *endpointStats
 	endpoint string
 	start    time.Time
+	span     trace.Span // the query's span (nil: none), ended here
+	session  *string    // the session named in the span
 }
 
 // done counts a reply: codeOK, or an error reply's code and description.
 func (o meter) done(code client.Code, desc string) {
 	d := time.Since(o.start)
+	if o.span != nil {
+		sess := ""
+		if o.session != nil {
+			sess = *o.session
+		}
+		endQuerySpan(o.span, sess, code, desc)
+	}
 	if o.ep != nil {
 		errCode := string(code)
 		if code == codeOK {

@@ -402,7 +402,9 @@ func (w *worker) run() {
 		switch {
 		case err == nil:
 			w.health.ok(w.p.logger, "fetch", "projector: fetching records again", "partition", w.part)
+			span := w.p.startFoldSpan(msg, w.part)
 			w.handle(msg)
+			span.End()
 		case errors.Is(err, nats.ErrTimeout):
 			idle = true
 		case errors.Is(err, nats.ErrConnectionClosed) || (errors.Is(err, jetstream.ErrMsgIteratorClosed) && w.stopping()):

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/tracing"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ConsumerName is the prefix of the projector's durable consumers: partition p is consumed
@@ -46,6 +48,10 @@ type Options struct {
 	// partitions after this (default 3 s; renewed every MemberTTL/4, partitions rebalanced every
 	// MemberTTL/3).
 	MemberTTL time.Duration
+	// TracerProvider makes the spans of folds ("agentlog.fold", one per record, a child of the
+	// writer's append span carried in the record's headers) and of queries ("agentlog.query
+	// <endpoint>"). Default otel.GetTracerProvider() (no-op unless the SDK is set up).
+	TracerProvider trace.TracerProvider
 }
 
 // Projector folds the sessions of the AGENTLOG stream into their units' states in the
@@ -59,6 +65,7 @@ type Projector struct {
 	registry *Registry
 	defs     []*Definition // registry.list(), taken at Start
 	metrics  *metrics
+	tracer   trace.Tracer
 
 	mu      sync.Mutex // guards started and stopped
 	started bool
@@ -148,6 +155,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 			folds: make(chan struct{}, 2),
 		},
 	}
+	p.tracer = tracing.Tracer(opts.TracerProvider)
 	if p.cacheSessions <= 0 {
 		p.cacheSessions = DefaultCacheSessions
 	}

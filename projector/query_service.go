@@ -127,7 +127,9 @@ const (
 // consumer), and a burst of large queries cannot starve small ones for long.
 func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) func(*endpointStats, *nats.Msg) {
 	return func(ep *endpointStats, req *nats.Msg) {
-		ar := replyResponder{nc: p.nc, reply: req.Reply, meter: meter{m: p.metrics, ep: ep, endpoint: name, start: time.Now()}}
+		ar := replyResponder{nc: p.nc, reply: req.Reply, meter: meter{m: p.metrics, ep: ep, endpoint: name, start: time.Now(),
+			span: p.startQuerySpan(name, req.Header)}}
+		ar.meter.session = &ar.session
 		q, token, ok := parseQuery(ar, req.Data)
 		if !ok {
 			return

@@ -14,12 +14,14 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/agentlog/agentlog/internal/tracing"
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultWindow is the batching window used when Options.Window is zero: 200 ms, the reference's
@@ -80,6 +82,12 @@ type Options struct {
 	// into an empty backlog. It caps the memory of a session whose store keeps failing.
 	// Default 16 MiB; negative means no limit.
 	MaxPendingBytes int64
+	// TracerProvider makes the span of each record write ("agentlog.append"), whose W3C trace
+	// context (traceparent, tracestate) travels in the record's headers, so that the projector's
+	// fold of the record joins the writer's trace. A write asked for by Flush or Close is a child
+	// of the span in their ctx. Default otel.GetTracerProvider() (no-op unless the program set
+	// up the OpenTelemetry SDK).
+	TracerProvider trace.TracerProvider
 	// LeaseTTL is the TTL of each Writer's lease on its session (KV agentlog_writers), renewed
 	// every LeaseTTL/4 and deleted at Close/Abort. Open and Create refuse a session whose lease
 	// is live (ErrSessionLive). At least 1 s; default DefaultLeaseTTL (10 s).
@@ -110,6 +118,7 @@ type Publisher struct {
 	beforeWrite func(id string, firstSeq int64)
 
 	slots     chan struct{} // one token per record in flight (Options.MaxConcurrentWrites)
+	tracer    trace.Tracer
 	metrics   *metrics
 	sanitized atomic.Uint64 // strings repaired by Append, over all Writers (SanitizedStrings)
 
@@ -172,6 +181,7 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 		go p.watchConn(p.status)
 	}
 	p.metrics = newMetrics(p)
+	p.tracer = tracing.Tracer(opts.TracerProvider)
 	return p, nil
 }
 
@@ -525,6 +535,14 @@ func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validG
 // a is what the writer knows durable (a.streamSeq is the guard). On a guard conflict the tail is
 // checked against it (checkTail): acknowledged events that are gone give an *AckedLostError.
 func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+	ctx, span := p.startAppendSpan(ctx, id, msgID, events)
+	seq, maybeStored, err := p.writeRecordTries(ctx, id, a, msgID, events, tracing.RecordOpts(ctx, msgID))
+	endAppendSpan(span, seq, err)
+	return seq, maybeStored, err
+}
+
+// writeRecordTries is writeRecordX's tries of the write, with the store's options opts.
+func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []jetstream.AppendOpt) (uint64, bool, error) {
 	guard := a.streamSeq
 	last := events[len(events)-1].Seq
 	var lastErr error
@@ -545,7 +563,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 			}
 		}()
 		actx, cancel := context.WithTimeout(cctx, p.opts.AttemptTimeout)
-		res, err := p.store.Append(actx, id, guard, events, jetstream.WithMsgID(msgID))
+		res, err := p.store.Append(actx, id, guard, events, opts...)
 		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 		cancel()
 		ccancel(nil)

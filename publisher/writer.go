@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Writer appends the events of one session; it is safe for concurrent use. Append validates at
@@ -59,6 +60,9 @@ type Writer struct {
 	closing       bool             // Close began: Append/Emit refused
 	closed        bool             // Close finished
 	changed       chan struct{}    // closed and replaced on every state change
+
+	// the span of the last Flush/Close caller: the parent of the next write's span (guarded by mu)
+	traceParent trace.SpanContext
 }
 
 func newWriter(p *Publisher, id, token, incarnation string, surface *session.Surface, a acked) *Writer {
@@ -325,12 +329,20 @@ func (w *Writer) kickLocked() {
 	w.due = max(w.due-n, 0)
 	w.inflight = batch
 	a := acked{streamSeq: w.lastStreamSeq, msgID: w.lastMsgID, firstSeq: w.lastFirstSeq, nextSeq: w.durableNext}
+	parent := w.traceParent
+	w.traceParent = trace.SpanContext{}
 	w.wg.Add(1)
-	go w.write(batch, a, w.validGen)
+	go w.write(batch, a, w.validGen, parent)
 }
 
-func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
+// write writes batch as one record; its span (see Publisher.writeRecordX) is a child of parent
+// when that is valid (the span of the Flush or Close that asked for it).
+func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent trace.SpanContext) {
 	defer w.wg.Done()
+	wctx := w.ctx
+	if parent.IsValid() {
+		wctx = trace.ContextWithSpanContext(wctx, parent)
+	}
 	start := time.Now()
 	first, last := batch[0].Seq, batch[len(batch)-1].Seq
 	var err error
@@ -346,7 +358,7 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64) {
 	var maybeStored bool
 	gen := validGen
 	if err == nil {
-		streamSeq, maybeStored, gen, err = w.p.checkedWrite(w.ctx, w.id, a, validGen, msgID, batch)
+		streamSeq, maybeStored, gen, err = w.p.checkedWrite(wctx, w.id, a, validGen, msgID, batch)
 		if err == nil && a.streamSeq == 0 {
 			err = w.p.undoIfDeleted(w.ctx, w.id, w.incarnation, streamSeq)
 		} else if isFencing(err) {
@@ -497,6 +509,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 	w.closeWindowLocked()
 	w.due = len(w.pending)
 	startFail := w.failGen
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		w.traceParent = sc
+	}
 	w.kickLocked()
 	for {
 		switch {

@@ -19,13 +19,39 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/agentlog/agentlog/internal/tracing"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Traces: off unless OTEL_TRACES_EXPORTER names an exporter (deploy/README.md, "Traces").
+	shutdown, err := tracing.Setup(ctx, traceServiceName(os.Args[1:]))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentlog:", err)
+		os.Exit(2)
+	}
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := shutdown(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, "agentlog: traces: flushing the last spans:", err)
+	}
+	cancel()
 	os.Exit(code)
+}
+
+// traceServiceName is the default service.name of the process's traces (OTEL_SERVICE_NAME
+// overrides it): agentlog-<command> for the commands that run services, else agentlog.
+func traceServiceName(args []string) string {
+	for _, a := range args {
+		switch a {
+		case "dev", "projector", "forker":
+			return "agentlog-" + a
+		}
+	}
+	return "agentlog"
 }
 
 // exitError carries a process exit status out of a command.
