@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -27,12 +28,16 @@ by running it again.`,
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			nc, store, err := g.connect(ctx, "agentlog-rm")
+			nc, _, err := g.connect(ctx, "agentlog-rm")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			rm, err := store.RemoveSession(ctx, args[0])
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			rm, err := c.Remove(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -48,7 +53,7 @@ by running it again.`,
 }
 
 // printRemoved prints rm for a human, one line per kind of state.
-func printRemoved(g *globals, rm ajs.Removed) {
+func printRemoved(g *globals, rm client.Removed) {
 	w := g.stdout
 	fmt.Fprintf(w, "removed session %q", rm.Session)
 	if rm.Incarnation != "" {
