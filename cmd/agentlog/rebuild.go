@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -13,7 +16,7 @@ import (
 // stored states from the session logs (projector.Rebuild), next to running projectors.
 func newRebuildCmd(g *globals) *cobra.Command {
 	var ids []string
-	var quiet bool
+	var quiet, asJSON bool
 	c := &cobra.Command{
 		Use:   "rebuild UNIT [--session ID]...",
 		Short: "Recompute a projection unit's states from the session logs",
@@ -21,7 +24,9 @@ func newRebuildCmd(g *globals) *cobra.Command {
 tools, turns) for every session, or for the sessions named with --session, from seq 0 of each log, and
 stores it in the agentlog_projections KV bucket with a revision compare-and-swap. Running projectors
 need not stop: one that holds a rebuilt session in memory reloads it at its next write. A session whose
-log breaks a rule is rebuilt up to that event and keeps the error. Progress goes to stderr.
+log breaks a rule is rebuilt up to that event and keeps the error. A --session that names no session
+(neither metadata nor records) is refused (exit 1) before anything is rebuilt. A progress bar goes to
+stderr when it is a terminal; --json prints the result as one JSON object.
 
 A new stateVersion of a unit needs no rebuild: stored states of another stateVersion are rebuilt in
 place when their session gets a record, or is queried. rebuild is for a unit whose fold was wrong.`,
@@ -43,6 +48,9 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 			var sel []string
 			if len(ids) > 0 {
 				sel = ids
+				if err := checkSessionsExist(cmd.Context(), store, ids); err != nil {
+					return err
+				}
 			}
 			var bar *progressbar.ProgressBar
 			barChecked := false
@@ -65,12 +73,47 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 			if err != nil {
 				return err
 			}
+			el := time.Since(start)
+			if asJSON {
+				return writeJSON(g.stdout, rebuildResult{Unit: unit, Sessions: res.Sessions, Stopped: res.Stopped, Empty: res.Empty,
+					ElapsedMs: ms(el)}, false)
+			}
 			fmt.Fprintf(g.stdout, "rebuilt %s: %d session(s) (%d stopped by a rule their log breaks), %d without events, in %s\n",
-				unit, res.Sessions, res.Stopped, res.Empty, time.Since(start).Round(time.Millisecond))
+				unit, res.Sessions, res.Stopped, res.Empty, el.Round(time.Millisecond))
 			return nil
 		},
 	}
 	c.Flags().StringArrayVar(&ids, "session", nil, "rebuild only this session (repeatable; default: every session)")
-	c.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	c.Flags().BoolVar(&quiet, "quiet", false, "no progress bar (there is none unless stderr is a terminal)")
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"unit","sessions","stopped","empty","elapsedMs"}`)
 	return c
+}
+
+// rebuildResult is what `agentlog rebuild --json` prints.
+type rebuildResult struct {
+	Unit      string  `json:"unit"`
+	Sessions  int     `json:"sessions"` // rebuilt, stopped ones included
+	Stopped   int     `json:"stopped"`  // stopped by a rule their log breaks
+	Empty     int     `json:"empty"`    // without events
+	ElapsedMs float64 `json:"elapsedMs"`
+}
+
+// checkSessionsExist refuses ids that name no session: neither metadata nor records.
+func checkSessionsExist(ctx context.Context, store *ajs.Store, ids []string) error {
+	for _, id := range ids {
+		if _, err := ajs.Token(id); err != nil {
+			return err
+		}
+		_, err := store.GetSession(ctx, id)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ajs.ErrSessionNotFound) {
+			return err
+		}
+		if t, terr := store.GetTail(ctx, id); terr != nil || t.NextSeq == 0 {
+			return fmt.Errorf("session %q not found (no metadata, no records): nothing was rebuilt", id)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/agentlog/agentlog/client"
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -216,15 +217,30 @@ func forkExit(err error) error {
 func newInspectCmd(g *globals) *cobra.Command {
 	var allForks bool
 	c := &cobra.Command{
-		Use:   "inspect [--all-forks] < FILE",
+		Use:   "inspect [--all-forks] [FILE|-]",
 		Short: "Judge a dsh JSONL log offline, printing the same fields as the conformance oracle",
-		Long: `inspect reads a dsh JSONL log on stdin and prints one JSON object: ok, error, acceptedEvents, events,
-nodes, replaceGeneration, messages, transcript, openTurn, repair and forks — the fields of
-../shared/conformance/oracle.mjs. With --all-forks it tries every fork boundary (omitted, every seq, one
-past the end, and -1). It needs no server. It exits 0 whether or not the log is accepted.`,
-		Args: exactArgs(0, "no arguments (the log comes on stdin)"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			res := session.Inspect(bufio.NewReader(g.stdin), allForks)
+		Long: `inspect reads a dsh JSONL log from FILE, or from stdin (no argument, or -), and prints one JSON
+object: ok, error, acceptedEvents, events, nodes, replaceGeneration, messages, transcript, openTurn,
+repair and forks — the fields of ../shared/conformance/oracle.mjs. With --all-forks it tries every fork
+boundary (omitted, every seq, one past the end, and -1). It needs no server. It exits 0 whether or not
+the log is accepted (1 when FILE cannot be read).`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return &usageError{fmt.Errorf("%s takes at most one FILE argument (got %d)", c.CommandPath(), len(args))}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in := g.stdin
+			if len(args) == 1 && args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			res := session.Inspect(bufio.NewReader(in), allForks)
 			// Written as MarshalJSON produced it: the reference allows deeper nesting than
 			// encoding/json re-validates (DEPARTURES.md).
 			b, err := res.MarshalJSON()
