@@ -174,15 +174,11 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		Sessions: o.Sessions, EventsPerSession: o.Events, EventBytes: o.Size,
 		WindowMs: o.Window.Milliseconds(), SyncAlways: o.SyncAlways, GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
-	dir := o.DataDir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "agentlog-bench-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := benchDir(o.DataDir, "agentlog-bench-")
+	if err != nil {
+		return res, err
 	}
+	defer cleanup()
 	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"}, "agentlog-bench", ajs.Config{})
 	if err != nil {
 		return res, err
@@ -452,6 +448,18 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, store *ajs.Store, o benc
 		return errors.New("no record was written")
 	}
 	return nil
+}
+
+// benchDir is dir, or when it is "" a new temporary directory named prefix* that cleanup removes.
+func benchDir(dir, prefix string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", func() {}, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
 }
 
 // heapBytes is the live heap (bytes of heap objects), after a GC when gc is set.

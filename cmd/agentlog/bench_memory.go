@@ -3,22 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -118,15 +114,11 @@ func runBenchMemory(ctx context.Context, o benchMemoryOptions, logw io.Writer) (
 		bin = self
 	}
 	res.Binary = bin
-	dir := o.DataDir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "agentlog-bench-memory-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := benchDir(o.DataDir, "agentlog-bench-memory-")
+	if err != nil {
+		return res, err
 	}
+	defer cleanup()
 	const id = "bench-memory"
 	file := filepath.Join(dir, "big.jsonl")
 	fmt.Fprintf(logw, "bench memory: writing %d events to %s...\n", o.Events, file)
@@ -136,12 +128,7 @@ func runBenchMemory(ctx context.Context, o benchMemoryOptions, logw io.Writer) (
 	}
 	res.FileBytes = size
 
-	port, err := freePort()
-	if err != nil {
-		return res, err
-	}
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	dev := exec.CommandContext(ctx, bin, "dev", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+strconv.Itoa(port),
+	dev := exec.CommandContext(ctx, bin, "dev", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0",
 		"--projectors", "0", "--forkers", "1", "--system-user", "")
 	devLog, err := os.Create(filepath.Join(dir, "dev.log"))
 	if err != nil {
@@ -153,7 +140,8 @@ func runBenchMemory(ctx context.Context, o benchMemoryOptions, logw io.Writer) (
 		return res, fmt.Errorf("start agentlog dev: %w", err)
 	}
 	defer stopChild(dev)
-	if err := waitProvisioned(ctx, url, 60*time.Second); err != nil {
+	url, err := waitDevURL(ctx, devLog.Name(), 60*time.Second)
+	if err != nil {
 		return res, fmt.Errorf("agentlog dev (log in %s): %w", devLog.Name(), err)
 	}
 	proj := exec.CommandContext(ctx, bin, "--nats", url, "projector", "--name", "bench-memory")
@@ -308,34 +296,24 @@ func procStatusBytes(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
-// waitProvisioned waits until agentlog is provisioned at url.
-func waitProvisioned(ctx context.Context, url string, limit time.Duration) error {
+// waitDevURL waits for the line in which `agentlog dev` names its URL in the log file at path,
+// and returns the URL.
+func waitDevURL(ctx context.Context, path string, limit time.Duration) (string, error) {
 	deadline := time.Now().Add(limit)
 	for {
-		nc, js, err := natsdev.Connect(url, nats.Name("agentlog-bench-memory"))
-		if err == nil {
-			_, err = ajs.Open(ctx, js)
-			nc.Close()
-			if err == nil {
-				return nil
-			}
+		b, _ := os.ReadFile(path)
+		if m := devURLLine.FindSubmatch(b); m != nil {
+			return string(m[1]), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("not provisioned at %s after %s: %w", url, limit, errors.Join(err, ctx.Err()))
+			return "", fmt.Errorf("no URL in its output after %s: %w", limit, ctx.Err())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// devURLLine matches the line `agentlog dev` prints once it serves.
+var devURLLine = regexp.MustCompile(`nats-server listening on (nats://\S+)`)
 
 // stopChild ends a child process with SIGTERM (SIGKILL after 10 s) and waits for it.
 func stopChild(c *exec.Cmd) {

@@ -40,8 +40,13 @@ func opsEvents() []session.Event {
 
 // runCLI runs the CLI in process and returns its exit status, stdout and stderr.
 func runCLI(ctx context.Context, url string, args ...string) (int, string, string) {
+	return runCLIStdin(ctx, url, "", args...)
+}
+
+// runCLIStdin is runCLI with stdin.
+func runCLIStdin(ctx context.Context, url, stdin string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(ctx, append([]string{"--nats", url}, args...), strings.NewReader(""), &out, &errb)
+	code := run(ctx, append([]string{"--nats", url}, args...), strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
