@@ -43,7 +43,9 @@ func TestExitCodesAndStreams(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"type":"turn/start","seq":1,"time":1,"data":{"turn":1}}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli := func(stdin string, args ...string) (int, string, string) { return runCLIStdin(ctx, s.url, stdin, args...) }
+	cli := func(stdin string, args ...string) (int, string, string) {
+		return runCLIStdin(ctx, s.url, stdin, args...)
+	}
 
 	// import - reads stdin, and --json prints the result.
 	code, out, errOut := cli(log.String(), "import", "-", "--session", "x1", "--json")
