@@ -18,10 +18,6 @@ import (
 	"golang.org/x/term"
 )
 
-// importFlushBytes is how many bytes of events an import appends before it flushes them: the
-// memory an import holds beyond its validation state is a few times this.
-const importFlushBytes = 4 << 20
-
 // importResult is what `agentlog import --json` prints.
 type importResult struct {
 	Session string `json:"session"`
@@ -38,8 +34,8 @@ func newImportCmd(g *globals) *cobra.Command {
 		Long: `import reads a dsh JSONL log (optional header line, events, packed chunk rows) from FILE, or from
 stdin with -, and validates the whole log first: a log that breaks a rule is refused with the seq and
 the rule, and nothing is written; so is a log without events (rule empty-log). Only then does it create
-the session and append the events through the publisher, a few MiB at a time, so that a log of any
-length is imported in bounded memory (stdin is spooled to a temporary file for the second pass). If the
+the session and append the events through the publisher, written in the background while the log is
+read, at most 8 MiB pending, so that a log of any length is imported in bounded memory (stdin is spooled to a temporary file for the second pass). If the
 append fails part-way, what was written is removed again (as agentlog rm does) and the import can be
 retried. The session id defaults to the one in the log's header; importing onto an existing session is
 refused. A progress bar goes to stderr when it is a terminal. --json prints
@@ -257,13 +253,15 @@ func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.H
 }
 
 // importStream creates the session and appends the events next returns (until io.EOF) through the
-// publisher, flushing every importFlushBytes, and returns the number written once they are durable.
-// The log must have been validated (validateLog). If anything fails, the writer is aborted and what
-// the session holds is removed (rollbackImport), so the import can simply be retried.
+// publisher, and returns the number written once they are durable. The publisher writes the
+// events in the background, a window (importWindow) at a time, while the next ones are read; when
+// importPendingBytes are pending, the import waits for them (Flush). The log must have been
+// validated (validateLog). If anything fails, the writer is aborted and what the session holds is
+// removed (rollbackImport), so the import can simply be retried.
 func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (n int64, err error) {
 	pub, err := publisher.New(store, nc, publisher.Options{
-		Window:          24 * time.Hour, // never fires: the import flushes by size
-		MaxPendingBytes: -1,
+		Window:          importWindow,
+		MaxPendingBytes: importPendingBytes,
 		AttemptTimeout:  2 * time.Minute,
 		// Faithful to the file as the reference reads it: ill-formed UTF-8 becomes U+FFFD (as
 		// Node decodes the file), lone surrogate escapes stay.
@@ -279,7 +277,6 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 	if err != nil {
 		return 0, err
 	}
-	var pending int
 	for {
 		ev, err := next()
 		if errors.Is(err, io.EOF) {
@@ -287,23 +284,30 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 		}
 		if err == nil {
 			err = w.Append(ev)
+			if errors.Is(err, publisher.ErrBacklog) {
+				if err = w.Flush(ctx); err == nil {
+					err = w.Append(ev)
+				}
+			}
 		}
 		if err != nil {
 			return 0, rollbackImport(store, w, h.ID, err)
 		}
 		n++
-		if pending += len(ev.Data) + 64; pending >= importFlushBytes {
-			if err := w.Flush(ctx); err != nil {
-				return 0, rollbackImport(store, w, h.ID, err)
-			}
-			pending = 0
-		}
 	}
 	if err := w.Close(ctx); err != nil {
 		return 0, rollbackImport(store, w, h.ID, err)
 	}
 	return n, nil
 }
+
+// importWindow and importPendingBytes are the publisher's window and backlog bound during an
+// import: a record every importWindow while the log is read, and at most importPendingBytes of
+// events held (the memory an import holds beyond its validation state is a few times this).
+const (
+	importWindow       = 20 * time.Millisecond
+	importPendingBytes = 8 << 20
+)
 
 // refuseOrphanRecords refuses an import onto id when the id holds records but no metadata (left
 // by a writer that died between its first record and its check, or by an rm that stopped
