@@ -45,11 +45,12 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 			if cmd.Flags().Changed("session") && blankID(id) {
 				return &usageError{errors.New("--session must not be blank (leave it out to use the log header's id)")}
 			}
-			path, cleanup, h, n, err := validateImportSource(args[0], g.stdin, id)
+			path, cleanup, v, err := validateImportSource(args[0], g.stdin, id)
 			if err != nil {
 				return err
 			}
 			defer cleanup()
+			h, n := v.header, v.events
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			nc, store, err := g.connect(ctx, "agentlog-import")
@@ -57,6 +58,11 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 				return err
 			}
 			defer nc.Close()
+			// The largest event is checked against the stream's max message size before anything
+			// is written (an event that could never be stored).
+			if err := store.CheckEventSize(h.ID, v.largest); err != nil {
+				return fmt.Errorf("%s: refused: %w; nothing was written", args[0], err)
+			}
 			f, err := os.Open(path)
 			if err != nil {
 				return err
@@ -91,32 +97,41 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 
 // validateImportSource validates the log at arg (a path, or - for stdin, which is spooled to a
 // temporary file on the way) and returns the file to append from, a cleanup that removes the spool
-// file, the session's header and its event count.
-func validateImportSource(arg string, stdin io.Reader, idOverride string) (path string, cleanup func(), h session.Header, n int64, err error) {
+// file, and what validateLog found.
+func validateImportSource(arg string, stdin io.Reader, idOverride string) (path string, cleanup func(), v validatedLog, err error) {
 	cleanup = func() {}
 	if arg != "-" {
 		f, err := os.Open(arg)
 		if err != nil {
-			return "", cleanup, h, 0, err
+			return "", cleanup, v, err
 		}
 		defer f.Close()
-		h, n, err = validateLog(f, arg, idOverride)
-		return arg, cleanup, h, n, err
+		v, err = validateLog(f, arg, idOverride)
+		return arg, cleanup, v, err
 	}
 	spool, err := os.CreateTemp("", "agentlog-import-*.jsonl")
 	if err != nil {
-		return "", cleanup, h, 0, fmt.Errorf("spool stdin: %w", err)
+		return "", cleanup, v, fmt.Errorf("spool stdin: %w", err)
 	}
 	cleanup = func() { os.Remove(spool.Name()) }
-	h, n, err = validateLog(io.TeeReader(stdin, spool), "stdin", idOverride)
+	v, err = validateLog(io.TeeReader(stdin, spool), "stdin", idOverride)
 	if cerr := spool.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("spool stdin: %w", cerr)
 	}
 	if err != nil {
 		cleanup()
-		return "", func() {}, h, 0, err
+		return "", func() {}, v, err
 	}
-	return spool.Name(), cleanup, h, n, nil
+	return spool.Name(), cleanup, v, nil
+}
+
+// validatedLog is what validateLog found: the header (with the session id), the number of events
+// and the largest event (by the bytes of its fields), which the caller checks against the
+// stream's max message size.
+type validatedLog struct {
+	header  session.Header
+	events  int64
+	largest session.Event
 }
 
 // readLogFile reads and validates a whole dsh JSONL file into memory (the demo's small logs).
@@ -126,7 +141,8 @@ func readLogFile(path, idOverride string) (session.Header, []session.Event, erro
 		return session.Header{}, nil, err
 	}
 	defer f.Close()
-	h, _, err := validateLog(f, path, idOverride)
+	v, err := validateLog(f, path, idOverride)
+	h := v.header
 	if err != nil {
 		return h, nil, err
 	}
@@ -142,9 +158,9 @@ func readLogFile(path, idOverride string) (session.Header, []session.Event, erro
 // rule empty-log, then a missing id (a usage error), then the first event that breaks a rule. It
 // keeps only the fold state (session.Surface) and the surface nodes a tool/result replace may read,
 // never the events. name names r in errors; idOverride, when set, replaces the header's id. It
-// returns the header (with the session id; a log without header gets a fresh one) and the number of
-// events.
-func validateLog(r io.Reader, name, idOverride string) (session.Header, int64, error) {
+// returns the header (with the session id; a log without header gets a fresh one), the number of
+// events and the largest one.
+func validateLog(r io.Reader, name, idOverride string) (validatedLog, error) {
 	nameInErrors := idOverride
 	if nameInErrors == "" {
 		nameInErrors = "session"
@@ -163,6 +179,8 @@ func validateLog(r io.Reader, name, idOverride string) (session.Header, int64, e
 	check := newStreamCheck(h.ID)
 	var n int64
 	var ruleErr error
+	var largest session.Event
+	largestSize := -1
 	for {
 		ev, err := jr.Next()
 		if errors.Is(err, io.EOF) {
@@ -173,9 +191,12 @@ func validateLog(r io.Reader, name, idOverride string) (session.Header, int64, e
 			if idOverride != "" && errors.As(err, &se) {
 				err = se.ForSession(idOverride)
 			}
-			return session.Header{}, 0, fmt.Errorf("%s: %w", name, err)
+			return validatedLog{}, fmt.Errorf("%s: %w", name, err)
 		}
 		n++
+		if size := len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs); size > largestSize {
+			largest, largestSize = ev, size
+		}
 		if ruleErr == nil && h.ID != "" {
 			ruleErr = check.apply(ev)
 		}
@@ -185,16 +206,16 @@ func validateLog(r io.Reader, name, idOverride string) (session.Header, int64, e
 		if id == "" {
 			id = nameInErrors
 		}
-		return session.Header{}, 0, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
+		return validatedLog{}, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
 			"the log holds no events, and import creates a session from its events (a session without events is created through the API, publisher.Create)"))
 	}
 	if h.ID == "" {
-		return session.Header{}, 0, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
+		return validatedLog{}, &usageError{fmt.Errorf("%s has no header with a session id: pass --session ID", name)}
 	}
 	if ruleErr != nil {
-		return session.Header{}, 0, fmt.Errorf("%s: refused, nothing written: %w", name, ruleErr)
+		return validatedLog{}, fmt.Errorf("%s: refused, nothing written: %w", name, ruleErr)
 	}
-	return h, n, nil
+	return validatedLog{header: h, events: n, largest: largest}, nil
 }
 
 // streamCheck validates a session's events in order with the reference's rules (those of
