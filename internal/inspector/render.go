@@ -48,7 +48,7 @@ var funcs = template.FuncMap{
 		}
 		return *p
 	},
-	"add":  func(a, b int) int { return a + b },
+	"add":   func(a, b int) int { return a + b },
 	"add64": func(a, b int64) int64 { return a + b },
 	"seqRange": func(r *Row) string {
 		if r.Seq == r.Last {

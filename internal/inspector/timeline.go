@@ -186,8 +186,8 @@ func decodeData(ev *session.Event) eventData {
 // refusal text of a boundary inside an open turn.
 func BuildTimeline(id string, events []session.Event) *Timeline {
 	t := &Timeline{LastSeq: -1}
-	calls := map[string]int{}       // callId -> row index of its tool/call
-	results := map[string]int64{}   // callId -> seq of its tool/result
+	calls := map[string]int{}        // callId -> row index of its tool/call
+	results := map[string]int64{}    // callId -> seq of its tool/result
 	callNames := map[string]string{} // callId -> tool name
 	var turn, step int64
 	for i := range events {
