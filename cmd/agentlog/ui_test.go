@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/chromedp/chromedp"
 )
@@ -240,7 +241,7 @@ func TestUIBrowser(t *testing.T) {
 	if _, err := s.store.Append(ctx, id, res.StreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
-	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`body[data-last-seq="16"]`)),
+	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
 		chromedp.WaitVisible(css(`li.row[data-seq="16"] button[data-boundary="16"]`)))
 	if liveText := tabGet(t, tab, chromedp.TextContent(css(`#model`))); !strings.Contains(liveText, "live message 42") {
 		t.Errorf("the live append is not in the model view: %q", liveText)
@@ -362,3 +363,85 @@ func startUIStackOn(t *testing.T, ctx context.Context, s *stack, o uiOptions) (*
 	base, _, _ := strings.Cut(url, "/?")
 	return s, strings.TrimSuffix(base, "/")
 }
+
+// TestUISpeed measures, for a 10,000-event session, the server's time to the whole HTML of the
+// session page, its weight (HTML, and the page's CSS and script), and Chromium's first
+// contentful paint. The numbers are logged, not asserted (the machine is shared and noisy;
+// the target is first content <= 500 ms).
+func TestUISpeed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, base := startUIStack(t, ctx, uiOptions{})
+	id := "long"
+	if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+		t.Fatal(err)
+	}
+	evs := sessiontest.AgentTurns(10000)
+	var last uint64
+	for i := 0; i < len(evs); i += 500 {
+		res, err := s.store.Append(ctx, id, last, evs[i:min(i+500, len(evs))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.StreamSeq
+	}
+	// Wait for the projection (the page would wait for it too, and that is not what is measured).
+	if code, _, errOut := runCLI(ctx, s.url, "messages", id); code != 0 {
+		t.Fatalf("messages: %s", errOut)
+	}
+	get := func(url string) (int, time.Duration) {
+		start := time.Now()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", url, resp.StatusCode)
+		}
+		return len(b), time.Since(start)
+	}
+	var best time.Duration
+	var size int
+	for i := 0; i < 3; i++ {
+		n, d := get(base + "/sessions/" + id)
+		if i == 0 || d < best {
+			best, size = d, n
+		}
+	}
+	cssBytes, _ := get(base + "/static/app.css")
+	jsBytes, _ := get(base + "/static/app.js")
+	t.Logf("10,000-event session (%d events): HTML %d bytes (+ CSS %d, script %d), server time to the whole HTML %s (best of 3)",
+		len(evs), size, cssBytes, jsBytes, best.Round(time.Millisecond))
+	if os.Getenv("AGENTLOG_UI_PROFILE") != "" {
+		resp, _ := http.Get(base + "/sessions/" + id)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		os.WriteFile("/tmp/long.html", b, 0o644)
+		for _, args := range [][]string{{"events", id}, {"messages", id, "--min-seq", "-1"}, {"status", id}} {
+			start := time.Now()
+			runCLI(ctx, s.url, args...)
+			t.Logf("agentlog %v: %s", args, time.Since(start))
+		}
+	}
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Log("chromium not installed: first contentful paint not measured")
+		return
+	}
+	tab := browser(t, ctx)
+	var fcp float64
+	for _, run := range []string{"cold", "warm"} { // the first navigation of a fresh browser is slower
+		tabDo(t, tab, "open the long session", chromedp.Navigate(base+"/sessions/"+id+"?run="+run), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+		fcp = tabGet(t, tab, chromedp.Evaluate[float64](`new Promise(done => {
+			new PerformanceObserver(l => { const e = l.getEntriesByName('first-contentful-paint')[0]; if (e) done(e.startTime); }).observe({type: 'paint', buffered: true});
+			setTimeout(() => done(-1), 5000);
+		})`, chromedp.EvalAwaitPromise))
+		timing := tabGet(t, tab, chromedp.Evaluate[[]float64](`(n => [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd, n.transferSize])(performance.getEntriesByType('navigation')[0])`))
+		t.Logf("chromium (%s): first contentful paint %.0f ms after navigation start; first byte %.0f ms, last byte %.0f ms, DOMContentLoaded %.0f ms, %.0f bytes transferred; target <= 500 ms",
+			run, fcp, timing[0], timing[1], timing[2], timing[3])
+	}
+	fmt.Printf(`{"bench":"ui-session-10k","events":%d,"htmlBytes":%d,"serverMs":%d,"fcpMs":%.0f}`+"\n", len(evs), size, best.Milliseconds(), fcp)
+}
+
+

@@ -2,6 +2,7 @@ package inspector
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,16 +78,21 @@ type sessionData struct {
 	snapErr string
 }
 
-// read reads session id: lineage and events at once, then the messages and the snapshot as of
-// the last event read (waiting for the projection to reach it, at most QueryTimeout; a lagging or
-// stopped projection is shown as it is, with a note).
+// read reads session id: its lineage, its events, and the messages and the snapshot, all at
+// once; when the projection had not reached the last event read, the queries are asked again,
+// waiting for it (at most QueryTimeout; a lagging or stopped projection is shown as it is, with a
+// note).
 func (s *Server) read(ctx context.Context, id string) (*sessionData, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.QueryTimeout)
 	defer cancel()
 	d := &sessionData{}
 	var wg sync.WaitGroup
 	var lerr, eerr error
-	wg.Add(2)
+	var msgs client.MessagesReply
+	var merr error
+	var snap client.SnapshotReply
+	var serr error
+	wg.Add(4)
 	go func() { defer wg.Done(); d.lineage, lerr = s.c.Lineage(ctx, id) }()
 	go func() {
 		defer wg.Done()
@@ -95,6 +101,8 @@ func (s *Server) read(ctx context.Context, id string) (*sessionData, error) {
 			return nil
 		})
 	}()
+	go func() { defer wg.Done(); msgs, merr = s.c.Messages(ctx, id) }()
+	go func() { defer wg.Done(); snap, serr = s.c.Snapshot(ctx, id) }()
 	wg.Wait()
 	if lerr != nil {
 		return nil, lerr
@@ -102,7 +110,12 @@ func (s *Server) read(ctx context.Context, id string) (*sessionData, error) {
 	if eerr != nil {
 		return nil, eerr
 	}
-	s.query(ctx, id, int64(len(d.events))-1, d)
+	last := int64(len(d.events)) - 1
+	if merr == nil && serr == nil && msgs.AsOfSeq >= last && snap.AsOfSeq >= last {
+		d.msgs, d.snap = &msgs, &snap // the projection had caught up: no second round
+		return d, nil
+	}
+	s.query(ctx, id, last, d)
 	return d, nil
 }
 
@@ -184,6 +197,9 @@ func findNode(n *client.LineageNode, id string) *client.LineageNode {
 	return nil
 }
 
+// handleSession serves the session page. Once the session is known to exist, the head and the top
+// bar are sent at once (the browser fetches the stylesheet and paints while the session is read);
+// a failure after that is a banner in the page.
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id := r.PathValue("id")
@@ -195,15 +211,35 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("seq"); v != "" {
 		seq, _ = strconv.ParseInt(v, 10, 64)
 	}
-	d, err := s.read(r.Context(), id)
+	hctx, cancel := context.WithTimeout(r.Context(), s.o.QueryTimeout)
+	_, err := s.c.Header(hctx, id)
+	cancel()
 	if err != nil {
 		le := asLoadError(id, err)
 		s.errorPage(w, r, le.status, le.title, le.text)
 		return
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	if err := s.tmpl.ExecuteTemplate(w, "sessionstart", id); err != nil {
+		return
+	}
+	_ = http.NewResponseController(w).Flush()
+	d, err := s.read(r.Context(), id)
+	if err != nil {
+		le := asLoadError(id, err)
+		_ = s.tmpl.ExecuteTemplate(w, "loaderror", map[string]string{"title": le.title, "text": le.text})
+		return
+	}
 	sp := s.page(id, d, p, seq, q.Get("all") == "1")
 	sp.LoadMs = time.Since(start).Milliseconds()
-	s.render(w, http.StatusOK, "session.html", sp)
+	var b bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&b, "sessionmain", sp); err != nil {
+		s.log.Error("inspector: render", "template", "sessionmain", "err", err)
+		_ = s.tmpl.ExecuteTemplate(w, "loaderror", map[string]string{"title": "Cannot render the session", "text": err.Error()})
+		return
+	}
+	_, _ = w.Write(b.Bytes())
 }
 
 // handleRaw serves the session's JSONL as `agentlog events` prints it (header line, then one

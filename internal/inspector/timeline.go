@@ -13,11 +13,9 @@ import (
 // chunks), paged by row count, each page folded into turns and steps.
 
 // rowsPerPage bounds the rows of one timeline page (a run of chunks is one row, whatever its
-// length), so that a page of a long session stays small.
-const rowsPerPage = 250
-
-// jsonPreview bounds the bytes of an event's JSON shown inline in a row.
-const jsonPreview = 1024
+// length), so that a page of a long session stays small. An event's JSON is not in the page: a
+// row links its line of the raw log (the script loads it in place).
+const rowsPerPage = 150
 
 // summaryRunes bounds a row's one-line summary.
 const summaryRunes = 240
@@ -46,14 +44,20 @@ type Row struct {
 	Summary    string
 	Dim        bool // ignorable or plugin event
 	Marks      []Mark
-	JSON       string // the event's JSON, cut at jsonPreview bytes
-	JSONBytes  int    // the full JSON's length
 	Chunks     int    // events in a chunk run
 	ChunkKinds string // "text-delta ×12, usage ×1"
 	ChunkChars int    // text characters of the run's deltas
 
 	ForkAt      bool   // a turn boundary: "fork from here" (boundary = Seq)
 	ForkRefusal string // a boundary inside an open turn: the reference's refusal text
+
+	kinds   []chunkKind // a chunk run's counts by chunk type, in order of appearance
+	message bool        // Summary is the event's message, derived when the row is shown
+}
+
+type chunkKind struct {
+	kind string
+	n    int
 }
 
 // Node is one fold of a page: a turn, a step, or a row (Row set).
@@ -72,6 +76,7 @@ type Timeline struct {
 	Rows     []Row
 	OpenTurn int64 // the open turn at the end of the log (0: none)
 	LastSeq  int64
+	events   []session.Event
 }
 
 // Pages is the number of pages (at least 1).
@@ -91,6 +96,21 @@ func (t *Timeline) PageOf(seq int64) int {
 func (t *Timeline) Page(p int) []*Node {
 	p = min(max(p, 0), t.Pages()-1)
 	rows := t.Rows[min(p*rowsPerPage, len(t.Rows)):min((p+1)*rowsPerPage, len(t.Rows))]
+	for i := range rows { // the message summaries of the rows shown only
+		r := &rows[i]
+		if r.Seq >= int64(len(t.events)) || t.events[r.Seq].Seq != r.Seq {
+			continue
+		}
+		ev := &t.events[r.Seq]
+		if r.message {
+			r.message = false
+			if ev.Type == "user/message" {
+				r.Summary = summarize(ev.Data)
+			} else if m, ok := session.LookupJSON(ev.Data, "message"); ok {
+				r.Summary = summarize(m)
+			}
+		}
+	}
 	var top []*Node
 	var turn, step *Node
 	for i := range rows {
@@ -185,14 +205,30 @@ func decodeData(ev *session.Event) eventData {
 // interruptions, compaction replaces and fork boundaries marked. id names the session in the
 // refusal text of a boundary inside an open turn.
 func BuildTimeline(id string, events []session.Event) *Timeline {
-	t := &Timeline{LastSeq: -1}
+	t := &Timeline{LastSeq: -1, events: events, Rows: make([]Row, 0, len(events)/3+8)}
 	calls := map[string]int{}        // callId -> row index of its tool/call
 	results := map[string]int64{}    // callId -> seq of its tool/result
 	callNames := map[string]string{} // callId -> tool name
 	var turn, step int64
 	for i := range events {
 		ev := &events[i]
-		d := decodeData(ev)
+		t.LastSeq = ev.Seq
+		if ev.Type == "assistant/chunk" { // most events of a log: read only the chunk's type and text
+			if n := len(t.Rows); n > 0 {
+				if last := &t.Rows[n-1]; last.Type == "assistant/chunk" && last.Last == ev.Seq-1 && last.Turn == turn && last.Step == step {
+					addChunk(last, ev)
+					continue
+				}
+			}
+			r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step, Dim: ev.Ignorable}
+			addChunk(&r, ev)
+			t.Rows = append(t.Rows, r)
+			continue
+		}
+		var d eventData
+		if ev.Type != "user/message" && ev.Type != "assistant/message" {
+			d = decodeData(ev)
+		}
 		switch ev.Type {
 		case "turn/start":
 			if d.Turn != nil {
@@ -203,23 +239,9 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 				step = int64(*d.Step)
 			}
 		}
-		t.LastSeq = ev.Seq
-		if ev.Type == "assistant/chunk" && len(t.Rows) > 0 {
-			if last := &t.Rows[len(t.Rows)-1]; last.Type == "assistant/chunk" && last.Last == ev.Seq-1 && last.Turn == turn && last.Step == step {
-				addChunk(last, ev, d)
-				continue
-			}
-		}
 		r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step,
 			Dim: ev.Ignorable || !coreTypes[ev.Type]}
-		if b, err := ev.MarshalJSON(); err == nil {
-			r.JSONBytes = len(b)
-			r.JSON = cut(string(b), jsonPreview)
-		}
 		switch ev.Type {
-		case "assistant/chunk":
-			r.Chunks = 0
-			addChunk(&r, ev, d)
 		case "turn/start":
 			r.Summary = fmt.Sprintf("turn %d starts", turn)
 		case "turn/end":
@@ -238,10 +260,10 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 		case "step/end":
 			r.Summary = fmt.Sprintf("step %d ends", step)
 		case "user/message":
-			r.Summary = summarize(ev.Data)
+			r.message = true
 		case "assistant/message":
-			r.Summary = summarize(d.Message)
-			if d.Interrupted {
+			r.message = true
+			if v, ok := session.LookupJSON(ev.Data, "interrupted"); ok && string(v) == "true" {
 				r.Marks = append(r.Marks, Mark{Class: "bad", Text: "interrupted", Seq: -1})
 			}
 		case "tool/call":
@@ -261,7 +283,7 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 					isErr = isErr || b.IsError
 				}
 			}
-			r.Summary = summarize(d.Message)
+			r.message = true
 			if ci, ok := calls[callID]; ok {
 				r.Marks = append(r.Marks, Mark{Class: "ok", Text: "result of " + callNames[callID] + " (call)", Seq: t.Rows[ci].Seq})
 				t.Rows[ci].Marks = append(t.Rows[ci].Marks, Mark{Class: "ok", Text: "result", Seq: ev.Seq})
@@ -306,6 +328,11 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			step = 0
 		}
 	}
+	for i := range t.Rows {
+		if t.Rows[i].Type == "assistant/chunk" {
+			describeChunks(&t.Rows[i])
+		}
+	}
 	for _, ci := range calls {
 		t.Rows[ci].Marks = append(t.Rows[ci].Marks, Mark{Class: "warn", Text: "no result yet", Seq: -1})
 	}
@@ -322,37 +349,40 @@ func OpenTurnRefusal(id string, boundary, turn int64) string {
 	return fmt.Sprintf("fork boundary %d in session \"%s\" ends inside open turn %d", boundary, id, turn)
 }
 
-func addChunk(r *Row, ev *session.Event, d eventData) {
+// addChunk adds chunk event ev to the run r, reading only data.chunk's type and its text (or
+// argumentsDelta).
+func addChunk(r *Row, ev *session.Event) {
 	r.Last = ev.Seq
 	r.Chunks++
 	kind := "?"
-	if d.Chunk != nil {
-		kind = d.Chunk.Type
-		r.ChunkChars += utf8.RuneCountInString(d.Chunk.Text) + utf8.RuneCountInString(d.Chunk.ArgumentsDelta)
+	if v, ok := session.LookupJSON(ev.Data, "chunk", "type"); ok {
+		_ = json.Unmarshal(v, &kind)
 	}
-	counts := map[string]int{}
-	var order []string
-	for _, part := range strings.Split(r.ChunkKinds, ", ") {
-		if k, n, ok := strings.Cut(part, " ×"); ok {
-			var c int
-			fmt.Sscan(n, &c)
-			counts[k] = c
-			order = append(order, k)
+	for _, f := range []string{"text", "argumentsDelta"} {
+		if v, ok := session.LookupJSON(ev.Data, "chunk", f); ok && len(v) > 1 && v[0] == '"' {
+			r.ChunkChars += len(v) - 2 // bytes of the JSON string: an estimate of its characters
 		}
 	}
-	if counts[kind] == 0 {
-		order = append(order, kind)
+	found := false
+	for i := range r.kinds {
+		if r.kinds[i].kind == kind {
+			r.kinds[i].n++
+			found = true
+		}
 	}
-	counts[kind]++
-	parts := make([]string, len(order))
-	for i, k := range order {
-		parts[i] = fmt.Sprintf("%s ×%d", k, counts[k])
+	if !found {
+		r.kinds = append(r.kinds, chunkKind{kind, 1})
+	}
+}
+
+// describeChunks sets a chunk run's ChunkKinds and Summary.
+func describeChunks(r *Row) {
+	parts := make([]string, len(r.kinds))
+	for i, k := range r.kinds {
+		parts[i] = fmt.Sprintf("%s ×%d", k.kind, k.n)
 	}
 	r.ChunkKinds = strings.Join(parts, ", ")
-	r.Summary = fmt.Sprintf("%d streamed chunks (%s), %d characters", r.Chunks, r.ChunkKinds, r.ChunkChars)
-	if r.Chunks > 1 {
-		r.JSON, r.JSONBytes = "", 0
-	}
+	r.Summary = fmt.Sprintf("%d streamed chunks (%s), about %d characters", r.Chunks, r.ChunkKinds, r.ChunkChars)
 }
 
 type replace struct {

@@ -14,7 +14,7 @@ import (
 
 // viewLimit is how many entries of the model view and of the transcript a page shows (the last
 // ones) unless all are asked for.
-const viewLimit = 200
+const viewLimit = 50
 
 // blockText bounds the characters of one content block shown (the message's JSON is whole).
 const blockText = 4000
@@ -24,7 +24,7 @@ type MsgView struct {
 	Seq       int64 // the surface node / transcript event (-1: unknown)
 	Role      string
 	Blocks    []BlockView
-	JSON      string // the message as served (model view) or derived (transcript)
+	JSON      string // the message as served (model view only)
 	Note      string
 	NoteClass string
 }
@@ -113,17 +113,25 @@ func buildViews(events []session.Event, reply *client.MessagesReply, note string
 		}
 	}
 	nodes := map[int64]bool{}
+	limit := viewLimit
+	if all {
+		limit = -1
+	}
 	if reply != nil {
 		v.AsOfSeq = reply.AsOfSeq
-		// Pair messages with nodes: each node that derives a message takes the next one.
-		k := 0
 		for _, n := range reply.Nodes {
 			nodes[n] = true
-			if _, ok := derive(n); !ok && n < int64(len(events)) {
-				continue
-			}
-			if k >= len(reply.Messages) {
-				break
+		}
+		v.ModelTotal = len(reply.Messages)
+		// Pair the messages with their nodes from the end (the shown ones): each node that derives
+		// a message takes the previous one.
+		k := len(reply.Messages) - 1
+		for i := len(reply.Nodes) - 1; i >= 0 && k >= 0 && (limit < 0 || len(v.Model) < limit); i-- {
+			n := reply.Nodes[i]
+			if n < int64(len(events)) {
+				if _, ok := derive(n); !ok {
+					continue
+				}
 			}
 			mv := msgView(n, reply.Messages[k])
 			if n < int64(len(events)) && replaceOp(events[n].SurfaceOp) != nil {
@@ -132,18 +140,40 @@ func buildViews(events []session.Event, reply *client.MessagesReply, note string
 				mv.Note, mv.NoteClass = "compaction: stands for seqs "+seqList(srcs), "info"
 			}
 			v.Model = append(v.Model, mv)
-			k++
+			k--
 		}
-		for ; k < len(reply.Messages); k++ { // pairing failed: show the rest without a seq
-			v.Model = append(v.Model, msgView(-1, reply.Messages[k]))
+		if limit < 0 || len(v.Model) < limit {
+			for ; k >= 0; k-- { // pairing failed: show the rest without a seq
+				v.Model = append(v.Model, msgView(-1, reply.Messages[k]))
+			}
+		}
+		slices.Reverse(v.Model)
+	}
+	// The transcript entries: every append-origin surface event that derives a message (the shown
+	// ones are derived; the count takes every append of user/message and tool/result, and the
+	// assistant messages whose content is not empty).
+	first := 0
+	if limit >= 0 {
+		first = max(0, len(transcript)-limit)
+		for _, seq := range transcript[:first] {
+			if seq < int64(len(events)) && events[seq].Type == "assistant/message" {
+				if _, ok := derive(seq); !ok {
+					continue
+				}
+			}
+			v.TranscriptTotal++
+			if reply != nil && !nodes[seq] {
+				v.Hidden++
+			}
 		}
 	}
-	for _, seq := range transcript {
+	for _, seq := range transcript[first:] {
 		raw, ok := derive(seq)
 		if !ok {
 			continue
 		}
 		mv := msgView(seq, raw)
+		mv.JSON = "" // the model view carries the JSON; a transcript entry links its event
 		if reply != nil && !nodes[seq] {
 			v.Hidden++
 			if r, ok := replacedBy[seq]; ok {
@@ -154,6 +184,7 @@ func buildViews(events []session.Event, reply *client.MessagesReply, note string
 			mv.NoteClass = "warn"
 		}
 		v.Transcript = append(v.Transcript, mv)
+		v.TranscriptTotal++
 	}
 	if v.Hidden > 0 || len(replacedBy) > 0 {
 		v.Differs = true
@@ -165,11 +196,6 @@ func buildViews(events []session.Event, reply *client.MessagesReply, note string
 		}
 		slices.Sort(rs)
 		v.DiffNote = fmt.Sprintf("The model view differs from the transcript: %d transcript entries are hidden from the model by the compaction replace(s) at seq %s.", v.Hidden, seqList(rs))
-	}
-	v.ModelTotal, v.TranscriptTotal = len(v.Model), len(v.Transcript)
-	if !all {
-		v.Model = v.Model[max(0, len(v.Model)-viewLimit):]
-		v.Transcript = v.Transcript[max(0, len(v.Transcript)-viewLimit):]
 	}
 	return v
 }

@@ -40,10 +40,12 @@
   }
   function sessionPage() {
     var base = body.dataset.base;
-    var q = "?after=" + encodeURIComponent(body.dataset.lastSeq) + "&page=" + encodeURIComponent(body.dataset.pageIndex) +
-      "&last=" + (body.dataset.lastPage === "1" ? "1" : "0") + "&all=" + (body.dataset.all === "true" ? "1" : "0");
+    var main = document.getElementById("session-main");
+    if (!main) return; // the session could not be read
+    var q = "?after=" + encodeURIComponent(main.dataset.lastSeq) + "&page=" + encodeURIComponent(main.dataset.pageIndex) +
+      "&last=" + (main.dataset.lastPage === "1" ? "1" : "0") + "&all=" + (main.dataset.all === "true" ? "1" : "0");
     var es = new EventSource(base + "/live" + q);
-    es.onopen = function () { setStatus("live · seq " + body.dataset.lastSeq, true); };
+    es.onopen = function () { setStatus("live · seq " + main.dataset.lastSeq, true); };
     es.onerror = function () { setStatus("reconnecting…", false); };
     es.addEventListener("update", function (e) {
       var u = JSON.parse(e.data);
@@ -51,13 +53,22 @@
       replace("views", u.views);
       replace("projections", u.projections);
       if (u.timeline) { replace("timeline", u.timeline); replace("pager", u.pager); }
-      body.dataset.lastSeq = String(u.lastSeq);
+      main.dataset.lastSeq = String(u.lastSeq);
       setStatus("live · seq " + u.lastSeq, true);
     });
     es.addEventListener("tree", function (e) { replace("tree", JSON.parse(e.data).html); });
     es.addEventListener("failed", function (e) { setStatus(JSON.parse(e.data).error, false); es.close(); });
     document.addEventListener("toggle", function (e) {
       var d = e.target;
+      if (d.matches && d.matches("details.ev-json") && d.open && !d.dataset.loaded) {
+        d.dataset.loaded = "1";
+        var a = d.querySelector("a.ev-raw");
+        fetch(a.href, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (text) { var pre = document.createElement("pre"); pre.textContent = text; d.appendChild(pre); })
+          .catch(function () { delete d.dataset.loaded; });
+        return;
+      }
       if (!d.matches || !d.matches("details.chunks") || !d.open || d.dataset.loaded) return;
       d.dataset.loaded = "1";
       fetch(base + "/chunks?fragment=1&from=" + d.dataset.from + "&to=" + d.dataset.to, { credentials: "same-origin" })
