@@ -443,5 +443,3 @@ func TestUISpeed(t *testing.T) {
 	}
 	fmt.Printf(`{"bench":"ui-session-10k","events":%d,"htmlBytes":%d,"serverMs":%d,"fcpMs":%.0f}`+"\n", len(evs), size, best.Milliseconds(), fcp)
 }
-
-

@@ -41,4 +41,3 @@ func AgentTurns(n int) []session.Event {
 	}
 	return evs
 }
-
