@@ -17,6 +17,8 @@ import (
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -247,6 +249,30 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("the live append is not in the model view: %q", liveText)
 	}
 	screenshot(t, tab, dir, "ui-live")
+
+	// Dark mode: the page follows prefers-color-scheme.
+	light := tabGet(t, tab, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+	tabDo(t, tab, "dark mode", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return err
+	}))
+	if dark := tabGet(t, tab, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`)); dark == light {
+		t.Errorf("prefers-color-scheme: dark leaves the background %s", dark)
+	}
+	screenshot(t, tab, dir, "ui-session-dark")
+
+	// The raw log is what `agentlog events` prints.
+	_, cliEvents, _ := runCLI(ctx, s.url, "events", id)
+	resp, err := http.Get(base + "/sessions/alpha/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(raw) != cliEvents || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Errorf("raw log download differs from agentlog events (%d vs %d bytes, %q)", len(raw), len(cliEvents), resp.Header.Get("Content-Disposition"))
+	}
 }
 
 // TestUISecurity checks, without a browser, what every request goes through: the token (bearer,
