@@ -68,6 +68,12 @@ func asLoadError(id string, err error) *loadError {
 	return &loadError{http.StatusServiceUnavailable, "Cannot read the session", fmt.Sprintf("Reading session %q failed: %v", id, err)}
 }
 
+// fail answers a request about session id that failed with err: its error page.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
+	le := asLoadError(id, err)
+	s.errorPage(w, r, le.status, le.title, le.text)
+}
+
 // sessionData is a session read once: its lineage, its events, and the queries at its last seq.
 type sessionData struct {
 	lineage client.Lineage
@@ -215,8 +221,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	_, err := s.c.Header(hctx, id)
 	cancel()
 	if err != nil {
-		le := asLoadError(id, err)
-		s.errorPage(w, r, le.status, le.title, le.text)
+		s.fail(w, r, id, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -256,8 +261,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	}
 	h, err := s.c.Header(ctx, id)
 	if err != nil {
-		le := asLoadError(id, err)
-		s.errorPage(w, r, le.status, le.title, le.text)
+		s.fail(w, r, id, err)
 		return
 	}
 	var events []session.Event
@@ -269,8 +273,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		le := asLoadError(id, err)
-		s.errorPage(w, r, le.status, le.title, le.text)
+		s.fail(w, r, id, err)
 		return
 	}
 	hp := &h
@@ -325,8 +328,7 @@ func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		le := asLoadError(id, err)
-		s.errorPage(w, r, le.status, le.title, le.text)
+		s.fail(w, r, id, err)
 		return
 	}
 	type part struct{ Kind, Text string }
@@ -355,8 +357,7 @@ func (s *Server) handleMessagesJSON(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	reply, err := s.c.Messages(ctx, id)
 	if err != nil && !errors.Is(err, client.ErrNotFound) {
-		le := asLoadError(id, err)
-		s.errorPage(w, r, le.status, le.title, le.text)
+		s.fail(w, r, id, err)
 		return
 	}
 	if reply.Messages == nil {
