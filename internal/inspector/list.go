@@ -42,7 +42,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if v, err := strconv.Atoi(q.Get("limit")); err == nil && v > 0 {
 		lp.Limit = min(v, maxListLimit)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.o.QueryTimeout)
+	// A page of the listing reads every header (children come from the parents): about 0.3 s per
+	// 100,000 sessions on an idle machine, so it gets more time than one query.
+	ctx, cancel := context.WithTimeout(r.Context(), 6*s.o.QueryTimeout)
 	defer cancel()
 	var infos []client.SessionInfo
 	next, err := s.c.Sessions(ctx, client.SessionsQuery{Prefix: lp.Prefix, After: lp.After, Limit: lp.Limit}, func(si client.SessionInfo) error {
