@@ -88,8 +88,8 @@ type sessionData struct {
 // once; when the projection had not reached the last event read, the queries are asked again,
 // waiting for it (at most QueryTimeout; a lagging or stopped projection is shown as it is, with a
 // note).
-func (s *Server) read(ctx context.Context, id string) (*sessionData, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.o.QueryTimeout)
+func (s *Server) read(parent context.Context, id string) (*sessionData, error) {
+	ctx, cancel := context.WithTimeout(parent, s.o.QueryTimeout)
 	defer cancel()
 	d := &sessionData{}
 	var wg sync.WaitGroup
@@ -99,7 +99,13 @@ func (s *Server) read(ctx context.Context, id string) (*sessionData, error) {
 	var snap client.SnapshotReply
 	var serr error
 	wg.Add(4)
-	go func() { defer wg.Done(); d.lineage, lerr = s.c.Lineage(ctx, id) }()
+	go func() {
+		defer wg.Done()
+		// The fork tree reads every header (about 0.3 s per 100,000 sessions when idle).
+		lctx, cancel := context.WithTimeout(parent, 6*s.o.QueryTimeout)
+		defer cancel()
+		d.lineage, lerr = s.c.Lineage(lctx, id)
+	}()
 	go func() {
 		defer wg.Done()
 		eerr = s.c.Events(ctx, id, client.EventsQuery{}, func(ev session.Event) error {
