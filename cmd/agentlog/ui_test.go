@@ -320,6 +320,22 @@ func TestUISecurity(t *testing.T) {
 	if r, body := do("POST", base+"/sessions/a%2Fb%20%3Cx%3E/fork", nil, "boundary=0"); r.StatusCode != 403 || !strings.Contains(body, "--allow-fork") {
 		t.Errorf("fork on a read-only inspector: %d %s", r.StatusCode, body)
 	}
+	// A session whose todos unit stops: the page (as served, without script) shows the timeline,
+	// the model view and the stopped unit with its seq and rule.
+	if err := s.store.CreateSession(ctx, session.Header{ID: "stopped", CreatedAt: 1785000000000}); err != nil {
+		t.Fatal(err)
+	}
+	bad := append(opsEvents(), session.Event{Type: "todo/write", Seq: 4, Time: "1785000000004", Data: json.RawMessage(`{"todos":"not a list"}`)})
+	if _, err := s.store.Append(ctx, "stopped", 0, bad); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(ctx, s.url, "messages", "stopped"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if r, body := do("GET", base+"/sessions/stopped", nil, ""); r.StatusCode != 200 || !strings.Contains(body, `id="seq-4"`) ||
+		!strings.Contains(body, "stopped at seq 4 (rule unit-data)") || !strings.Contains(body, `<pre class="json">{&#34;id&#34;:&#34;m1&#34;`) {
+		t.Errorf("stopped unit: %d\n%s", r.StatusCode, body)
+	}
 	if r, _ := do("GET", base+"/static/app.css", nil, ""); r.StatusCode != 200 || r.Header.Get("Content-Security-Policy") == "" {
 		t.Errorf("static asset: %d, CSP %q", r.StatusCode, r.Header.Get("Content-Security-Policy"))
 	}
