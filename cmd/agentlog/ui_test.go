@@ -210,6 +210,21 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("open-turn refusal %q, want %q", refusal, w)
 	}
 
+	// Opened on demand: a chunk run's joined text, an event's raw line (as text).
+	tabDo(t, tab, "expanders", chromedp.Click(css(`details.chunks[data-from="3"] summary`)), chromedp.WaitVisible(css(`pre.chunk-joined`)),
+		chromedp.Click(css(`li.row[data-seq="1"] > details.ev-json summary`)), chromedp.WaitVisible(css(`li.row[data-seq="1"] > details.ev-json pre`)))
+	if joined := tabGet(t, tab, chromedp.TextContent(css(`pre.chunk-joined`))); joined != "Hello" {
+		t.Errorf("joined chunks %q, want Hello", joined)
+	}
+	line := tabGet(t, tab, chromedp.TextContent(css(`li.row[data-seq="1"] > details.ev-json pre`)))
+	var lineEv session.Event
+	if err := json.Unmarshal([]byte(line), &lineEv); err != nil || lineEv.Seq != 1 || !strings.Contains(string(lineEv.Data), "<script>") {
+		t.Errorf("raw line of seq 1: %q (%v)", line, err)
+	}
+	if n := tabGet(t, tab, chromedp.Evaluate[int](`document.querySelectorAll('main script, main img').length`)); n != 0 {
+		t.Errorf("%d script/img elements after the expanders", n)
+	}
+
 	// A fork inside an open turn, through the service: the reference's text, as the CLI prints it.
 	tabDo(t, tab, "fork refused", chromedp.SetValue(css(`#forkform input[name="boundary"]`), "12"),
 		chromedp.Submit(css(`#forkform`)), chromedp.WaitVisible(css(`#refusal-text`)))
