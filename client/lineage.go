@@ -2,11 +2,13 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // LineageNode is one session of a fork tree: its id, createdAt (Unix ms), parent ("" for the
@@ -119,4 +121,34 @@ func (c *Client) Header(ctx context.Context, id string) (session.Header, error) 
 		return session.Header{}, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
 	}
 	return h, nil
+}
+
+// ErrorReports returns the last n (n > 0) agent/error reports of session id, oldest first, as
+// stored in the AGENTLOG_ERRORS stream: JSON objects of publisher.ErrorReport ({type, session,
+// firstSeq, lastSeq, error, time, writerId, fenced?, lost?}). A failed write is reported there,
+// never written as a session event. Errors: ErrBadRequest, ErrInternal.
+func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.RawMessage, error) {
+	subject, err := ajs.ErrorsSubject(id)
+	if err != nil || n <= 0 {
+		if err == nil {
+			err = fmt.Errorf("error reports: n %d, want > 0", n)
+		}
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []json.RawMessage
+	err = scanStream(ctx, st.JS, ajs.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
+		if len(out) == n {
+			out = append(out[:0], out[1:]...)
+		}
+		out = append(out, append(json.RawMessage(nil), m.Data()...))
+		return nil
+	})
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Session: id, Description: "read stream " + ajs.ErrorsStream, Err: err}
+	}
+	return out, nil
 }

@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // uiEvents is a session with everything the inspector marks: streamed chunks, a tool call with
@@ -347,8 +349,17 @@ func TestUISecurity(t *testing.T) {
 	if code, _, errOut := runCLI(ctx, s.url, "messages", "stopped"); code != 0 {
 		t.Fatal(errOut)
 	}
+	errSubj, _ := ajs.ErrorsSubject("stopped")
+	report := `{"type":"agent/error","session":"stopped","firstSeq":5,"lastSeq":6,"error":"write <b>failed</b>","time":1785000000009,"writerId":"w1","fenced":true}`
+	js, err := natsjs.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, errSubj, []byte(report)); err != nil {
+		t.Fatal(err)
+	}
 	if r, body := do("GET", base+"/sessions/stopped", nil, ""); r.StatusCode != 200 || !strings.Contains(body, `id="seq-4"`) ||
-		!strings.Contains(body, "stopped at seq 4 (rule unit-data)") || !strings.Contains(body, `<pre class="json">{&#34;id&#34;:&#34;m1&#34;`) {
+		!strings.Contains(body, "stopped at seq 4 (rule unit-data)") || !strings.Contains(body, "write &lt;b&gt;failed&lt;/b&gt; <span class=\"mark bad\">fenced</span>") || !strings.Contains(body, `<pre class="json">{&#34;id&#34;:&#34;m1&#34;`) {
 		t.Errorf("stopped unit: %d\n%s", r.StatusCode, body)
 	}
 	if r, _ := do("GET", base+"/static/app.css", nil, ""); r.StatusCode != 200 || r.Header.Get("Content-Security-Policy") == "" {

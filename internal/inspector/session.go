@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -37,6 +38,8 @@ type sessionPage struct {
 	Views Views
 	Proj  Projections
 	All   bool
+
+	Reports []ErrorReport // the latest agent/error reports, oldest first
 
 	AllowFork bool
 	CSRF      string
@@ -82,7 +85,14 @@ type sessionData struct {
 	msgNote string
 	snap    *client.SnapshotReply
 	snapErr string
+	reports []ErrorReport
 }
+
+// ErrorReport is an agent/error report of a failed write (publisher.ErrorReport).
+type ErrorReport = publisher.ErrorReport
+
+// maxReports is how many of a session's latest agent/error reports a page shows.
+const maxReports = 20
 
 // read reads session id: its lineage, its events, and the messages and the snapshot, all at
 // once; when the projection had not reached the last event read, the queries are asked again,
@@ -98,7 +108,20 @@ func (s *Server) read(parent context.Context, id string) (*sessionData, error) {
 	var merr error
 	var snap client.SnapshotReply
 	var serr error
-	wg.Add(4)
+	wg.Add(5)
+	go func() {
+		defer wg.Done()
+		raw, err := s.c.ErrorReports(ctx, id, maxReports)
+		if err != nil {
+			return // the page shows no reports rather than failing
+		}
+		for _, b := range raw {
+			var r ErrorReport
+			if json.Unmarshal(b, &r) == nil {
+				d.reports = append(d.reports, r)
+			}
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		// The fork tree reads every header (about 0.3 s per 100,000 sessions when idle).
@@ -186,7 +209,7 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 	sp := &sessionPage{ID: id, Lineage: d.lineage, LastSeq: t.LastSeq, Events: t.LastSeq + 1, OpenTurn: t.OpenTurn,
 		Timeline: t, Page: p, Pages: t.Pages(), Nodes: t.Page(p), OnLast: p == t.Pages()-1,
 		Views: buildViews(d.events, d.msgs, d.msgNote, all), Proj: buildProjections(d.snap, t.LastSeq, d.snapErr),
-		All: all, AllowFork: s.o.AllowFork, CSRF: s.csrf}
+		All: all, AllowFork: s.o.AllowFork, CSRF: s.csrf, Reports: d.reports}
 	sp.Self = findNode(d.lineage.Root, id)
 	if n := len(d.events); n > 0 {
 		sp.LastActivity = timeMs(d.events[n-1].Time)
