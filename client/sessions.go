@@ -18,8 +18,9 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Events and
-// WatchMessages read the stream and KV buckets through the connection (nats.go jetstream).
+// Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Lineage, Header, Events,
+// ErrorReports and WatchMessages read the streams and KV buckets through the connection (nats.go
+// jetstream).
 // Their errors are *Error with an empty Service.
 
 // SessionInfo is one session of a listing. LastSeq is -1 for a session without events; Events is
