@@ -57,8 +57,10 @@ credentials use the global account, as before. --http serves the server's monito
 				return fmt.Errorf("--data %s: %w", abs, err)
 			}
 			o.DataDir = abs
-			if err := ui.resolveToken("ui-"); err != nil {
-				return err
+			if ui.listen != "" {
+				if err := ui.check("ui-"); err != nil {
+					return err
+				}
 			}
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 			if o.SystemUser != "" && o.SystemPassword == "" {

@@ -18,6 +18,7 @@ import (
 // --allow-fork; on `agentlog dev` with the prefix "ui-" (and --ui for the address).
 type uiOptions struct {
 	listen, token, tokenFile string
+	tlsCert, tlsKey          string
 	allowFork                bool
 }
 
@@ -25,6 +26,22 @@ func (o *uiOptions) addFlags(c *cobra.Command, prefix string) {
 	c.Flags().StringVar(&o.token, prefix+"token", "", "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address")
 	c.Flags().StringVar(&o.tokenFile, prefix+"token-file", "", "read the token from this file (first line)")
 	c.Flags().BoolVar(&o.allowFork, prefix+"allow-fork", false, "enable \"fork from here\" (without it the inspector is read-only)")
+	c.Flags().StringVar(&o.tlsCert, prefix+"tls-cert", "", "serve HTTPS with this certificate (PEM; with --"+prefix+"tls-key)")
+	c.Flags().StringVar(&o.tlsKey, prefix+"tls-key", "", "the key of --"+prefix+"tls-cert (PEM)")
+}
+
+// check resolves the token file and checks the address before anything starts.
+func (o *uiOptions) check(prefix string) error {
+	if err := o.resolveToken(prefix); err != nil {
+		return err
+	}
+	if err := inspector.CheckAddr(o.listen, o.token); err != nil {
+		return &usageError{err}
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return &usageError{fmt.Errorf("--%stls-cert and --%stls-key go together", prefix, prefix)}
+	}
+	return nil
 }
 
 // resolveToken reads --token-file into token (one of the two, not both).
@@ -49,9 +66,9 @@ func (o *uiOptions) resolveToken(prefix string) error {
 // startUI serves the inspector over nc on o.listen until ctx ends; it prints the URL to out and
 // returns it. The returned wait blocks until the server has stopped.
 func startUI(ctx context.Context, nc *nats.Conn, o uiOptions, logger *slog.Logger, out io.Writer) (url string, wait func() error, err error) {
-	ln, err := inspector.Listen(o.listen, o.token)
+	ln, err := inspector.Listen(o.listen, o.token, o.tlsCert, o.tlsKey)
 	if err != nil {
-		return "", nil, &usageError{err}
+		return "", nil, err
 	}
 	srv, err := inspector.New(nc, inspector.Options{Token: o.token, AllowFork: o.allowFork, Logger: logger})
 	if err != nil {
@@ -82,10 +99,11 @@ without JavaScript.
 
 It binds loopback by default. Any other address needs --token (or --token-file): every request must
 then carry it, as "Authorization: Bearer TOKEN" or the cookie that opening the printed URL
-(…/?token=TOKEN) sets. It is read-only unless --allow-fork is given.`,
+(…/?token=TOKEN) sets; serve it over HTTPS (--tls-cert, --tls-key) or behind a TLS proxy so that
+the token does not cross the network in clear. It is read-only unless --allow-fork is given.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.resolveToken(""); err != nil {
+			if err := o.check(""); err != nil {
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(g.stderr, nil))

@@ -2,10 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -411,6 +420,51 @@ func TestUISecurity(t *testing.T) {
 	if r, body := do("POST", forkURL, map[string]string{"Cookie": cookie}, "csrf="+csrf+"&boundary=0"); r.StatusCode != 409 || !strings.Contains(body, "INVALID_BOUNDARY") {
 		t.Errorf("fork of an empty session: %d %s", r.StatusCode, body)
 	}
+
+	// HTTPS: the login cookie is Secure.
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	_, sbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret", tlsCert: certFile, tlsKey: keyFile})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Get(sbase + "/?token=s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !strings.HasPrefix(sbase, "https://") || resp.StatusCode != 303 || len(resp.Cookies()) != 1 || !resp.Cookies()[0].Secure {
+		t.Errorf("HTTPS login at %s: %d, cookies %v", sbase, resp.StatusCode, resp.Cookies())
+	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key to dir.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agentlog ui test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
 
 // startUIStackOn starts an inspector on s's connection; it stops at cleanup.

@@ -12,6 +12,7 @@ package inspector
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -123,22 +124,47 @@ func cacheStatic(h http.Handler) http.Handler {
 	})
 }
 
-// Listen opens addr (HOST:PORT) for the inspector. An address that is not loopback (an empty
-// host, 0.0.0.0, a LAN address or a name other than localhost) needs a token.
-func Listen(addr, token string) (net.Listener, error) {
+// CheckAddr checks a listen address (HOST:PORT) for the inspector: one that is not loopback (an
+// empty host, 0.0.0.0, a LAN address or a name other than localhost) needs a token.
+func CheckAddr(addr, token string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen address %q: want HOST:PORT: %w", addr, err)
+		return fmt.Errorf("listen address %q: want HOST:PORT: %w", addr, err)
 	}
 	if !isLoopback(host) && token == "" {
-		return nil, fmt.Errorf("listen address %q is not loopback: give --token or --token-file, which every request must then carry", addr)
+		return fmt.Errorf("listen address %q is not loopback: give --token or --token-file, which every request must then carry", addr)
+	}
+	return nil
+}
+
+// Listen opens addr for the inspector after CheckAddr. With certFile and keyFile it serves HTTPS.
+func Listen(addr, token, certFile, keyFile string) (net.Listener, error) {
+	if err := CheckAddr(addr, token); err != nil {
+		return nil, err
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("a TLS certificate needs its key, and a key its certificate")
+	}
+	var tlsConf *tls.Config
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("inspector: TLS certificate %s, key %s: %w", certFile, keyFile, err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("inspector: %w", err)
 	}
+	if tlsConf != nil {
+		return &tlsListener{tls.NewListener(ln, tlsConf)}, nil
+	}
 	return ln, nil
 }
+
+// tlsListener marks a listener that serves TLS (for URL).
+type tlsListener struct{ net.Listener }
 
 // Serve serves the inspector on ln until ctx ends, then shuts down (live streams end at once,
 // other requests get 5 s) and closes the Server.
@@ -173,7 +199,11 @@ func URL(ln net.Listener, token string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "::" || host == "0.0.0.0") {
 		addr = net.JoinHostPort("localhost", port)
 	}
-	u := "http://" + addr + "/"
+	scheme := "http://"
+	if _, ok := ln.(*tlsListener); ok {
+		scheme = "https://"
+	}
+	u := scheme + addr + "/"
 	if token != "" {
 		u += "?token=" + token
 	}
