@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -564,4 +565,32 @@ func TestUISpeed(t *testing.T) {
 			run, fcp, timing[0], timing[1], timing[2], timing[3])
 	}
 	fmt.Printf(`{"bench":"ui-session-10k","events":%d,"htmlBytes":%d,"serverMs":%d,"fcpMs":%.0f}`+"\n", len(evs), size, best.Milliseconds(), fcp)
+}
+
+// TestDevUI: `dev --ui` and `ui` serve the inspector, print its URL and stop cleanly; a
+// non-loopback address without a token is a usage error before anything starts.
+func TestDevUI(t *testing.T) {
+	var errb strings.Builder
+	if code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "0.0.0.0:0"},
+		strings.NewReader(""), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--token") {
+		t.Errorf("dev --ui 0.0.0.0:0 without a token: exit %d, %s", code, errb.String())
+	}
+	out, _ := runCmd(t, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "127.0.0.1:0")
+	natsURL := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
+	devUI := waitOutput(t, out, `agentlog ui: (http://\S+/) \(read-only\)`)
+	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--token", "t0k")
+	ui := waitOutput(t, uiOut, `agentlog ui: (http://\S+) \(read-only\)`)
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar} // the ?token= login sets a cookie, then redirects
+	for _, u := range []string{devUI, ui} {
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `id="sessions"`) {
+			t.Errorf("GET %s: %d %.300s", u, resp.StatusCode, body)
+		}
+	}
 }
