@@ -262,6 +262,11 @@ func TestUIBrowser(t *testing.T) {
 	if treeNow := tabGet(t, tab, chromedp.TextContent(css(`#tree`))); !strings.Contains(treeNow, child) {
 		t.Errorf("the parent's tree lacks the child %q: %q", child, treeNow)
 	}
+	// A fork made elsewhere (the CLI) appears in the open page's tree.
+	if code, _, errOut := runCLI(ctx, s.url, "fork", id, "--at", "13", "--child", "alpha-2"); code != 0 {
+		t.Fatalf("fork: %s", errOut)
+	}
+	tabDo(t, tab, "the tree, live", chromedp.WaitVisible(css(`#tree li.tnode[data-id="alpha-2"]`)))
 	more := []session.Event{
 		{Type: "user/message", Seq: 15, Time: "1785000000100", SurfaceOp: json.RawMessage(`"append"`),
 			Data: json.RawMessage(`{"id":"m9","role":"user","content":[{"type":"text","text":"live message 42"}],"source":{"kind":"user"}}`)},
