@@ -167,7 +167,7 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 func (s *Server) update(ctx context.Context, id string, lineage client.Lineage, evs []session.Event, page int, onLast, all bool) (*liveUpdate, error) {
 	qctx, cancel := context.WithTimeout(ctx, s.o.QueryTimeout)
 	defer cancel()
-	d := &sessionData{lineage: lineage, events: evs}
+	d := &sessionData{lineage: lineage, events: evs, reports: s.reports(qctx, id)}
 	s.query(qctx, id, int64(len(evs))-1, d)
 	if onLast {
 		page = -1
@@ -235,5 +235,5 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		s.render(w, fr.Status, "forkrefused.html", fr)
 		return
 	}
-	http.Redirect(w, r, funcs["sessURL"].(func(string) string)(res.Child)+"?forked=1", http.StatusSeeOther)
+	http.Redirect(w, r, sessURL(res.Child)+"?forked=1", http.StatusSeeOther)
 }

@@ -14,7 +14,7 @@ import (
 // funcs are the templates' helpers. Every value they return is text (escaped by html/template)
 // or a URL path built from url.PathEscape.
 var funcs = template.FuncMap{
-	"sessURL": func(id string) string { return "/sessions/" + url.PathEscape(id) },
+	"sessURL": sessURL,
 	"ms": func(ms int64) string {
 		if ms <= 0 {
 			return "-"
@@ -65,6 +65,9 @@ var funcs = template.FuncMap{
 		return m
 	},
 }
+
+// sessURL is the path of session id's page.
+func sessURL(id string) string { return "/sessions/" + url.PathEscape(id) }
 
 // render executes template name into a buffer first, so that a failure is a clean 500.
 func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
