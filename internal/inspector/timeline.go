@@ -15,7 +15,7 @@ import (
 // rowsPerPage bounds the rows of one timeline page (a run of chunks is one row, whatever its
 // length), so that a page of a long session stays small. An event's JSON is not in the page: a
 // row links its line of the raw log (the script loads it in place).
-const rowsPerPage = 150
+const rowsPerPage = 100
 
 // summaryRunes bounds a row's one-line summary.
 const summaryRunes = 240
@@ -44,15 +44,24 @@ type Row struct {
 	Summary    string
 	Dim        bool // ignorable or plugin event
 	Marks      []Mark
-	Chunks     int    // events in a chunk run
-	ChunkKinds string // "text-delta ×12, usage ×1"
-	ChunkChars int    // text characters of the run's deltas
+	// Stream is a run of streamed chunks: the row's own (an assistant/chunk row: the run has no
+	// assistant/message after it, e.g. a stream cut off) or the one its assistant/message
+	// collapses.
+	Stream *Stream
 
 	ForkAt      bool   // a turn boundary: "fork from here" (boundary = Seq)
 	ForkRefusal string // a boundary inside an open turn: the reference's refusal text
 
-	kinds   []chunkKind // a chunk run's counts by chunk type, in order of appearance
-	message bool        // Summary is the event's message, derived when the row is shown
+	message bool // Summary is the event's message, derived when the row is shown
+}
+
+// Stream is a run of consecutive assistant/chunk events (From..To) of one step.
+type Stream struct {
+	From, To int64
+	Chunks   int
+	Kinds    string // "text-delta ×12, usage ×1"
+	Chars    int    // about the characters of the run's deltas (bytes of their JSON strings)
+	kinds    []chunkKind
 }
 
 type chunkKind struct {
@@ -214,14 +223,14 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 		ev := &events[i]
 		t.LastSeq = ev.Seq
 		if ev.Type == "assistant/chunk" { // most events of a log: read only the chunk's type and text
-			if n := len(t.Rows); n > 0 {
-				if last := &t.Rows[n-1]; last.Type == "assistant/chunk" && last.Last == ev.Seq-1 && last.Turn == turn && last.Step == step {
-					addChunk(last, ev)
-					continue
-				}
+			if run := t.lastRun(ev.Seq, turn, step); run != nil {
+				run.Last = ev.Seq
+				run.Stream.add(ev)
+				continue
 			}
-			r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step, Dim: ev.Ignorable}
-			addChunk(&r, ev)
+			r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step, Dim: ev.Ignorable,
+				Stream: &Stream{From: ev.Seq}}
+			r.Stream.add(ev)
 			t.Rows = append(t.Rows, r)
 			continue
 		}
@@ -263,6 +272,10 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			r.message = true
 		case "assistant/message":
 			r.message = true
+			if run := t.lastRun(ev.Seq, turn, step); run != nil { // the message collapses its stream
+				r.Stream = run.Stream
+				t.Rows = t.Rows[:len(t.Rows)-1]
+			}
 			if v, ok := session.LookupJSON(ev.Data, "interrupted"); ok && string(v) == "true" {
 				r.Marks = append(r.Marks, Mark{Class: "bad", Text: "interrupted", Seq: -1})
 			}
@@ -329,8 +342,11 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 		}
 	}
 	for i := range t.Rows {
-		if t.Rows[i].Type == "assistant/chunk" {
-			describeChunks(&t.Rows[i])
+		if r := &t.Rows[i]; r.Stream != nil {
+			r.Stream.describe()
+			if r.Type == "assistant/chunk" {
+				r.Summary = fmt.Sprintf("%d streamed chunks (%s), about %d characters, without an assistant/message", r.Stream.Chunks, r.Stream.Kinds, r.Stream.Chars)
+			}
 		}
 	}
 	for _, ci := range calls {
@@ -349,40 +365,46 @@ func OpenTurnRefusal(id string, boundary, turn int64) string {
 	return fmt.Sprintf("fork boundary %d in session \"%s\" ends inside open turn %d", boundary, id, turn)
 }
 
-// addChunk adds chunk event ev to the run r, reading only data.chunk's type and its text (or
+// lastRun returns the last row when it is a chunk run of turn and step that ends at seq-1.
+func (t *Timeline) lastRun(seq, turn, step int64) *Row {
+	if n := len(t.Rows); n > 0 {
+		if r := &t.Rows[n-1]; r.Type == "assistant/chunk" && r.Last == seq-1 && r.Turn == turn && r.Step == step {
+			return r
+		}
+	}
+	return nil
+}
+
+// add adds chunk event ev to the run, reading only data.chunk's type and its text (or
 // argumentsDelta).
-func addChunk(r *Row, ev *session.Event) {
-	r.Last = ev.Seq
-	r.Chunks++
+func (st *Stream) add(ev *session.Event) {
+	st.To = ev.Seq
+	st.Chunks++
 	kind := "?"
 	if v, ok := session.LookupJSON(ev.Data, "chunk", "type"); ok {
 		_ = json.Unmarshal(v, &kind)
 	}
 	for _, f := range []string{"text", "argumentsDelta"} {
 		if v, ok := session.LookupJSON(ev.Data, "chunk", f); ok && len(v) > 1 && v[0] == '"' {
-			r.ChunkChars += len(v) - 2 // bytes of the JSON string: an estimate of its characters
+			st.Chars += len(v) - 2
 		}
 	}
-	found := false
-	for i := range r.kinds {
-		if r.kinds[i].kind == kind {
-			r.kinds[i].n++
-			found = true
+	for i := range st.kinds {
+		if st.kinds[i].kind == kind {
+			st.kinds[i].n++
+			return
 		}
 	}
-	if !found {
-		r.kinds = append(r.kinds, chunkKind{kind, 1})
-	}
+	st.kinds = append(st.kinds, chunkKind{kind, 1})
 }
 
-// describeChunks sets a chunk run's ChunkKinds and Summary.
-func describeChunks(r *Row) {
-	parts := make([]string, len(r.kinds))
-	for i, k := range r.kinds {
+// describe sets Kinds.
+func (st *Stream) describe() {
+	parts := make([]string, len(st.kinds))
+	for i, k := range st.kinds {
 		parts[i] = fmt.Sprintf("%s ×%d", k.kind, k.n)
 	}
-	r.ChunkKinds = strings.Join(parts, ", ")
-	r.Summary = fmt.Sprintf("%d streamed chunks (%s), about %d characters", r.Chunks, r.ChunkKinds, r.ChunkChars)
+	st.Kinds = strings.Join(parts, ", ")
 }
 
 type replace struct {

@@ -81,11 +81,13 @@ func TestBuildTimeline(t *testing.T) {
 	for _, r := range tl.Rows {
 		bySeq[r.Seq] = r
 	}
-	if r := bySeq[3]; r.Chunks != 3 || r.Last != 5 || r.ChunkKinds != "text-delta ×2, usage ×1" {
-		t.Errorf("chunk run: %+v", r)
+	if r := bySeq[6]; r.Stream == nil || r.Stream.Chunks != 3 || r.Stream.From != 3 || r.Stream.To != 5 || r.Stream.Kinds != "text-delta ×2, usage ×1" {
+		t.Errorf("the assistant message does not collapse its stream: %+v", r)
 	}
-	if _, ok := bySeq[4]; ok {
-		t.Error("chunk 4 has a row of its own")
+	for _, seq := range []int64{3, 4, 5} {
+		if _, ok := bySeq[seq]; ok {
+			t.Errorf("chunk %d has a row of its own", seq)
+		}
 	}
 	checks := map[int64]string{
 		7:  "ok:result@9",
@@ -114,7 +116,7 @@ func TestBuildTimeline(t *testing.T) {
 	if len(nodes) != 5 || nodes[0].Label != "turn 1" || nodes[1].Kind != "row" || nodes[3].Label != "turn 2" || nodes[4].Label != "turn 3" || !nodes[4].Open || nodes[3].Open {
 		t.Fatalf("folds: %+v", nodes)
 	}
-	if step := nodes[0].Children[2]; step.Kind != "step" || step.Label != "step 1" || len(step.Children) != 8 {
+	if step := nodes[0].Children[2]; step.Kind != "step" || step.Label != "step 1" || len(step.Children) != 7 {
 		t.Errorf("step fold: %+v", step)
 	}
 	if r := bySeq[1]; r.Summary != "" {
@@ -125,14 +127,29 @@ func TestBuildTimeline(t *testing.T) {
 	}
 }
 
+// TestStreamWithoutMessage: a stream that no assistant/message follows stays a row of its own.
+func TestStreamWithoutMessage(t *testing.T) {
+	chunk := `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"par"}}`
+	tl := BuildTimeline("x", log("turn/start", `{"turn":1}`, "step/start", `{"turn":1,"step":1}`,
+		"assistant/chunk", chunk, "assistant/chunk", chunk, "step/end", `{"turn":1,"step":1}`))
+	r := tl.Rows[2]
+	if r.Type != "assistant/chunk" || r.Seq != 2 || r.Last != 3 || r.Stream == nil || r.Stream.Chunks != 2 || r.Stream.Chars != 6 ||
+		r.Summary != "2 streamed chunks (text-delta ×2), about 6 characters, without an assistant/message" || len(tl.Rows) != 4 {
+		t.Errorf("%d rows; run %+v", len(tl.Rows), r)
+	}
+	if tl.PageOf(3) != 0 {
+		t.Error("page of a chunk")
+	}
+}
+
 func TestTimelinePages(t *testing.T) {
 	var pairs []string
 	pairs = append(pairs, "turn/start", `{"turn":1}`)
-	for range 400 {
+	for range 2*rowsPerPage + rowsPerPage/2 {
 		pairs = append(pairs, "user/message", userMsg)
 	}
 	tl := BuildTimeline("p", log(pairs...))
-	if tl.Pages() != 3 || tl.PageOf(200) != 1 || tl.PageOf(1e9) != 2 {
+	if tl.Pages() != 3 || tl.PageOf(rowsPerPage+rowsPerPage/2) != 1 || tl.PageOf(1e9) != 2 {
 		t.Fatalf("pages %d, page of 200: %d", tl.Pages(), tl.PageOf(200))
 	}
 	n := tl.Page(1)
