@@ -355,7 +355,7 @@ func TestUISecurity(t *testing.T) {
 	}
 	// A session whose todos unit stops: the page (as served, without script) shows the timeline,
 	// the model view and the stopped unit with its seq and rule.
-	if err := s.store.CreateSession(ctx, session.Header{ID: "stopped", CreatedAt: 1785000000000}); err != nil {
+	if err := s.store.CreateSession(ctx, session.Header{ID: "stopped", CreatedAt: 1785000000000, Cwd: "/work/<repo>", AgentPreset: "coder"}); err != nil {
 		t.Fatal(err)
 	}
 	bad := append(opsEvents(), session.Event{Type: "todo/write", Seq: 4, Time: "1785000000004", Data: json.RawMessage(`{"todos":"not a list"}`)})
@@ -375,7 +375,7 @@ func TestUISecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r, body := do("GET", base+"/sessions/stopped", nil, ""); r.StatusCode != 200 || !strings.Contains(body, `id="seq-4"`) ||
-		!strings.Contains(body, "stopped at seq 4 (rule unit-data)") || !strings.Contains(body, "write &lt;b&gt;failed&lt;/b&gt; <span class=\"mark bad\">fenced</span>") || !strings.Contains(body, `<pre class="json">{&#34;id&#34;:&#34;m1&#34;`) {
+		!strings.Contains(body, "stopped at seq 4 (rule unit-data)") || !strings.Contains(body, "<dt>cwd</dt><dd><code>/work/&lt;repo&gt;</code></dd><dt>agent preset</dt><dd>coder</dd>") || !strings.Contains(body, "write &lt;b&gt;failed&lt;/b&gt; <span class=\"mark bad\">fenced</span>") || !strings.Contains(body, `<pre class="json">{&#34;id&#34;:&#34;m1&#34;`) {
 		t.Errorf("stopped unit: %d\n%s", r.StatusCode, body)
 	}
 	if r, _ := do("GET", base+"/static/app.css", nil, ""); r.StatusCode != 200 || r.Header.Get("Content-Security-Policy") == "" {

@@ -86,6 +86,12 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, le.text, le.status)
 		return
 	}
+	header, err := s.c.Header(ctx, id)
+	if err != nil {
+		le := asLoadError(id, err)
+		http.Error(w, le.text, le.status)
+		return
+	}
 	out, ok := startSSE(w)
 	if !ok {
 		return
@@ -151,7 +157,7 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 			if last <= sent {
 				continue
 			}
-			u, err := s.update(ctx, id, lineage, evs, page, onLast, all)
+			u, err := s.update(ctx, id, &header, lineage, evs, page, onLast, all)
 			if err != nil {
 				s.log.Error("inspector: live update", "session", id, "err", err)
 				return
@@ -164,7 +170,7 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) update(ctx context.Context, id string, lineage client.Lineage, evs []session.Event, page int, onLast, all bool) (*liveUpdate, error) {
+func (s *Server) update(ctx context.Context, id string, h *session.Header, lineage client.Lineage, evs []session.Event, page int, onLast, all bool) (*liveUpdate, error) {
 	qctx, cancel := context.WithTimeout(ctx, s.o.QueryTimeout)
 	defer cancel()
 	d := &sessionData{lineage: lineage, events: evs, reports: s.reports(qctx, id)}
@@ -173,6 +179,7 @@ func (s *Server) update(ctx context.Context, id string, lineage client.Lineage, 
 		page = -1
 	}
 	sp := s.page(id, d, page, -1, all)
+	sp.Header = h
 	u := &liveUpdate{LastSeq: sp.LastSeq, Pages: sp.Pages}
 	var err error
 	render := func(dst *string, name string) {

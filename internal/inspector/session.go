@@ -22,6 +22,7 @@ import (
 // sessionPage is what the session page renders.
 type sessionPage struct {
 	ID           string
+	Header       *session.Header
 	Self         *client.LineageNode
 	Lineage      client.Lineage
 	LastSeq      int64
@@ -252,7 +253,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		seq, _ = strconv.ParseInt(v, 10, 64)
 	}
 	hctx, cancel := context.WithTimeout(r.Context(), s.o.QueryTimeout)
-	_, err := s.c.Header(hctx, id)
+	h, err := s.c.Header(hctx, id)
 	cancel()
 	if err != nil {
 		s.fail(w, r, id, err)
@@ -271,6 +272,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sp := s.page(id, d, p, seq, q.Get("all") == "1")
+	sp.Header = &h
 	sp.LoadMs = time.Since(start).Milliseconds()
 	var b bytes.Buffer
 	if err := s.tmpl.ExecuteTemplate(&b, "sessionmain", sp); err != nil {

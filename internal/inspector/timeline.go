@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentlog/agentlog/session"
@@ -219,6 +220,7 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 	results := map[string]int64{}    // callId -> seq of its tool/result
 	callNames := map[string]string{} // callId -> tool name
 	var turn, step int64
+	var turnStart int64 // Unix ms of the open turn's turn/start
 	for i := range events {
 		ev := &events[i]
 		t.LastSeq = ev.Seq
@@ -253,9 +255,13 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 		switch ev.Type {
 		case "turn/start":
 			r.Summary = fmt.Sprintf("turn %d starts", turn)
+			turnStart = r.Time
 		case "turn/end":
 			kind := reasonKind(d.Reason)
 			r.Summary = fmt.Sprintf("turn %d ends: %s", turn, kind)
+			if turnStart > 0 && r.Time >= turnStart {
+				r.Summary += fmt.Sprintf(" after %s", time.Duration(r.Time-turnStart)*time.Millisecond)
+			}
 			switch kind {
 			case "completed":
 			case "interrupted":
