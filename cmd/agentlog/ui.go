@@ -23,7 +23,7 @@ type uiOptions struct {
 }
 
 func (o *uiOptions) addFlags(c *cobra.Command, prefix string) {
-	c.Flags().StringVar(&o.token, prefix+"token", "", "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address")
+	c.Flags().StringVar(&o.token, prefix+"token", os.Getenv("AGENTLOG_UI_TOKEN"), "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address (env AGENTLOG_UI_TOKEN; a flag is visible to ps, prefer --"+prefix+"token-file)")
 	c.Flags().StringVar(&o.tokenFile, prefix+"token-file", "", "read the token from this file (first line)")
 	c.Flags().BoolVar(&o.allowFork, prefix+"allow-fork", false, "enable \"fork from here\" (without it the inspector is read-only)")
 	c.Flags().StringVar(&o.tlsCert, prefix+"tls-cert", "", "serve HTTPS with this certificate (PEM; with --"+prefix+"tls-key)")
@@ -50,7 +50,7 @@ func (o *uiOptions) resolveToken(prefix string) error {
 		return nil
 	}
 	if o.token != "" {
-		return &usageError{fmt.Errorf("--%stoken and --%stoken-file: give one", prefix, prefix)}
+		return &usageError{fmt.Errorf("--%stoken (or AGENTLOG_UI_TOKEN) and --%stoken-file: give one", prefix, prefix)}
 	}
 	b, err := os.ReadFile(o.tokenFile)
 	if err != nil {
@@ -74,6 +74,9 @@ func startUI(ctx context.Context, nc *nats.Conn, o uiOptions, logger *slog.Logge
 	if err != nil {
 		ln.Close()
 		return "", nil, err
+	}
+	if o.token != "" && len(o.token) < 16 {
+		logger.Warn("agentlog ui: the token is short; use at least 16 random characters (openssl rand -hex 16)")
 	}
 	mode := "read-only"
 	if o.allowFork {
