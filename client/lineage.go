@@ -152,3 +152,21 @@ func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.Raw
 	}
 	return out, nil
 }
+
+// LastSeq returns the seq of session id's last event (-1: none), from its last record's headers
+// (a direct get, which on a replicated stream may read a lagging follower). Errors:
+// ErrBadRequest, ErrInternal.
+func (c *Client) LastSeq(ctx context.Context, id string) (int64, error) {
+	if _, err := ajs.Token(id); err != nil {
+		return 0, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return 0, err
+	}
+	t, err := st.GetTail(ctx, id)
+	if err != nil {
+		return 0, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
+	}
+	return t.NextSeq - 1, nil
+}

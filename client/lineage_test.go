@@ -61,6 +61,12 @@ func TestLineage(t *testing.T) {
 	if _, err := te.Store.Append(ctx(t), "root", 0, events()); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := c.LastSeq(ctx(t), "root"); err != nil || n != int64(len(events())-1) {
+		t.Errorf("LastSeq(root) = %d, %v", n, err)
+	}
+	if n, err := c.LastSeq(ctx(t), "k1"); err != nil || n != -1 {
+		t.Errorf("LastSeq of a session without events = %d, %v", n, err)
+	}
 	for i := range 510 { // a listing of more than 512 reads the last records with one headers-only pass
 		if err := te.Store.CreateSession(ctx(t), session.Header{ID: fmt.Sprintf("e%03d", i), CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)

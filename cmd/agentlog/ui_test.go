@@ -295,6 +295,18 @@ func TestUIBrowser(t *testing.T) {
 	}
 	screenshot(t, tab, dir, "ui-session-dark")
 
+	// messages.json is what `agentlog messages` prints.
+	_, cliMsgs, _ := runCLI(ctx, s.url, "messages", id)
+	mresp, err := http.Get(base + "/sessions/alpha/messages.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mj, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if string(mj) != cliMsgs {
+		t.Errorf("messages.json differs from agentlog messages:\n%s\n%s", mj, cliMsgs)
+	}
+
 	// The raw log is what `agentlog events` prints.
 	_, cliEvents, _ := runCLI(ctx, s.url, "events", id)
 	resp, err := http.Get(base + "/sessions/alpha/events.jsonl")

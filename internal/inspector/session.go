@@ -386,12 +386,22 @@ func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, name, data)
 }
 
-// handleMessagesJSON serves the derived messages as `agentlog messages` prints them.
+// handleMessagesJSON serves the derived messages as `agentlog messages` prints them: as of the
+// log's last event (waiting for the projection to apply it, at most QueryTimeout).
 func (s *Server) handleMessagesJSON(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), s.o.QueryTimeout)
 	defer cancel()
-	reply, err := s.c.Messages(ctx, id)
+	last, err := s.c.LastSeq(ctx, id)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	var opts []client.Option
+	if last >= 0 {
+		opts = append(opts, client.MinSeq(last))
+	}
+	reply, err := s.c.Messages(ctx, id, opts...)
 	if err != nil && !errors.Is(err, client.ErrNotFound) {
 		s.fail(w, r, id, err)
 		return
