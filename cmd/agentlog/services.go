@@ -37,7 +37,7 @@ The server has a system account (SYS) with the user --system-user: its password,
 ` + "`nats --user sys --password PW server ls`" + ` and ` + "`nats ... server report jetstream`" + `. Clients without
 credentials use the global account, as before. --http serves the server's monitoring endpoints
 (/varz, /jsz, ...); --metrics-addr the services' /metrics, /healthz and /readyz; --ui the web inspector
-(as ` + "`agentlog ui`" + `, with --ui-token, --ui-token-file and --ui-allow-fork).`,
+(as ` + "`agentlog ui`" + `, with --ui-token, --ui-token-file, --ui-tls-cert, --ui-tls-key and --ui-allow-fork).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Projectors < 0 {
@@ -58,7 +58,7 @@ credentials use the global account, as before. --http serves the server's monito
 			}
 			o.DataDir = abs
 			if ui.listen != "" {
-				if err := ui.check("ui-"); err != nil {
+				if err := ui.check(); err != nil {
 					return err
 				}
 			}
@@ -114,7 +114,7 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
 	c.Flags().StringVar(&ui.listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
-	ui.addFlags(c, "ui-")
+	ui.addFlags(c, "ui-allow-fork")
 	return c
 }
 

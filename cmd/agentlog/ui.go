@@ -14,25 +14,28 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// uiOptions are the web inspector's flags: on `agentlog ui` as --listen, --token, --token-file,
-// --allow-fork; on `agentlog dev` with the prefix "ui-" (and --ui for the address).
+// uiOptions are the web inspector's flags: --ui-token, --ui-token-file, --ui-tls-cert and
+// --ui-tls-key on both commands (the global --token, --tls-cert and --tls-key are NATS's); on
+// `agentlog ui` with --listen and --allow-fork, on `agentlog dev` with --ui and --ui-allow-fork.
 type uiOptions struct {
 	listen, token, tokenFile string
 	tlsCert, tlsKey          string
 	allowFork                bool
 }
 
-func (o *uiOptions) addFlags(c *cobra.Command, prefix string) {
+func (o *uiOptions) addFlags(c *cobra.Command, allowFork string) {
+	const prefix = "ui-"
 	c.Flags().StringVar(&o.token, prefix+"token", os.Getenv("AGENTLOG_UI_TOKEN"), "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address (env AGENTLOG_UI_TOKEN; a flag is visible to ps, prefer --"+prefix+"token-file)")
 	c.Flags().StringVar(&o.tokenFile, prefix+"token-file", "", "read the token from this file (first line)")
-	c.Flags().BoolVar(&o.allowFork, prefix+"allow-fork", false, "enable \"fork from here\" (without it the inspector is read-only)")
+	c.Flags().BoolVar(&o.allowFork, allowFork, false, "enable \"fork from here\" (without it the inspector is read-only)")
 	c.Flags().StringVar(&o.tlsCert, prefix+"tls-cert", "", "serve HTTPS with this certificate (PEM; with --"+prefix+"tls-key)")
 	c.Flags().StringVar(&o.tlsKey, prefix+"tls-key", "", "the key of --"+prefix+"tls-cert (PEM)")
 }
 
 // check resolves the token file and checks the address before anything starts.
-func (o *uiOptions) check(prefix string) error {
-	if err := o.resolveToken(prefix); err != nil {
+func (o *uiOptions) check() error {
+	const prefix = "ui-"
+	if err := o.resolveToken(); err != nil {
 		return err
 	}
 	if err := inspector.CheckAddr(o.listen, o.token); err != nil {
@@ -44,8 +47,9 @@ func (o *uiOptions) check(prefix string) error {
 	return nil
 }
 
-// resolveToken reads --token-file into token (one of the two, not both).
-func (o *uiOptions) resolveToken(prefix string) error {
+// resolveToken reads --ui-token-file into token (one of the two, not both).
+func (o *uiOptions) resolveToken() error {
+	const prefix = "ui-"
 	if o.tokenFile == "" {
 		return nil
 	}
@@ -92,7 +96,7 @@ func startUI(ctx context.Context, nc *nats.Conn, o uiOptions, logger *slog.Logge
 func newUICmd(g *globals) *cobra.Command {
 	o := uiOptions{}
 	c := &cobra.Command{
-		Use:   "ui [--listen HOST:PORT] [--token T | --token-file F] [--allow-fork]",
+		Use:   "ui [--listen HOST:PORT] [--ui-token T | --ui-token-file F] [--ui-tls-cert F --ui-tls-key F] [--allow-fork]",
 		Short: "Serve the web inspector: sessions, model view beside transcript, fork tree, live tail",
 		Long: `ui serves a web inspector of the sessions on --nats until SIGINT/SIGTERM: the sessions list (/), and
 for each session (/sessions/ID) its events timeline, the model view (the derived messages, as
@@ -100,13 +104,15 @@ for each session (/sessions/ID) its events timeline, the model view (the derived
 all updated live as events are appended. Nothing is loaded from the network; the static views work
 without JavaScript.
 
-It binds loopback by default. Any other address needs --token (or --token-file): every request must
-then carry it, as "Authorization: Bearer TOKEN" or the cookie that opening the printed URL
-(…/?token=TOKEN) sets; serve it over HTTPS (--tls-cert, --tls-key) or behind a TLS proxy so that
-the token does not cross the network in clear. It is read-only unless --allow-fork is given.`,
+It binds loopback by default. Any other address needs --ui-token (or --ui-token-file, or
+AGENTLOG_UI_TOKEN): every request must then carry it, as "Authorization: Bearer TOKEN" or the cookie
+that opening the printed URL (…/?token=TOKEN) sets; serve it over HTTPS (--ui-tls-cert,
+--ui-tls-key) or behind a TLS proxy so that the token does not cross the network in clear. (The
+global --token, --tls-cert and --tls-key are the NATS connection's.) It is read-only unless
+--allow-fork is given.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(""); err != nil {
+			if err := o.check(); err != nil {
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(g.stderr, nil))
@@ -125,7 +131,7 @@ the token does not cross the network in clear. It is read-only unless --allow-fo
 			return nil
 		},
 	}
-	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address HOST:PORT (non-loopback needs --token)")
-	o.addFlags(c, "")
+	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address HOST:PORT (non-loopback needs --ui-token)")
+	o.addFlags(c, "allow-fork")
 	return c
 }

@@ -325,7 +325,7 @@ func TestUIBrowser(t *testing.T) {
 func TestUISecurity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if _, _, err := startUI(ctx, nil, uiOptions{listen: "0.0.0.0:0"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--token") {
+	if _, _, err := startUI(ctx, nil, uiOptions{listen: "0.0.0.0:0"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--ui-token") {
 		t.Errorf("a non-loopback address without a token: %v", err)
 	}
 	s, base := startUIStack(t, ctx, uiOptions{})
@@ -606,13 +606,13 @@ func TestUISpeed(t *testing.T) {
 func TestDevUI(t *testing.T) {
 	var errb strings.Builder
 	if code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "0.0.0.0:0"},
-		strings.NewReader(""), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--token") {
+		strings.NewReader(""), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--ui-token") {
 		t.Errorf("dev --ui 0.0.0.0:0 without a token: exit %d, %s", code, errb.String())
 	}
 	out, _ := runCmd(t, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "127.0.0.1:0")
 	natsURL := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
 	devUI := waitOutput(t, out, `agentlog ui: (http://\S+/) \(read-only\)`)
-	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--token", "t0k")
+	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--ui-token", "t0k")
 	ui := waitOutput(t, uiOut, `agentlog ui: (http://\S+) \(read-only\)`)
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar} // the ?token= login sets a cookie, then redirects

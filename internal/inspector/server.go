@@ -132,7 +132,7 @@ func CheckAddr(addr, token string) error {
 		return fmt.Errorf("listen address %q: want HOST:PORT: %w", addr, err)
 	}
 	if !isLoopback(host) && token == "" {
-		return fmt.Errorf("listen address %q is not loopback: give --token or --token-file, which every request must then carry", addr)
+		return fmt.Errorf("listen address %q is not loopback: give --ui-token or --ui-token-file, which every request must then carry", addr)
 	}
 	return nil
 }
