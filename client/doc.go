@@ -5,6 +5,7 @@
 // services' wire types, defined here and used by the services too. Error replies are *Error,
 // matched by code with errors.Is (ErrNotFound, ErrTimeout, ErrOpenTurn, ...).
 //
-// Sessions, SessionIDs, Resolve, Status, Events and WatchMessages read the stream and the KV
-// buckets directly through the connection (nats.go jetstream), since no service owns listing yet.
+// Sessions, SessionIDs, Resolve, Status, Lineage (a session's fork tree), Header, LastSeq, Events,
+// ErrorReports and WatchMessages read the streams and the KV buckets directly through the
+// connection (nats.go jetstream), since no service owns listing yet.
 package client

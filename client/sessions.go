@@ -18,16 +18,19 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Events and
-// WatchMessages read the stream and KV buckets through the connection (nats.go jetstream).
+// Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Lineage, Header, Events,
+// ErrorReports and WatchMessages read the streams and KV buckets through the connection (nats.go
+// jetstream).
 // Their errors are *Error with an empty Service.
 
 // SessionInfo is one session of a listing. LastSeq is -1 for a session without events; Events is
-// LastSeq+1 (seqs are contiguous from 0). CreatedAt is Unix ms. Children are the ids of the
+// LastSeq+1 (seqs are contiguous from 0). CreatedAt is Unix ms; LastActivity is when the stream
+// stored the session's last record, Unix ms (0: no events). Children are the ids of the
 // sessions whose parentSession is this one, sorted.
 type SessionInfo struct {
 	ID            string   `json:"id"`
 	CreatedAt     int64    `json:"createdAt"`
+	LastActivity  int64    `json:"lastActivity,omitempty"`
 	LastSeq       int64    `json:"lastSeq"`
 	Events        int64    `json:"events"`
 	ParentSession string   `json:"parentSession,omitempty"`
@@ -65,7 +68,7 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 		return "", err
 	}
 	type lastSeqs struct {
-		m   map[string]int64
+		m   map[string]lastRecord
 		err error
 	}
 	var pending chan lastSeqs
@@ -88,7 +91,7 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 	if q.Limit > 0 && len(rows) > q.Limit {
 		rows, more = rows[:q.Limit], true
 	}
-	var lastAll map[string]int64
+	var lastAll map[string]lastRecord
 	if len(rows) > perRowLimit {
 		if pending != nil {
 			r := <-pending
@@ -110,12 +113,13 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 			}
 		}
 		for _, m := range chunk {
-			ls, ok := last[m.token]
+			lr, ok := last[m.token]
 			if !ok {
-				ls = -1
+				lr.seq = -1
 			}
 			m.decode()
-			info := SessionInfo{ID: m.id, CreatedAt: m.createdAt, LastSeq: ls, Events: ls + 1,
+			ls := lr.seq
+			info := SessionInfo{ID: m.id, CreatedAt: m.createdAt, LastActivity: lr.at, LastSeq: ls, Events: ls + 1,
 				ParentSession: m.parent, SeedLength: m.seedLength, Children: children[m.id]}
 			if info.Children == nil {
 				info.Children = []string{}
@@ -472,16 +476,26 @@ func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
 	return h.Get(ajs.HeaderSession), first + n - 1, true
 }
 
-// scanLastSeqs reads the headers of every session's last record: token -> last seq. (One
+// lastRecord is what a listing reads of a session's last record: the seq of its last event and
+// when the stream stored it (Unix ms).
+type lastRecord struct{ seq, at int64 }
+
+// scanLastSeqs reads the headers of every session's last record: token -> last seq and time. (One
 // consumer over agentlog.session.>: several over shares of the partitions were two to three
 // times slower, the server scanning the stream once per filter.)
-func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]int64, error) {
-	var out map[string]int64
+func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]lastRecord, error) {
+	var out map[string]lastRecord
 	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
-		out = make(map[string]int64, n)
+		out = make(map[string]lastRecord, n)
 	}, func(m streamMsg) error {
 		if tok, last, ok := recordLastSeq(m.Headers()); ok {
-			out[tok] = last
+			lr := lastRecord{seq: last}
+			if jm, ok := m.(natsjs.Msg); ok {
+				if md, err := jm.Metadata(); err == nil {
+					lr.at = md.Timestamp.UnixMilli()
+				}
+			}
+			out[tok] = lr
 		}
 		return nil
 	})
@@ -491,9 +505,10 @@ func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]int64, error) 
 	return out, nil
 }
 
-// getLastSeqs reads the last records of rows with one batched direct get: token -> last seq.
-func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]int64, error) {
-	out := map[string]int64{}
+// getLastSeqs reads the last records of rows with one batched direct get: token -> last seq and
+// time.
+func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]lastRecord, error) {
+	out := map[string]lastRecord{}
 	subjects := make([]string, 0, len(rows))
 	for _, m := range rows {
 		subj, err := st.Subject(m.id)
@@ -510,7 +525,7 @@ func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]in
 				break
 			}
 			if tok, last, ok := recordLastSeq(m.Header); ok {
-				out[tok] = last
+				out[tok] = lastRecord{seq: last, at: m.Time.UnixMilli()}
 			}
 		}
 	}

@@ -90,6 +90,7 @@ Quick start:
 		newStatusCmd(g),
 		markOffline(newVersionCmd(g)),
 		markOffline(newDevCmd(g)), // its own embedded server
+		newUICmd(g),
 	)
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()

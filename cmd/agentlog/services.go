@@ -22,8 +22,9 @@ import (
 func newDevCmd(g *globals) *cobra.Command {
 	var o stackOptions
 	var metricsAddr string
+	var ui uiOptions
 	c := &cobra.Command{
-		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N] [--forkers N] [--http HOST:PORT] [--metrics-addr HOST:PORT]",
+		Use:   "dev [--data DIR] [--listen HOST:PORT] [--projectors N] [--forkers N] [--http HOST:PORT] [--metrics-addr HOST:PORT] [--ui HOST:PORT]",
 		Short: "Run an embedded nats-server with a projector and a forker, for local use",
 		Long: `dev runs, in one process, an embedded nats-server (JetStream, file storage in --data), the agentlog
 stream and KV buckets, N projectors (--projectors) and M forkers (--forkers). It prints the server URL, then serves until SIGINT or
@@ -35,7 +36,8 @@ The server has a system account (SYS) with the user --system-user: its password,
 --system-password, is generated once and kept in DIR/system-account.json. It is printed at start, for
 ` + "`nats --user sys --password PW server ls`" + ` and ` + "`nats ... server report jetstream`" + `. Clients without
 credentials use the global account, as before. --http serves the server's monitoring endpoints
-(/varz, /jsz, ...); --metrics-addr the services' /metrics, /healthz and /readyz.`,
+(/varz, /jsz, ...); --metrics-addr the services' /metrics, /healthz and /readyz; --ui the web inspector
+(as ` + "`agentlog ui`" + `, with --ui-token, --ui-token-file, --ui-tls-cert, --ui-tls-key and --ui-allow-fork).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Projectors < 0 {
@@ -55,6 +57,11 @@ credentials use the global account, as before. --http serves the server's monito
 				return fmt.Errorf("--data %s: %w", abs, err)
 			}
 			o.DataDir = abs
+			if ui.listen != "" {
+				if err := ui.check(); err != nil {
+					return err
+				}
+			}
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 			if o.SystemUser != "" && o.SystemPassword == "" {
 				if o.SystemPassword, err = devSystemPassword(abs, o.SystemUser); err != nil {
@@ -83,8 +90,16 @@ credentials use the global account, as before. --http serves the server's monito
 				fmt.Fprintf(g.stdout, "  monitoring: http://%s/varz (and /jsz, /connz, ...)\n", a)
 			}
 			io.Copy(g.stdout, &out)
+			uiWait := func() error { return nil }
+			if ui.listen != "" {
+				if _, uiWait, err = startUI(cmd.Context(), s.nc, ui, o.Logger, g.stdout); err != nil {
+					s.Close()
+					return err
+				}
+			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
+			_ = uiWait()
 			ob.setReady(notReady("shutting down"))
 			return s.Close()
 		},
@@ -98,6 +113,8 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().StringVar(&o.SystemUser, "system-user", "sys", "user of the system account (\"\": no system account)")
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
+	c.Flags().StringVar(&ui.listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
+	ui.addFlags(c, "ui-allow-fork")
 	return c
 }
 

@@ -24,8 +24,8 @@ func newSessionsCmd(g *globals) *cobra.Command {
 		Long: `sessions lists the sessions in agentlog_sessions in byte order of their ids, printing a page at a
 time as it goes. --limit N stops after N; when more remain, the cursor of the next page is printed on
 stderr ("next: --after ID"). --json prints JSON lines, one object per session:
-{"id","createdAt","lastSeq","events","parentSession"?,"seedLength"?,"children"}. lastSeq is -1 for a
-session without events.`,
+{"id","createdAt","lastActivity"?,"lastSeq","events","parentSession"?,"seedLength"?,"children"}. lastSeq
+is -1 for a session without events; lastActivity is when its last record was stored (Unix ms).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if q.Limit < 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -243,4 +244,27 @@ func TestSessionsScale(t *testing.T) {
 	}
 	timeIt("sessions", "--limit", "50", "--after", fmt.Sprintf("sess-%07d", n/2))
 	timeIt("status", "sess-0000000", "--json")
+
+	// The web inspector's list page and a session page (its fork tree reads every header too).
+	if os.Getenv("AGENTLOG_SESSIONS_URL") == "" {
+		_, base := startUIStackOn(t, ctx, s, uiOptions{})
+		for _, path := range []string{"/", "/?prefix=sess-00500", fmt.Sprintf("/?after=sess-%07d", n/2), "/sessions/sess-0000001"} {
+			var times []time.Duration
+			for range 3 {
+				t0 := time.Now()
+				resp, err := http.Get(base + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				times = append(times, time.Since(t0))
+				if resp.StatusCode != 200 || !strings.Contains(string(b), `data-id="sess-00`) || strings.Contains(string(b), `class="banner bad"`) {
+					t.Fatalf("GET %s: %d", path, resp.StatusCode)
+				}
+			}
+			sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+			t.Logf("inspector GET %s: median %s (runs %v)", path, times[1].Round(time.Millisecond), times)
+		}
+	}
 }

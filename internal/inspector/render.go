@@ -1,0 +1,104 @@
+package inspector
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// funcs are the templates' helpers. Every value they return is text (escaped by html/template)
+// or a URL path built from url.PathEscape.
+var funcs = template.FuncMap{
+	"sessURL": sessURL,
+	"ms": func(ms int64) string {
+		if ms <= 0 {
+			return "-"
+		}
+		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"ago": func(ms int64) string {
+		if ms <= 0 {
+			return ""
+		}
+		d := time.Since(time.UnixMilli(ms)).Round(time.Second)
+		switch {
+		case d < time.Minute:
+			return fmt.Sprintf("%ds ago", int(d.Seconds()))
+		case d < time.Hour:
+			return fmt.Sprintf("%dm ago", int(d.Minutes()))
+		case d < 48*time.Hour:
+			return fmt.Sprintf("%.1fh ago", d.Hours())
+		}
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	},
+	"deref": func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	},
+	"str": func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	},
+	"add":   func(a, b int) int { return a + b },
+	"add64": func(a, b int64) int64 { return a + b },
+	"seqRange": func(r *Row) string {
+		if r.Seq == r.Last {
+			return fmt.Sprint(r.Seq)
+		}
+		return fmt.Sprintf("%d–%d", r.Seq, r.Last)
+	},
+	"json": func(raw json.RawMessage) string { return string(raw) },
+	"dict": func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[fmt.Sprint(kv[i])] = kv[i+1]
+		}
+		return m
+	},
+}
+
+// sessURL is the path of session id's page.
+func sessURL(id string) string { return "/sessions/" + url.PathEscape(id) }
+
+// render executes template name into a buffer first, so that a failure is a clean 500.
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	var b bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		s.log.Error("inspector: render", "template", name, "err", err)
+		http.Error(w, "inspector: render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// fragment renders template name to a string (for the live streams).
+func (s *Server) fragment(name string, data any) (string, error) {
+	var b bytes.Buffer
+	err := s.tmpl.ExecuteTemplate(&b, name, data)
+	return b.String(), err
+}
+
+func (s *Server) errorPage(w http.ResponseWriter, _ *http.Request, status int, title, text string) {
+	s.render(w, status, "error.html", struct {
+		Status      int
+		Title, Text string
+	}{status, title, text})
+}
+
+// writeJSON writes v as one JSON line without HTML escaping (as the CLI prints it).
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

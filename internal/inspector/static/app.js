@@ -1,0 +1,83 @@
+// agentlog inspector: live updates over Server-Sent Events and lazy chunk text. The pages work
+// without it; every HTML it inserts was rendered (and escaped) by the server.
+(function () {
+  "use strict";
+  var body = document.body;
+  var status = document.getElementById("live-status");
+  function setStatus(text, on) {
+    if (!status) return;
+    status.textContent = text;
+    status.className = on ? "live on" : "live";
+  }
+  function fragment(html) {
+    var t = document.createElement("template");
+    t.innerHTML = html;
+    return t.content;
+  }
+  // replace swaps an element's content, keeping the open/closed state of its <details id=...>.
+  function replace(id, html) {
+    var el = document.getElementById(id);
+    if (!el || html === undefined || html === null) return;
+    var state = {};
+    el.querySelectorAll("details[id]").forEach(function (d) { state[d.id] = d.open; });
+    el.replaceChildren(fragment(html));
+    el.querySelectorAll("details[id]").forEach(function (d) { if (d.id in state) d.open = state[d.id]; });
+  }
+  function listPage() {
+    var q = "?prefix=" + encodeURIComponent(body.dataset.prefix || "");
+    var es = new EventSource("/live" + q);
+    es.onopen = function () { setStatus("live", true); };
+    es.onerror = function () { setStatus("reconnecting…", false); };
+    es.addEventListener("session", function (e) {
+      var d = JSON.parse(e.data);
+      var rows = document.getElementById("session-rows");
+      var exists = Array.prototype.some.call(rows.children, function (tr) { return tr.dataset.id === d.id; });
+      if (exists) return;
+      var empty = rows.querySelector("tr.empty");
+      if (empty) empty.remove();
+      rows.prepend(fragment(d.html));
+    });
+  }
+  function sessionPage() {
+    var base = body.dataset.base;
+    var main = document.getElementById("session-main");
+    if (!main) return; // the session could not be read
+    var q = "?after=" + encodeURIComponent(main.dataset.lastSeq) + "&page=" + encodeURIComponent(main.dataset.pageIndex) +
+      "&last=" + (main.dataset.lastPage === "1" ? "1" : "0") + "&all=" + (main.dataset.all === "true" ? "1" : "0");
+    var es = new EventSource(base + "/live" + q);
+    es.onopen = function () { setStatus("live · seq " + main.dataset.lastSeq, true); };
+    es.onerror = function () { setStatus("reconnecting…", false); };
+    es.addEventListener("update", function (e) {
+      var u = JSON.parse(e.data);
+      replace("summary", u.summary);
+      replace("views", u.views);
+      replace("projections", u.projections);
+      if (u.timeline) { replace("timeline", u.timeline); replace("pager", u.pager); }
+      main.dataset.lastSeq = String(u.lastSeq);
+      setStatus("live · seq " + u.lastSeq, true);
+    });
+    es.addEventListener("tree", function (e) { replace("tree", JSON.parse(e.data).html); });
+    es.addEventListener("failed", function (e) { setStatus(JSON.parse(e.data).error, false); es.close(); });
+    document.addEventListener("toggle", function (e) {
+      var d = e.target;
+      if (d.matches && d.matches("details.ev-json") && d.open && !d.dataset.loaded) {
+        d.dataset.loaded = "1";
+        var a = d.querySelector("a.ev-raw");
+        fetch(a.href, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (text) { var pre = document.createElement("pre"); pre.textContent = text; d.appendChild(pre); })
+          .catch(function () { delete d.dataset.loaded; });
+        return;
+      }
+      if (!d.matches || !d.matches("details.chunks") || !d.open || d.dataset.loaded) return;
+      d.dataset.loaded = "1";
+      fetch(base + "/chunks?fragment=1&from=" + d.dataset.from + "&to=" + d.dataset.to, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (html) { d.querySelector(".chunk-text").replaceChildren(fragment(html)); })
+        .catch(function () { delete d.dataset.loaded; });
+    }, true);
+  }
+  if (!window.EventSource) return;
+  if (body.dataset.page === "list") listPage();
+  if (body.dataset.page === "session") sessionPage();
+})();
