@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -111,38 +112,56 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
 		return client.ForkResult{}, fmt.Errorf("forker: reading the source's metadata: %w", err)
 	}
-	events, lastStreamSeq, err := f.store.Read(ctx, req.Source)
+	// The log is read up to its last record as the stream leader has it now (or up to the
+	// boundary), streaming: the seed goes into the child's records as it is read and validated,
+	// so no fork holds a whole log (ARCHITECTURE.md, "A fork").
+	tail, err := f.store.GetTailFromLeader(ctx, req.Source)
 	if err != nil {
-		var se *session.Error
-		if errors.As(err, &se) {
-			return client.ForkResult{}, &badSourceError{fmt.Sprintf("forker: the source log cannot be read back: %v", err)}
-		}
-		return client.ForkResult{}, fmt.Errorf("forker: reading the source log: %w", err)
+		return client.ForkResult{}, readSourceErr(err)
+	}
+	last := tail.NextSeq - 1 // -1: no events
+	if tail.LastStreamSeq == 0 {
+		last = -1
+	}
+	if srcHdr == nil && tail.LastStreamSeq == 0 {
+		return client.ForkResult{}, notFound(req.Source)
+	}
+	child := req.Child
+	if child == "" {
+		child = DefaultChildID(req.Source)
+	}
+	msgID := "fork:" + nuid.Next()
+	app, err := f.store.BeginAppend(child, 0, tracing.RecordOpts(ctx, msgID)...)
+	if err != nil {
+		return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
+	}
+	defer app.Discard()
+	seed, ferr, err := f.streamSeed(ctx, req.Source, req.Boundary, last, tail.LastStreamSeq, app)
+	if err != nil {
+		return client.ForkResult{}, err
 	}
 	if f.afterSourceRead != nil {
 		f.afterSourceRead(req.Source)
 	}
 	// A removal (ajs.Store.RemoveSession) marks the metadata before it purges the records: the
 	// metadata unchanged after the read means the read saw the whole log.
-	if gone, err := f.sourceGone(ctx, req.Source, srcHdr != nil, srcInfo, lastStreamSeq); err != nil {
+	if gone, err := f.sourceGone(ctx, req.Source, srcHdr != nil, srcInfo, tail.LastStreamSeq); err != nil {
 		return client.ForkResult{}, err
-	} else if gone || (srcHdr == nil && len(events) == 0) {
+	} else if gone {
 		return client.ForkResult{}, notFound(req.Source)
 	}
-	seed, ferr := session.ForkSeed(req.Source, events, req.Boundary)
 	if ferr != nil {
 		return client.ForkResult{}, ferr
 	}
 	nowMs := f.now().UnixMilli()
-	childEvents, ferr := session.ForkChild(seed, nowMs)
-	if ferr != nil {
-		return client.ForkResult{}, ferr
+	events := seed.Len()
+	if end, ok := seed.EndSeed(nowMs); ok {
+		if err := app.Add(ctx, &end); err != nil {
+			return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
+		}
+		events++
 	}
-	child := req.Child
-	if child == "" {
-		child = DefaultChildID(req.Source)
-	}
-	seedLength := int64(len(seed))
+	seedLength := int64(seed.Len())
 	hdr := session.Header{Version: 0, ID: child, CreatedAt: nowMs, ParentSession: req.Source, SeedLength: &seedLength}
 	if srcHdr != nil && srcHdr.Cwd != "" {
 		hdr.Cwd = srcHdr.Cwd
@@ -159,44 +178,107 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if f.beforeRecord != nil {
 		f.beforeRecord(child)
 	}
-	// Step 5: one record guarded with expected last subject sequence 0.
-	msgID := "fork:" + nuid.Next()
-	res, err := f.store.Append(ctx, child, 0, childEvents, tracing.RecordOpts(ctx, msgID)...)
+	// Step 5: the record (or the atomic batch of records) guarded with expected last subject
+	// sequence 0. A write whose outcome is unknown is retried or looked for by Commit (same msg
+	// id) until the answer is definite; only a definite "not stored" lets the metadata be rolled
+	// back.
+	res, err := app.Commit(ctx)
 	if err == nil {
 		if err := f.childRemoved(ctx, req.Source, child, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
 		}
-		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", len(seed), "events", len(childEvents))
-		return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
+		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events)
+		return client.ForkResult{Child: child, SeedLength: seed.Len(), ParentSession: req.Source}, nil
 	}
-	// The outcome may be unknown (a timeout, a lost ack, a dropped connection, an expired ctx):
-	// retry the same record with the same msg id, on a context of its own, until the answer is
-	// definite. A retry of a stored record is deduplicated (or found at the tail) and reported as
-	// written; only a definite "not stored" lets the metadata be rolled back.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer wcancel()
-	for attempt := 0; outcomeUnknown(err) && attempt < 5 && wctx.Err() == nil; attempt++ {
-		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		if res, err = f.store.Append(wctx, child, 0, childEvents, tracing.RecordOpts(ctx, msgID)...); err == nil {
-			if err := f.childRemoved(wctx, req.Source, child, inc, res.StreamSeq); err != nil {
-				return client.ForkResult{}, err
-			}
-			f.logger.Info("forked (after a retry)", "source", req.Source, "child", child, "seedLength", len(seed))
-			return client.ForkResult{Child: child, SeedLength: len(seed), ParentSession: req.Source}, nil
-		}
-	}
-	if outcomeUnknown(err) {
+	if errors.Is(err, ajs.ErrOutcomeUnknown) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
 		return client.ForkResult{}, fmt.Errorf("forker: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
 			child, err)
 	}
-	if rerr := f.rollback(wctx, child, hdr); rerr != nil {
+	if rerr := f.rollback(context.WithoutCancel(ctx), child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
 	}
 	if errors.Is(err, ajs.ErrConflict) {
 		return client.ForkResult{}, alreadyExists(child)
 	}
 	return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
+}
+
+// errSeedRead stops streamSeed's read of the source at the boundary.
+var errSeedRead = errors.New("read up to the fork boundary")
+
+// streamSeed reads the source's log up to the fork boundary (nil: its last event, seq last, in the
+// record at stream seq lastStreamSeq) and passes each seed event, validated, to app. ferr is the
+// refusal of the boundary or of the seed (the read goes on to the boundary after a seed refusal,
+// since OPEN_TURN comes first); err a failure to read the source or to write the child.
+func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *ajs.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
+	// Where each record of the source starts, for the rare lookup of a tool/result replace's
+	// target (one entry per record, not per event).
+	var firsts []int64
+	var streamSeqs []uint64
+	lookup := func(seq int64) (session.Event, error) {
+		i, _ := slices.BinarySearch(firsts, seq+1)
+		if i == 0 {
+			return session.Event{}, fmt.Errorf("seq %d is not in the seed", seq)
+		}
+		rec, found, err := f.store.GetRecordFromLeader(ctx, source, streamSeqs[i-1])
+		if err != nil || !found {
+			return session.Event{}, fmt.Errorf("reading seq %d of the source again: found %v: %v", seq, found, err)
+		}
+		for _, ev := range rec.LastEvents {
+			if ev.Seq == seq {
+				return ev, nil
+			}
+		}
+		return session.Event{}, fmt.Errorf("seq %d is not in its record", seq)
+	}
+	seed, ferr = session.NewSeedStream(source, boundary, last, lookup)
+	if ferr != nil {
+		return nil, ferr, nil
+	}
+	b := seed.Boundary()
+	if b < 0 {
+		return seed, seed.Finish(), nil
+	}
+	var werr error // a failure to write the child
+	_, err = f.store.ReadRecords(ctx, source, func(streamSeq uint64, evs []session.Event) error {
+		firsts, streamSeqs = append(firsts, evs[0].Seq), append(streamSeqs, streamSeq)
+		for i := range evs {
+			if evs[i].Seq > b {
+				return errSeedRead
+			}
+			keep, err := seed.Add(&evs[i])
+			if err != nil {
+				return err
+			}
+			if keep {
+				if werr = app.Add(ctx, &evs[i]); werr != nil {
+					return errSeedRead
+				}
+			}
+		}
+		if evs[len(evs)-1].Seq >= b {
+			return errSeedRead
+		}
+		return nil
+	})
+	switch {
+	case werr != nil:
+		return nil, nil, fmt.Errorf("forker: writing the child's record: %w", werr)
+	case err != nil && !errors.Is(err, errSeedRead):
+		return nil, nil, readSourceErr(err)
+	}
+	return seed, seed.Finish(), nil
+}
+
+// readSourceErr maps a failure to read the source's log: a record that breaks a rule is a
+// badSourceError (422), anything else a store failure.
+func readSourceErr(err error) error {
+	var se *session.Error
+	if errors.As(err, &se) {
+		return &badSourceError{fmt.Sprintf("forker: the source log cannot be read back: %v", err)}
+	}
+	return fmt.Errorf("forker: reading the source log: %w", err)
 }
 
 func alreadyExists(id string) *session.ForkError {
@@ -246,18 +328,6 @@ func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header)
 		return fmt.Errorf("deleting the metadata: %w", err)
 	}
 	return nil
-}
-
-// outcomeUnknown reports whether a failed store.Append may still have stored its record: anything
-// but a guard conflict, a JetStream API refusal or a codec/size refusal (which all mean nothing was
-// stored).
-func outcomeUnknown(err error) bool {
-	if err == nil || errors.Is(err, ajs.ErrConflict) || errors.Is(err, ajs.ErrEventTooLarge) {
-		return false
-	}
-	var api *jetstream.APIError
-	var se *session.Error
-	return !errors.As(err, &api) && !errors.As(err, &se)
 }
 
 // sourceGone reports whether the source was removed (or is being removed) since it was read:

@@ -45,7 +45,13 @@ func ctx(t *testing.T) context.Context {
 // newEnv starts an embedded server, provisions the store and starts a forker.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	te := testnats.Start(t, ajs.Config{Partitions: 4})
+	return newEnvWith(t, ajs.Config{Partitions: 4})
+}
+
+// newEnvWith is newEnv with the store provisioned with cfg.
+func newEnvWith(t *testing.T, cfg ajs.Config) *env {
+	t.Helper()
+	te := testnats.Start(t, cfg)
 	nc, store := te.NC, te.Store
 	f := New(store, nc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
 	if err := f.Start(ctx(t)); err != nil {

@@ -36,50 +36,66 @@ func ForkSeed(id string, events []Event, boundary *int64) ([]Event, *ForkError) 
 // forkBoundary checks a fork boundary as _forkSeed does and returns the seed length. dataOf
 // returns the parsed data of events[i] (read only for the turn/start that makes a turn open).
 func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int64) (*jsvalue.Value, error)) (int, *ForkError) {
-	var b int64
-	if boundary != nil {
-		b = *boundary
-	} else {
-		if len(events) == 0 {
-			return 0, nil
-		}
-		b = events[len(events)-1].Seq
+	last := int64(-1)
+	if len(events) > 0 {
+		last = events[len(events)-1].Seq
 	}
-	q := jsQuote(id)
-	if b < 0 || b > jsvalue.MaxSafeInteger {
-		return 0, &ForkError{Code: CodeInvalidBoundary,
-			Msg: "fork boundary for session " + q + " must be a non-negative safe integer, got " + jsvalue.NumberString(float64(b))}
-	}
-	if b >= int64(len(events)) {
-		last := "none"
-		if len(events) > 0 {
-			last = jsvalue.NumberString(float64(events[len(events)-1].Seq))
-		}
-		return 0, &ForkError{Code: CodeInvalidBoundary,
-			Msg: fmt.Sprintf("fork boundary %d does not exist in session %s (last seq: %s)", b, q, last)}
+	b, ferr := checkBoundary(id, boundary, last, int64(len(events)))
+	if ferr != nil || b < 0 {
+		return 0, ferr
 	}
 	if events[b].Seq != b {
 		return 0, &ForkError{Code: CodeInvalidBoundary,
-			Msg: fmt.Sprintf("fork boundary %d does not match a contiguous event seq in session %s", b, q)}
+			Msg: fmt.Sprintf("fork boundary %d does not match a contiguous event seq in session %s", b, jsQuote(id))}
 	}
 	for i := b; i >= 0; i-- {
 		switch events[i].Type {
 		case "turn/end":
 			return int(b + 1), nil
 		case "turn/start":
-			data, err := dataOf(i)
-			if err != nil {
-				return 0, &ForkError{Msg: fmt.Sprintf("turn/start at seq %d has data that is not JSON: %v", events[i].Seq, err)}
-			}
-			turn, terr := jsvalue.Get(data, "turn")
-			if terr != nil {
-				return 0, &ForkError{Msg: terr.Error()}
-			}
-			return 0, &ForkError{Code: CodeOpenTurn,
-				Msg: fmt.Sprintf("fork boundary %d in session %s ends inside open turn %s", b, q, jsvalue.ToString(turn))}
+			return 0, openTurn(id, b, events[i].Seq, func() (*jsvalue.Value, error) { return dataOf(i) })
 		}
 	}
 	return int(b + 1), nil
+}
+
+// checkBoundary resolves a fork boundary (nil = last, the seq of the log's last event, -1 when it
+// has none) against a log of n events and refuses the ones _forkSeed refuses without reading an
+// event: not a safe integer, or past the end. It returns -1 for a nil boundary on an empty log.
+func checkBoundary(id string, boundary *int64, last, n int64) (int64, *ForkError) {
+	if boundary == nil {
+		return last, nil
+	}
+	b := *boundary
+	q := jsQuote(id)
+	if b < 0 || b > jsvalue.MaxSafeInteger {
+		return 0, &ForkError{Code: CodeInvalidBoundary,
+			Msg: "fork boundary for session " + q + " must be a non-negative safe integer, got " + jsvalue.NumberString(float64(b))}
+	}
+	if b >= n {
+		lastText := "none"
+		if n > 0 {
+			lastText = jsvalue.NumberString(float64(last))
+		}
+		return 0, &ForkError{Code: CodeInvalidBoundary,
+			Msg: fmt.Sprintf("fork boundary %d does not exist in session %s (last seq: %s)", b, q, lastText)}
+	}
+	return b, nil
+}
+
+// openTurn is the OPEN_TURN refusal of boundary b, whose last turn event at or before it is the
+// turn/start at seq startSeq; data returns that event's parsed data.
+func openTurn(id string, b, startSeq int64, data func() (*jsvalue.Value, error)) *ForkError {
+	d, err := data()
+	if err != nil {
+		return &ForkError{Msg: fmt.Sprintf("turn/start at seq %d has data that is not JSON: %v", startSeq, err)}
+	}
+	turn, terr := jsvalue.Get(d, "turn")
+	if terr != nil {
+		return &ForkError{Msg: terr.Error()}
+	}
+	return &ForkError{Code: CodeOpenTurn,
+		Msg: fmt.Sprintf("fork boundary %d in session %s ends inside open turn %s", b, jsQuote(id), jsvalue.ToString(turn))}
 }
 
 // ForkChild returns the child's full event list: seed plus a session/end-seed marker (data {},
@@ -94,34 +110,16 @@ func forkBoundary(id string, events []Event, boundary *int64, dataOf func(i int6
 //   - `seed event at index <i> has seq <s> (expected <i>); seed must be contiguous from 0`
 //   - `invalid seed event at index <i>: <surface rule text>`
 func ForkChild(seed []Event, nowMs int64) ([]Event, *ForkError) {
-	surf := NewSurface()
-	datas := make([]*jsvalue.Value, len(seed))
+	v := NewSeedValidator(func(seq int64) (Event, error) { return seed[seq], nil })
 	for i := range seed {
-		ev := &seed[i]
-		p, ok := parseSeedEvent(ev)
-		if !ok {
-			return nil, &ForkError{Msg: "seed event at index " + strconv.Itoa(i) + " is not losslessly JSON-serializable"}
+		if ferr := v.Add(&seed[i]); ferr != nil {
+			return nil, ferr
 		}
-		datas[i] = p.data
-		if msg := seedEventProblem(ev, &p, i); msg != "" {
-			return nil, &ForkError{Msg: msg}
-		}
-		lookup := func(seq int64) (string, *jsvalue.Value, error) {
-			if seq < 0 || seq >= int64(i) {
-				return "", nil, fmt.Errorf("seq %d is not in the seed", seq)
-			}
-			return seed[seq].Type, datas[seq], nil
-		}
-		plan, r := planSurface(surf.Nodes, ev, &p, lookup)
-		if r != nil {
-			return nil, &ForkError{Msg: "invalid seed event at index " + strconv.Itoa(i) + ": " + r.msg}
-		}
-		surf.commit(ev, &validated{plan: plan, p: p})
 	}
 	child := make([]Event, len(seed), len(seed)+1)
 	copy(child, seed)
-	if len(seed) == 0 || seed[len(seed)-1].Type != "session/end-seed" {
-		child = append(child, EndSeed(int64(len(seed)), nowMs))
+	if end, ok := v.EndSeed(nowMs); ok {
+		child = append(child, end)
 	}
 	return child, nil
 }
@@ -132,7 +130,11 @@ func parseSeedEvent(ev *Event) (parsedEvent, bool) {
 	var p parsedEvent
 	var err error
 	if len(ev.Data) > 0 {
-		if p.data, err = jsvalue.Parse(ev.Data); err != nil {
+		parse := jsvalue.Parse
+		if !dataIsRead(ev.Type) {
+			parse = jsvalue.Scan // no check reads this type's fields: syntax and losslessness only
+		}
+		if p.data, err = parse(ev.Data); err != nil {
 			return p, false
 		}
 	}
