@@ -1,6 +1,7 @@
 package forker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,9 +242,13 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 		return seed, seed.Finish(), nil
 	}
 	var werr error // a failure to write the child
-	_, err = f.store.ReadRecords(ctx, source, func(streamSeq uint64, evs []session.Event) error {
+	_, err = f.store.ReadRecordBodies(ctx, source, func(streamSeq uint64, evs []session.Event, body []byte) error {
 		firsts, streamSeqs = append(firsts, evs[0].Seq), append(streamSeqs, streamSeq)
 		for i := range evs {
+			line := body
+			if j := bytes.IndexByte(body, '\n'); j >= 0 {
+				line, body = body[:j], body[j+1:]
+			}
 			if evs[i].Seq > b {
 				return errSeedRead
 			}
@@ -252,7 +257,8 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 				return err
 			}
 			if keep {
-				if werr = app.Add(ctx, &evs[i]); werr != nil {
+				// The stored line as is: it decodes to evs[i], which was just validated.
+				if werr = app.AddLine(ctx, evs[i].Seq, line); werr != nil {
 					return errSeedRead
 				}
 			}

@@ -89,27 +89,33 @@ func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...App
 // more records than MaxBatchRecords, or the failure to send a batch record; after an error the
 // StreamAppend is discarded.
 func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
-	if a.closed {
-		return fmt.Errorf("append to session %q: the stream append is closed", a.id)
-	}
-	if (a.next >= 0 && ev.Seq != a.next) || ev.Seq < 0 {
-		a.Discard()
-		if a.next == 0 {
-			return recordErr(a.id, ev.Seq, 0, session.RuleRecordContinue,
-				"the first record of a session (expected last stream seq 0) must start at seq 0")
-		}
-		return recordErr(a.id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
-	}
 	line, err := ev.AppendJSON(a.line[:0])
 	if err != nil {
 		a.Discard()
 		return recordErr(a.id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 	}
 	a.line = line
+	return a.AddLine(ctx, ev.Seq, line)
+}
+
+// AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
+// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained.
+func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
+	if a.closed {
+		return fmt.Errorf("append to session %q: the stream append is closed", a.id)
+	}
+	if (a.next >= 0 && seq != a.next) || seq < 0 {
+		a.Discard()
+		if a.next == 0 {
+			return recordErr(a.id, seq, 0, session.RuleRecordContinue,
+				"the first record of a session (expected last stream seq 0) must start at seq 0")
+		}
+		return recordErr(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
+	}
 	if len(line) > a.budget {
 		a.Discard()
 		return fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
-			a.id, ev.Seq, ErrEventTooLarge, len(line), int(a.s.MaxMsgSize)-a.budget, a.s.MaxMsgSize)
+			a.id, seq, ErrEventTooLarge, len(line), int(a.s.MaxMsgSize)-a.budget, a.s.MaxMsgSize)
 	}
 	if a.curCount > 0 && len(a.cur)+1+len(line) > a.budget {
 		if err := a.seal(ctx); err != nil {
@@ -117,13 +123,13 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 		}
 	}
 	if a.curCount == 0 {
-		a.curFirst = ev.Seq
+		a.curFirst = seq
 	} else {
 		a.cur = append(a.cur, '\n')
 	}
 	a.cur = append(a.cur, line...)
 	a.curCount++
-	a.next = ev.Seq + 1
+	a.next = seq + 1
 	return nil
 }
 

@@ -198,6 +198,20 @@ var ErrLogChanged = errors.New("the session's log changed under the reader")
 // afterStreamSeq, and a *session.Error (session.RuleRecordContinue) when the first new record does not
 // start at nextSeq.
 func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
+	return s.readRecordsAfter(ctx, id, afterStreamSeq, nextSeq, func(streamSeq uint64, events []session.Event, _ []byte) error {
+		return fn(streamSeq, events)
+	})
+}
+
+// ReadRecordBodies is ReadRecords that also hands fn each record's body: its events' lines
+// joined by "\n", one line per event, in a buffer of its own that the events alias (fn may keep
+// both). A line is the event as stored, which decodes to the event fn gets.
+func (s *Store) ReadRecordBodies(ctx context.Context, id string, fn func(streamSeq uint64, events []session.Event, body []byte) error) (uint64, error) {
+	return s.readRecordsAfter(ctx, id, 0, 0, fn)
+}
+
+// readRecordsAfter is ReadRecordsAfter handing fn the record bodies too.
+func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event, body []byte) error) (uint64, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
 		return 0, err
@@ -223,7 +237,7 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	lastStreamSeq := afterStreamSeq
 	// take checks one record (it must continue the previous one), hands it to fn and moves on.
 	take := func(streamSeq uint64, h nats.Header, body []byte) error {
-		evs, err := s.decodeStored(id, h, body, streamSeq)
+		evs, copied, err := s.decodeStoredBody(id, h, body, streamSeq)
 		if err != nil {
 			return err
 		}
@@ -231,7 +245,7 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 			return recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
 				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
 		}
-		if err := fn(streamSeq, evs); err != nil {
+		if err := fn(streamSeq, evs, copied); err != nil {
 			return err
 		}
 		nextSeq, lastStreamSeq = evs[len(evs)-1].Seq+1, streamSeq
@@ -299,12 +313,18 @@ func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 
 // decodeStored decodes a stored record of session id and checks that it belongs to it.
 func (s *Store) decodeStored(id string, h nats.Header, body []byte, streamSeq uint64) ([]session.Event, error) {
-	recID, evs, err := decodeRecord(h, body, streamSeq)
+	evs, _, err := s.decodeStoredBody(id, h, body, streamSeq)
+	return evs, err
+}
+
+// decodeStoredBody is decodeStored that also returns the copy of body the events alias.
+func (s *Store) decodeStoredBody(id string, h nats.Header, body []byte, streamSeq uint64) ([]session.Event, []byte, error) {
+	recID, evs, copied, err := decodeRecord(h, body, streamSeq)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if recID != id {
-		return nil, recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", recID)
+		return nil, nil, recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", recID)
 	}
-	return evs, nil
+	return evs, copied, nil
 }

@@ -50,7 +50,7 @@ func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error
 // run from First-Seq without gaps. Other headers (Nats-* added by the server) are ignored. Errors
 // are *session.Error naming the session, the seq and the rule (RuleRecord*).
 func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
-	_, evs, err := decodeRecord(h, body, 0)
+	_, evs, _, err := decodeRecord(h, body, 0)
 	return evs, err
 }
 
@@ -149,48 +149,49 @@ func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, erro
 }
 
 // decodeRecord decodes a record. streamSeq (0 when unknown) is named in errors. It returns the
-// session id from the Agentlog-Session header.
-func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, error) {
+// session id from the Agentlog-Session header, and the copy of body the events alias.
+func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, error) {
 	id := "?"
 	tok, err := singleHeader(h, HeaderSession, id, streamSeq)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if id, err = IDFromToken(tok); err != nil {
-		return "", nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
+		return "", nil, nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
 	}
 	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
 	if err != nil {
-		return id, nil, err
+		return id, nil, nil, err
 	}
 	if format != RecordFormat {
-		return id, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
+		return id, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
-		return id, nil, err
+		return id, nil, nil, err
 	}
 	first, perr := strconv.ParseInt(fs, 10, 64)
 	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
-		return id, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+		return id, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
 	}
 	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
 	if err != nil {
-		return id, nil, err
+		return id, nil, nil, err
 	}
 	count, perr := strconv.Atoi(cs)
 	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
-		return id, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+		return id, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
 	}
 	nlines := 0
 	if len(body) > 0 {
 		nlines = bytes.Count(body, []byte{'\n'}) + 1
 	}
 	if nlines != count {
-		return id, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+		return id, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
 	events := make([]session.Event, 0, count)
 	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
+	copied := rest
 	for i := 0; i < count; i++ {
 		want := first + int64(i)
 		line := rest
@@ -205,15 +206,15 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 			if se, ok := err.(*session.Error); ok { // it names the session and seq we name: say them once
 				why = "(" + string(se.Rule) + ") " + se.Reason
 			}
-			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
+			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
 		}
 		if ev.Type == "" || ev.Time == "" {
-			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
 		}
 		if ev.Seq != want {
-			return id, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
+			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
 		}
 		events = append(events, ev)
 	}
-	return id, events, nil
+	return id, events, copied, nil
 }

@@ -32,12 +32,12 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append, project or memory)"),
+		Args:  exactArgs(0, "a subcommand (append, project, memory or fork)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append, project or memory)", cmd.CommandPath())}
+			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, memory or fork)", cmd.CommandPath())}
 		},
 	}
-	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchWriterCmd(g))
+	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchWriterCmd(g), newBenchForkCmd(g))
 	return c
 }
 

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/loggen"
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// benchForkOptions are the flags of `agentlog bench fork`.
+type benchForkOptions struct {
+	Events       int
+	Size         int
+	RecordEvents int
+	Source       string // "chunks" or "generated"
+	Rounds       int
+	JSON         bool
+	DataDir      string
+	CPUProfile   string
+}
+
+// benchForkResult is the JSON line of `agentlog bench fork --json`. Durations are ms, sizes bytes.
+type benchForkResult struct {
+	Events        int    `json:"events"`
+	Source        string `json:"source"`
+	SourceBytes   uint64 `json:"source_bytes"`   // stored bytes of the source's records
+	SourceRecords int    `json:"source_records"` // records of the source
+	ChildRecords  int    `json:"child_records"`  // records of a child
+	GOMAXPROCS    int    `json:"gomaxprocs"`
+
+	ForkMs     float64 `json:"fork_ms"`     // median round: client.Fork against the forker service
+	BaselineMs float64 `json:"baseline_ms"` // median round: read the subject, publish the same bytes
+	Ratio      float64 `json:"ratio"`       // fork_ms / baseline_ms (target <= 1.5)
+
+	// CPU time of this whole process (server, forker and client) during the median round of
+	// each, and their ratio: less sensitive than wall time to other load on a shared machine.
+	ForkCPUMs     float64 `json:"fork_cpu_ms"`
+	BaselineCPUMs float64 `json:"baseline_cpu_ms"`
+	CPURatio      float64 `json:"cpu_ratio"`
+
+	RoundsForkMs     []float64 `json:"rounds_fork_ms"`
+	RoundsBaselineMs []float64 `json:"rounds_baseline_ms"`
+	// Growth of this process's peak RSS (the server, the forker and the client all run in it)
+	// during one fork, over its RSS before: VmHWM reset through /proc/self/clear_refs. -1 when
+	// the kernel does not offer it.
+	ForkPeakRSSGrowthBytes     int64 `json:"fork_peak_rss_growth_bytes"`
+	BaselinePeakRSSGrowthBytes int64 `json:"baseline_peak_rss_growth_bytes"`
+}
+
+func newBenchForkCmd(g *globals) *cobra.Command {
+	o := benchForkOptions{}
+	c := &cobra.Command{
+		Use:   "fork [--events N] [--size BYTES] [--rounds R] [--json]",
+		Short: "Fork latency against reading the source and publishing the same bytes, in one run",
+		Long: `fork starts an embedded nats-server (file storage in a temporary directory, or --data), stores one
+source session of --events events (records of --record-events events) and measures, in the same run
+and on the same server, alternating --rounds times:
+
+  (b) baseline: the raw work of a fork: read the source's subject with an ordered consumer and
+      publish each record's bytes (its data and headers) once to a new subject with async
+      publishing, waiting for every ack;
+  (a) agentlog: client.Fork of the whole source (default boundary) to a new child, through a
+      forker service in this process: checks, the streaming read and seed validation, the child's
+      metadata and its records (one atomic batch).
+
+ratio = the median fork time / the median baseline time. The source is, with --source chunks, one
+closed turn of assistant/chunk events of --size bytes each; with --source generated, a long,
+well-formed generated session (messages, tool calls and results, compaction replaces) whose event
+sizes are the generator's. fork_peak_rss_growth_bytes is the growth of this process's peak RSS
+during one fork (the server runs in this process).`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Events < 1 || o.Size < 1 || o.RecordEvents < 1 || o.Rounds < 1 {
+				return &usageError{fmt.Errorf("--events, --size, --record-events and --rounds must be >= 1")}
+			}
+			if o.Source != "chunks" && o.Source != "generated" {
+				return &usageError{fmt.Errorf("--source must be chunks or generated, got %q", o.Source)}
+			}
+			res, err := runBenchFork(cmd.Context(), o, g.stderr)
+			if err != nil {
+				return err
+			}
+			if o.JSON {
+				b, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(g.stdout, string(b))
+				return err
+			}
+			_, err = fmt.Fprintf(g.stdout, `agentlog bench fork: %d events (%s, %d bytes in %d records), child %d records, GOMAXPROCS %d
+  fork:      %8.1f ms  (CPU %.1f ms; peak RSS +%d bytes)
+  raw copy:  %8.1f ms  (CPU %.1f ms; peak RSS +%d bytes)
+  ratio:     %8.2f  (CPU %.2f)
+`, res.Events, res.Source, res.SourceBytes, res.SourceRecords, res.ChildRecords, res.GOMAXPROCS,
+				res.ForkMs, res.ForkCPUMs, res.ForkPeakRSSGrowthBytes, res.BaselineMs, res.BaselineCPUMs, res.BaselinePeakRSSGrowthBytes, res.Ratio, res.CPURatio)
+			return err
+		},
+	}
+	c.Flags().IntVar(&o.Events, "events", 10000, "events of the source session")
+	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event (--source chunks)")
+	c.Flags().IntVar(&o.RecordEvents, "record-events", 50, "events per record of the source")
+	c.Flags().StringVar(&o.Source, "source", "chunks", "the source's events: chunks or generated")
+	c.Flags().IntVar(&o.Rounds, "rounds", 5, "alternate (b) and (a) this many times and report the median of each")
+	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line instead of text")
+	c.Flags().StringVar(&o.DataDir, "data", "", "JetStream storage directory (default: a temporary directory, removed afterwards)")
+	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the rounds (both phases) to this file")
+	return c
+}
+
+// benchForkSource returns the source's events.
+func benchForkSource(o benchForkOptions) ([]session.Event, error) {
+	t0 := time.Now().UnixMilli()
+	if o.Source == "chunks" {
+		return sessiontest.ChunkTurn(1, o.Events, o.Size, t0)
+	}
+	l := loggen.GenerateWith(1, loggen.Options{MaxTurns: max(o.Events/20, 1), MaxEvents: o.Events, Steady: true})
+	_, evs, err := session.ReadJSONL(bytes.NewReader(l.JSONL()), "bench-src")
+	return evs, err
+}
+
+func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benchForkResult, error) {
+	res := benchForkResult{Source: o.Source, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	dir := o.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "agentlog-bench-fork-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, ServerName: "agentlog-bench"}, "agentlog-bench", ajs.Config{})
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	events, err := benchForkSource(o)
+	if err != nil {
+		return res, err
+	}
+	res.Events = len(events)
+	const src = "bench-src"
+	fmt.Fprintf(logw, "bench: storing the source (%d events)...\n", len(events))
+	if err := store.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
+		return res, err
+	}
+	var last uint64
+	before, err := store.Stream.Info(ctx)
+	if err != nil {
+		return res, err
+	}
+	for i := 0; i < len(events); i += o.RecordEvents {
+		r, err := store.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
+		if err != nil {
+			return res, fmt.Errorf("storing the source: %w", err)
+		}
+		last = r.StreamSeq
+		res.SourceRecords++
+	}
+	after, err := store.Stream.Info(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.SourceBytes = after.State.Bytes - before.State.Bytes
+	events = nil
+
+	f := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	if err := f.Start(ctx); err != nil {
+		return res, err
+	}
+	defer f.Stop()
+	cl, err := client.New(nc)
+	if err != nil {
+		return res, err
+	}
+	var prof *os.File
+	if o.CPUProfile != "" {
+		if prof, err = os.Create(o.CPUProfile); err != nil {
+			return res, err
+		}
+		defer prof.Close()
+	}
+	res.ForkPeakRSSGrowthBytes, res.BaselinePeakRSSGrowthBytes = -1, -1
+	var forks, bases, forkCPU, baseCPU []float64
+	if prof != nil {
+		// Both phases of every round: the profile's stacks tell them apart (forker.(*Forker).serve,
+		// main.benchRawCopy and the server goroutines they drive).
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for r := range o.Rounds {
+		fmt.Fprintf(logw, "bench: round %d/%d: (b) read and publish the same bytes...\n", r+1, o.Rounds)
+		debug.FreeOSMemory() // so that the peak RSS counts what the phase needs, not free heap
+		rss0, reset := resetPeakRSS()
+		t, c := time.Now(), processCPU()
+		if err := benchRawCopy(ctx, store, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
+			return res, fmt.Errorf("baseline: %w", err)
+		}
+		bases, baseCPU = append(bases, ms(time.Since(t))), append(baseCPU, ms(processCPU()-c))
+		if reset && r == 0 {
+			res.BaselinePeakRSSGrowthBytes = peakRSS() - rss0
+		}
+
+		fmt.Fprintf(logw, "bench: round %d/%d: (a) fork...\n", r+1, o.Rounds)
+		debug.FreeOSMemory()
+		rss0, reset = resetPeakRSS()
+		t, c = time.Now(), processCPU()
+		fr, err := cl.Fork(ctx, client.ForkRequest{Source: src, Child: "bench-child-" + strconv.Itoa(r)})
+		el, elCPU := time.Since(t), processCPU()-c
+		if err != nil {
+			return res, fmt.Errorf("fork: %w", err)
+		}
+		forks, forkCPU = append(forks, ms(el)), append(forkCPU, ms(elCPU))
+		if reset && r == 0 {
+			res.ForkPeakRSSGrowthBytes = peakRSS() - rss0
+		}
+		if r == 0 {
+			n, err := store.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
+			if err != nil || n == 0 {
+				return res, fmt.Errorf("reading the child back: %v", err)
+			}
+		}
+	}
+	res.RoundsForkMs, res.RoundsBaselineMs = slices.Sorted(slices.Values(forks)), slices.Sorted(slices.Values(bases))
+	res.ForkMs, res.BaselineMs = res.RoundsForkMs[len(forks)/2], res.RoundsBaselineMs[len(bases)/2]
+	res.Ratio = round2(res.ForkMs / res.BaselineMs)
+	slices.Sort(forkCPU)
+	slices.Sort(baseCPU)
+	res.ForkCPUMs, res.BaselineCPUMs = forkCPU[len(forkCPU)/2], baseCPU[len(baseCPU)/2]
+	res.CPURatio = round2(res.ForkCPUMs / res.BaselineCPUMs)
+	return res, nil
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// benchRawCopy is the fork's raw work: read every record of session src with an ordered consumer
+// and publish its bytes (data and Agentlog-* headers) once to the subject of session dst, async,
+// then wait for every ack.
+func benchRawCopy(ctx context.Context, store *ajs.Store, src, dst string) error {
+	subject, err := store.Subject(src)
+	if err != nil {
+		return err
+	}
+	to, err := store.Subject(dst)
+	if err != nil {
+		return err
+	}
+	cons, err := store.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return err
+	}
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(store.MaxMsgSize)))
+	if err != nil {
+		return err
+	}
+	defer iter.Stop()
+	js := store.JS
+	for {
+		m, err := iter.Next(natsjs.NextContext(ctx))
+		if err != nil {
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		h := nats.Header{}
+		for k, v := range m.Headers() {
+			if strings.HasPrefix(k, "Agentlog-") {
+				h[k] = v
+			}
+		}
+		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: to, Header: h, Data: m.Data()}); err != nil {
+			return err
+		}
+		if meta.NumPending == 0 {
+			break
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resetPeakRSS resets this process's peak RSS (VmHWM) to its current RSS, which it returns (bytes);
+// ok is false where /proc/self/clear_refs is not available.
+func resetPeakRSS() (rss int64, ok bool) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return 0, false
+	}
+	return procRSS(os.Getpid()), true
+}
+
+// peakRSS is this process's peak RSS since the last reset (bytes; 0 when unknown).
+func peakRSS() int64 {
+	n, _ := procStatusBytes(os.Getpid(), "VmHWM:")
+	return n
+}
+
+// procRSS is the resident set size of process pid (bytes; 0 when unknown).
+func procRSS(pid int) int64 {
+	n, _ := procStatusBytes(pid, "VmRSS:")
+	return n
+}
