@@ -147,6 +147,16 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 	if err != nil {
 		return nil, "", "", err
 	}
+	if g := ss.gate(); known && g.rev == 0 && g.asOfSeq < 0 && g.err == nil {
+		// Nothing folded yet of a session that exists: there is no folded log to compare with
+		// the current one (mismatch and foldedRecordMismatch find nothing), so the tail is not
+		// read (a leader get of a subject's last record costs the server a block load).
+		if ss.incarnation == "" {
+			ss.incarnation = inc
+		}
+		ss.checkedSeq = ss.streamSeq
+		return ss, "", "", nil
+	}
 	tail, err := store.GetTailFromLeader(ctx, ss.id)
 	if err != nil {
 		var te *transientError

@@ -48,6 +48,7 @@ type nodeLog struct {
 	last   uint64                  // stream seq of the last record read (0: none)
 	lastAt time.Time               // the server's timestamp of that record: its identity with last
 	next   int64                   // event seq the next record must start at
+	inc    string                  // incarnation of the log read ("": unknown)
 	size   int64                   // bytes held (the events' raw fields); guarded by nodeCache.mu
 	elem   *list.Element           // nil once evicted; guarded by nodeCache.mu
 }
@@ -112,7 +113,12 @@ func (c *nodeCache) evict(l *nodeLog) {
 // log was purged and rewritten), or when recheck is set (the nodes are the projection's, so they
 // must all be there) and a node is missing, it reads the whole log again, once. Nodes named by a
 // client (recheck false) that are missing are left out of the result, without a re-read.
-func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool) (map[int64]session.Event, error) {
+//
+// pos is the log position of the projection being answered (checked against the current log by
+// the caller; nil: unknown). When the cache has read this incarnation's log up to that position
+// or beyond and holds every node, it answers without reading the log: no record the projection
+// folded is missing from it, and an incarnation's events never change.
+func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, error) {
 	var l *nodeLog
 	if c.max <= 0 {
 		tok, _ := ajs.Token(id)
@@ -123,6 +129,22 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c.m.cache("query", l.last != 0)
+	hold := func() map[int64]session.Event {
+		// A copy of the index: the caller derives while other queries may update l.
+		out := make(map[int64]session.Event, len(nodes))
+		for _, seq := range nodes {
+			if ev, ok := l.events[seq]; ok {
+				out[seq] = ev
+			}
+		}
+		return out
+	}
+	missing := func() bool {
+		return slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
+	}
+	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() {
+		return hold(), nil
+	}
 	for attempt := 0; ; attempt++ {
 		err := c.update(ctx, store, l)
 		var se *session.Error
@@ -133,16 +155,12 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 		if err != nil {
 			return nil, err
 		}
-		missing := slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
-		if !missing || !recheck || attempt > 0 || l.last == 0 {
-			// Hand out a copy of the index: the caller derives while other queries may update l.
-			out := make(map[int64]session.Event, len(nodes))
-			for _, seq := range nodes {
-				if ev, ok := l.events[seq]; ok {
-					out[seq] = ev
-				}
-			}
-			return out, nil
+		l.inc = ""
+		if pos != nil && l.last >= pos.StreamSeq {
+			l.inc = pos.Incarnation // read to the projection's position of this incarnation's log
+		}
+		if !missing() || !recheck || attempt > 0 || l.last == 0 {
+			return hold(), nil
 		}
 		c.reset(l)
 	}
@@ -209,7 +227,7 @@ func (c *nodeCache) reset(l *nodeLog) {
 	c.mu.Lock()
 	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
-	l.events, l.last, l.next, l.lastAt = map[int64]session.Event{}, 0, 0, time.Time{}
+	l.events, l.last, l.next, l.lastAt, l.inc = map[int64]session.Event{}, 0, 0, time.Time{}, ""
 	c.account(l, -freed)
 }
 

@@ -31,6 +31,7 @@ const (
 	DefaultFlushInterval = 50 * time.Millisecond  // longest a folded record waits for its checkpoint
 	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
 	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
+	pullMaxBytes         = 8 << 20                // bytes of records a partition's pull buffers
 	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
 	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
@@ -295,7 +296,9 @@ func (w *worker) consume(ctx context.Context) (jetstream.MessagesContext, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, ajs.StreamName, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullPriorityGroup(PriorityGroup),
+	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
+	// them could be half a GiB in flight (and the subscription's pending limits drop messages).
+	iter, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, pullMaxBytes), jetstream.PullPriorityGroup(PriorityGroup),
 		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return nil, fmt.Errorf("consuming with %s: %w", name, err)

@@ -14,7 +14,7 @@ import (
 // answerMessages serves client.MessagesSubject: the stored projection's nodes, and their messages
 // derived (session.DeriveMessages) from the session's events read from the log. It does not
 // refold the log.
-func (p *Projector) answerMessages(ctx context.Context, r responder, q query, proj Projection, _ []byte) {
+func (p *Projector) answerMessages(ctx context.Context, r responder, q query, proj Projection, raw []byte) {
 	tooLarge := proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
 	var folded map[int64]session.Event // the surface events read by foldLog
 	if tooLarge && q.Nodes == nil {
@@ -38,7 +38,14 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 	events := folded
 	if events == nil {
 		var err error
-		if events, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil); err != nil {
+		var stored struct {
+			Log *LogPosition `json:"log"`
+		}
+		_ = json.Unmarshal(raw, &stored) // only its log position; the value was decoded already
+		if folded == nil && stored.Log != nil && stored.Log.Incarnation == "" {
+			stored.Log = nil // a session without an incarnation: its log cannot be told from a re-created one
+		}
+		if events, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil, stored.Log); err != nil {
 			r.fail(client.CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 			return
 		}

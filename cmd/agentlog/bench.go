@@ -32,12 +32,13 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append, project, memory or fork)"),
+		Args:  exactArgs(0, "a subcommand (append, project, memory, fork or scale)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, memory or fork)", cmd.CommandPath())}
+			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, memory, fork or scale)", cmd.CommandPath())}
 		},
 	}
-	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchWriterCmd(g), newBenchForkCmd(g))
+	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchWriterCmd(g), newBenchForkCmd(g),
+		newBenchScaleCmd(g), newBenchScaleServerCmd(g))
 	return c
 }
 

@@ -12,9 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	ajs "github.com/agentlog/agentlog/jetstream"
@@ -27,16 +27,17 @@ import (
 
 // benchProjectOptions are the flags of `agentlog bench project`.
 type benchProjectOptions struct {
-	Sessions   int
-	Events     int
-	Size       int
-	Batch      int
-	JSON       bool
-	LagRate    int           // records/s appended during the lag phase (0: no lag phase)
-	LagFor     time.Duration // length of the lag phase
-	Partitions int
-	Rounds     int    // alternating (b), (a) rounds; the median of each is reported
-	CPUProfile string // write a CPU profile (pprof) of the last round's fold phase here
+	Sessions    int
+	Events      int
+	Size        int
+	Batch       int
+	JSON        bool
+	LagLoad     float64       // the lag phase's append rate, a fraction of the publishers' maximum (0: no lag phase)
+	LagSessions int           // publishers (sessions) of the lag phase
+	LagFor      time.Duration // length of the lag phase
+	Partitions  int
+	Rounds      int    // alternating (b), (a) rounds; the median of each is reported
+	CPUProfile  string // write a CPU profile (pprof) of the last round's fold phase here
 }
 
 // benchProjectResult is the JSON line printed by `agentlog bench project --json`. Rates are
@@ -56,8 +57,14 @@ type benchProjectResult struct {
 	// DecodeRatio is EventsPerSec / BaselineDecodeEventsPerSec: the fold against a reader that
 	// also decodes every record, which every fold must do (the log's rules check each line).
 	DecodeRatio float64 `json:"decode_ratio"`
-	FoldMs      float64 `json:"fold_ms"`
-	BaselineMs  float64 `json:"baseline_ms"`
+	// BaselinePartitionedEventsPerSec reads the stream as the projector does, one ordered
+	// consumer per partition (filtered on agentlog.session.<p>.*), all at once, decoding every
+	// record: the server's cost of partitioned reads (each consumer walks every block) is in it.
+	// PartitionedRatio is EventsPerSec against it.
+	BaselinePartitionedEventsPerSec float64 `json:"baseline_partitioned_events_per_sec"`
+	PartitionedRatio                float64 `json:"partitioned_ratio"`
+	FoldMs                          float64 `json:"fold_ms"`
+	BaselineMs                      float64 `json:"baseline_ms"`
 	// RateIncludesStart is set when the stream was too small to time the fold after Start (most
 	// events were folded while Start ran): the rates then count Start's time too.
 	RateIncludesStart bool `json:"rate_includes_start,omitempty"`
@@ -69,11 +76,15 @@ type benchProjectResult struct {
 	LagSamples int `json:"lag_samples"`
 	// LagFailures counts the queries that failed (their lag is not in the percentiles);
 	// LagFirstError is the first one's error.
-	LagFailures            int     `json:"lag_failures"`
-	LagFirstError          string  `json:"lag_first_error,omitempty"`
-	LagP50Ms               float64 `json:"lag_p50_ms"`
-	LagP99Ms               float64 `json:"lag_p99_ms"`
-	LagAppendRecordsPerSec int     `json:"lag_append_records_per_sec"`
+	LagFailures   int     `json:"lag_failures"`
+	LagFirstError string  `json:"lag_first_error,omitempty"`
+	LagP50Ms      float64 `json:"lag_p50_ms"`
+	LagP99Ms      float64 `json:"lag_p99_ms"`
+	// The lag phase: the publishers' maximum rate (measured first, the projector running), the
+	// fraction of it asked for, and the rate achieved.
+	LagPublisherMaxEventsPerSec float64 `json:"lag_publisher_max_events_per_sec"`
+	LagLoad                     float64 `json:"lag_load"`
+	LagAppendEventsPerSec       float64 `json:"lag_append_events_per_sec"`
 }
 
 // newBenchProjectCmd is `agentlog bench project`: (a) the fold rate of one projector instance
@@ -90,8 +101,8 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 			if o.Sessions < 1 || o.Events < 1 || o.Size < 1 || o.Batch < 1 || o.Rounds < 1 || o.Partitions < 1 {
 				return &usageError{fmt.Errorf("--sessions, --events, --size, --batch, --rounds and --partitions must be >= 1")}
 			}
-			if o.LagRate < 0 || (o.LagRate > 0 && o.LagFor <= 0) {
-				return &usageError{fmt.Errorf("--lag-rate must be >= 0 (0: no lag phase), and --lag-for > 0 with it; got %d and %s", o.LagRate, o.LagFor)}
+			if o.LagLoad < 0 || o.LagLoad > 1 || (o.LagLoad > 0 && (o.LagFor <= 0 || o.LagSessions < 1)) {
+				return &usageError{fmt.Errorf("--lag-load must be in [0, 1] (0: no lag phase), with --lag-for > 0 and --lag-sessions >= 1; got %g, %s and %d", o.LagLoad, o.LagFor, o.LagSessions)}
 			}
 			r, err := runBenchProject(cmd.Context(), o, g.stderr)
 			if err != nil {
@@ -102,9 +113,9 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.stdout, string(b))
 				return nil
 			}
-			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f (%.3f against decoding every record)\nlag at %d records/s: p50 %.1f ms, p99 %.1f ms (%d samples, %d failed %s)\n",
+			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f (%.3f against decoding every record)\nlag at %.0f of %.0f events/s: p50 %.1f ms, p99 %.1f ms (%d samples, %d failed %s)\n",
 				r.Sessions, r.Events, r.Records, r.Rounds, r.EventsPerSec, r.FoldMs, r.StartMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio, r.DecodeRatio,
-				r.LagAppendRecordsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples, r.LagFailures, r.LagFirstError)
+				r.LagAppendEventsPerSec, r.LagPublisherMaxEventsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples, r.LagFailures, r.LagFirstError)
 			return nil
 		},
 	}
@@ -115,8 +126,9 @@ func newBenchProjectCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.Batch, "batch", 10, "events per record")
 	c.Flags().IntVar(&o.Partitions, "partitions", 16, "partitions of the stream")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
-	c.Flags().IntVar(&o.LagRate, "lag-rate", 200, "records/s appended during the lag phase (0: skip it); the rate achieved is reported")
-	c.Flags().DurationVar(&o.LagFor, "lag-for", 5*time.Second, "length of the lag phase")
+	c.Flags().Float64Var(&o.LagLoad, "lag-load", 0.8, "the lag phase appends at this fraction of the publishers' maximum rate, measured first (0: skip the phase)")
+	c.Flags().IntVar(&o.LagSessions, "lag-sessions", 50, "publishers (one session each) of the lag phase")
+	c.Flags().DurationVar(&o.LagFor, "lag-for", 5*time.Second, "length of the lag phase (the maximum rate is measured for half of it before)")
 	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the last round's fold phase (after Start) to this file")
 	return c
 }
@@ -153,6 +165,12 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 					return
 				}
 				id := fmt.Sprintf("bench-%05d", s)
+				// Metadata as a publisher's Create writes it (a fold reads it for lineage, and
+				// a session without it costs a tail read to tell it from a removed one).
+				if err := store.CreateSession(ctx, session.Header{ID: id, CreatedAt: t0}); err != nil {
+					errs <- err
+					return
+				}
 				var tail uint64
 				n := 0
 				for len(evs) > 0 {
@@ -187,7 +205,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	// unit and checkpointed (states written, records acknowledged), timed from the end of Start
 	// (partitions assigned, consumers created) to the last checkpoint; each round starts from no
 	// projection state (consumers deleted, projections bucket purged).
-	var folds, bases, starts []time.Duration
+	var folds, bases, starts, baseDecodes, basePartitioned []time.Duration
 	var last *projector.Projector
 	defer func() {
 		if last != nil {
@@ -201,6 +219,16 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 			return res, err
 		}
 		bases = append(bases, base)
+		bd, err := benchOrdered(ctx, store, res.Events, true)
+		if err != nil {
+			return res, err
+		}
+		baseDecodes = append(baseDecodes, bd)
+		bp, err := benchPartitioned(ctx, store, res.Events)
+		if err != nil {
+			return res, err
+		}
+		basePartitioned = append(basePartitioned, bp)
 		if last != nil {
 			err := last.Stop()
 			last = nil
@@ -230,12 +258,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(rate))
 		res.RoundsBaselineEventsPerSec = append(res.RoundsBaselineEventsPerSec, round1(float64(res.Events)/base.Seconds()))
 	}
-	baseDecode, err := benchOrdered(ctx, store, res.Events, true)
-	if err != nil {
-		return res, err
-	}
-	res.BaselineDecodeEventsPerSec = round1(float64(res.Events) / baseDecode.Seconds())
-	for _, d := range [][]time.Duration{folds, bases, starts} {
+	for _, d := range [][]time.Duration{folds, bases, starts, baseDecodes, basePartitioned} {
 		slices.Sort(d)
 	}
 	slices.Sort(res.RoundsEventsPerSec)
@@ -245,63 +268,22 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	res.FoldMs, res.BaselineMs, res.StartMs = ms(folds[mid]), ms(bases[mid]), ms(starts[mid])
 	res.EventsPerSec, res.BaselineEventsPerSec = res.RoundsEventsPerSec[mid], res.RoundsBaselineEventsPerSec[mid]
 	res.Ratio = float64(int64(res.EventsPerSec/res.BaselineEventsPerSec*1000+0.5)) / 1000
+	res.BaselineDecodeEventsPerSec = round1(float64(res.Events) / baseDecodes[mid].Seconds())
+	res.BaselinePartitionedEventsPerSec = round1(float64(res.Events) / basePartitioned[mid].Seconds())
 	res.DecodeRatio = float64(int64(res.EventsPerSec/res.BaselineDecodeEventsPerSec*1000+0.5)) / 1000
+	res.PartitionedRatio = float64(int64(res.EventsPerSec/res.BaselinePartitionedEventsPerSec*1000+0.5)) / 1000
 
-	// Lag under a steady append load: append acknowledged -> the query service answers minSeq.
-	if o.LagRate > 0 {
-		qc, err := client.New(nc)
+	// Lag under load: publishers appending at LagLoad x their maximum rate (on this machine, the
+	// projector running); append acknowledged (a Flush returned) -> the query service answers
+	// minSeq.
+	if o.LagLoad > 0 {
+		lr, err := benchLagUnderLoad(ctx, store, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
 		if err != nil {
-			return res, err
+			return res, fmt.Errorf("lag phase: %w", err)
 		}
-		var lags []time.Duration
-		var lmu sync.Mutex
-		var qwg sync.WaitGroup
-		tails := map[string]uint64{}
-		nextSeq := map[string]int64{}
-		tick := time.NewTicker(max(time.Second/time.Duration(o.LagRate), time.Microsecond))
-		lagStart := time.Now()
-		end := lagStart.Add(o.LagFor)
-		appended := 0
-		for i := 0; time.Now().Before(end); i, appended = i+1, appended+1 {
-			<-tick.C
-			id := fmt.Sprintf("lag-%03d", i%100)
-			seq := nextSeq[id]
-			ev := session.Event{Type: "turn/start", Seq: seq, Time: "1785000000000", Data: json.RawMessage(fmt.Sprintf(`{"turn":%d}`, seq+1))}
-			if seq%2 == 1 {
-				ev = session.Event{Type: "turn/end", Seq: seq, Time: "1785000000000", Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"reason":{"kind":"completed"}}`, seq))}
-			}
-			r, err := store.Append(ctx, id, tails[id], []session.Event{ev})
-			if err != nil {
-				return res, err
-			}
-			acked := time.Now()
-			tails[id], nextSeq[id] = r.StreamSeq, seq+1
-			qwg.Add(1)
-			go func() {
-				defer qwg.Done()
-				_, err := qc.Messages(ctx, id, client.MinSeq(seq))
-				lag := time.Since(acked)
-				lmu.Lock()
-				defer lmu.Unlock()
-				if err != nil {
-					if res.LagFailures++; res.LagFailures == 1 {
-						res.LagFirstError = fmt.Sprintf("session %q seq %d: %v", id, seq, err)
-					}
-					return
-				}
-				lags = append(lags, lag)
-			}()
-		}
-		tick.Stop()
-		// The rate achieved, which is below the one asked for when appends cannot keep up.
-		res.LagAppendRecordsPerSec = int(float64(appended)/time.Since(lagStart).Seconds() + 0.5)
-		qwg.Wait()
-		slices.Sort(lags)
-		res.LagSamples = len(lags)
-		if len(lags) > 0 {
-			res.LagP50Ms = ms(lags[len(lags)/2])
-			res.LagP99Ms = ms(lags[min(len(lags)-1, len(lags)*99/100)])
-		}
+		res.LagSamples, res.LagFailures, res.LagFirstError = lr.Samples, lr.Failures, lr.FirstError
+		res.LagP50Ms, res.LagP99Ms = lr.P50Ms, lr.P99Ms
+		res.LagPublisherMaxEventsPerSec, res.LagAppendEventsPerSec, res.LagLoad = lr.MaxEventsPerSec, lr.AppendEventsPerSec, o.LagLoad
 	}
 	return res, nil
 }
@@ -378,6 +360,58 @@ func resetProjections(ctx context.Context, js natsjs.JetStream, store *ajs.Store
 		return fmt.Errorf("bench project: purging the projections bucket: %w", err)
 	}
 	return nil
+}
+
+// benchPartitioned reads the whole stream with one ordered consumer per partition at once, each
+// decoding its records, until want events were read in all, and returns the time it took.
+func benchPartitioned(ctx context.Context, store *ajs.Store, want int) (time.Duration, error) {
+	start := time.Now()
+	var read atomic.Int64
+	var wg sync.WaitGroup
+	all, done := context.WithCancel(ctx) // cancelled once every event was read
+	defer done()
+	errs := make(chan error, store.Partitions)
+	for part := 0; part < store.Partitions; part++ {
+		oc, err := store.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{ajs.PartitionSubject(part)}})
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it, err := oc.Messages(natsjs.PullMaxMessages(512))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer it.Stop()
+			for {
+				m, err := it.Next(natsjs.NextContext(all))
+				if all.Err() != nil {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				evs, err := ajs.DecodeRecord(m.Headers(), m.Data())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if read.Add(int64(len(evs))) >= int64(want) {
+					done()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	return time.Since(start), nil
 }
 
 // benchOrdered reads the whole stream with an ordered consumer until want events were read, and
