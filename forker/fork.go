@@ -257,8 +257,14 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 				return err
 			}
 			if keep {
-				// The stored line as is: it decodes to evs[i], which was just validated.
-				if werr = app.AddLine(ctx, evs[i].Seq, line); werr != nil {
+				// The stored line as is: it decodes to evs[i], which was just validated. (An
+				// event stored elsewhere than in its line is encoded again.)
+				if len(line) > 0 {
+					werr = app.AddLine(ctx, evs[i].Seq, line)
+				} else {
+					werr = app.Add(ctx, &evs[i])
+				}
+				if werr != nil {
 					return errSeedRead
 				}
 			}

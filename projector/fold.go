@@ -45,6 +45,16 @@ type sessState struct {
 	// gone: the session has neither metadata nor records (removed, or being removed): its
 	// states are purged, not written, and it is not cached.
 	gone bool
+	// meta is the session's metadata as loadSession read it (for a unit's lineage), which the
+	// check right after the load (verify) takes instead of reading it again; nil otherwise.
+	meta *sessMeta
+}
+
+// sessMeta is sessionMeta's answer.
+type sessMeta struct {
+	h     session.Header
+	inc   string
+	known bool
 }
 
 func (s *sessState) gate() *unitState { return s.units[0] }

@@ -143,9 +143,16 @@ func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 // It returns the state to use (ss itself when it matches), the cause ("" when it matched) and a
 // description. Errors are transient.
 func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
-	h, inc, known, err := sessionMeta(ctx, store, ss.id)
-	if err != nil {
-		return nil, "", "", err
+	var h session.Header
+	var inc string
+	var known bool
+	if m := ss.meta; m != nil {
+		h, inc, known, ss.meta = m.h, m.inc, m.known, nil // read by loadSession just before
+	} else {
+		var err error
+		if h, inc, known, err = sessionMeta(ctx, store, ss.id); err != nil {
+			return nil, "", "", err
+		}
 	}
 	if g := ss.gate(); known && g.rev == 0 && g.asOfSeq < 0 && g.err == nil {
 		// Nothing folded yet of a session that exists: there is no folded log to compare with

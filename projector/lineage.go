@@ -17,10 +17,11 @@ func (ss *sessState) startLineage(ctx context.Context, store *ajs.Store, fresh [
 	if !need {
 		return nil
 	}
-	h, _, _, err := sessionMeta(ctx, store, ss.id)
+	h, inc, known, err := sessionMeta(ctx, store, ss.id)
 	if err != nil {
 		return err
 	}
+	ss.meta = &sessMeta{h: h, inc: inc, known: known}
 	*ss.hdr = h // shared by every unitState of ss
 	for _, u := range fresh {
 		if u.def.lineage {

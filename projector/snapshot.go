@@ -62,6 +62,7 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
 		}
 	}
+	ss.meta = nil // the metadata may have changed while this waited: verify reads it again
 	fresh, cause, desc, err := verify(ctx, store, defs, ss)
 	if err != nil {
 		return client.SnapshotReply{}, err

@@ -1,0 +1,99 @@
+package jetstream
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentlog/agentlog/session"
+)
+
+// streamAppend writes events through a StreamAppend and commits it.
+func streamAppend(t *testing.T, s *Store, id string, expected uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
+	t.Helper()
+	a, err := s.BeginAppend(id, expected, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if err := a.Add(testCtx(t), &events[i]); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	return a.Commit(testCtx(t))
+}
+
+// TestStreamAppend: a run that fits one record is one record; a longer one is several records
+// (an atomic batch) that read back as the same events, the last one carrying the msg id; a
+// guard that fails stores nothing; a discarded run leaves nothing visible.
+func TestStreamAppend(t *testing.T) {
+	s := testStore(t, Config{MaxMsgSize: 4096})
+	short := []session.Event{ev(0, "a"), ev(1, "b")}
+	if _, err := streamAppend(t, s, "one", 0, short, WithMsgID("m1")); err != nil {
+		t.Fatal(err)
+	}
+	long := make([]session.Event, 200)
+	for i := range long {
+		long[i] = ev(int64(i), strings.Repeat("x", 100))
+	}
+	res, err := streamAppend(t, s, "many", 0, long, WithMsgID("m2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id      string
+		want    []session.Event
+		records int
+	}{{"one", short, 1}, {"many", long, 2}} {
+		var got []session.Event
+		records := 0
+		last, err := s.ReadRecords(testCtx(t), c.id, func(_ uint64, evs []session.Event) error {
+			records++
+			got = append(got, evs...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(c.want) || records < c.records || (c.id == "one" && records != 1) {
+			t.Fatalf("%s: %d events in %d records, want %d events", c.id, len(got), records, len(c.want))
+		}
+		for i := range got {
+			if string(got[i].Data) != string(c.want[i].Data) || got[i].Seq != c.want[i].Seq {
+				t.Fatalf("%s: event %d differs", c.id, i)
+			}
+		}
+		if c.id == "many" {
+			tail, err := s.GetTailFromLeader(testCtx(t), "many")
+			if err != nil || tail.LastMsgID != "m2" || tail.LastStreamSeq != last || last != res.StreamSeq {
+				t.Fatalf("tail %+v (%v), last %d, result %+v", tail, err, last, res)
+			}
+		}
+	}
+	// The guard: expected 0 on a session with records.
+	if _, err := streamAppend(t, s, "many", 0, long, WithMsgID("m3")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("append over existing records: %v, want ErrConflict", err)
+	}
+	if tail, _ := s.GetTailFromLeader(testCtx(t), "many"); tail.LastStreamSeq != res.StreamSeq {
+		t.Fatalf("a refused batch stored something: tail %d, was %d", tail.LastStreamSeq, res.StreamSeq)
+	}
+	// Discarded after several records were sent: nothing visible.
+	a, err := s.BeginAppend("dropped", 0, WithMsgID("m4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range long {
+		if err := a.Add(testCtx(t), &long[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Discard()
+	if tail, err := s.GetTailFromLeader(testCtx(t), "dropped"); err != nil || tail.LastStreamSeq != 0 {
+		t.Fatalf("a discarded run is visible: %+v, %v", tail, err)
+	}
+	// Seqs must continue.
+	a, _ = s.BeginAppend("gap", 0)
+	if err := a.Add(testCtx(t), &long[1]); err == nil {
+		t.Fatal("a first record starting at seq 1 was taken")
+	}
+}
