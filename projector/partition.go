@@ -32,6 +32,7 @@ const (
 	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
 	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
 	pullMaxBytes         = 8 << 20                // bytes of records a partition's pull buffers
+	createdChecks        = 32                     // concurrent checks of the sessions a checkpoint created
 	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
 	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
@@ -680,16 +681,19 @@ func (w *worker) flush() {
 		}
 		// A session's first checkpoint may land after agentlog rm swept its keys (it was loaded
 		// before the removal began): the keys it created are purged again.
-		for _, ss := range created {
-			var gone bool
-			if !w.retry("check "+ss.id, func() error {
+		// The checks run concurrently (a checkpoint of a partition catching up creates thousands).
+		gone := make([]bool, len(created))
+		if !w.retry("check new sessions", func() error {
+			return forEachConcurrently(len(created), createdChecks, func(i int) error {
 				var err error
-				gone, err = sessionGone(w.ctx, p.store, ss.id)
+				gone[i], err = sessionGone(w.ctx, p.store, created[i].id)
 				return err
-			}) {
-				return
-			}
-			if gone && !w.dropGone(ss) {
+			})
+		}) {
+			return
+		}
+		for i, ss := range created {
+			if gone[i] && !w.dropGone(ss) {
 				return
 			}
 		}
@@ -715,4 +719,28 @@ func (w *worker) flush() {
 	}
 	w.folded, w.count = w.folded[:0], 0
 	w.cache.trim()
+}
+
+// forEachConcurrently runs fn(0..n-1), at most limit at once, and returns the first error.
+func forEachConcurrently(n, limit int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, limit)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }

@@ -320,28 +320,10 @@ func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.J
 		}
 		defer pprof.StopCPUProfile()
 	}
-	for {
-		done := p.Applied() >= int64(want)
-		for part := 0; part < store.Partitions && done; part++ {
-			c, err := js.Consumer(ctx, ajs.StreamName, projector.PartitionConsumer(part))
-			if err != nil {
-				return 0, 0, 0, nil, err
-			}
-			ci, err := c.Info(ctx)
-			if err != nil {
-				return 0, 0, 0, nil, err
-			}
-			done = ci.NumPending == 0 && ci.NumAckPending == 0
-		}
-		if done {
-			return startT, time.Since(t1), p.Applied() - before, p, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, 0, 0, nil, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
+	if err := waitFolded(ctx, store, p, int64(want)); err != nil {
+		return 0, 0, 0, nil, err
 	}
+	return startT, time.Since(t1), p.Applied() - before, p, nil
 }
 
 // resetProjections removes what a bench projector left: its partition consumers and every stored

@@ -378,7 +378,7 @@ func waitFolded(ctx context.Context, store *ajs.Store, p *projector.Projector, t
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
