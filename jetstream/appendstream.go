@@ -34,6 +34,7 @@ type StreamAppend struct {
 	curFirst int64
 	curCount int
 	held     *nats.Msg // the last full record, not sent yet (the commit must be the last one)
+	spare    []byte    // the buffer of the record sent last, for the next one
 	parts    int       // records sealed so far
 	bp       jetstreamext.BatchPublisher
 	line     []byte
@@ -152,9 +153,10 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	if a.parts == 1 {
 		h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(a.expected, 10))
 	}
-	body := append([]byte(nil), a.cur...)
-	a.held = &nats.Msg{Subject: a.subject, Header: h, Data: body}
-	a.cur, a.curCount = a.cur[:0], 0
+	// The filled buffer becomes the held record's; the next record fills the buffer of the
+	// record sent last (nats.go copies a message's data before Publish returns).
+	a.held = &nats.Msg{Subject: a.subject, Header: h, Data: a.cur}
+	a.cur, a.spare, a.curCount = a.spare[:0], nil, 0
 	return nil
 }
 
@@ -177,7 +179,7 @@ func (a *StreamAppend) send(ctx context.Context, m *nats.Msg) error {
 		_, err = a.s.appendErr(ctx, a.id, a.subject, a.expected, a.msgID, err)
 		return err
 	}
-	a.held = nil
+	a.held, a.spare = nil, m.Data
 	return nil
 }
 

@@ -236,6 +236,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir string, 
 		return f, fmt.Errorf("fill: %w", err)
 	}
 	f.FillSessionsPerSec = round1(float64(n) / time.Since(start).Seconds())
+	fmt.Fprintf(logw, "bench scale: %d sessions: fill %.0f sessions/s\n", n, f.FillSessionsPerSec)
 
 	// 2. Append throughput on a sample spread over the sessions.
 	fmt.Fprintf(logw, "bench scale: %d sessions: append to %d of them...\n", n, o.Sample)
@@ -264,6 +265,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir string, 
 	f.ServerRSSPerSession = round1(float64(f.ServerRSSBytes) / float64(n))
 	f.DiskBytes = dirBytes(dir)
 	f.DiskPerSession = round1(float64(f.DiskBytes) / float64(n))
+	fmt.Fprintf(logw, "bench scale: %d sessions: append %.0f events/s; server RSS %d bytes, disk %d bytes\n", n, f.AppendEventsPerSec, f.ServerRSSBytes, f.DiskBytes)
 
 	// 4. The projector: start and catch-up.
 	fmt.Fprintf(logw, "bench scale: %d sessions: projector...\n", n)
@@ -282,6 +284,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir string, 
 	}
 	f.ProjectorCatchUpMs = ms(time.Since(start))
 	f.ProjectorRSSBytes = procRSS(os.Getpid()) - rss0
+	fmt.Fprintf(logw, "bench scale: %d sessions: projector start %.0f ms, caught up after %.0f ms, RSS +%d bytes\n", n, f.ProjectorStartMs, f.ProjectorCatchUpMs, f.ProjectorRSSBytes)
 
 	// 5. Listing and messages latency.
 	fmt.Fprintf(logw, "bench scale: %d sessions: listing and messages...\n", n)
