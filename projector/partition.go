@@ -36,6 +36,11 @@ const (
 	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
 	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
+	// A partition with at least catchUpBacklog records still to deliver is catching up (a start,
+	// a takeover, an import): its checkpoints come every catchUpFlushInterval (or maxUnflushed
+	// records), so that the records of a session folded meanwhile share one write of its states.
+	catchUpBacklog       = 2000
+	catchUpFlushInterval = time.Second
 )
 
 // PartitionConsumer is the durable consumer of partition p: "agentlog-projector-<p>", filter
@@ -260,7 +265,7 @@ type worker struct {
 	health health
 
 	mu       sync.Mutex // guards iter and quitting
-	iter     jetstream.MessagesContext
+	iter     *recordFeed
 	quitting bool // stop was called: the iterator's end is the worker's
 }
 
@@ -280,7 +285,7 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 
 // consume creates (or updates) the partition's durable consumer and starts pulling from it. A
 // missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
-func (w *worker) consume(ctx context.Context) (jetstream.MessagesContext, error) {
+func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	p, name := w.p, PartitionConsumer(w.part)
 	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, ajs.StreamName, jetstream.ConsumerConfig{
 		Durable:        name,
@@ -298,9 +303,9 @@ func (w *worker) consume(ctx context.Context) (jetstream.MessagesContext, error)
 		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, ajs.StreamName, err)
 	}
 	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
-	// them could be half a GiB in flight (and the subscription's pending limits drop messages).
-	iter, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, pullMaxBytes), jetstream.PullPriorityGroup(PriorityGroup),
-		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.WithMessagesErrOnMissingHeartbeat(true))
+	// them could be half a GiB in flight. (Why Consume, not Messages: recordFeed.)
+	iter, err := consumeFeed(p.nc, cons, jetstream.PullMaxMessagesWithBytesLimit(512, pullMaxBytes), jetstream.PullPriorityGroup(PriorityGroup),
+		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("consuming with %s: %w", name, err)
 	}
@@ -386,15 +391,20 @@ func (w *worker) stop() {
 func (w *worker) run() {
 	defer close(w.done)
 	lastFlush := time.Now()
-	failed := false // the last checkpoint did not complete: retry at the interval, not when idle
+	failed := false    // the last checkpoint did not complete: retry at the interval, not when idle
+	var backlog uint64 // records the consumer had still to deliver after the last one
 	for {
+		interval := w.p.flushInterval
+		if backlog >= catchUpBacklog {
+			interval = max(interval, catchUpFlushInterval)
+		}
 		// Group commit: while records keep coming, they share one checkpoint (for at most
 		// FlushInterval or maxUnflushed records); once none has come for flushLinger, the
 		// checkpoint is written at once, so that a lone writer's read-your-writes query does not
 		// wait out the interval. A checkpoint that failed is retried every FlushInterval.
 		wait, idle := time.Second, false
 		if w.count > 0 {
-			wait = max(w.p.flushInterval-time.Since(lastFlush), time.Millisecond)
+			wait = max(interval-time.Since(lastFlush), time.Millisecond)
 			if !failed {
 				wait = min(flushLinger, wait)
 			}
@@ -402,13 +412,16 @@ func (w *worker) run() {
 		w.mu.Lock()
 		iter := w.iter
 		w.mu.Unlock()
-		msg, err := iter.Next(jetstream.NextMaxWait(wait))
+		msg, err := iter.next(wait)
 		switch {
 		case err == nil:
 			w.health.ok(w.p.logger, "fetch", "projector: fetching records again", "partition", w.part)
 			span := w.p.startFoldSpan(msg, w.part)
 			w.handle(msg)
 			span.End()
+			if meta, merr := msg.Metadata(); merr == nil {
+				backlog = meta.NumPending
+			}
 		case errors.Is(err, nats.ErrTimeout):
 			idle = true
 		case errors.Is(err, nats.ErrConnectionClosed) || (errors.Is(err, jetstream.ErrMsgIteratorClosed) && w.stopping()):
@@ -430,7 +443,7 @@ func (w *worker) run() {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		due := time.Since(lastFlush) >= w.p.flushInterval
+		due := time.Since(lastFlush) >= interval
 		if w.count > 0 && (due || (!failed && (idle || w.count >= maxUnflushed))) {
 			w.flush()
 			lastFlush, failed = time.Now(), w.count > 0
