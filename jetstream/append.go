@@ -112,7 +112,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		}
 	}
 	msgID := o.msgID
-	lines, err := encodeLines(id, events, true)
+	lines, body, err := encodeLines(id, events, true)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -132,7 +132,6 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		h.Set(natsjs.MsgIDHeader, msgID)
 	}
 	o.setExtra(h)
-	body := bytes.Join(lines, []byte{'\n'})
 	if headerWireSize(h)+len(body) <= limit {
 		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
 		if err != nil {
@@ -253,6 +252,26 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 	return AppendResult{}, fmt.Errorf("append to session %q (expected last stream seq %d): %w", id, expected, err)
 }
 
+// eventWorstHeaderBytes is the wire size of the largest headers a record holding one event (seq
+// seq, session token of tokLen bytes) can carry as a part of an atomic batch (see appendSplit),
+// with room for any msg id a writer builds (a writer id of up to 64 bytes, the token, an
+// incarnation and the seq). It counts what headerWireSize would, without building the headers
+// (the publisher checks every event with it).
+func eventWorstHeaderBytes(tokLen int, seq int64) int {
+	size := len("NATS/1.0\r\n") + len("\r\n")
+	add := func(key string, valueLen int) { size += len(key) + valueLen + 4 }
+	add(HeaderSession, tokLen)
+	add(HeaderFirstSeq, len(strconv.FormatInt(seq, 10)))
+	add(HeaderCount, 1)
+	add(HeaderFormat, len(RecordFormat))
+	add(natsjs.ExpectedLastSubjSeqHeader, len(strconv.FormatUint(^uint64(0), 10)))
+	add(natsjs.MsgIDHeader, 64+2*tokLen+20+MaxIncarnationBytes+1)
+	add(jetstreamext.BatchIDHeader, 22) // a nuid
+	add(jetstreamext.BatchSeqHeader, len(strconv.Itoa(MaxBatchRecords)))
+	add(jetstreamext.BatchCommitHeader, 1)
+	return size
+}
+
 // CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's
 // encoded size and the limit (bytes), when ev alone could not be stored in any record of this
 // store: its encoded line plus the worst-case record headers exceed MaxMsgSize. The publisher calls
@@ -268,15 +287,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 	if limit <= 0 {
 		return nil
 	}
-	// Worst-case headers of a one-event part of an atomic batch (see appendSplit), with room for
-	// any msg id a writer builds (a writer id of up to 64 bytes, the token, an incarnation and the seq).
-	worst := recordHeader(tok, ev.Seq, 1)
-	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
-	worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20+MaxIncarnationBytes+1))
-	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
-	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
-	worst.Set(jetstreamext.BatchCommitHeader, "1")
-	budget := limit - headerWireSize(worst) - traceHeaderRoom
+	budget := limit - eventWorstHeaderBytes(len(tok), ev.Seq) - traceHeaderRoom
 	// Upper bound of the encoded line: the envelope keys, the type escaped at worst 6 bytes a
 	// byte, and the raw fields (encoding only ever removes whitespace from them).
 	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)

@@ -2,10 +2,13 @@ package jetstream
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // streamAppend writes events through a StreamAppend and commits it.
@@ -95,5 +98,23 @@ func TestStreamAppend(t *testing.T) {
 	a, _ = s.BeginAppend("gap", 0)
 	if err := a.Add(testCtx(t), &long[1]); err == nil {
 		t.Fatal("a first record starting at seq 1 was taken")
+	}
+}
+
+// TestEventWorstHeaderBytes: the arithmetic worst case equals the wire size of the headers it
+// stands for.
+func TestEventWorstHeaderBytes(t *testing.T) {
+	for _, tok := range []string{"a", "a_2Eb", strings.Repeat("x", 700)} {
+		for _, seq := range []int64{0, 9, 12345, 1 << 53} {
+			worst := recordHeader(tok, seq, 1)
+			worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
+			worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20+MaxIncarnationBytes+1))
+			worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
+			worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
+			worst.Set(jetstreamext.BatchCommitHeader, "1")
+			if got, want := eventWorstHeaderBytes(len(tok), seq), headerWireSize(worst); got != want {
+				t.Fatalf("token of %d bytes, seq %d: %d, want %d", len(tok), seq, got, want)
+			}
+		}
 	}
 }

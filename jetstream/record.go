@@ -35,11 +35,11 @@ func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error
 	if err != nil {
 		return nil, nil, err
 	}
-	lines, err := encodeLines(id, events, false)
+	_, body, err := encodeLines(id, events, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	return recordHeader(tok, events[0].Seq, len(events)), bytes.Join(lines, []byte{'\n'}), nil
+	return recordHeader(tok, events[0].Seq, len(events)), body, nil
 }
 
 // DecodeRecord decodes a record's headers and body, checking the count and seq headers.
@@ -63,41 +63,58 @@ func recordErr(id string, seq int64, streamSeq uint64, rule session.Rule, format
 	return session.NewError(id, seq, 0, rule, why)
 }
 
-// encodeLines checks that events are non-empty and consecutive and returns one compact JSON line each.
+// encodeLines checks that events are non-empty and consecutive and encodes each once, as one
+// compact JSON line, into body (the lines joined by "\n"); lines are the lines, aliasing body.
 // With trusted, the events' raw JSON fields are known valid (the caller validated them with
 // session.Surface.Apply) and compact ones are copied without being scanned again; otherwise every
 // field is validated (session.Event.MarshalJSON).
-func encodeLines(id string, events []session.Event, trusted bool) ([][]byte, error) {
+func encodeLines(id string, events []session.Event, trusted bool) (lines [][]byte, body []byte, err error) {
 	if len(events) == 0 {
-		return nil, recordErr(id, -1, 0, session.RuleRecordEmpty, "no events to encode")
+		return nil, nil, recordErr(id, -1, 0, session.RuleRecordEmpty, "no events to encode")
 	}
-	lines := make([][]byte, len(events))
+	size := 0
+	for i := range events {
+		ev := &events[i]
+		size += 96 + len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)
+	}
+	body = make([]byte, 0, size)
+	ends := make([]int, len(events))
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq < 0 {
-			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "seq is negative")
+			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "seq is negative")
 		}
 		if i > 0 && ev.Seq != events[i-1].Seq+1 {
-			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
+			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
 		}
 		if ev.Type == "" {
-			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "event has an empty type")
+			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "event has an empty type")
+		}
+		if i > 0 {
+			body = append(body, '\n')
 		}
 		// Both write compact JSON without HTML escaping; AppendJSON skips re-validating data that
 		// Surface.Apply already validated (the record encoder is on the publisher's hot path).
-		var line []byte
-		var err error
 		if trusted {
-			line, err = ev.AppendJSON(nil)
+			body, err = ev.AppendJSON(body)
 		} else {
-			line, err = ev.MarshalJSON()
+			var line []byte
+			if line, err = ev.MarshalJSON(); err == nil {
+				body = append(body, line...)
+			}
 		}
 		if err != nil {
-			return nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 		}
-		lines[i] = line
+		ends[i] = len(body)
 	}
-	return lines, nil
+	lines = make([][]byte, len(events))
+	start := 0
+	for i, end := range ends {
+		lines[i] = body[start:end:end]
+		start = end + 1
+	}
+	return lines, body, nil
 }
 
 // marshalCompact encodes v as compact JSON without HTML escaping and without a trailing newline.
@@ -111,12 +128,14 @@ func marshalCompact(v any) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
+// recordHeader returns a record's headers, in a map with room for the two an append adds
+// (the guard and the msg id) without growing.
 func recordHeader(token string, firstSeq int64, count int) nats.Header {
-	h := nats.Header{}
-	h.Set(HeaderSession, token)
-	h.Set(HeaderFirstSeq, strconv.FormatInt(firstSeq, 10))
-	h.Set(HeaderCount, strconv.Itoa(count))
-	h.Set(HeaderFormat, RecordFormat)
+	h := make(nats.Header, 6)
+	h[HeaderSession] = []string{token}
+	h[HeaderFirstSeq] = []string{strconv.FormatInt(firstSeq, 10)}
+	h[HeaderCount] = []string{strconv.Itoa(count)}
+	h[HeaderFormat] = []string{RecordFormat}
 	return h
 }
 
