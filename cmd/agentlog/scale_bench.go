@@ -28,6 +28,7 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -206,11 +207,18 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir string, 
 		return f, err
 	}
 	defer stopServer()
-	nc, js, err := natsdev.Connect(url, nats.Name("agentlog-bench-scale"))
+	nc, _, err := natsdev.Connect(url, nats.Name("agentlog-bench-scale"))
 	if err != nil {
 		return f, err
 	}
 	defer nc.Close()
+	// A guarded append to a session whose last record is in a cold block costs the server a
+	// block load (it reads the subject's last message): at a million sessions such an answer
+	// can take longer than the default 5 s.
+	js, err := natsjs.New(nc, natsjs.WithDefaultTimeout(30*time.Second))
+	if err != nil {
+		return f, err
+	}
 	store, err := ajs.Provision(ctx, js, ajs.Config{})
 	if err != nil {
 		return f, fmt.Errorf("provision: %w", err)
