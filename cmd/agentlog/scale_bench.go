@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,8 @@ type benchScaleOptions struct {
 	Workers  int
 	JSON     bool
 	DataDir  string
+	// ServerCPUProfile: the large run's server writes a CPU profile of its whole life here.
+	ServerCPUProfile string
 }
 
 // benchScaleFigures are the figures of one run (at one session count). Rates are events/s (or
@@ -130,18 +133,30 @@ ratio = append_events_per_sec at N / at 1,000; ratios holds every figure's N / 1
 	c.Flags().IntVar(&o.Workers, "workers", 64, "concurrent writers of the fill and the append phase")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
 	c.Flags().StringVar(&o.DataDir, "data", "", "parent of the runs' storage directories (default: a temporary directory, removed afterwards)")
+	c.Flags().StringVar(&o.ServerCPUProfile, "server-cpuprofile", "", "write a CPU profile (pprof) of the large run's server process to this file")
 	return c
 }
 
 // newBenchScaleServerCmd is the hidden child of bench scale: an embedded nats-server on a random
 // port in --data, which prints its client URL on stdout and runs until stdin closes or a signal.
 func newBenchScaleServerCmd(g *globals) *cobra.Command {
-	var dir string
+	var dir, profile string
 	c := &cobra.Command{
 		Use:    "scale-server --data DIR",
 		Hidden: true,
 		Args:   exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Port: -1, ServerName: "agentlog-bench-scale"})
 			if err != nil {
 				return err
@@ -160,6 +175,7 @@ func newBenchScaleServerCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&dir, "data", "", "JetStream storage directory")
+	c.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile (pprof) of this process to this file")
 	return c
 }
 
@@ -175,10 +191,10 @@ func runBenchScale(ctx context.Context, o benchScaleOptions, logw io.Writer) (be
 		parent = tmp
 	}
 	var err error
-	if res.At1k, err = benchScaleRun(ctx, o, 1000, filepath.Join(parent, "1k"), logw); err != nil {
+	if res.At1k, err = benchScaleRun(ctx, o, 1000, filepath.Join(parent, "1k"), "", logw); err != nil {
 		return res, fmt.Errorf("1,000 sessions: %w", err)
 	}
-	if res.AtN, err = benchScaleRun(ctx, o, o.Sessions, filepath.Join(parent, strconv.Itoa(o.Sessions)), logw); err != nil {
+	if res.AtN, err = benchScaleRun(ctx, o, o.Sessions, filepath.Join(parent, strconv.Itoa(o.Sessions)), o.ServerCPUProfile, logw); err != nil {
 		return res, fmt.Errorf("%d sessions: %w", o.Sessions, err)
 	}
 	res.Ratio = round2(res.AtN.AppendEventsPerSec / res.At1k.AppendEventsPerSec)
@@ -195,14 +211,15 @@ func runBenchScale(ctx context.Context, o benchScaleOptions, logw io.Writer) (be
 	return res, nil
 }
 
-// benchScaleRun is one run of bench scale with n sessions, its server storing in dir.
-func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir string, logw io.Writer) (benchScaleFigures, error) {
+// benchScaleRun is one run of bench scale with n sessions, its server storing in dir (and
+// profiling itself into profile unless "").
+func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile string, logw io.Writer) (benchScaleFigures, error) {
 	f := benchScaleFigures{Sessions: n}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return f, err
 	}
 	defer os.RemoveAll(dir)
-	url, pid, stopServer, err := startScaleServer(ctx, dir)
+	url, pid, stopServer, err := startScaleServer(ctx, dir, profile)
 	if err != nil {
 		return f, err
 	}
@@ -394,14 +411,19 @@ func waitFolded(ctx context.Context, store *ajs.Store, p *projector.Projector, t
 	}
 }
 
-// startScaleServer starts `agentlog bench scale-server --data dir` (this binary) and returns its
+// startScaleServer starts `agentlog bench scale-server --data dir` (this binary; with
+// --cpuprofile profile unless "") and returns its
 // client URL, its pid and a function that stops it (closing its stdin) and waits for it.
-func startScaleServer(ctx context.Context, dir string) (url string, pid int, stop func(), err error) {
+func startScaleServer(ctx context.Context, dir, profile string) (url string, pid int, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", 0, nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "bench", "scale-server", "--data", dir)
+	args := []string{"bench", "scale-server", "--data", dir}
+	if profile != "" {
+		args = append(args, "--cpuprofile", profile)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
