@@ -420,6 +420,7 @@ var errConflict = errors.New("projection changed under this projector (revision 
 type pendingWrite struct {
 	ss  *sessState
 	u   *unitState
+	msg *nats.Msg
 	fut jetstream.PubAckFuture
 }
 
@@ -429,8 +430,7 @@ type pendingWrite struct {
 // whose write hit a conflict; any other failure is returned as a transient error (the sessions
 // stay dirty).
 func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sessState) (conflicts []*sessState, err error) {
-	var pending []pendingWrite
-	var firstErr error
+	var todo []pendingWrite // pendingWrite.msg set, fut not yet
 	limit := maxStateBytes(js)
 	for _, ss := range sessions {
 		pos := ss.position()
@@ -457,47 +457,55 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 			}
 			m := &nats.Msg{Subject: kvSubject(UnitKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(u.rev, 10))
-			fut, perr := js.PublishMsgAsync(m)
-			if perr != nil {
-				firstErr = perr
-				break
-			}
-			pending = append(pending, pendingWrite{ss: ss, u: u, fut: fut})
-		}
-		if firstErr != nil {
-			break
+			todo = append(todo, pendingWrite{ss: ss, u: u, msg: m})
 		}
 	}
 	conflicted := map[*sessState]bool{}
+	var firstErr error
 	// An ack that never comes (lost without a disconnect, e.g. in a leader change) must not block
 	// the partition forever: the checkpoint fails after checkpointAckTimeout and is retried.
 	ackTimeout := time.NewTimer(checkpointAckTimeout)
 	defer ackTimeout.Stop()
-	for _, pw := range pending {
-		select {
-		case <-ackTimeout.C:
-			if firstErr == nil {
-				firstErr = fmt.Errorf("projector: no ack for a checkpoint write within %s", checkpointAckTimeout)
-			}
-			// Later futures are left to nats.go; the retry re-reads the revisions.
-			ctx = closedCtx
-		case ack := <-pw.fut.Ok():
-			pw.u.rev, pw.u.written = ack.Sequence, true
-		case perr := <-pw.fut.Err():
-			var apiErr *jetstream.APIError
-			if errors.As(perr, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-				if !conflicted[pw.ss] {
-					conflicted[pw.ss] = true
-					conflicts = append(conflicts, pw.ss)
-				}
-				continue
-			}
-			if firstErr == nil {
+	// In windows of checkpointWindow writes: a checkpoint of a partition catching up can hold
+	// thousands of sessions, more than the connection's async publish window (the partitions
+	// share it).
+	for start := 0; start < len(todo) && firstErr == nil; start += checkpointWindow {
+		pending := todo[start:min(start+checkpointWindow, len(todo))]
+		for i := range pending {
+			fut, perr := js.PublishMsgAsync(pending[i].msg)
+			if perr != nil {
 				firstErr = perr
+				pending = pending[:i]
+				break
 			}
-		case <-ctx.Done():
-			if firstErr == nil {
-				firstErr = ctx.Err()
+			pending[i].fut = fut
+		}
+		for _, pw := range pending {
+			select {
+			case <-ackTimeout.C:
+				if firstErr == nil {
+					firstErr = fmt.Errorf("projector: no ack for a checkpoint write within %s", checkpointAckTimeout)
+				}
+				// Later futures are left to nats.go; the retry re-reads the revisions.
+				ctx = closedCtx
+			case ack := <-pw.fut.Ok():
+				pw.u.rev, pw.u.written = ack.Sequence, true
+			case perr := <-pw.fut.Err():
+				var apiErr *jetstream.APIError
+				if errors.As(perr, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+					if !conflicted[pw.ss] {
+						conflicted[pw.ss] = true
+						conflicts = append(conflicts, pw.ss)
+					}
+					continue
+				}
+				if firstErr == nil {
+					firstErr = perr
+				}
+			case <-ctx.Done():
+				if firstErr == nil {
+					firstErr = ctx.Err()
+				}
 			}
 		}
 	}
@@ -516,6 +524,9 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 	}
 	return conflicts, nil
 }
+
+// checkpointWindow is how many state writes of one checkpoint are in flight at once.
+const checkpointWindow = 128
 
 // resolveConflict reloads a session whose write conflicted and folds the log into it again, so
 // that it is at least where ss was; the caller writes it again.
