@@ -116,8 +116,8 @@ func (c *nodeCache) evict(l *nodeLog) {
 //
 // pos is the log position of the projection being answered (checked against the current log by
 // the caller; nil: unknown). When the cache has read this incarnation's log up to that position
-// or beyond and holds every node, it answers without reading the log: no record the projection
-// folded is missing from it, and an incarnation's events never change.
+// or beyond, the record it read last is still there (checkLast: one get) and it holds every
+// node, it answers without reading the log: no record the projection folded is missing from it.
 func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, error) {
 	var l *nodeLog
 	if c.max <= 0 {
@@ -142,7 +142,7 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 	missing := func() bool {
 		return slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
 	}
-	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() {
+	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() && c.checkLast(ctx, store, l) == nil {
 		return hold(), nil
 	}
 	for attempt := 0; ; attempt++ {
@@ -171,18 +171,8 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 // added are accounted once the read ends: a session that turns out larger than the bound is then
 // evicted alone, without pushing the others out while it was being read.
 func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) error {
-	// The record read last must still be the one read (same stream seq, same server timestamp):
-	// after lost records or a purge the stream may hand its seq to another record.
-	if l.last > 0 {
-		m, err := store.Stream.GetMsg(ctx, l.last)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("%w: session %q: stream seq %d read before is gone", ajs.ErrLogChanged, l.id, l.last)
-		case err != nil:
-			return fmt.Errorf("reading the log: %w", err)
-		case !m.Time.Equal(l.lastAt) || !strings.HasSuffix(m.Subject, "."+l.token):
-			return fmt.Errorf("%w: session %q: stream seq %d is not the record read before", ajs.ErrLogChanged, l.id, l.last)
-		}
+	if err := c.checkLast(ctx, store, l); err != nil {
+		return err
 	}
 	before := l.last
 	var added int64
@@ -209,6 +199,26 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 	}
 	if err != nil {
 		return fmt.Errorf("reading the log: %w", err)
+	}
+	return nil
+}
+
+// checkLast checks that the record l read last is still the one read (same stream seq, same
+// server timestamp): after lost records or a purge the stream may hand its seq to another record.
+// Records are never removed from the middle of a log, so then everything l holds is of the
+// current log. A wrapped ajs.ErrLogChanged when it is not.
+func (c *nodeCache) checkLast(ctx context.Context, store *ajs.Store, l *nodeLog) error {
+	if l.last == 0 {
+		return nil
+	}
+	m, err := store.Stream.GetMsg(ctx, l.last)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("%w: session %q: stream seq %d read before is gone", ajs.ErrLogChanged, l.id, l.last)
+	case err != nil:
+		return fmt.Errorf("reading the log: %w", err)
+	case !m.Time.Equal(l.lastAt) || !strings.HasSuffix(m.Subject, "."+l.token):
+		return fmt.Errorf("%w: session %q: stream seq %d is not the record read before", ajs.ErrLogChanged, l.id, l.last)
 	}
 	return nil
 }
