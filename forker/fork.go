@@ -205,6 +205,9 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 }
 
+// keptResultBytes bounds the tool results a fork keeps for the seed validation's lookups.
+const keptResultBytes = 8 << 20
+
 // errSeedRead stops streamSeed's read of the source at the boundary.
 var errSeedRead = errors.New("read up to the fork boundary")
 
@@ -217,7 +220,14 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 	// target (one entry per record, not per event).
 	var firsts []int64
 	var streamSeqs []uint64
+	// The tool results of the seed, the only lookup targets, are kept while they fit in
+	// keptResultBytes: most lookups then read nothing (each read back is a leader get).
+	kept := map[int64]session.Event{}
+	keptBytes := 0
 	lookup := func(seq int64) (session.Event, error) {
+		if ev, ok := kept[seq]; ok {
+			return ev, nil
+		}
 		i, _ := slices.BinarySearch(firsts, seq+1)
 		if i == 0 {
 			return session.Event{}, fmt.Errorf("seq %d is not in the seed", seq)
@@ -255,6 +265,11 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 			keep, err := seed.Add(&evs[i])
 			if err != nil {
 				return err
+			}
+			if keep && evs[i].Type == "tool/result" && keptBytes+len(evs[i].Data) <= keptResultBytes {
+				own := evs[i] // a copy of its fields, so that keeping it does not keep its record's body
+				own.Data, own.SurfaceOp, own.SourceEventSeqs = bytes.Clone(own.Data), bytes.Clone(own.SurfaceOp), bytes.Clone(own.SourceEventSeqs)
+				kept[own.Seq], keptBytes = own, keptBytes+len(own.Data)
 			}
 			if keep {
 				// The stored line as is: it decodes to evs[i], which was just validated. (An
