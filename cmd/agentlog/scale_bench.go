@@ -448,7 +448,6 @@ func startScaleServer(ctx context.Context, dir, profile string) (url string, pid
 	return strings.TrimSpace(line), cmd.Process.Pid, stop, nil
 }
 
-
 // dirBytes is the total size of the regular files under dir.
 func dirBytes(dir string) int64 {
 	var n int64
