@@ -24,7 +24,9 @@ func TestLargeEventsEndToEnd(t *testing.T) {
 	want := strings.Join(lines, "\n") + "\n"
 
 	refused := agentlog(t, nil, "import", file, "--session", id, "--max-event-bytes", "1000000")
-	if refused.code != 1 || !strings.Contains(refused.stderr, "seq 0") || !strings.Contains(refused.stderr, "event-too-large") {
+	// import checks the largest event (seq 38) before it writes anything.
+	if refused.code != 1 || !strings.Contains(refused.stderr, "seq 38") || !strings.Contains(refused.stderr, "event-too-large") ||
+		!strings.Contains(refused.stderr, "nothing was written") {
 		t.Fatalf("import over --max-event-bytes: exit %d, stderr %s", refused.code, refused.stderr)
 	}
 	mustAgentlog(t, nil, "import", file, "--session", id)
