@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/tracing"
 	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
@@ -176,7 +178,10 @@ func (c *Client) Messages(ctx context.Context, id string, opts ...Option) (Messa
 		return MessagesReply{}, err
 	}
 	var r MessagesReply
-	if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id}, o, &r); err != nil {
+	if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id, External: true}, o, &r); err != nil {
+		return MessagesReply{}, err
+	}
+	if err := c.fillExternal(ctx, id, &r); err != nil {
 		return MessagesReply{}, err
 	}
 	// The continuation pages ask for the nodes not covered yet, without waiting again.
@@ -192,13 +197,58 @@ func (c *Client) Messages(ctx context.Context, id string, opts ...Option) (Messa
 			break
 		}
 		page = MessagesReply{}
-		if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id, Nodes: rest}, o, &page); err != nil {
+		if err := c.query(ctx, MessagesSubject, QueryRequest{Session: id, Nodes: rest, External: true}, o, &page); err != nil {
+			return MessagesReply{}, err
+		}
+		if err := c.fillExternal(ctx, id, &page); err != nil {
 			return MessagesReply{}, err
 		}
 		r.Messages = append(r.Messages, page.Messages...)
 	}
 	r.Partial = nil
 	return r, nil
+}
+
+// fillExternal derives the messages a page lists in External (each too large for a reply) from
+// their events, read from the log (the record at each one's stream seq, its blobs included), and
+// puts them at their places in page.Messages.
+func (c *Client) fillExternal(ctx context.Context, id string, page *MessagesReply) error {
+	if len(page.External) == 0 {
+		return nil
+	}
+	bad := func(format string, args ...any) error {
+		return &Error{Service: QueryService, Code: CodeInternal, Session: id, Description: fmt.Sprintf("session %q: ", id) + fmt.Sprintf(format, args...)}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	msgs := page.Messages
+	for _, x := range page.External {
+		if x.Index < 0 || x.Index > len(msgs) {
+			return bad("malformed reply: external message of node %d at index %d of %d", x.Node, x.Index, len(msgs))
+		}
+		rec, found, err := st.GetRecordFromLeader(ctx, id, x.StreamSeq)
+		if err != nil {
+			return &Error{Service: QueryService, Code: CodeInternal, Session: id, Description: fmt.Sprintf("read the event of surface node %d (stream seq %d)", x.Node, x.StreamSeq), Err: err}
+		}
+		var ev *session.Event
+		for i := range rec.LastEvents {
+			if rec.LastEvents[i].Seq == x.Node {
+				ev = &rec.LastEvents[i]
+			}
+		}
+		if !found || ev == nil {
+			return bad("surface node %d is not in the record at stream seq %d (the log changed: ask again)", x.Node, x.StreamSeq)
+		}
+		derived, err := session.DeriveMessages([]int64{x.Node}, func(int64) (session.Event, error) { return *ev, nil })
+		if err != nil || len(derived) != 1 {
+			return bad("deriving the message of surface node %d: %v", x.Node, err)
+		}
+		msgs = slices.Insert(msgs, x.Index, derived[0])
+	}
+	page.Messages, page.External = msgs, nil
+	return nil
 }
 
 // Surface returns the stored messages projection of session id, as stored; a stopped projection

@@ -92,7 +92,7 @@ func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(s
 			}
 			return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
 		}
-		evs, err := ajs.DecodeRecord(m.Headers(), m.Data())
+		evs, err := st.DecodeRecord(ctx, m.Headers(), m.Data())
 		if err != nil {
 			return err
 		}

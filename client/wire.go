@@ -35,6 +35,9 @@ type QueryRequest struct {
 	TimeoutMs *int64  `json:"timeoutMs,omitempty"`
 	Unit      string  `json:"unit,omitempty"`
 	Nodes     []int64 `json:"nodes,omitempty"`
+	// External (messages only): the client reads a message too large for any reply from the log
+	// itself, so the service lists it in MessagesReply.External instead of failing 413.
+	External bool `json:"external,omitempty"`
 }
 
 // MessagesReply is the reply of the messages endpoint: the projection's asOfSeq and
@@ -48,6 +51,20 @@ type MessagesReply struct {
 	Nodes             []int64           `json:"nodes"`
 	Messages          []json.RawMessage `json:"messages"`
 	Partial           *int              `json:"partial,omitempty"`
+	// External (only when the request asked for it) lists the messages of this page left out of
+	// Messages because one alone is larger than a reply (an offloaded event's): each goes at its
+	// Index of the page's Messages, in order, derived from its node's event in the record at
+	// StreamSeq. Client.Messages fills them in and returns External nil.
+	External []ExternalMessage `json:"external,omitempty"`
+}
+
+// ExternalMessage is a message of a messages reply that the client derives itself from the log:
+// the surface node Node's event is in the AGENTLOG record at stream seq StreamSeq, and its
+// message goes at Index of the page's Messages.
+type ExternalMessage struct {
+	Index     int    `json:"index"`
+	Node      int64  `json:"node"`
+	StreamSeq uint64 `json:"streamSeq"`
 }
 
 // State is the stored state of the messages unit: surface nodes (seqs, in model-visible order),

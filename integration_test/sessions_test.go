@@ -215,8 +215,9 @@ func TestImportIsAllOrNothing(t *testing.T) {
 		return `{"type":"user/message","seq":` + fmt.Sprint(seq) + `,"time":1,"data":{"id":"m` + fmt.Sprint(seq) +
 			`","role":"user","content":[{"type":"text","text":"` + text + `"}],"source":{"kind":"user"}},"surfaceOp":"append"}`
 	}
+	// An event over --max-event-bytes (a larger one than a record is offloaded, and imported).
 	huge := write("huge.jsonl", user(0, "small"), user(1, strings.Repeat("x", 2<<20)))
-	r := agentlog(t, nil, "import", huge, "--session", "it/"+run+"all-or-nothing")
+	r := agentlog(t, nil, "import", huge, "--session", "it/"+run+"all-or-nothing", "--max-event-bytes", "1048576")
 	if r.code != 1 || !strings.Contains(r.stderr, "nothing was written") {
 		t.Fatalf("oversized import: exit %d, stderr %q; want 1 and 'nothing was written'", r.code, r.stderr)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
@@ -18,10 +19,11 @@ import (
 // (JetStream error 10071, or 10164 on replicated streams).
 var ErrConflict = errors.New("the session's last record is not the expected one (guard conflict)")
 
-// ErrEventTooLarge is returned (wrapped) by Append when one event alone, encoded with its record
-// headers, does not fit in the store's MaxMsgSize: it cannot be split. The message names the
-// session, the event's seq, its encoded size and the limit, in bytes.
-var ErrEventTooLarge = errors.New("event larger than the max message size")
+// ErrEventTooLarge is returned (wrapped) by Append when one event's encoded line is over the store's
+// MaxEventBytes (rule event-too-large), or, on a store without a blob bucket, when it does not fit
+// in one record. The message names the session, the event's seq, its encoded size and the limit,
+// in bytes.
+var ErrEventTooLarge = errors.New("event too large")
 
 // JetStream API error codes that Append maps to ErrConflict.
 const (
@@ -70,6 +72,15 @@ func WithHeaders(kv ...string) AppendOpt {
 // (55 bytes) and tracestate (at most 512), each "key: value\r\n".
 const traceHeaderRoom = len("traceparent: \r\n") + 55 + len("tracestate: \r\n") + 512
 
+// extraBytes is the wire size of the WithHeaders pairs ("key: value\r\n" each).
+func (o *appendOpts) extraBytes() int {
+	n := 0
+	for i := 0; i+1 < len(o.extra); i += 2 {
+		n += len(o.extra[i]) + len(o.extra[i+1]) + 4
+	}
+	return n
+}
+
 // setExtra sets the WithHeaders pairs on h.
 func (o *appendOpts) setExtra(h nats.Header) {
 	for i := 0; i+1 < len(o.extra); i += 2 {
@@ -95,10 +106,13 @@ func WithMsgID(id string) AppendOpt {
 // Append writes events (consecutive seqs of session id) as one record guarded with
 // expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
 // new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
-// MaxBatchRecords records committed as one atomic batch. With WithMsgID, a retry whose ack was lost
-// reports Duplicate and stores nothing. Errors: a wrapped ErrConflict (the guard failed; nothing
-// written), a wrapped ErrEventTooLarge, a *session.Error (codec). The events must already be valid;
-// ARCHITECTURE.md ("An append") has the guard and msg-id details.
+// MaxBatchRecords records committed as one atomic batch. An event too large for any record is
+// offloaded first: its line is stored as a blob in BlobsBucket and the record names it (format 2).
+// With WithMsgID, a retry whose ack was lost reports Duplicate and stores nothing (blobs it wrote
+// again are orphans, for CollectBlobs). Errors: a wrapped ErrConflict (the guard failed; no record
+// written), ErrEventTooLarge (over MaxEventBytes; nothing written), a *session.Error (codec), a
+// failure to store a blob (no record written). The events must already be valid;
+// ARCHITECTURE.md ("An append", "Large events") has the details.
 func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
@@ -125,6 +139,21 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		return AppendResult{}, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
 	}
 
+	// A line no record of this window could hold is offloaded to a blob first (ARCHITECTURE.md,
+	// "Large events"); its record then carries an empty line and a HeaderBlob value.
+	var blobs []blobLine
+	var written time.Time
+	if lines, blobs, written, err = s.offloadLarge(ctx, id, tok, expectedLastStreamSeq, &o, events, lines, limit); err != nil {
+		return AppendResult{}, err
+	}
+	if blobs != nil && time.Since(written) > BlobMaxAgeAtPublish {
+		// Stalled between the blobs and the record (a paused process): CollectBlobs may take blobs
+		// this old for orphans. Write them again (new objects) before publishing.
+		if lines, blobs, _, err = s.offloadLarge(ctx, id, tok, expectedLastStreamSeq, &o, events, encodedAgain(lines, blobs, events), limit); err != nil {
+			return AppendResult{}, err
+		}
+	}
+
 	// One record when it fits.
 	h := recordHeader(tok, events[0].Seq, len(events))
 	h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expectedLastStreamSeq, 10))
@@ -132,6 +161,10 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		h.Set(natsjs.MsgIDHeader, msgID)
 	}
 	o.setExtra(h)
+	if blobs != nil {
+		setBlobHeaders(h, blobs)
+		body = bytes.Join(lines, []byte{'\n'}) // the offloaded lines left empty
+	}
 	if headerWireSize(h)+len(body) <= limit {
 		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
 		if err != nil {
@@ -139,41 +172,129 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		}
 		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	}
-	return s.appendSplit(ctx, id, tok, subject, expectedLastStreamSeq, &o, events, lines, limit)
+	return s.appendSplit(ctx, id, tok, subject, expectedLastStreamSeq, &o, events, lines, blobs, limit)
 }
 
-// appendSplit cuts lines into records within limit and commits them as one atomic batch.
-func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, limit int) (AppendResult, error) {
+// offloadLarge refuses a line over the store's max event bytes, and stores every line longer than
+// the inline limit of this window (what the worst-case record of its split holds) as a blob. It
+// returns the lines with those left empty, and the blobs. The usual window has none: then it only
+// measures the lines.
+func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, limit int) ([][]byte, []blobLine, time.Time, error) {
+	longest := 0
+	for _, l := range lines {
+		longest = max(longest, len(l))
+	}
+	inline := limit - splitWorstHeaderBytes(len(tok), events[len(events)-1].Seq, len(events), expected, len(o.msgID), o.extraBytes())
+	if longest <= inline && int64(longest) <= s.maxEventBytes() {
+		return lines, nil, time.Time{}, nil
+	}
+	var idx []int
+	for i, l := range lines {
+		if maxEvent := s.maxEventBytes(); int64(len(l)) > maxEvent {
+			return nil, nil, time.Time{}, tooLargeErr(id, events[i].Seq, int64(len(l)), maxEvent)
+		}
+		if len(l) > inline {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return lines, nil, time.Time{}, nil
+	}
+	blobs, written, err := s.offload(ctx, id, tok, events, lines, idx)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	lines = append([][]byte(nil), lines...)
+	for _, b := range blobs {
+		lines[b.index] = nil
+	}
+	return lines, blobs, written, nil
+}
+
+// encodedAgain puts back the lines offloadLarge left empty for blobs (encoding their events again).
+func encodedAgain(lines [][]byte, blobs []blobLine, events []session.Event) [][]byte {
+	out := append([][]byte(nil), lines...)
+	for _, b := range blobs {
+		out[b.index], _ = events[b.index].AppendJSON(nil) // encoded once already: cannot fail
+	}
+	return out
+}
+
+// setBlobHeaders marks h as a record of format 2 naming blobs (nothing when there are none).
+func setBlobHeaders(h nats.Header, blobs []blobLine) {
+	if len(blobs) == 0 {
+		return
+	}
+	h.Set(HeaderFormat, RecordFormatBlobs)
+	for _, b := range blobs {
+		h.Add(HeaderBlob, b.ref.headerValue())
+	}
+}
+
+// splitWorstHeaderBytes is the wire size of the largest headers any record of a split append of
+// n events ending at seq lastSeq can carry (a msg id of msgIDLen bytes, 0 for none, plus its part
+// suffix, the batch headers jetstreamext adds, and extra bytes of WithHeaders), without HeaderBlob
+// values. It computes what headerWireSize would count, without building the headers.
+func splitWorstHeaderBytes(tokLen int, lastSeq int64, n int, expected uint64, msgIDLen, extra int) int {
+	size := len("NATS/1.0\r\n") + len("\r\n") + extra
+	add := func(key string, valueLen int) { size += len(key) + valueLen + 4 }
+	nLen := decimalLen(uint64(n))
+	add(HeaderSession, tokLen)
+	add(HeaderFirstSeq, decimalLen(uint64(max(lastSeq, 0))))
+	add(HeaderCount, nLen)
+	add(HeaderFormat, len(RecordFormat))
+	add(natsjs.ExpectedLastSubjSeqHeader, decimalLen(expected))
+	if msgIDLen > 0 {
+		add(natsjs.MsgIDHeader, msgIDLen+1+nLen) // partMsgID: "<id>~<k>"
+	}
+	add(jetstreamext.BatchIDHeader, 22) // a nuid
+	add(jetstreamext.BatchSeqHeader, nLen)
+	add(jetstreamext.BatchCommitHeader, 1)
+	return size
+}
+
+// decimalLen is the number of decimal digits of v.
+func decimalLen(v uint64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
+
+// appendSplit cuts lines into records within limit and commits them as one atomic batch. A blob's
+// line is empty; its HeaderBlob value goes into the record that holds its seq.
+func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, blobs []blobLine, limit int) (AppendResult, error) {
 	msgID := o.msgID
 	// Worst-case headers of any part: every number takes at most as many digits as its largest
 	// possible value, plus the batch headers that jetstreamext adds.
 	n := len(events)
-	worst := recordHeader(tok, events[n-1].Seq, n)
-	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
-	if msgID != "" {
-		worst.Set(natsjs.MsgIDHeader, partMsgID(msgID, n))
+	budget := limit - splitWorstHeaderBytes(len(tok), events[n-1].Seq, n, expected, len(msgID), o.extraBytes()) // bytes of body per record
+	blobAt := make(map[int]BlobRef, len(blobs))
+	for _, b := range blobs {
+		blobAt[b.index] = b.ref
 	}
-	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22)) // a nuid
-	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(n))
-	worst.Set(jetstreamext.BatchCommitHeader, "1")
-	o.setExtra(worst)
-	budget := limit - headerWireSize(worst) // bytes of body per record
 
 	type part struct{ from, to int } // events[from:to]
 	var parts []part
 	from, size := 0, 0
 	for i, line := range lines {
-		if len(line) > budget {
-			return AppendResult{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
-				id, events[i].Seq, ErrEventTooLarge, len(line), limit-budget, limit)
+		cost := len(line) // a blob's line is empty, and its header value counts instead
+		if ref, ok := blobAt[i]; ok {
+			cost = ref.blobHeaderBytes()
 		}
-		add := len(line)
+		if cost > budget {
+			return AppendResult{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
+				id, events[i].Seq, ErrEventTooLarge, cost, limit-budget, limit)
+		}
+		add := cost
 		if i > from {
 			add++ // the "\n" separator
 		}
 		if i > from && size+add > budget {
 			parts = append(parts, part{from, i})
-			from, size, add = i, 0, len(line)
+			from, size, add = i, 0, cost
 		}
 		size += add
 	}
@@ -194,6 +315,11 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	var lastMsg *nats.Msg
 	for k, p := range parts {
 		h := recordHeader(tok, events[p.from].Seq, p.to-p.from)
+		for i := p.from; i < p.to; i++ {
+			if ref, ok := blobAt[i]; ok {
+				setBlobHeaders(h, []blobLine{{index: i, ref: ref}})
+			}
+		}
 		if k == 0 {
 			h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		}
@@ -278,7 +404,14 @@ func eventWorstHeaderBytes(tokLen int, seq int64) int {
 // it at Append, so that such an event is refused at once instead of blocking the session's writes.
 // It is cheap for the usual event: the exact encoding is computed only when a quick upper bound
 // of the size passes the limit.
+//
+// With a blob bucket (Store.Blobs, which Provision and Open set up) an event too large for a record
+// is offloaded instead, and CheckEventSize refuses only one over MaxEventBytes (rule
+// event-too-large; still a wrapped ErrEventTooLarge).
 func (s *Store) CheckEventSize(id string, ev session.Event) error {
+	if s.Blobs != nil {
+		return s.checkMaxEventBytes(id, ev)
+	}
 	tok, err := Token(id)
 	if err != nil {
 		return err

@@ -414,18 +414,30 @@ func TestAppendEventTooLarge(t *testing.T) {
 	const limit = 4096
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
+	capped := *s
+	capped.MaxEventBytes = 4500
 	window := append(bigEvents(0, 3, 200), bigEvents(3, 1, 5000)...)
-	_, err := s.Append(ctx, "huge", 0, window)
-	if !errors.Is(err, ErrEventTooLarge) || !strings.Contains(err.Error(), "seq 3") || !strings.Contains(err.Error(), "4096 bytes") || !strings.Contains(err.Error(), `"huge"`) {
-		t.Fatalf("Append with a 5 KB event under a 4 KiB limit: %v", err)
+	_, err := capped.Append(ctx, "huge", 0, window)
+	var se *session.Error
+	if !errors.Is(err, ErrEventTooLarge) || !errors.As(err, &se) || se.Rule != session.RuleEventTooLarge || se.Seq != 3 ||
+		!strings.Contains(err.Error(), "4500 bytes") || !strings.Contains(err.Error(), `"huge"`) {
+		t.Fatalf("Append with a 5 KB event over a 4500-byte max event size: %v", err)
 	}
 	if got, last, err := s.Read(ctx, "huge"); err != nil || len(got) != 0 || last != 0 {
 		t.Fatalf("something was written: %d events, %v", len(got), err)
 	}
-	// Just at the limit: an event that fits alone in a record is written.
-	one := bigEvents(0, 1, 3500)
-	if _, err := s.Append(ctx, "huge", 0, one); err != nil {
-		t.Fatalf("a 3.5 KB event under a 4 KiB limit: %v", err)
+	if objs, _ := s.Blobs.List(ctx); len(objs) != 0 {
+		t.Fatalf("a refused append stored %d blobs", len(objs))
+	}
+	if err := capped.CheckEventSize("huge", window[3]); !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("CheckEventSize over the max event size: %v", err)
+	}
+	// Under the cap it is offloaded (the record holds its reference).
+	if err := s.CheckEventSize("huge", window[3]); err != nil {
+		t.Fatalf("CheckEventSize of a 5 KB event with a blob bucket: %v", err)
+	}
+	if _, err := s.Append(ctx, "huge", 0, window); err != nil {
+		t.Fatalf("a 5 KB event under a 4 KiB record limit: %v", err)
 	}
 }
 

@@ -33,9 +33,11 @@ type StreamAppend struct {
 	cur      []byte // body of the record being filled
 	curFirst int64
 	curCount int
-	held     *nats.Msg // the last full record, not sent yet (the commit must be the last one)
-	spare    []byte    // the buffer of the record sent last, for the next one
-	parts    int       // records sealed so far
+	curBlobs []blobLine // the offloaded events of the record being filled
+	curBlobH int        // the header bytes their HeaderBlob values take
+	held     *nats.Msg  // the last full record, not sent yet (the commit must be the last one)
+	spare    []byte     // the buffer of the record sent last, for the next one
+	parts    int        // records sealed so far
 	bp       jetstreamext.BatchPublisher
 	line     []byte
 	closed   bool
@@ -100,7 +102,9 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 }
 
 // AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
-// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained.
+// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained. A line no
+// record holds is offloaded to BlobsBucket first; one over the store's MaxEventBytes is refused
+// (ErrEventTooLarge, rule event-too-large).
 func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
 	if a.closed {
 		return fmt.Errorf("append to session %q: the stream append is closed", a.id)
@@ -113,12 +117,24 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 		}
 		return recordErr(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
 	}
-	if len(line) > a.budget {
+	if maxEvent := a.s.maxEventBytes(); int64(len(line)) > maxEvent {
 		a.Discard()
-		return fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
-			a.id, seq, ErrEventTooLarge, len(line), int(a.s.MaxMsgSize)-a.budget, a.s.MaxMsgSize)
+		return tooLargeErr(a.id, seq, int64(len(line)), maxEvent)
 	}
-	if a.curCount > 0 && len(a.cur)+1+len(line) > a.budget {
+	var blob *blobLine
+	need := len(line) // what the line takes of the record's budget
+	if len(line) > a.budget {
+		// No record holds it: offload it (as Append does), and the record carries an empty line
+		// and its HeaderBlob value. The blob is stored before any record naming it is sent.
+		bl, _, err := a.s.offload(ctx, a.id, a.tok, []session.Event{{Seq: seq}}, [][]byte{line}, []int{0})
+		if err != nil {
+			a.Discard()
+			return err
+		}
+		blob = &bl[0]
+		need = blob.ref.blobHeaderBytes()
+	}
+	if a.curCount > 0 && len(a.cur)+a.curBlobH+1+need > a.budget {
 		if err := a.seal(ctx); err != nil {
 			return err
 		}
@@ -128,7 +144,12 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 	} else {
 		a.cur = append(a.cur, '\n')
 	}
-	a.cur = append(a.cur, line...)
+	if blob != nil {
+		blob.index = a.curCount
+		a.curBlobs, a.curBlobH = append(a.curBlobs, *blob), a.curBlobH+need
+	} else {
+		a.cur = append(a.cur, line...)
+	}
 	a.curCount++
 	a.next = seq + 1
 	return nil
@@ -150,6 +171,8 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	}
 	h := recordHeader(a.tok, a.curFirst, a.curCount)
 	a.opts.setExtra(h)
+	setBlobHeaders(h, a.curBlobs)
+	a.curBlobs, a.curBlobH = nil, 0
 	if a.parts == 1 {
 		h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(a.expected, 10))
 	}

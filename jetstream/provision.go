@@ -68,9 +68,13 @@ type Store struct {
 	Stream      natsjs.Stream
 	Sessions    natsjs.KeyValue
 	Projections natsjs.KeyValue
-	Writers     natsjs.KeyValue // agentlog_writers: writer leases
+	Writers     natsjs.KeyValue    // agentlog_writers: writer leases
+	Blobs       natsjs.ObjectStore // agentlog_blobs: offloaded events (nil: events over a record are refused)
 	Partitions  int
 	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
+	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
+	// copy of the Store (it is read, never written, by the Store's methods).
+	MaxEventBytes int64
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
@@ -111,12 +115,17 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if _, err := ensureStream(ctx, js, ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
+	blobs, err := ensureBlobsBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
 		JS:          js,
 		Stream:      stream,
 		Sessions:    sessions,
 		Projections: projections,
 		Writers:     writers,
+		Blobs:       blobs,
 		Partitions:  found.partitions,
 		MaxMsgSize:  found.maxMsgSize,
 	}, nil
@@ -127,8 +136,8 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 //
 // A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
 // Provision would refuse is ErrIncompatible (wrapped). Open changes no existing stream or bucket;
-// the one thing it may create is the lease bucket agentlog_writers, when it is missing (deployments
-// provisioned before it existed).
+// the things it may create are the lease bucket agentlog_writers and the Object Store bucket
+// agentlog_blobs, when missing (deployments provisioned before they existed).
 func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	w, err := wantFromConfig(js, Config{})
 	if err != nil {
@@ -174,12 +183,18 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Likewise the blob bucket (offloaded events), added after the first deployments.
+	blobs, err := ensureBlobsBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
 		JS:          js,
 		Stream:      stream,
 		Sessions:    kvs[0],
 		Projections: kvs[1],
 		Writers:     writers,
+		Blobs:       blobs,
 		Partitions:  found.partitions,
 		MaxMsgSize:  found.maxMsgSize,
 	}, nil

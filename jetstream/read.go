@@ -17,14 +17,16 @@ import (
 type Tail struct {
 	LastStreamSeq uint64
 	NextSeq       int64
-	LastEvents    []session.Event // the events of the last record
-	LastMsgID     string          // Nats-Msg-Id of the last record
+	// LastEvents are the events of the last record. A tail does not read blobs: an offloaded event
+	// has only its Seq here (GetRecordFromLeader reads a record whole).
+	LastEvents []session.Event
+	LastMsgID  string // Nats-Msg-Id of the last record
 }
 
 // GetTail reads the last record of the session with a direct get (none: the zero Tail). On R>1 a
 // follower may answer it stale, which can only cause a guard conflict on the next Append, never a
 // bad write; use GetTailFromLeader or Read for a leader-consistent view. A bad record is a
-// *session.Error.
+// *session.Error. The record's blobs are not read (see Tail.LastEvents).
 func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
 	return s.tail(ctx, id, "", s.Stream.GetLastMsgForSubject)
 }
@@ -37,8 +39,9 @@ func (s *Store) GetTailFromLeader(ctx context.Context, id string) (Tail, error) 
 	return s.tail(ctx, id, " from the stream leader", s.leaderLastMsg)
 }
 
-// tail reads the session's last record with get (a direct or a leader get) and decodes it; where
-// names the kind of read in errors.
+// tail reads the session's last record with get (a direct or a leader get) and decodes it, without
+// its blobs (what a tail is for, the guard and the next seq, is in the record); where names the kind
+// of read in errors.
 func (s *Store) tail(ctx context.Context, id, where string, get func(context.Context, string) (*natsjs.RawStreamMsg, error)) (Tail, error) {
 	subject, err := s.Subject(id)
 	if err != nil {
@@ -51,7 +54,7 @@ func (s *Store) tail(ctx context.Context, id, where string, get func(context.Con
 	if err != nil {
 		return Tail{}, fmt.Errorf("read the tail of session %q (subject %s)%s: %w", id, subject, where, err)
 	}
-	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
+	evs, err := s.decodeStored(ctx, id, msg.Header, msg.Data, msg.Sequence, false)
 	if err != nil {
 		return Tail{}, err
 	}
@@ -81,7 +84,7 @@ func (s *Store) GetRecordFromLeader(ctx context.Context, id string, streamSeq ui
 	if msg.Subject != subject {
 		return Tail{}, false, nil
 	}
-	evs, err := s.decodeStored(id, msg.Header, msg.Data, msg.Sequence)
+	evs, err := s.decodeStored(ctx, id, msg.Header, msg.Data, msg.Sequence, true)
 	if err != nil {
 		return Tail{}, false, err
 	}
@@ -237,7 +240,7 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	lastStreamSeq := afterStreamSeq
 	// take checks one record (it must continue the previous one), hands it to fn and moves on.
 	take := func(streamSeq uint64, h nats.Header, body []byte) error {
-		evs, copied, err := s.decodeStoredBody(id, h, body, streamSeq)
+		evs, copied, err := s.decodeStoredBody(ctx, id, h, body, streamSeq, true)
 		if err != nil {
 			return err
 		}
@@ -311,20 +314,28 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	}
 }
 
-// decodeStored decodes a stored record of session id and checks that it belongs to it.
-func (s *Store) decodeStored(id string, h nats.Header, body []byte, streamSeq uint64) ([]session.Event, error) {
-	evs, _, err := s.decodeStoredBody(id, h, body, streamSeq)
+// decodeStored decodes a stored record of session id, checks that it belongs to it, and, with
+// withBlobs, reads its offloaded events from their blobs (Store.DecodeRecord); without, they hold
+// only their seq.
+func (s *Store) decodeStored(ctx context.Context, id string, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, error) {
+	evs, _, err := s.decodeStoredBody(ctx, id, h, body, streamSeq, withBlobs)
 	return evs, err
 }
 
-// decodeStoredBody is decodeStored that also returns the copy of body the events alias.
-func (s *Store) decodeStoredBody(id string, h nats.Header, body []byte, streamSeq uint64) ([]session.Event, []byte, error) {
-	recID, evs, copied, err := decodeRecord(h, body, streamSeq)
+// decodeStoredBody is decodeStored that also returns the copy of body the events alias (the
+// lines of offloaded events in it are empty).
+func (s *Store) decodeStoredBody(ctx context.Context, id string, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, []byte, error) {
+	recID, evs, copied, blobs, err := decodeRecord(h, body, streamSeq)
 	if err != nil {
 		return nil, nil, err
 	}
 	if recID != id {
 		return nil, nil, recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", recID)
+	}
+	if withBlobs && len(blobs) > 0 {
+		if err := s.resolve(ctx, id, h, evs, blobs, streamSeq); err != nil {
+			return nil, nil, err
+		}
 	}
 	return evs, copied, nil
 }

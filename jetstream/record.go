@@ -49,8 +49,15 @@ func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error
 // lines, that each line is a JSON event object (type, seq, time and data present) and that the seqs
 // run from First-Seq without gaps. Other headers (Nats-* added by the server) are ignored. Errors
 // are *session.Error naming the session, the seq and the rule (RuleRecord*).
+//
+// A record of format 2 that holds offloaded events (HeaderBlob) is refused here (rule record-blob):
+// read it with Store.DecodeRecord, which fetches them.
 func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
-	_, evs, _, err := decodeRecord(h, body, 0)
+	id, evs, _, blobs, err := decodeRecord(h, body, 0)
+	if err == nil && len(blobs) > 0 {
+		return nil, recordErr(id, blobs[0].ref.Seq, 0, session.RuleRecordBlob,
+			"the record holds %d offloaded events (Agentlog-Format %s): read it through a Store (Store.DecodeRecord), which fetches them from %s", len(blobs), RecordFormatBlobs, BlobsBucket)
+	}
 	return evs, err
 }
 
@@ -168,54 +175,67 @@ func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, erro
 }
 
 // decodeRecord decodes a record. streamSeq (0 when unknown) is named in errors. It returns the
-// session id from the Agentlog-Session header, and the copy of body the events alias.
-func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, error) {
+// session id from the Agentlog-Session header, the copy of body the events alias, and the
+// offloaded events of a format 2 record (their events are left zero; Store.resolve fills them in,
+// and their lines in the copy are empty).
+func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, []blobLine, error) {
 	id := "?"
 	tok, err := singleHeader(h, HeaderSession, id, streamSeq)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
 	if id, err = IDFromToken(tok); err != nil {
-		return "", nil, nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
+		return "", nil, nil, nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
 	}
 	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, err
+		return id, nil, nil, nil, err
 	}
-	if format != RecordFormat {
-		return id, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q", HeaderFormat, format, RecordFormat)
+	if format != RecordFormat && format != RecordFormatBlobs {
+		return id, nil, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, err
+		return id, nil, nil, nil, err
 	}
 	first, perr := strconv.ParseInt(fs, 10, 64)
 	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
-		return id, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+		return id, nil, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
 	}
 	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, err
+		return id, nil, nil, nil, err
 	}
 	count, perr := strconv.Atoi(cs)
 	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
-		return id, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+		return id, nil, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+	}
+	blobs, err := recordBlobLines(h, id, format, first, count, streamSeq)
+	if err != nil {
+		return id, nil, nil, nil, err
 	}
 	nlines := 0
-	if len(body) > 0 {
+	if len(body) > 0 || len(blobs) > 0 { // a format 2 record of one offloaded event has an empty body
 		nlines = bytes.Count(body, []byte{'\n'}) + 1
 	}
 	if nlines != count {
-		return id, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+		return id, nil, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
 	events := make([]session.Event, 0, count)
 	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
 	copied := rest
+	next := 0 // the next of blobs
 	for i := 0; i < count; i++ {
 		want := first + int64(i)
 		line := rest
 		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
 			line, rest = rest[:j], rest[j+1:]
+		}
+		if len(line) == 0 && next < len(blobs) && blobs[next].ref.Seq == want {
+			blobs[next].index = i
+			next++
+			events = append(events, session.Event{Seq: want})
+			continue
 		}
 		// One shallow pass per line: the envelope is built, data/surfaceOp/sourceEventSeqs are
 		// validated and kept as raw bytes (they alias body, copied once above).
@@ -225,15 +245,45 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 			if se, ok := err.(*session.Error); ok { // it names the session and seq we name: say them once
 				why = "(" + string(se.Rule) + ") " + se.Reason
 			}
-			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
+			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
 		}
 		if ev.Type == "" || ev.Time == "" {
-			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
 		}
 		if ev.Seq != want {
-			return id, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
+			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
 		}
 		events = append(events, ev)
 	}
-	return id, events, copied, nil
+	if next != len(blobs) {
+		return id, nil, nil, nil, recordErr(id, blobs[next].ref.Seq, streamSeq, session.RuleRecordBlob, "header %s names seq %d, but its line is not empty", HeaderBlob, blobs[next].ref.Seq)
+	}
+	return id, events, copied, blobs, nil
+}
+
+// recordBlobLines parses the HeaderBlob values of a record (format 2 only; a format 1 record may
+// have none): canonical, in ascending seq order, each within the record's seqs.
+func recordBlobLines(h nats.Header, id, format string, first int64, count int, streamSeq uint64) ([]blobLine, error) {
+	vs := h.Values(HeaderBlob)
+	if len(vs) == 0 {
+		if format == RecordFormatBlobs {
+			return nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q but the record names no %s (format %q holds offloaded events)", HeaderFormat, format, HeaderBlob, RecordFormatBlobs)
+		}
+		return nil, nil
+	}
+	if format != RecordFormatBlobs {
+		return nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is present in a record of format %q (offloaded events need format %q)", HeaderBlob, format, RecordFormatBlobs)
+	}
+	blobs := make([]blobLine, len(vs))
+	for i, v := range vs {
+		ref, ok := parseBlobRef(v)
+		if !ok {
+			return nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s value %q, want \"<seq> <size> <sha256 hex> <id>\"", HeaderBlob, v)
+		}
+		if ref.Seq < first || ref.Seq >= first+int64(count) || (i > 0 && ref.Seq <= blobs[i-1].ref.Seq) {
+			return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordHeader, "header %s names seq %d, out of order or outside the record's seqs %d..%d", HeaderBlob, ref.Seq, first, first+int64(count)-1)
+		}
+		blobs[i] = blobLine{index: -1, ref: ref}
+	}
+	return blobs, nil
 }

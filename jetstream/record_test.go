@@ -3,6 +3,8 @@ package jetstream
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -114,6 +116,18 @@ func TestDecodeRecordRefusesCorrupt(t *testing.T) {
 		{"first seq negative", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "-1"); return body0 }, session.RuleRecordHeader, -1},
 		{"first seq padded", func(h nats.Header) []byte { h.Set(HeaderFirstSeq, "03"); return body0 }, session.RuleRecordHeader, -1},
 		{"format", func(h nats.Header) []byte { h.Set(HeaderFormat, "2"); return body0 }, session.RuleRecordFormat, -1},
+		{"blob in format 1", func(h nats.Header) []byte { h.Set(HeaderBlob, "3 10 "+strings.Repeat("ab", 32)+" NUID1"); return body0 }, session.RuleRecordFormat, -1},
+		{"blob line not empty", func(h nats.Header) []byte {
+			h.Set(HeaderFormat, RecordFormatBlobs)
+			h.Set(HeaderBlob, "3 10 "+strings.Repeat("ab", 32)+" NUID1")
+			return body0
+		}, session.RuleRecordBlob, 3},
+		{"blob value malformed", func(h nats.Header) []byte {
+			h.Set(HeaderFormat, RecordFormatBlobs)
+			h.Set(HeaderBlob, "0 10 xyz")
+			return body0
+		}, session.RuleRecordHeader, 3},
+		{"empty line without blob", func(h nats.Header) []byte { return append(append([]byte(nil), body0...), '\n') }, session.RuleRecordCount, 3},
 		{"format missing", func(h nats.Header) []byte { h.Del(HeaderFormat); return body0 }, session.RuleRecordHeader, -1},
 		{"session missing", func(h nats.Header) []byte { h.Del(HeaderSession); return body0 }, session.RuleRecordHeader, -1},
 		{"session not canonical", func(h nats.Header) []byte { h.Set(HeaderSession, "a.b"); return body0 }, session.RuleRecordSession, -1},
@@ -148,4 +162,56 @@ func TestDecodeRecordRefusesCorrupt(t *testing.T) {
 	if _, err := DecodeRecord(h0, body0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzDecodeRecordBlobs: the record decoder never panics on format 2 headers and bodies, and what
+// it accepts is consistent: Count events, consecutive seqs, every offloaded event's line empty
+// and named once by a canonical Agentlog-Blob value within the record's seqs.
+func FuzzDecodeRecordBlobs(f *testing.F) {
+	sha := strings.Repeat("ab", 32)
+	f.Add("2", "3", "1", "3 10 "+sha+" ID1", "")
+	f.Add("2", "3", "2", "4 10 "+sha+" ID1", `{"type":"a","seq":3,"time":1,"data":{}}`+"\n")
+	f.Add("1", "0", "1", "", `{"type":"a","seq":0,"time":1,"data":{}}`)
+	f.Add("2", "0", "3", "0 1 "+sha+" a\x002 5 "+sha+" b", "\n{\"type\":\"a\",\"seq\":1,\"time\":1,\"data\":{}}\n")
+	f.Fuzz(func(t *testing.T, format, first, count, blobs, body string) {
+		h := nats.Header{}
+		h.Set(HeaderSession, "s")
+		h.Set(HeaderFormat, format)
+		h.Set(HeaderFirstSeq, first)
+		h.Set(HeaderCount, count)
+		if blobs != "" {
+			for _, v := range strings.Split(blobs, "\x00") {
+				h.Add(HeaderBlob, v)
+			}
+		}
+		_, evs, _, bl, err := decodeRecord(h, []byte(body), 0)
+		if err != nil {
+			var se *session.Error
+			if !errors.As(err, &se) {
+				t.Fatalf("a decode error that is not a *session.Error: %v", err)
+			}
+			return
+		}
+		n, _ := strconv.Atoi(count)
+		if len(evs) != n {
+			t.Fatalf("%d events, Count %d", len(evs), n)
+		}
+		for i := range evs {
+			if i > 0 && evs[i].Seq != evs[i-1].Seq+1 {
+				t.Fatalf("seqs not consecutive: %d after %d", evs[i].Seq, evs[i-1].Seq)
+			}
+		}
+		if len(bl) != len(h.Values(HeaderBlob)) {
+			t.Fatalf("%d blobs, %d headers", len(bl), len(h.Values(HeaderBlob)))
+		}
+		lines := strings.Split(body, "\n")
+		for _, b := range bl {
+			if b.index < 0 || b.index >= n || lines[b.index] != "" || evs[b.index].Seq != b.ref.Seq {
+				t.Fatalf("blob %+v: not an empty line of its seq", b)
+			}
+			if v := b.ref.headerValue(); !slices.Contains(h.Values(HeaderBlob), v) {
+				t.Fatalf("blob value %q is not one of the headers", v)
+			}
+		}
+	})
 }

@@ -40,9 +40,11 @@ type Removed struct {
 	// Lease is the live writer lease found (and removed); that writer is fenced.
 	Lease        *Lease `json:"lease,omitempty"`
 	ErrorReports uint64 `json:"errorReports"` // AGENTLOG_ERRORS messages purged
+	Blobs        int    `json:"blobs"`        // agentlog_blobs objects its records referenced, deleted
 }
 
-// RemoveSession deletes session id: its records (AGENTLOG subject), its metadata
+// RemoveSession deletes session id: its records (AGENTLOG subject) and the blobs they reference
+// (agentlog_blobs), its metadata
 // (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
 // its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
 //
@@ -114,14 +116,13 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		return fail("take the writer lease", err)
 	}
 
-	// 3. The records.
-	subject, _ := s.Subject(id)
-	tail, err := s.GetTailFromLeader(ctx, id)
-	if err != nil {
-		// A record that does not decode is still removed; its events are not counted.
-		tail = Tail{}
+	// 3. The blobs its records reference (before the records, so that a removal run again after
+	// stopping half-way still finds them), then the records.
+	if rm.Blobs, err = s.removeSessionBlobs(ctx, tok); err != nil {
+		return fail("delete the blobs", err)
 	}
-	rm.Events = tail.NextSeq
+	subject, _ := s.Subject(id)
+	rm.Events = s.lastSeqFromHeaders(ctx, subject) + 1
 	if rm.Records, err = s.purge(ctx, StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
 	}
@@ -300,4 +301,20 @@ func (s *Store) projectionKeys(ctx context.Context, tok string) ([]string, error
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// lastSeqFromHeaders is the last event seq of the subject's last record, from its headers
+// (Agentlog-First-Seq + Agentlog-Count - 1) without decoding its body or fetching its blobs; -1
+// when there is no record or its headers are malformed.
+func (s *Store) lastSeqFromHeaders(ctx context.Context, subject string) int64 {
+	m, err := s.leaderLastMsg(ctx, subject)
+	if err != nil {
+		return -1
+	}
+	first, err1 := strconv.ParseInt(m.Header.Get(HeaderFirstSeq), 10, 64)
+	count, err2 := strconv.ParseInt(m.Header.Get(HeaderCount), 10, 64)
+	if err1 != nil || err2 != nil || first < 0 || count < 1 {
+		return -1
+	}
+	return first + count - 1
 }

@@ -8,7 +8,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/testnats"
+	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -20,8 +23,33 @@ const dshDir = "../../shared/data/dsh-sessions"
 // (oracle.mjs): nodes, replaceGeneration and messages for accepted logs; a stopped projection
 // (409) at the refused event for refused ones.
 func TestRealSessionsMatchReference(t *testing.T) {
-	files := sessiontest.RecordedLogs(t, dshDir)
 	e := newEnv(t)
+	checkRealSessions(t, e)
+}
+
+// TestRealSessionsOffloadedMatchReference is TestRealSessionsMatchReference with records of at
+// most 1 KiB, so that every event of more than about 700 bytes is offloaded to agentlog_blobs,
+// and a server max payload of 16 KiB, so that the larger tool results' messages fit in no reply
+// and the client derives them from the log (client.ExternalMessage): the query service's messages
+// still equal the reference's for the same logs.
+func TestRealSessionsOffloadedMatchReference(t *testing.T) {
+	te := testnats.StartWith(t, natsdev.ServerOptions{MaxPayload: 16 << 10}, ajs.Config{Partitions: 4, MaxMsgSize: 1024})
+	e := &env{t: t, url: te.URL, nc: te.NC, store: te.Store, tails: map[string]uint64{}}
+	largest := checkRealSessions(t, e)
+	objs, err := e.store.Blobs.List(ctx(t))
+	if err != nil || len(objs) < 100 {
+		t.Fatalf("%d events offloaded (%v), want many", len(objs), err)
+	}
+	if largest <= 16<<10 {
+		t.Fatalf("the largest message is %d bytes: none was larger than a reply", largest)
+	}
+	t.Logf("%d events offloaded; the largest message, %d bytes, was larger than a reply", len(objs), largest)
+}
+
+// checkRealSessions is TestRealSessionsMatchReference on e; it returns the size of the largest
+// message compared, in bytes.
+func checkRealSessions(t *testing.T, e *env) int {
+	files := sessiontest.RecordedLogs(t, dshDir)
 	e.startProjector("p1")
 
 	type want struct {
@@ -93,7 +121,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 			}
 		}
 	}
-	checked := 0
+	checked, largest := 0, 0
 	for _, w := range wants {
 		if !w.exp.OK {
 			p := e.waitStored(w.id, func(p Projection) bool { return p.Error != nil })
@@ -119,6 +147,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 			continue
 		}
 		for i := range r.Messages {
+			largest = max(largest, len(r.Messages[i]))
 			if !jsonEqual(r.Messages[i], w.exp.Messages[i]) {
 				t.Errorf("%s: message %d differs:\n got %s\nwant %s", w.id, i, r.Messages[i], w.exp.Messages[i])
 				break
@@ -164,6 +193,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 		t.Fatal("no session was checked")
 	}
 	t.Logf("%d recorded sessions projected and checked against the reference", checked)
+	return largest
 }
 
 // jsonEqual compares two JSON values semantically (object key order aside).

@@ -45,6 +45,7 @@ type nodeLog struct {
 	token  string                  // the session's subject token
 	mu     sync.Mutex              // one reader of this session at a time
 	events map[int64]session.Event // surface-eligible events by seq (owned copies)
+	at     map[int64]uint64        // the stream seq of each one's record
 	last   uint64                  // stream seq of the last record read (0: none)
 	lastAt time.Time               // the server's timestamp of that record: its identity with last
 	next   int64                   // event seq the next record must start at
@@ -73,7 +74,7 @@ func (c *nodeCache) entry(id string) *nodeLog {
 		return l
 	}
 	tok, _ := ajs.Token(id)
-	l := &nodeLog{id: id, token: tok, events: map[int64]session.Event{}}
+	l := &nodeLog{id: id, token: tok, events: map[int64]session.Event{}, at: map[int64]uint64{}}
 	l.elem = c.lru.PushFront(l)
 	c.byID[id] = l
 	c.mu.Unlock()
@@ -108,7 +109,8 @@ func (c *nodeCache) evict(l *nodeLog) {
 	c.size -= l.size
 }
 
-// events returns the session's events at the given seqs (surface nodes), reading the records
+// events returns the session's events at the given seqs (surface nodes), with the stream seq of
+// each one's record, reading the records
 // appended since the previous call. When what it holds is not this log's prefix any more (the
 // log was purged and rewritten), or when recheck is set (the nodes are the projection's, so they
 // must all be there) and a node is missing, it reads the whole log again, once. Nodes named by a
@@ -118,32 +120,32 @@ func (c *nodeCache) evict(l *nodeLog) {
 // the caller; nil: unknown). When the cache has read this incarnation's log up to that position
 // or beyond, the record it read last is still there (checkLast: one get) and it holds every
 // node, it answers without reading the log: no record the projection folded is missing from it.
-func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, error) {
+func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, map[int64]uint64, error) {
 	var l *nodeLog
 	if c.max <= 0 {
 		tok, _ := ajs.Token(id)
-		l = &nodeLog{id: id, token: tok, events: map[int64]session.Event{}} // keep nothing: a private, uncached read
+		l = &nodeLog{id: id, token: tok, events: map[int64]session.Event{}, at: map[int64]uint64{}} // keep nothing: a private, uncached read
 	} else {
 		l = c.entry(id)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c.m.cache("query", l.last != 0)
-	hold := func() map[int64]session.Event {
+	hold := func() (map[int64]session.Event, map[int64]uint64, error) {
 		// A copy of the index: the caller derives while other queries may update l.
-		out := make(map[int64]session.Event, len(nodes))
+		out, at := make(map[int64]session.Event, len(nodes)), make(map[int64]uint64, len(nodes))
 		for _, seq := range nodes {
 			if ev, ok := l.events[seq]; ok {
-				out[seq] = ev
+				out[seq], at[seq] = ev, l.at[seq]
 			}
 		}
-		return out
+		return out, at, nil
 	}
 	missing := func() bool {
 		return slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
 	}
 	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() && c.checkLast(ctx, store, l) == nil {
-		return hold(), nil
+		return hold()
 	}
 	for attempt := 0; ; attempt++ {
 		err := c.update(ctx, store, l)
@@ -153,14 +155,14 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		l.inc = ""
 		if pos != nil && l.last >= pos.StreamSeq {
 			l.inc = pos.Incarnation // read to the projection's position of this incarnation's log
 		}
 		if !missing() || !recheck || attempt > 0 || l.last == 0 {
-			return hold(), nil
+			return hold()
 		}
 		c.reset(l)
 	}
@@ -182,7 +184,7 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 				continue
 			}
 			own := owned(ev)
-			l.events[ev.Seq] = own
+			l.events[ev.Seq], l.at[ev.Seq] = own, streamSeq
 			added += int64(len(own.Data)+len(own.SurfaceOp)+len(own.SourceEventSeqs)+len(own.Time)) + eventOverhead
 		}
 		l.last, l.next = streamSeq, evs[len(evs)-1].Seq+1
@@ -237,7 +239,7 @@ func (c *nodeCache) reset(l *nodeLog) {
 	c.mu.Lock()
 	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
-	l.events, l.last, l.next, l.lastAt, l.inc = map[int64]session.Event{}, 0, 0, time.Time{}, ""
+	l.events, l.at, l.last, l.next, l.lastAt, l.inc = map[int64]session.Event{}, map[int64]uint64{}, 0, 0, time.Time{}, ""
 	c.account(l, -freed)
 }
 

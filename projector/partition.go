@@ -481,7 +481,20 @@ func (w *worker) handle(msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	events, decodeErr := ajs.DecodeRecord(h, msg.Data())
+	// Offloaded events are read from agentlog_blobs: a blob that is missing or differs is the log's
+	// fault (a *session.Error, rule record-blob); failing to reach the bucket is transient.
+	events, decodeErr := p.store.DecodeRecord(w.ctx, h, msg.Data())
+	if se := (*session.Error)(nil); decodeErr != nil && !errors.As(decodeErr, &se) {
+		if !w.retry("decode "+id, func() error {
+			events, decodeErr = p.store.DecodeRecord(w.ctx, h, msg.Data())
+			if decodeErr != nil && !errors.As(decodeErr, &se) {
+				return decodeErr
+			}
+			return nil
+		}) {
+			return
+		}
+	}
 	if decodeErr == nil && h.Get(ajs.HeaderSession) != token {
 		decodeErr = session.NewError(id, events[0].Seq, 0, session.RuleRecordSession,
 			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject()))

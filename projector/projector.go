@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,7 +53,17 @@ type Options struct {
 	// writer's append span carried in the record's headers) and of queries ("agentlog.query
 	// <endpoint>"). Default otel.GetTracerProvider() (no-op unless the SDK is set up).
 	TracerProvider trace.TracerProvider
+	// BlobGCInterval is how often the instance that owns partition 0 removes the orphan blobs of
+	// agentlog_blobs (jetstream.Store.CollectBlobs with BlobGrace): offloaded events whose record
+	// was never written. Default DefaultBlobGCInterval (1 h); negative: never.
+	BlobGCInterval time.Duration
+	// BlobGrace is the age an orphan blob must reach before it is removed (default and minimum:
+	// jetstream.DefaultBlobGrace and jetstream.MinBlobGrace).
+	BlobGrace time.Duration
 }
+
+// DefaultBlobGCInterval is the default Options.BlobGCInterval.
+const DefaultBlobGCInterval = time.Hour
 
 // Projector folds the sessions of the AGENTLOG stream into their units' states in the
 // agentlog_projections KV bucket and serves the agentlog-query micro service; instances divide the
@@ -76,6 +87,7 @@ type Projector struct {
 	memberState
 	foldState
 	queryState
+	blobGC
 }
 
 // memberState is the membership of an instance: its lease in MembersBucket and the loops that
@@ -148,6 +160,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 		logger:      logger.With("component", "projector", "instance", name),
 		registry:    reg,
 		memberState: memberState{memberKey: memberKey, memberTTL: opts.MemberTTL},
+		blobGC:      blobGC{interval: opts.BlobGCInterval, grace: opts.BlobGrace},
 		foldState:   foldState{cacheSessions: opts.CacheSessions, flushInterval: opts.FlushInterval, workers: map[int]*worker{}},
 		queryState: queryState{
 			slots: make(chan struct{}, 256),
@@ -165,6 +178,10 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	if p.memberTTL <= 0 {
 		p.memberTTL = DefaultMemberTTL
 	}
+	if p.blobGC.interval == 0 {
+		p.blobGC.interval = DefaultBlobGCInterval
+	}
+	p.blobGC.grace = max(cmp.Or(p.blobGC.grace, ajs.DefaultBlobGrace), ajs.MinBlobGrace)
 	switch cb := opts.QueryCacheBytes; {
 	case cb == 0:
 		p.nodes = newNodeCache(DefaultQueryCacheBytes)
@@ -229,6 +246,10 @@ func (p *Projector) Start(ctx context.Context) error {
 	p.loop.Add(2)
 	go p.membership(mctx)
 	go p.heartbeat(mctx)
+	if p.blobGC.interval > 0 {
+		p.loop.Add(1)
+		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
+	}
 	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", client.QueryService)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -17,11 +18,12 @@ import (
 func (p *Projector) answerMessages(ctx context.Context, r responder, q query, proj Projection, raw []byte) {
 	tooLarge := proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
 	var folded map[int64]session.Event // the surface events read by foldLog
+	var at map[int64]uint64            // the stream seq of each one's record
 	if tooLarge && q.Nodes == nil {
 		// The session's surface is larger than the stored state may be: fold its log here, for
 		// this query (slower, but the history is still served).
 		var ok bool
-		if proj, folded, ok = p.foldLog(ctx, r, q); !ok {
+		if proj, folded, at, ok = p.foldLog(ctx, r, q); !ok {
 			return
 		}
 	}
@@ -45,7 +47,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 		if folded == nil && stored.Log != nil && stored.Log.Incarnation == "" {
 			stored.Log = nil // a session without an incarnation: its log cannot be told from a re-created one
 		}
-		if events, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil, stored.Log); err != nil {
+		if events, at, err = p.nodes.events(ctx, p.store, q.Session, nodes, q.Nodes == nil, stored.Log); err != nil {
 			r.fail(client.CodeInternal, fmt.Sprintf("session %q: %v", q.Session, err))
 			return
 		}
@@ -85,6 +87,9 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 	}
 	// Room for `,"partial":k` too, in case the reply cannot cover every node.
 	size := int64(len(envelope) + len(`,"partial":`) + len(strconv.Itoa(len(nodes))))
+	// A message larger than this fits on no page, not even alone on the smallest one: with
+	// q.External it is listed for the client to derive from the log, else the query fails 413.
+	alone := limit - int64(len(`,"partial":0,"external":[]`)) - smallestPage(reply)
 	covered := len(nodes)
 	for i, seq := range nodes {
 		msgs, err := session.DeriveMessages([]int64{seq}, byseq)
@@ -103,6 +108,21 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 		}
 		if !first {
 			add += int64(len(strconv.FormatInt(seq, 10))) + 1 // the node and its comma
+		}
+		if q.External && add > alone {
+			x := client.ExternalMessage{Index: len(reply.Messages) + len(reply.External), Node: seq, StreamSeq: at[seq]}
+			xb, _ := json.Marshal(x)
+			if add = int64(len(xb)) + 1; !first {
+				add += int64(len(strconv.FormatInt(seq, 10))) + 1
+			}
+			if len(reply.External) == 0 {
+				add += int64(len(`,"external":[]`))
+			}
+			if size+add <= limit {
+				size += add
+				reply.External = append(reply.External, x)
+				continue
+			}
 		}
 		if size+add > limit {
 			if i == 0 && !first {
@@ -129,6 +149,14 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 	r.respond(b)
 }
 
+// smallestPage is the size of the smallest page of reply's session: a continuation page with one
+// node of the largest seq and no messages.
+func smallestPage(reply client.MessagesReply) int64 {
+	reply.Nodes, reply.Messages, reply.External = []int64{math.MaxInt64}, []json.RawMessage{}, nil
+	b, _ := encodeReply(reply)
+	return int64(len(b))
+}
+
 // foldLog folds the whole log of q's session into a surface, for a session whose stored messages
 // state stopped with session.RuleStateTooLarge, and returns it with the log's surface-eligible events (all
 // that deriving its messages reads). The log is streamed record by record and only those events
@@ -136,7 +164,7 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 // large by definition. With minSeq, it first waits for the log to reach it. Both waits end at
 // q's deadline. It has answered (false) when the log breaks a rule, cannot be read, or does not
 // reach minSeq in time.
-func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projection, map[int64]session.Event, bool) {
+func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projection, map[int64]session.Event, map[int64]uint64, bool) {
 	deadline := q.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
@@ -163,7 +191,7 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 			select {
 			case <-dctx.Done():
 				gone()
-				return Projection{}, nil, false
+				return Projection{}, nil, nil, false
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -173,9 +201,9 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 		defer func() { <-p.folds }()
 	case <-dctx.Done():
 		gone()
-		return Projection{}, nil, false
+		return Projection{}, nil, nil, false
 	}
-	kept := map[int64]session.Event{}
+	kept, at := map[int64]session.Event{}, map[int64]uint64{}
 	byseq := func(seq int64) (session.Event, error) {
 		if ev, ok := kept[seq]; ok {
 			return ev, nil
@@ -184,14 +212,14 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 	}
 	surf := session.NewSurface()
 	var refused error
-	_, err := p.store.ReadRecords(ctx, q.Session, func(_ uint64, evs []session.Event) error {
+	_, err := p.store.ReadRecords(ctx, q.Session, func(streamSeq uint64, evs []session.Event) error {
 		for _, ev := range evs {
 			if err := surf.Apply(q.Session, ev, byseq); err != nil {
 				refused = err
 				return err
 			}
 			if session.SurfaceEligible(ev.Type) {
-				kept[ev.Seq] = owned(ev)
+				kept[ev.Seq], at[ev.Seq] = owned(ev), streamSeq
 			}
 		}
 		return nil
@@ -199,10 +227,10 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 	switch {
 	case refused != nil:
 		r.fail(client.CodeStopped, fmt.Sprintf("session %q: %v", q.Session, refused))
-		return Projection{}, nil, false
+		return Projection{}, nil, nil, false
 	case err != nil:
 		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading the log: %v", q.Session, err))
-		return Projection{}, nil, false
+		return Projection{}, nil, nil, false
 	}
-	return fromSurface(surf), kept, true
+	return fromSurface(surf), kept, at, true
 }

@@ -19,8 +19,8 @@ import (
 )
 
 // QueryServiceVersion is the version of the agentlog-query micro service (client.client.QueryService).
-// 0.2.0: paged messages replies (partial, nodes).
-const QueryServiceVersion = "0.2.0"
+// 0.2.0: paged messages replies (partial, nodes). 0.3.0: external messages (a message too large for a reply).
+const QueryServiceVersion = "0.3.0"
 
 // query is a request being answered: the wire request, and when its wait for minSeq ends (set
 // once, when the request arrives).

@@ -93,7 +93,16 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 	add("Open already open", err)
 	add("Append bad seq", w.Append(ev(t, `{"type":"turn/start","seq":5,"time":1,"data":{"turn":1}}`)))
 	add("Append bad surfaceOp", w.Append(bad[1]))
-	add("Append oversized", w.Append(ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"pad":"`+strings.Repeat("x", int(e.store.MaxMsgSize))+`"}}`)))
+	capped, err := New(e.store, e.nc, Options{WriterID: "wcap", Now: clk.Now, MaxEventBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close(ctx)
+	wc, err := capped.Create(ctx, header("wcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("Append oversized", wc.Append(ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"pad":"`+strings.Repeat("x", 2048)+`"}}`)))
 
 	// A closed writer; a closed publisher.
 	if err := w.Close(ctx); err != nil {

@@ -185,7 +185,7 @@ func (e *env) records(t *testing.T, id string) []record {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, err := jetstream.DecodeRecord(msg.Headers(), msg.Data())
+			evs, err := e.store.DecodeRecord(ctx, msg.Headers(), msg.Data())
 			if err != nil {
 				t.Fatalf("record at stream seq %d does not decode: %v", md.Sequence.Stream, err)
 			}

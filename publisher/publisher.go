@@ -63,7 +63,8 @@ type Options struct {
 	Now      func() time.Time // clock for event times; default time.Now
 	Logger   *slog.Logger     // default slog.Default()
 
-	// AttemptTimeout bounds one try of a record write: the publish and its ack. A try that times
+	// AttemptTimeout bounds one try of a record write: the publish and its ack (plus a second per
+	// 4 MiB of event data, for the blobs of large events). A try that times
 	// out (a lost ack, a server restarting) is retried with the same Nats-Msg-Id, so it is
 	// deduplicated or found at the tail and never stored twice. Default 10 s.
 	AttemptTimeout time.Duration
@@ -97,6 +98,12 @@ type Options struct {
 	// U+FFFD, since model APIs refuse such strings (session/DEPARTURES.md). Ill-formed UTF-8 is
 	// replaced either way, as the reference's reading of a log replaces it.
 	KeepLoneSurrogates bool
+	// MaxEventBytes caps one event's encoded JSON line, in bytes: Append refuses a larger event at
+	// once with a *session.Error (rule event-too-large) that also matches
+	// jetstream.ErrEventTooLarge. An event too large for one record (the stream's max message
+	// size) is stored in the Object Store bucket agentlog_blobs and its record references it.
+	// Default jetstream.DefaultMaxEventBytes (64 MiB).
+	MaxEventBytes int64
 }
 
 // afterFunc runs f once d has elapsed and returns a stop function (like time.AfterFunc(d,f).Stop).
@@ -163,6 +170,11 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
+	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != store.MaxEventBytes {
+		st := *store // the Store is read only: this publisher's copy carries its cap
+		st.MaxEventBytes = opts.MaxEventBytes
+		store = &st
+	}
 	host, _ := os.Hostname()
 	p := &Publisher{
 		store:     store,
@@ -234,6 +246,9 @@ func checkOptions(store *jetstream.Store, opts Options) error {
 	}
 	if opts.MaxConcurrentWrites < 0 {
 		return fmt.Errorf("publisher: Options.MaxConcurrentWrites is %d, want > 0 (or 0 for the default)", opts.MaxConcurrentWrites)
+	}
+	if opts.MaxEventBytes < 0 {
+		return fmt.Errorf("publisher: Options.MaxEventBytes is %d, want > 0 (or 0 for the default %d)", opts.MaxEventBytes, jetstream.DefaultMaxEventBytes)
 	}
 	return nil
 }
@@ -562,7 +577,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			case <-cctx.Done():
 			}
 		}()
-		actx, cancel := context.WithTimeout(cctx, p.opts.AttemptTimeout)
+		actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(events))
 		res, err := p.store.Append(actx, id, guard, events, opts...)
 		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 		cancel()
@@ -640,6 +655,23 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 		maybeStored = false // fenced: the events are dropped
 	}
 	return seq, maybeStored, err
+}
+
+// minUploadRate is the slowest upload an attempt is given time for, bytes/s: a record whose events
+// are offloaded as blobs (tens of MiB) gets AttemptTimeout plus its bytes at this rate.
+const minUploadRate = 4 << 20
+
+// attemptTimeout bounds one try of writing events: AttemptTimeout, plus time to upload the events'
+// data at minUploadRate when they add up to more than a second of it (large events).
+func (p *Publisher) attemptTimeout(events []session.Event) time.Duration {
+	n := 0
+	for i := range events {
+		n += len(events[i].Data)
+	}
+	if n < minUploadRate {
+		return p.opts.AttemptTimeout
+	}
+	return p.opts.AttemptTimeout + time.Duration(n/minUploadRate)*time.Second
 }
 
 // unanswered reports whether a failed store.Append may have stored the record all the same: the

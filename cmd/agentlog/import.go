@@ -58,8 +58,8 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 				return err
 			}
 			defer nc.Close()
-			// The largest event is checked against the stream's max message size before anything
-			// is written (an event that could never be stored).
+			// The largest event is checked against --max-event-bytes before anything is written
+			// (one larger than a record is offloaded to agentlog_blobs; one over the cap never stored).
 			if err := store.CheckEventSize(h.ID, v.largest); err != nil {
 				return fmt.Errorf("%s: refused: %w; nothing was written", args[0], err)
 			}
@@ -92,6 +92,7 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 	}
 	c.Flags().StringVar(&id, "session", "", "session id (default: the log header's id)")
 	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","events","lastSeq"}`)
+	g.addMaxEventBytesFlag(c)
 	return c
 }
 

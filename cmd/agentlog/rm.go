@@ -14,8 +14,9 @@ func newRmCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "rm ID [--json]",
-		Short: "Delete a session: its records, metadata, projections, writer lease and error reports",
-		Long: `rm deletes session ID: its records in stream AGENTLOG (a purge of its subject), its metadata in
+		Short: "Delete a session: its records and blobs, metadata, projections, writer lease and error reports",
+		Long: `rm deletes session ID: its records in stream AGENTLOG (a purge of its subject) and the blobs of
+its offloaded events in agentlog_blobs, its metadata in
 agentlog_sessions, its projection states in agentlog_projections, its writer lease in agentlog_writers
 and its error reports in AGENTLOG_ERRORS. A live writer of the session is fenced: its next write
 fails. The id can then be created again, as a new session. It prints what it removed (--json: one
@@ -48,7 +49,7 @@ by running it again.`,
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","incarnation","metadata","records","events","projections","lease","errorReports"}`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","incarnation","metadata","records","events","projections","lease","errorReports","blobs"}`)
 	return c
 }
 
@@ -61,6 +62,7 @@ func printRemoved(g *globals, rm client.Removed) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  records:       %d (%d events)\n", rm.Records, rm.Events)
+	fmt.Fprintf(w, "  blobs:         %d\n", rm.Blobs)
 	meta := "none"
 	if rm.Metadata {
 		meta = "removed"

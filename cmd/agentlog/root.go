@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,8 @@ type globals struct {
 	natsURL string // without user info: resolve moves it into conn
 	conn    connFlags
 	timeout time.Duration
+	// maxEventBytes is --max-event-bytes of the commands that write events (0: not given there).
+	maxEventBytes int64
 
 	mu      sync.Mutex
 	refuse  context.CancelCauseFunc // cancels the running command (nil for services)
@@ -82,6 +85,7 @@ Quick start:
 		withMessagesWatch(g, newMessagesCmd(g)),
 		withIDResolution(g, newForkCmd(g)),
 		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
+		newGCCmd(g),
 		markOffline(newInspectCmd(g)),
 		markOffline(newDemoCmd(g)),
 		withUnitCompletion(newRebuildCmd(g)),
@@ -142,6 +146,28 @@ func (g *globals) natsOptions(name string) []nats.Option {
 	return append([]nats.Option{nats.Name(name), nats.ErrorHandler(g.asyncError)}, g.conn.opts...)
 }
 
+// addMaxEventBytesFlag gives a command that writes events the flag --max-event-bytes, which
+// connect applies to the Store it returns.
+func (g *globals) addMaxEventBytesFlag(c *cobra.Command) {
+	g.maxEventBytes = ajs.DefaultMaxEventBytes
+	c.Flags().Var((*positiveBytes)(&g.maxEventBytes), "max-event-bytes",
+		"refuse an event whose JSON line is larger than this many bytes (events larger than one record are stored in the Object Store bucket "+ajs.BlobsBucket+")")
+}
+
+// positiveBytes is an int64 flag value that must be > 0.
+type positiveBytes int64
+
+func (b *positiveBytes) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *positiveBytes) Type() string   { return "bytes" }
+func (b *positiveBytes) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("want a positive number of bytes, got %q", v)
+	}
+	*b = positiveBytes(n)
+	return nil
+}
+
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
 func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.Store, error) {
 	nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
@@ -156,6 +182,7 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.St
 		}
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
 	}
+	store.MaxEventBytes = g.maxEventBytes
 	return nc, store, nil
 }
 

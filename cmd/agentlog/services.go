@@ -63,6 +63,7 @@ credentials use the global account, as before. --http serves the server's monito
 				}
 			}
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
+			o.MaxEventBytes = g.maxEventBytes
 			if o.SystemUser != "" && o.SystemPassword == "" {
 				if o.SystemPassword, err = devSystemPassword(abs, o.SystemUser); err != nil {
 					return err
@@ -115,6 +116,7 @@ credentials use the global account, as before. --http serves the server's monito
 	addMetricsFlag(c, &metricsAddr)
 	c.Flags().StringVar(&ui.listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
 	ui.addFlags(c, "ui-allow-fork")
+	g.addMaxEventBytesFlag(c)
 	return c
 }
 
@@ -160,6 +162,7 @@ func newProjectorCmd(g *globals) *cobra.Command {
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
+	var blobGCInterval, blobGrace time.Duration
 	var metricsAddr string
 	c := &cobra.Command{
 		Use:   "projector [--name NAME] [--metrics-addr HOST:PORT]",
@@ -185,6 +188,9 @@ waited for.`,
 			if queryCacheMiB < 0 || queryCacheMiB > 1<<20 {
 				return &usageError{fmt.Errorf("--query-cache-mib must be 0..%d (1 TiB), got %d", 1<<20, queryCacheMiB)}
 			}
+			if blobGrace < ajs.MinBlobGrace {
+				return &usageError{fmt.Errorf("--blob-grace %s is below %s: an append in progress could lose its blob", blobGrace, ajs.MinBlobGrace)}
+			}
 			queryCache := queryCacheMiB << 20
 			if queryCache == 0 {
 				queryCache = -1 // keep nothing
@@ -196,7 +202,8 @@ waited for.`,
 			defer ob.Close()
 			defer nc.Close()
 			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
-				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache})
+				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
+				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
 			ob.register(p.Collector())
 			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
@@ -212,6 +219,9 @@ waited for.`,
 	c.Flags().DurationVar(&flush, "flush-interval", projector.DefaultFlushInterval, "longest a folded record waits for its checkpoint")
 	c.Flags().Int64Var(&queryCacheMiB, "query-cache-mib", projector.DefaultQueryCacheBytes>>20,
 		"MiB of user, assistant and tool-result events kept so that a messages query reads only the records appended since the session's last query (0: read the whole log each time)")
+	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
+		"how often the instance owning partition 0 removes orphan blobs of "+ajs.BlobsBucket+" (as agentlog gc does; negative: never)")
+	c.Flags().DurationVar(&blobGrace, "blob-grace", ajs.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
@@ -241,6 +251,7 @@ func newForkerCmd(g *globals) *cobra.Command {
 		},
 	}
 	addMetricsFlag(c, &metricsAddr)
+	g.addMaxEventBytesFlag(c)
 	return c
 }
 

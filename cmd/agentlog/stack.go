@@ -25,6 +25,8 @@ type stackOptions struct {
 	Forkers    int    // forker instances to run (0: none)
 	SyncAlways bool   // fsync every write
 	Logger     *slog.Logger
+	// MaxEventBytes caps one event's JSON line in the forkers' writes (0: the default).
+	MaxEventBytes int64
 
 	HTTP                       string // host:port of the server's monitoring endpoints ("": none)
 	SystemUser, SystemPassword string // the system account's user ("": none)
@@ -76,6 +78,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if s.store, err = ajs.Provision(ctx, js, ajs.Config{}); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
+	s.store.MaxEventBytes = o.MaxEventBytes
 	for i := 0; i < o.Projectors; i++ {
 		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
 		if err := p.Start(ctx); err != nil {

@@ -285,6 +285,27 @@ func TestMultiTenant(t *testing.T) {
 			t.Fatalf("viewer's live subscription to %s: %v", subj, err)
 		}
 
+		// An event larger than a record (offloaded to agentlog_blobs): the agent writes and reads it,
+		// the projector folds and serves it, the forker copies it, the viewer reads both, the
+		// operator removes them.
+		big := "big:" + strings.Repeat("L", 1<<20+512)
+		d.importLog(t, "A_AGENT_ARGS", smallLog("big", big))
+		if out := d.ok(t, "", "A_AGENT_ARGS", "messages", "big"); !strings.Contains(out, big) {
+			t.Fatalf("A's messages of a session with a large event: %d bytes", len(out))
+		}
+		d.ok(t, "", "A_AGENT_ARGS", "fork", "big", "--child", "big-fork")
+		for _, id := range []string{"big", "big-fork"} {
+			if out := d.ok(t, "", "A_VIEWER_ARGS", "events", id); !strings.Contains(out, big) {
+				t.Fatalf("viewer's events of %s: %d bytes", id, len(out))
+			}
+		}
+		if out := d.ok(t, "", "A_VIEWER_ARGS", "messages", "big-fork"); !strings.Contains(out, big) {
+			t.Fatalf("viewer's messages of the fork: %d bytes", len(out))
+		}
+		d.ok(t, "", "A_OPERATOR_ARGS", "rm", "big")
+		d.ok(t, "", "A_OPERATOR_ARGS", "rm", "big-fork")
+		d.ok(t, "", "A_OPERATOR_ARGS", "gc")
+
 		// The operator provisions (again: idempotent), rebuilds and removes.
 		d.ok(t, "", "A_OPERATOR_ARGS", "provision")
 		d.ok(t, "", "A_OPERATOR_ARGS", "rebuild", "messages")

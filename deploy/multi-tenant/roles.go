@@ -41,6 +41,7 @@ const (
 	projectionsKV = "KV_" + ajs.ProjectionsBucket
 	writersKV     = "KV_" + ajs.WritersBucket
 	membersKV     = "KV_" + projector.MembersBucket
+	blobsObj      = "OBJ_" + ajs.BlobsBucket
 )
 
 func e(subject, why string) Entry { return Entry{subject, why} }
@@ -52,7 +53,7 @@ func api(rest, why string) Entry { return Entry{"$JS.API." + rest, why} }
 // bucket, and reads replies on its inbox.
 func openEntries() []Entry {
 	var out []Entry
-	for _, s := range []string{ajs.StreamName, ajs.ErrorsStream, sessionsKV, projectionsKV, writersKV} {
+	for _, s := range []string{ajs.StreamName, ajs.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj} {
 		out = append(out, api("STREAM.INFO."+s, "jetstream.Open checks the stream's or bucket's settings"))
 	}
 	return out
@@ -71,6 +72,17 @@ var (
 	watchDelete  = api("CONSUMER.DELETE."+projectionsKV+".*", "deletes that consumer when the watch stops")
 	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
 	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
+	// Offloaded events (agentlog_blobs): reading one, writing one.
+	blobRead = []Entry{
+		api("DIRECT.GET."+blobsObj+".>", "an offloaded event's blob: its metadata (Object Store get)"),
+		api("CONSUMER.CREATE."+blobsObj+".>", "the blob's chunks: an ordered push consumer (Object Store get)"),
+		e("$JS.FC."+blobsObj+".>", "flow-control replies of that push consumer"),
+		api("CONSUMER.DELETE."+blobsObj+".*", "deletes that consumer when the blob is read"),
+	}
+	blobWrite = []Entry{
+		e("$O."+ajs.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes"),
+		api("STREAM.PURGE."+blobsObj, "an Object Store put that fails removes its partial chunks"),
+	}
 	// The listing (client.Sessions: sessions, status, id prefixes and completion).
 	listing = []Entry{
 		api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
@@ -113,7 +125,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, listing, openEntries()),
+			}, blobRead, blobWrite, listing, openEntries()),
 			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
@@ -124,7 +136,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				tailGet, leaderGet, metaGet,
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, listing, openEntries()),
+			}, blobRead, listing, openEntries()),
 			Subscribe: []Entry{inbox,
 				e(ajs.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
 			DenyPublish: projectorConsumers(partitions),
@@ -154,7 +166,10 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
 				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
 				watchCreate, watchFC, watchDelete,
-			}, openEntries()),
+				e("$O."+ajs.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
+				api("STREAM.PURGE."+blobsObj, "removes orphan blobs: purges their chunks"),
+				api("DIRECT.GET."+writersKV+".>", "the orphan collector leaves the sessions of live writers alone"),
+			}, blobRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil
@@ -167,7 +182,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
 				logConsumer, logNext, logDelete,
-			}, openEntries()),
+			}, blobRead, blobWrite, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil

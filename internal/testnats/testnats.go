@@ -25,7 +25,17 @@ type Env struct {
 // with cfg (zero values: the defaults). Everything is stopped at cleanup; failures end the test.
 func Start(t testing.TB, cfg ajs.Config) *Env {
 	t.Helper()
-	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: t.TempDir()})
+	return StartWith(t, natsdev.ServerOptions{}, cfg)
+}
+
+// StartWith is Start with server options (DataDir defaults to t.TempDir()), e.g. a small
+// MaxPayload.
+func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg ajs.Config) *Env {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	srv, err := natsdev.RunServer(opts)
 	if err != nil {
 		t.Fatalf("natsdev.RunServer: %v", err)
 	}

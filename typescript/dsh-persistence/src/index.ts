@@ -5,6 +5,7 @@
  * reads what dsh writes and dsh loads what the Go stack writes.
  * @module @agentlog/dsh-session-persistence
  */
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { Context, Service } from '@deepseek-ai/cordis'
@@ -24,8 +25,10 @@ import {
   type JetStreamClient, type JetStreamManager, type PubAck, type StoredMsg, type StreamConfig,
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
+import { Objm, type ObjectStore } from '@nats-io/obj'
 import {
-  AgentlogWireError, DEFAULT_PARTITIONS, HEADER_INCARNATION, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
+  AgentlogWireError, BLOBS_BUCKET, DEFAULT_MAX_EVENT_BYTES, DEFAULT_PARTITIONS, HEADER_BLOB, HEADER_FORMAT, RECORD_FORMAT_BLOBS,
+  blobHeaderValue, blobName, decodeEventLine, type BlobRef, HEADER_INCARNATION, ERRORS_PREFIX, ERRORS_STREAM, HEADER_EXPECTED_LAST_SUBJECT_SEQ,
   HEADER_MSG_ID, MAX_BATCH_RECORDS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET,
   STORE_FORMAT, STREAM_NAME, SUBJECT_PREFIX, WRITERS_BUCKET, decodeRecord, encodeLines, headerLine, headerWireSize,
   idFromToken, parseHeaderLine, partition, recordHeaders, token, type WireEvent,
@@ -37,6 +40,9 @@ export * from './wire.js'
 export const ERR_WRONG_LAST_SEQUENCE = 10071
 export const ERR_WRONG_LAST_SEQUENCE_CONSTANT = 10164
 export const ERR_BATCH_DUPLICATE_MSG_ID = 10201
+
+/** A record is published only while its blobs are younger than this, ms (jetstream.BlobMaxAgeAtPublish). */
+export const BLOB_MAX_AGE_AT_PUBLISH_MS = 5 * 60_000
 
 /** Default TTL of a writer lease, ms (the Go publisher's DefaultLeaseTTL). */
 export const DEFAULT_LEASE_TTL_MS = 10_000
@@ -61,6 +67,7 @@ export interface NamesConfig {
   sessionsBucket?: string
   errorsStream?: string
   errorsPrefix?: string
+  blobsBucket?: string
 }
 
 /** AGENTLOG_NATS_<name>, else the nats CLI's variable natsName, else undefined (empty counts as unset). */
@@ -127,6 +134,12 @@ export interface Config {
   /** Timeout of one JetStream request (publish, get), ms (default 10000). */
   requestTimeoutMs?: number
   /**
+   * Largest event accepted, in bytes of its JSON line (default 64 MiB, as the Go publisher's
+   * --max-event-bytes): a larger one is refused (rule event-too-large). An event larger than one
+   * record is stored in the Object Store bucket agentlog_blobs, its record naming it (PROTOCOL.md §4.1).
+   */
+  maxEventBytes?: number
+  /**
    * Create the stream and buckets when missing, with the settings `agentlog provision` uses
    * (default false: a missing stream is an error telling to run `agentlog provision`).
    */
@@ -153,8 +166,9 @@ const ConfigSchema: z<Config> = z.object({
   preparedSessionCacheSize: z.number().step(1).min(1).default(DEFAULT_PREPARED_SESSION_CACHE_SIZE),
   requestTimeoutMs: z.number().min(1),
   leaseTtlMs: z.number().step(1).min(0),
+  maxEventBytes: z.number().step(1).min(1),
   provision: z.union([z.boolean(), z.object({ partitions: z.number(), maxMsgSize: z.number(), replicas: z.number() })]),
-  names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string() }),
+  names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string(), blobsBucket: z.string() }),
 }) as any
 
 /** A write fenced by the guard: another writer appended to the session first. Nothing was written. */
@@ -198,6 +212,10 @@ interface Store {
   writers?: KV
   partitions: number
   maxMsgSize: number
+  /** The server's max payload, bytes (a blob chunk is one message). */
+  maxPayload: number
+  /** agentlog_blobs, opened at its first use (a deployment without offloaded events need not have it). */
+  blobs?: Promise<ObjectStore>
   source: string
   /** Acked publishes of records and lease renewals, without nats.js's per-request machinery. */
   acks: AckMux
@@ -315,6 +333,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   /** Prefix of this instance's Nats-Msg-Id values. */
   readonly writerId: string
   private readonly names: Required<NamesConfig>
+  private readonly maxEventBytes: number
   private readonly ready: Promise<Store>
   private store?: Store
   private readonly tails = new Map<string, Tail>()
@@ -343,7 +362,9 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       errorsStream: config.names?.errorsStream ?? ERRORS_STREAM,
       errorsPrefix: config.names?.errorsPrefix ?? ERRORS_PREFIX,
       writersBucket: config.names?.writersBucket ?? WRITERS_BUCKET,
+      blobsBucket: config.names?.blobsBucket ?? BLOBS_BUCKET,
     }
+    this.maxEventBytes = config.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES
     this.leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS
     if (this.leaseTtlMs !== 0 && this.leaseTtlMs < 1000) {
       throw new Error(`agentlog session persistence: leaseTtlMs ${this.leaseTtlMs}: want 0 (no leases) or at least 1000`)
@@ -451,7 +472,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
           throw new Error(`KV bucket ${n.writersBucket} (writer leases) does not exist or cannot be read (run \`agentlog provision\`, or set leaseTtlMs: 0): ${(err as Error).message}`, { cause: err })
         }
       }
-      return { nc, js, jsm, sessions, writers, partitions: parts, maxMsgSize, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout) }
+      return { nc, js, jsm, sessions, writers, partitions: parts, maxMsgSize, maxPayload, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout) }
     } catch (err) {
       await nc.close().catch(() => {})
       throw new Error(`agentlog session persistence (${servers}): ${(err as Error).message}`, { cause: err })
@@ -510,6 +531,12 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         max_bytes: 256 << 20, max_age: 7 * 24 * 3600 * 1e9, max_msgs_per_subject: 1000,
         discard: 'old' as any, storage: 'file' as any, num_replicas: replicas, allow_direct: true,
       } as any).catch(async (err: unknown) => { if (!await exists(n.errorsStream)) throw err })
+    }
+    if (!await exists(`OBJ_${n.blobsBucket}`)) {
+      await new Objm(jetstream(nc)).create(n.blobsBucket, {
+        description: 'agentlog offloaded events: <token>/<seq>/<id>, the event\'s line, for events larger than one record',
+        storage: 'file' as any, replicas, compression: true,
+      }).catch(async (err: unknown) => { if (!await exists(`OBJ_${n.blobsBucket}`)) throw err })
     }
   }
 
@@ -628,7 +655,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     let events: WireEvent[]
     let records: number
     if (lastDec.info.firstSeq === 0) {
-      events = lastDec.events
+      this.checkSession(id, tok, lastDec.info.session)
+      events = await this.resolve(s, id, tok, lastDec, last.seq)
       records = 1
     } else {
       ({ events, records } = await this.readAll(s, id, subject, last.seq, signal))
@@ -658,8 +686,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         got++
         from = m.seq + 1
         if (m.seq > upTo) break
-        const { info, events: evs } = decodeRecord(k => m.header.values(k), m.string(), m.seq)
+        const dec = decodeRecord(k => m.header.values(k), m.string(), m.seq)
+        const info = dec.info
         this.checkSession(id, '', info.session)
+        const evs = await this.resolve(s, id, token(id), dec, m.seq)
         if (info.firstSeq !== events.length) {
           throw new AgentlogWireError(id, info.firstSeq, 'record-continue',
             `record at stream seq ${m.seq} starts at seq ${info.firstSeq}, but the records before it end at seq ${events.length - 1}`)
@@ -672,6 +702,78 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       }
     }
     return { events, records }
+  }
+
+  /** agentlog_blobs, opened once. */
+  private blobStore(s: Store): Promise<ObjectStore> {
+    s.blobs ??= new Objm(s.js).open(this.names.blobsBucket).catch((err: unknown) => {
+      s.blobs = undefined
+      throw new Error(`Object Store bucket ${this.names.blobsBucket} (offloaded events) does not exist or cannot be read (run \`agentlog provision\`): ${(err as Error).message}`, { cause: err })
+    })
+    return s.blobs
+  }
+
+  /**
+   * The events of a decoded record with its offloaded events read from agentlog_blobs (their
+   * size and SHA-256 checked against the record's Agentlog-Blob values). A blob that is missing
+   * or differs is an AgentlogWireError (rule record-blob) naming the session and the seq.
+   */
+  private async resolve(s: Store, id: string, tok: string, dec: ReturnType<typeof decodeRecord>, streamSeq: number): Promise<WireEvent[]> {
+    if (dec.blobs.length === 0) return dec.events
+    const os = await this.blobStore(s)
+    for (const { index, ref } of dec.blobs) {
+      const name = blobName(tok, ref)
+      const where = `record at stream seq ${streamSeq}: the event's blob ${name} in ${this.names.blobsBucket}`
+      let bytes: Uint8Array | null
+      try {
+        bytes = await os.getBlob(name)
+      } catch (err) {
+        throw new AgentlogWireError(id, ref.seq, 'record-blob', `${where} cannot be read: ${(err as Error).message}`)
+      }
+      if (bytes === null) throw new AgentlogWireError(id, ref.seq, 'record-blob', `${where} is missing`)
+      if (bytes.length !== ref.size || createHash('sha256').update(bytes).digest('hex') !== ref.sha256) {
+        throw new AgentlogWireError(id, ref.seq, 'record-blob', `${where} is ${bytes.length} bytes with another digest than its record names (${ref.size} bytes)`)
+      }
+      dec.events[index] = decodeEventLine(id, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8'), ref.seq, where)
+    }
+    return dec.events
+  }
+
+  /**
+   * Store the lines of events too large for any record of this window as blobs (new objects,
+   * PROTOCOL.md §4.1) and return them with the lines left empty; an event over maxEventBytes is
+   * refused first, so nothing is stored for a refused batch. budget is the body bytes a record
+   * of the window holds.
+   */
+  private async offload(s: Store, id: string, tok: string, events: readonly WireEvent[], lines: string[], budget: number): Promise<{ lines: string[]; blobs: { index: number; ref: BlobRef }[] }> {
+    const big: number[] = []
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i]!
+      if (3 * line.length <= Math.min(budget, this.maxEventBytes)) continue // UTF-8 takes at most 3 bytes per UTF-16 unit
+      const len = Buffer.byteLength(line)
+      if (len > this.maxEventBytes) {
+        throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large', `the event is ${len} bytes encoded, the max event size is ${this.maxEventBytes} bytes (maxEventBytes)`)
+      }
+      if (len > budget) big.push(i)
+    }
+    if (big.length === 0) return { lines, blobs: [] }
+    const os = await this.blobStore(s)
+    const chunk = Math.max(Math.min(128 * 1024, s.maxPayload - 1024), 512)
+    const blobs: { index: number; ref: BlobRef }[] = []
+    const out = lines.slice()
+    for (const i of big) {
+      const bytes = Buffer.from(lines[i]!, 'utf8')
+      const ref: BlobRef = { seq: events[i]!.seq, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex'), id: nuid.next() }
+      const name = blobName(tok, ref)
+      try {
+        await os.putBlob({ name, options: { max_chunk_size: chunk } }, bytes)
+      } catch (err) {
+        throw new Error(`agentlog: session ${JSON.stringify(id)} seq ${ref.seq}: store the event's ${ref.size} bytes as blob ${name} in ${this.names.blobsBucket}: ${(err as Error).message}`, { cause: err })
+      }
+      blobs.push({ index: i, ref })
+      out[i] = ''
+    }
+    return { lines: out, blobs }
   }
 
   async readStoredRevision(id: SessionId, signal?: AbortSignal): Promise<SessionPersistenceRevision | undefined> {
@@ -834,7 +936,30 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     events: readonly WireEvent[], lines: string[]): Promise<PubAck> {
     const first = events[0]!.seq
     const limit = s.maxMsgSize
-    const pairs = recordHeaders(tok, first, events.length)
+    const n = events.length
+    // Worst-case headers of any record of a split of this window (every number at its widest).
+    const worst = recordHeaders(tok, events[n - 1]!.seq, n)
+    worst.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, `${msgId}~${n}`],
+      ['Nats-Batch-Id', 'x'.repeat(22)], ['Nats-Batch-Sequence', String(n)], ['Nats-Batch-Commit', '1'])
+    const budget = limit - headerWireSize(worst)
+    // An event no record of the window can hold goes to agentlog_blobs first, then its record
+    // (written again when that took so long that a collector could take the blobs for orphans).
+    const started = Date.now()
+    let off = await this.offload(s, id, tok, events, lines, budget)
+    if (off.blobs.length > 0 && Date.now() - started > BLOB_MAX_AGE_AT_PUBLISH_MS) off = await this.offload(s, id, tok, events, lines, budget)
+    lines = off.lines
+    const blobAt = new Map(off.blobs.map(b => [b.index, b.ref]))
+    const withBlobs = (h: [string, string][], a: number, b: number): [string, string][] => {
+      for (let i = a; i < b; i++) {
+        const ref = blobAt.get(i)
+        if (ref === undefined) continue
+        const f = h.findIndex(([k]) => k === HEADER_FORMAT)
+        h[f] = [HEADER_FORMAT, RECORD_FORMAT_BLOBS]
+        h.push([HEADER_BLOB, blobHeaderValue(ref)])
+      }
+      return h
+    }
+    const pairs = withBlobs(recordHeaders(tok, first, n), 0, n)
     pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
     // One UTF-8 encoding of the whole body, written line by line into one buffer.
     const body = encodeBody(lines, 0, lines.length)
@@ -842,16 +967,12 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       return s.acks.publish(subject, body, pairs)
     }
     // Split: cut into records within the limit, committed as one atomic batch (ADR-50).
-    const n = events.length
-    const worst = recordHeaders(tok, events[n - 1]!.seq, n)
-    worst.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, `${msgId}~${n}`],
-      ['Nats-Batch-Id', 'x'.repeat(22)], ['Nats-Batch-Sequence', String(n)], ['Nats-Batch-Commit', '1'])
-    const budget = limit - headerWireSize(worst)
     const parts: [number, number][] = []
     let from = 0
     let size = 0
     for (let i = 0; i < n; i++) {
-      const len = Buffer.byteLength(lines[i]!)
+      const ref = blobAt.get(i)
+      const len = ref !== undefined ? HEADER_BLOB.length + blobHeaderValue(ref).length + 4 : Buffer.byteLength(lines[i]!)
       if (len > budget) {
         throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large',
           `the event is ${len} bytes encoded (plus ${limit - budget} bytes of record headers), the max message size is ${limit} bytes`)
@@ -872,7 +993,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     }
     const record = (k: number): { data: Uint8Array; headers: MsgHdrs } => {
       const [a, b] = parts[k]!
-      const h = recordHeaders(tok, events[a]!.seq, b - a)
+      const h = withBlobs(recordHeaders(tok, events[a]!.seq, b - a), a, b)
       if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
       h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
       return { data: encodeBody(lines, a, b), headers: headersOf(h) }

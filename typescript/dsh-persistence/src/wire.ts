@@ -11,6 +11,9 @@ export const HEADER_FIRST_SEQ = 'Agentlog-First-Seq'
 export const HEADER_COUNT = 'Agentlog-Count'
 export const HEADER_FORMAT = 'Agentlog-Format'
 export const RECORD_FORMAT = '1'
+/** A record holding offloaded events (PROTOCOL.md §4.1): format 2, one Agentlog-Blob value each. */
+export const RECORD_FORMAT_BLOBS = '2'
+export const HEADER_BLOB = 'Agentlog-Blob'
 /** NATS control headers this package sends. */
 export const HEADER_MSG_ID = 'Nats-Msg-Id'
 export const HEADER_EXPECTED_LAST_SUBJECT_SEQ = 'Nats-Expected-Last-Subject-Sequence'
@@ -24,6 +27,10 @@ export const SESSIONS_BUCKET = 'agentlog_sessions'
 export const PROJECTIONS_BUCKET = 'agentlog_projections'
 export const WRITERS_BUCKET = 'agentlog_writers'
 export const ERRORS_STREAM = 'AGENTLOG_ERRORS'
+/** The Object Store bucket of offloaded events: object `<token>/<seq>/<id>` holds the event's line. */
+export const BLOBS_BUCKET = 'agentlog_blobs'
+/** Default cap on one event's encoded line, bytes (64 MiB), as the Go publisher's. */
+export const DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 export const ERRORS_PREFIX = 'agentlog.errors'
 export const META_PARTITIONS = 'agentlog.partitions'
 export const META_FORMAT = 'agentlog.format'
@@ -220,20 +227,68 @@ function single(values: HeaderValues, key: string, id: string, streamSeq: number
   throw new AgentlogWireError(id, -1, 'record-header', `record at stream seq ${streamSeq}: header ${key} has ${vs.length} values, want 1`)
 }
 
+/** An offloaded event: its seq, the size (bytes) and SHA-256 (hex) of its line, its object's id. */
+export interface BlobRef { seq: number; size: number; sha256: string; id: string }
+
+/** The Agentlog-Blob header value of a ref: "<seq> <size> <sha256 hex> <id>". */
+export function blobHeaderValue(ref: BlobRef): string {
+  return `${ref.seq} ${ref.size} ${ref.sha256} ${ref.id}`
+}
+
+/** The object name of a ref in agentlog_blobs: "<token>/<seq>/<id>". */
+export function blobName(tok: string, ref: BlobRef): string {
+  return `${tok}/${ref.seq}/${ref.id}`
+}
+
+/** Parse an Agentlog-Blob value (null when it is not canonical). */
+export function parseBlobRef(v: string): BlobRef | null {
+  const m = /^(0|[1-9][0-9]*) ([1-9][0-9]*) ([0-9a-f]{64}) ([0-9A-Za-z]{1,64})$/.exec(v)
+  if (m === null) return null
+  const seq = Number(m[1])
+  const size = Number(m[2])
+  if (!Number.isSafeInteger(seq) || !Number.isSafeInteger(size)) return null
+  return { seq, size, sha256: m[3]!, id: m[4]! }
+}
+
+/**
+ * Decode one event line of a record (or of a blob) that must hold seq `want`: a JSON object with
+ * type, seq, time and data. The event is a fresh object, keys in wire order.
+ */
+export function decodeEventLine(id: string, line: string, want: number, where: string): WireEvent {
+  let v: any
+  try { v = JSON.parse(line) } catch (err) {
+    throw new AgentlogWireError(id, want, 'record-event', `${where} is not JSON: ${(err as Error).message}`)
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v) || typeof v.type !== 'string' || v.type === ''
+    || typeof v.time !== 'number' || !Object.hasOwn(v, 'data')) {
+    throw new AgentlogWireError(id, want, 'record-event', `${where} lacks one of type, seq, time, data`)
+  }
+  if (v.seq !== want) {
+    throw new AgentlogWireError(id, want, 'record-seq', `${where} has seq ${String(v.seq)}, want ${want}`)
+  }
+  const ev: WireEvent = { type: v.type, seq: v.seq, time: v.time, data: v.data }
+  if (v.surfaceOp !== undefined) ev.surfaceOp = v.surfaceOp
+  if (v.sourceEventSeqs !== undefined) ev.sourceEventSeqs = v.sourceEventSeqs
+  if (v.ignorable === true) ev.ignorable = true
+  return ev
+}
+
 /**
  * Decode a stored record: checks Agentlog-Format, Agentlog-Session (a canonical token), decimal
  * First-Seq ≥ 0 and Count ≥ 1, Count lines, and consecutive seqs from First-Seq. Nats-* headers
- * are ignored. The events are fresh objects, keys in wire order.
+ * are ignored. The events are fresh objects, keys in wire order. A record of format 2 names its
+ * offloaded events in `blobs` (their lines are empty); their places in `events` hold placeholders
+ * until the caller reads the blobs (see the backend's resolve) and puts the events there.
  */
-export function decodeRecord(values: HeaderValues, body: string, streamSeq: number): { info: RecordInfo; events: WireEvent[] } {
+export function decodeRecord(values: HeaderValues, body: string, streamSeq: number): { info: RecordInfo; events: WireEvent[]; blobs: { index: number; ref: BlobRef }[] } {
   const tok = single(values, HEADER_SESSION, '?', streamSeq)
   let id: string
   try { id = idFromToken(tok) } catch (err) {
     throw new AgentlogWireError(tok, -1, 'record-session', `record at stream seq ${streamSeq}: header ${HEADER_SESSION}: ${(err as Error).message}`)
   }
   const fmt = single(values, HEADER_FORMAT, id, streamSeq)
-  if (fmt !== RECORD_FORMAT) {
-    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: header ${HEADER_FORMAT} is ${JSON.stringify(fmt)}, this code reads "${RECORD_FORMAT}"`)
+  if (fmt !== RECORD_FORMAT && fmt !== RECORD_FORMAT_BLOBS) {
+    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: header ${HEADER_FORMAT} is ${JSON.stringify(fmt)}, this code reads "${RECORD_FORMAT}" and "${RECORD_FORMAT_BLOBS}"`)
   }
   const fs = single(values, HEADER_FIRST_SEQ, id, streamSeq)
   const first = Number(fs)
@@ -245,31 +300,41 @@ export function decodeRecord(values: HeaderValues, body: string, streamSeq: numb
   if (!/^[1-9][0-9]*$/.test(cs) || !Number.isSafeInteger(count)) {
     throw new AgentlogWireError(id, first, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_COUNT} is ${JSON.stringify(cs)}, want a decimal integer ≥ 1`)
   }
-  const lines = body.length === 0 ? [] : body.split('\n')
+  const refs: BlobRef[] = []
+  const blobValues = values(HEADER_BLOB)
+  if ((blobValues.length > 0) !== (fmt === RECORD_FORMAT_BLOBS)) {
+    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: format ${JSON.stringify(fmt)} with ${blobValues.length} ${HEADER_BLOB} headers (format "${RECORD_FORMAT_BLOBS}" names offloaded events, format "${RECORD_FORMAT}" none)`)
+  }
+  for (const v of blobValues) {
+    const ref = parseBlobRef(v)
+    if (ref === null) {
+      throw new AgentlogWireError(id, first, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} value ${JSON.stringify(v)}, want "<seq> <size> <sha256 hex> <id>"`)
+    }
+    if (ref.seq < first || ref.seq >= first + count || (refs.length > 0 && ref.seq <= refs[refs.length - 1]!.seq)) {
+      throw new AgentlogWireError(id, ref.seq, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} names seq ${ref.seq}, out of order or outside the record's seqs ${first}..${first + count - 1}`)
+    }
+    refs.push(ref)
+  }
+  const lines = body.length === 0 && refs.length === 0 ? [] : body.split('\n')
   if (lines.length !== count) {
     throw new AgentlogWireError(id, first, 'record-count', `record at stream seq ${streamSeq}: header ${HEADER_COUNT} is ${count} but the body has ${lines.length} lines`)
   }
   const events = new Array<WireEvent>(count)
+  const blobs: { index: number; ref: BlobRef }[] = []
   for (let i = 0; i < count; i++) {
     const want = first + i
-    let v: any
-    try { v = JSON.parse(lines[i]!) } catch (err) {
-      throw new AgentlogWireError(id, want, 'record-event', `record at stream seq ${streamSeq}: line ${i + 1} is not JSON: ${(err as Error).message}`)
+    const ref = refs[blobs.length]
+    if (lines[i] === '' && ref !== undefined && ref.seq === want) {
+      blobs.push({ index: i, ref })
+      events[i] = { type: '', seq: want, time: 0, data: null } // a placeholder: the blob holds the event
+      continue
     }
-    if (typeof v !== 'object' || v === null || Array.isArray(v) || typeof v.type !== 'string' || v.type === ''
-      || typeof v.time !== 'number' || !Object.hasOwn(v, 'data')) {
-      throw new AgentlogWireError(id, want, 'record-event', `record at stream seq ${streamSeq}: line ${i + 1} lacks one of type, seq, time, data`)
-    }
-    if (v.seq !== want) {
-      throw new AgentlogWireError(id, want, 'record-seq', `record at stream seq ${streamSeq}: line ${i + 1} has seq ${String(v.seq)}, want ${want} (first seq ${first})`)
-    }
-    const ev: WireEvent = { type: v.type, seq: v.seq, time: v.time, data: v.data }
-    if (v.surfaceOp !== undefined) ev.surfaceOp = v.surfaceOp
-    if (v.sourceEventSeqs !== undefined) ev.sourceEventSeqs = v.sourceEventSeqs
-    if (v.ignorable === true) ev.ignorable = true
-    events[i] = ev
+    events[i] = decodeEventLine(id, lines[i]!, want, `record at stream seq ${streamSeq}: line ${i + 1}`)
   }
-  return { info: { session: id, firstSeq: first, count }, events }
+  if (blobs.length !== refs.length) {
+    throw new AgentlogWireError(id, refs[blobs.length]!.seq, 'record-blob', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} names seq ${refs[blobs.length]!.seq}, but its line is not empty`)
+  }
+  return { info: { session: id, firstSeq: first, count }, events, blobs }
 }
 
 /** The dsh session header fields agentlog stores (a dsh `SessionHeader`). */

@@ -8,6 +8,7 @@ import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
 import AgentlogSessionPersistence, { encodeEventLine, recordHeaders, sessionSubject, token, type WireEvent } from '../src/index.ts'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { Objm } from '@nats-io/obj'
 import { agentlog, agentlogConfig, agentlogResult, uniqueId } from './stack.ts'
 import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
@@ -77,6 +78,71 @@ describe('TS writes, Go reads', () => {
     expect(go.events).toEqual(events)
     const stored = await backend.loadStored(SessionId(id))
     expect(stored?.events).toEqual(events)
+  })
+})
+
+describe('large events (offloaded to agentlog_blobs)', () => {
+  // A turn whose tool result is `size` bytes of text, with small events around it.
+  const bigTurn = (size: number): SessionEvent[] => ([
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+    { type: 'user/message', seq: 1, time: 2, data: { id: 'u1', role: 'user', content: [{ type: 'text', text: 'read it' }], source: { kind: 'user' } }, surfaceOp: 'append' },
+    { type: 'step/start', seq: 2, time: 3, data: { turn: 1, step: 1 } },
+    { type: 'assistant/message', seq: 3, time: 4, data: { turn: 1, step: 1, message: { id: 'a1', role: 'assistant', content: [{ type: 'text', text: 'ok' }, { type: 'tool-call', id: 'c1', name: 'read', arguments: '{}' }], source: { kind: 'model', provider: 'p', model: 'm' } } }, surfaceOp: 'append', sourceEventSeqs: [] },
+    { type: 'tool/call', seq: 4, time: 5, data: { turn: 1, step: 1, callId: 'c1', name: 'read', arguments: '{}' } },
+    { type: 'tool/result', seq: 5, time: 6, data: { turn: 1, step: 1, message: { id: 'r1', role: 'user', content: [{ type: 'tool-result', toolCallId: 'c1', content: [{ type: 'text', text: 'é'.repeat(size / 2) }] }], source: { kind: 'tool', callId: 'c1' } } }, surfaceOp: 'append', sourceEventSeqs: [4] },
+    { type: 'step/end', seq: 6, time: 7, data: { turn: 1, step: 1 } },
+    { type: 'turn/end', seq: 7, time: 8, data: { turn: 1, reason: { kind: 'completed' } } },
+  ] as unknown as SessionEvent[])
+
+  it('TS writes a 3 MiB tool result with small siblings; Go reads the same bytes, and messages', async () => {
+    const id = uniqueId('ts-large')
+    const events = bigTurn(3 << 20)
+    await backend.create(metaFor(id, undefined))
+    await backend.append(SessionId(id), events)
+    const go = await goEvents(id)
+    expect(go.text).toBe(events.map(e => encodeEventLine(id, e as WireEvent) + '\n').join(''))
+    const messages = JSON.parse(await agentlog('messages', id))
+    expect(messages).toHaveLength(3)
+    expect(messages[2]).toEqual((events[5]!.data as any).message)
+    expect((await backend.loadStored(SessionId(id)))?.events).toEqual(events)
+  })
+
+  it('Go writes (agentlog import) a 3 MiB tool result; loadStored gives it back exactly', async () => {
+    const id = uniqueId('go-large')
+    const events = bigTurn(3 << 20)
+    const file = join(mkdtempSync(join(tmpdir(), 'dsh-large-')), 'session.jsonl')
+    writeFileSync(file, events.map(e => encodeEventLine(id, e as WireEvent) + '\n').join(''))
+    await agentlog('import', file, '--session', id)
+    expect((await backend.loadStored(SessionId(id)))?.events).toEqual(events)
+  })
+
+  it('a blob that is gone or differs is refused on load, naming the session, seq and rule', async () => {
+    const id = uniqueId('ts-lost-blob')
+    await backend.create(metaFor(id, undefined))
+    await backend.append(SessionId(id), bigTurn(2 << 20))
+    const os = await new Objm(await backend.connection()).open('agentlog_blobs')
+    const names: string[] = []
+    for (const o of await os.list()) if (o.name.startsWith(token(id) + '/')) names.push(o.name)
+    expect(names).toHaveLength(1)
+    await os.putBlob({ name: names[0]! }, new TextEncoder().encode('{"type":"x","seq":5,"time":1,"data":{}}'))
+    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 5: .*another digest.*record-blob/)
+    await os.delete(names[0]!)
+    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 5: .*is missing.*record-blob/)
+  })
+
+  it('an event over maxEventBytes is refused, naming the session, seq and rule, and nothing is stored', async () => {
+    const capped = new Context()
+    await capped.plugin(SessionStore)
+    const f = await capped.plugin(AgentlogSessionPersistence, agentlogConfig({ maxEventBytes: 1 << 20 }))
+    try {
+      const b = capped.sessionPersistence as AgentlogSessionPersistence
+      const id = uniqueId('ts-capped')
+      const meta = metaFor(id, undefined)
+      await expect(b.appendBatch(meta, bigTurn(2 << 20), false)).rejects.toThrow(/seq 5: the event is \d+ bytes encoded, the max event size is 1048576 bytes .*event-too-large/)
+      expect(await b.loadStored(SessionId(id))).toBeUndefined()
+    } finally {
+      await f.dispose()
+    }
   })
 })
 

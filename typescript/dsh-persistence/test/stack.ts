@@ -22,13 +22,14 @@ export function isolatedConfig(extra: Partial<Config> = {}): { config: Config; n
     errorsStream: `ALTEST_${n}_ERRORS`,
     errorsPrefix: `altest.${n}.errors`,
     writersBucket: `altest_${n}_writers`,
+    blobsBucket: `altest_${n}_blobs`,
   }
   const config: Config = { servers: natsUrl(), names, provision: { partitions: 4 }, ...extra }
   const cleanup = async () => {
     const nc = await connect({ servers: natsUrl() })
     try {
       const jsm = await jetstreamManager(nc)
-      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream]) {
+      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream, `OBJ_${names.blobsBucket}`]) {
         await jsm.streams.delete(s).catch(() => {})
       }
     } finally {

@@ -62,6 +62,32 @@ describe('records', () => {
     expect(bad('Agentlog-Count', ['2'], '{"type":"a","seq":4,"time":1}\n{}')).toThrow(/record-event/)
   })
 
+  it('decodes a format 2 record: offloaded events are named by Agentlog-Blob and their lines are empty', () => {
+    const sha = 'ab'.repeat(32)
+    const h = new Map<string, string[]>(recordHeaders('s', 4, 3).map(([k, v]) => [k, [v]]))
+    h.set('Agentlog-Format', ['2'])
+    h.set('Agentlog-Blob', [`5 1000 ${sha} NUID5`])
+    const values = (m: Map<string, string[]>) => (k: string) => m.get(k) ?? []
+    const body = '{"type":"a","seq":4,"time":1,"data":{}}\n\n{"type":"b","seq":6,"time":2,"data":[]}'
+    const dec = decodeRecord(values(h), body, 7)
+    expect(dec.blobs).toEqual([{ index: 1, ref: { seq: 5, size: 1000, sha256: sha, id: 'NUID5' } }])
+    expect(dec.events.map(e => e.seq)).toEqual([4, 5, 6])
+    const bad = (k: string, v: string[] | undefined, b = body) => {
+      const m = new Map(h)
+      if (v === undefined) m.delete(k); else m.set(k, v)
+      return () => decodeRecord(values(m), b, 7)
+    }
+    expect(bad('Agentlog-Format', ['1'])).toThrow(/record-format/)
+    expect(bad('Agentlog-Blob', undefined)).toThrow(/record-format/)
+    expect(bad('Agentlog-Blob', [`5 1000 ${sha}`])).toThrow(/record-header/)
+    expect(bad('Agentlog-Blob', [`9 1000 ${sha} N`])).toThrow(/record-header/)
+    // A named line that is not empty: refused (never read as the event in place of its blob).
+    const full = '{"type":"a","seq":4,"time":1,"data":{}}\n{"type":"x","seq":5,"time":1,"data":{}}\n{"type":"b","seq":6,"time":2,"data":[]}'
+    expect(bad('Agentlog-Count', ['3'], full)).toThrow(/record-blob/)
+    // An empty line nobody names: not an event.
+    expect(bad('Agentlog-Blob', [`4 1000 ${sha} N`])).toThrow(/record-event/)
+  })
+
   it('counts header bytes as NATS sends them', () => {
     expect(headerWireSize([['A', 'b']])).toBe('NATS/1.0\r\nA: b\r\n\r\n'.length)
   })

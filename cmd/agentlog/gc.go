@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func newGCCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var grace time.Duration
+	c := &cobra.Command{
+		Use:   "gc [--grace DURATION] [--json]",
+		Short: "Remove orphan blobs: offloaded events whose record was never written",
+		Long: `gc removes the orphans of the Object Store bucket agentlog_blobs: blobs older than --grace that no
+stored record references, of sessions without a live writer. An append stores an offloaded event's
+blob before its record, so a writer killed between the two (or a retry whose first try was stored)
+leaves one behind. Blobs of committed records are never removed (agentlog rm removes those with their
+session). --grace must leave time for an append in progress: at least ` + ajs.MinBlobGrace.String() + `. It prints what it
+kept and removed (--json: one JSON object).`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if grace < ajs.MinBlobGrace {
+				return &usageError{fmt.Errorf("--grace %s is below %s: an append in progress could lose its blob", grace, ajs.MinBlobGrace)}
+			}
+			nc, store, err := g.connect(cmd.Context(), "agentlog-gc")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := store.CollectBlobs(ctx, grace)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, c, false)
+			}
+			fmt.Fprintf(g.stdout, "%s: %d blobs, %d removed (orphans older than %s)\n", ajs.BlobsBucket, c.Blobs, len(c.Removed), grace)
+			fmt.Fprintf(g.stdout, "  kept: %d referenced by a record, %d younger than the grace, %d of a live writer, %d not agentlog's\n", c.Used, c.Young, c.Live, c.Foreign)
+			for _, name := range c.Removed {
+				fmt.Fprintf(g.stdout, "  removed %s\n", name)
+			}
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&grace, "grace", ajs.DefaultBlobGrace, "remove only orphans older than this")
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"blobs","young","live","used","foreign","removed","sessions"}`)
+	return c
+}

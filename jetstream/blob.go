@@ -1,0 +1,333 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Offloaded events (docs/PROTOCOL.md §4.1). An event whose encoded line does not fit in one record
+// is stored as an object of the Object Store bucket BlobsBucket; its record (format
+// RecordFormatBlobs) carries an empty line in its place and one HeaderBlob value naming it.
+const (
+	BlobsBucket       = "agentlog_blobs"
+	HeaderBlob        = "Agentlog-Blob" // one value per offloaded event: "<seq> <size> <sha256 hex> <id>"
+	RecordFormatBlobs = "2"             // Agentlog-Format of a record that holds offloaded events
+
+	// DefaultMaxEventBytes is the default cap on one event's encoded line, bytes (64 MiB): a larger
+	// event is refused (ErrEventTooLarge, rule event-too-large) whether or not it could be offloaded.
+	DefaultMaxEventBytes = 64 << 20
+
+	// BlobMaxAgeAtPublish: an append publishes its record only while the blobs it wrote are younger
+	// than this; an attempt that took longer (a paused process) writes them again first. With
+	// CollectBlobs' grace far above it, a blob is never collected before its record is committed.
+	BlobMaxAgeAtPublish = 5 * time.Minute
+	// DefaultBlobGrace is how old an unreferenced blob must be before CollectBlobs removes it
+	// (ARCHITECTURE.md, "Large events").
+	DefaultBlobGrace = time.Hour
+	// MinBlobGrace is the smallest grace `agentlog gc` accepts.
+	MinBlobGrace = 2 * BlobMaxAgeAtPublish
+)
+
+// BlobRef names an offloaded event: its seq, the size of its encoded line in bytes, the line's
+// SHA-256, and the unique id (a nuid) of the object that holds it, BlobName(token, ref) in
+// BlobsBucket. Each write of a blob makes a new object, so no object is ever overwritten.
+type BlobRef struct {
+	Seq    int64
+	Size   int64
+	SHA256 [sha256.Size]byte
+	ID     string
+}
+
+// BlobName is the object name of ref in session token's namespace: "<token>/<seq>/<id>".
+func BlobName(token string, ref BlobRef) string {
+	return token + "/" + strconv.FormatInt(ref.Seq, 10) + "/" + ref.ID
+}
+
+// headerValue is ref's HeaderBlob value: "<seq> <size> <sha256 hex> <id>".
+func (ref BlobRef) headerValue() string {
+	return strconv.FormatInt(ref.Seq, 10) + " " + strconv.FormatInt(ref.Size, 10) + " " + hex.EncodeToString(ref.SHA256[:]) + " " + ref.ID
+}
+
+// blobHeaderBytes is what one HeaderBlob value adds to a record's headers on the wire.
+func (ref BlobRef) blobHeaderBytes() int { return len(HeaderBlob) + len(ref.headerValue()) + 4 }
+
+// validBlobID: 1..64 bytes of [0-9A-Za-z].
+func validBlobID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseBlobRef parses a HeaderBlob value; ok is false when it is not canonical.
+func parseBlobRef(v string) (BlobRef, bool) {
+	f := strings.Split(v, " ")
+	if len(f) != 4 {
+		return BlobRef{}, false
+	}
+	seq, err1 := strconv.ParseInt(f[0], 10, 64)
+	size, err2 := strconv.ParseInt(f[1], 10, 64)
+	sum, err3 := hex.DecodeString(f[2])
+	if err1 != nil || err2 != nil || err3 != nil || seq < 0 || size < 1 || len(sum) != sha256.Size || !validBlobID(f[3]) ||
+		strconv.FormatInt(seq, 10) != f[0] || strconv.FormatInt(size, 10) != f[1] || hex.EncodeToString(sum) != f[2] {
+		return BlobRef{}, false
+	}
+	ref := BlobRef{Seq: seq, Size: size, ID: f[3]}
+	copy(ref.SHA256[:], sum)
+	return ref, true
+}
+
+// ParseBlobName splits an object name of BlobsBucket into the session token and the ref's seq
+// and id (Size and SHA256 are left zero); ok is false for a name agentlog did not make.
+func ParseBlobName(name string) (token string, ref BlobRef, ok bool) {
+	f := strings.Split(name, "/")
+	if len(f) != 3 {
+		return "", BlobRef{}, false
+	}
+	if _, err := IDFromToken(f[0]); err != nil {
+		return "", BlobRef{}, false
+	}
+	seq, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || seq < 0 || strconv.FormatInt(seq, 10) != f[1] || !validBlobID(f[2]) {
+		return "", BlobRef{}, false
+	}
+	return f[0], BlobRef{Seq: seq, ID: f[2]}, true
+}
+
+// blobLine is an offloaded event of a decoded record: its index among the record's events.
+type blobLine struct {
+	index int
+	ref   BlobRef
+}
+
+// eventTooLarge is ErrEventTooLarge as a *session.Error (rule event-too-large): errors.Is matches
+// both, errors.As finds the *session.Error.
+type eventTooLarge struct{ err *session.Error }
+
+func (e *eventTooLarge) Error() string   { return e.err.Error() }
+func (e *eventTooLarge) Unwrap() []error { return []error{e.err, ErrEventTooLarge} }
+
+func tooLargeErr(id string, seq int64, size, limit int64) error {
+	return &eventTooLarge{session.NewError(id, seq, 0, session.RuleEventTooLarge,
+		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes (--max-event-bytes)", ErrEventTooLarge, size, limit))}
+}
+
+// maxEventBytes is the store's cap on one encoded event line.
+func (s *Store) maxEventBytes() int64 {
+	if s.MaxEventBytes > 0 {
+		return s.MaxEventBytes
+	}
+	return DefaultMaxEventBytes
+}
+
+// checkMaxEventBytes refuses ev when its encoded line is over the cap. It encodes only when a quick
+// upper bound of the size passes the cap.
+func (s *Store) checkMaxEventBytes(id string, ev session.Event) error {
+	limit := s.maxEventBytes()
+	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)
+	if int64(upper) <= limit {
+		return nil
+	}
+	line, err := ev.AppendJSON(nil)
+	if err != nil {
+		return recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+	}
+	if int64(len(line)) > limit {
+		return tooLargeErr(id, ev.Seq, int64(len(line)), limit)
+	}
+	return nil
+}
+
+// testHookBlobsWritten, when set (tests only), runs after an append's blobs are stored and before
+// its record is published.
+var testHookBlobsWritten func(id string, refs []BlobRef)
+
+// offload stores lines[i] for each i in idx as new blobs of session id (token tok) and returns
+// their refs, in idx's order, and when the first was written. Its caller (offloadLarge) checked
+// the cap of every line first, so nothing is stored for an append that is refused.
+func (s *Store) offload(ctx context.Context, id, tok string, events []session.Event, lines [][]byte, idx []int) ([]blobLine, time.Time, error) {
+	if s.Blobs == nil {
+		i := idx[0]
+		return nil, time.Time{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded, more than one record holds (max message size %d bytes), and the store has no %s bucket to offload it to",
+			id, events[i].Seq, ErrEventTooLarge, len(lines[i]), s.MaxMsgSize, BlobsBucket)
+	}
+	start := time.Now()
+	out := make([]blobLine, len(idx))
+	for k, i := range idx {
+		ref := BlobRef{Seq: events[i].Seq, Size: int64(len(lines[i])), ID: nuid.Next()}
+		name := BlobName(tok, ref)
+		meta := natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: s.blobChunkSize()}}
+		info, err := s.Blobs.Put(ctx, meta, bytes.NewReader(lines[i]))
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("session %q seq %d: store the event's %d bytes as blob %s in %s: %w", id, ref.Seq, ref.Size, name, BlobsBucket, err)
+		}
+		// The Object Store hashed the bytes as it chunked them (its digest is SHA-256 too): hash
+		// them again only if its digest cannot be read.
+		if sum, ok := objectDigest(info); ok && int64(info.Size) == ref.Size {
+			ref.SHA256 = sum
+		} else {
+			ref.SHA256 = sha256.Sum256(lines[i])
+		}
+		out[k] = blobLine{index: i, ref: ref}
+	}
+	if testHookBlobsWritten != nil {
+		refs := make([]BlobRef, len(out))
+		for k, b := range out {
+			refs[k] = b.ref
+		}
+		testHookBlobsWritten(id, refs)
+	}
+	return out, start, nil
+}
+
+// objectDigest decodes an object's digest ("SHA-256=<base64url>"); ok is false for another form.
+func objectDigest(info *natsjs.ObjectInfo) (sum [sha256.Size]byte, ok bool) {
+	v, found := strings.CutPrefix(info.Digest, "SHA-256=")
+	if !found {
+		return sum, false
+	}
+	b, err := base64.URLEncoding.DecodeString(v)
+	if err != nil || len(b) != sha256.Size {
+		return sum, false
+	}
+	copy(sum[:], b)
+	return sum, true
+}
+
+// blobChunkSize is the chunk size of the blobs written: the Object Store's default 128 KiB, less
+// on a server whose max payload is smaller (a chunk is one message).
+func (s *Store) blobChunkSize() uint32 {
+	const def = 128 << 10
+	if s.JS == nil || s.JS.Conn() == nil {
+		return def
+	}
+	return uint32(max(min(int64(def), s.JS.Conn().MaxPayload()-1024), 512))
+}
+
+// fetchBlob reads ref's line and checks its size and digest. A blob that is missing or differs is
+// a *session.Error (rule record-blob) naming the session, the seq and the stream seq; a failure to
+// reach the bucket is a plain error (transient).
+func (s *Store) fetchBlob(ctx context.Context, id, tok string, ref BlobRef, streamSeq uint64) ([]byte, error) {
+	name := BlobName(tok, ref)
+	if s.Blobs == nil {
+		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event is offloaded to blob %s, but the store has no %s bucket", name, BlobsBucket)
+	}
+	b, err := s.Blobs.GetBytes(ctx, name)
+	switch {
+	case errors.Is(err, natsjs.ErrObjectNotFound):
+		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is missing from %s", name, BlobsBucket)
+	case errors.Is(err, natsjs.ErrDigestMismatch):
+		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is corrupt (its chunks do not match its digest)", name, BlobsBucket)
+	case err != nil:
+		return nil, fmt.Errorf("session %q seq %d: read blob %s from %s: %w", id, ref.Seq, name, BlobsBucket, err)
+	}
+	if int64(len(b)) != ref.Size || sha256.Sum256(b) != ref.SHA256 {
+		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is %d bytes with another digest than its record names (%d bytes)", name, BlobsBucket, len(b), ref.Size)
+	}
+	return b, nil
+}
+
+// resolve fills in the offloaded events of a decoded record of session id from their blobs.
+func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []session.Event, blobs []blobLine, streamSeq uint64) error {
+	tok := h.Get(HeaderSession)
+	for _, b := range blobs {
+		line, err := s.fetchBlob(ctx, id, tok, b.ref, streamSeq)
+		if err != nil {
+			return err
+		}
+		ev, err := session.DecodeEventLine(line, id)
+		if err != nil || ev.Type == "" || ev.Time == "" || ev.Seq != b.ref.Seq || bytes.IndexByte(line, '\n') >= 0 {
+			why := "lacks one of type, seq, time, data, or has another seq"
+			if err != nil {
+				why = err.Error()
+			}
+			return recordErr(id, b.ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is not the event: %s", BlobName(tok, b.ref), why)
+		}
+		evs[b.index] = ev
+	}
+	return nil
+}
+
+// DecodeRecord is the package's DecodeRecord that also reads a record's offloaded events from
+// BlobsBucket (checking each one's size and SHA-256). Errors: DecodeRecord's, a *session.Error
+// (rule record-blob) for a blob that is missing or differs, a plain error when the bucket cannot be
+// reached (transient: try again).
+func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Event, error) {
+	id, evs, _, blobs, err := decodeRecord(h, body, 0)
+	if err != nil || len(blobs) == 0 {
+		return evs, err
+	}
+	if err := s.resolve(ctx, id, h, evs, blobs, 0); err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// RecordBlobs returns the blobs a record's headers name (none for a format 1 record), for a
+// headers-only reader. A malformed HeaderBlob value is skipped.
+func RecordBlobs(h nats.Header) []BlobRef {
+	var out []BlobRef
+	for _, v := range h.Values(HeaderBlob) {
+		if ref, ok := parseBlobRef(v); ok {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// ensureBlobsBucket returns the Object Store bucket agentlog_blobs, creating it when missing (file
+// storage, S2 compression, the stream's replicas, no TTL or size limit). An existing one is checked,
+// never changed: file storage, no TTL (it would expire events), not sealed.
+func ensureBlobsBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.ObjectStore, error) {
+	obs, err := js.ObjectStore(ctx, BlobsBucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		obs, err = js.CreateObjectStore(ctx, natsjs.ObjectStoreConfig{
+			Bucket:      BlobsBucket,
+			Description: "agentlog offloaded events: <token>/<seq>/<sha256>, the event's line, for events larger than one record",
+			Storage:     natsjs.FileStorage,
+			Replicas:    replicas,
+			Compression: true,
+		})
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			obs, err = js.ObjectStore(ctx, BlobsBucket)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create Object Store bucket %s: %w", BlobsBucket, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("look up Object Store bucket %s: %w", BlobsBucket, err)
+	}
+	st, err := js.Stream(ctx, "OBJ_"+BlobsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("look up the stream of Object Store bucket %s: %w", BlobsBucket, err)
+	}
+	what := "Object Store bucket " + BlobsBucket
+	switch c := st.CachedInfo().Config; {
+	case c.Storage != natsjs.FileStorage:
+		return nil, incompatible(what, "storage", c.Storage, natsjs.FileStorage)
+	case c.MaxAge != 0:
+		return nil, incompatible(what, "ttl (would expire offloaded events)", c.MaxAge, "0 (none)")
+	case c.Sealed:
+		return nil, incompatible(what, "sealed", true, false)
+	}
+	return obs, nil
+}
