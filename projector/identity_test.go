@@ -10,8 +10,8 @@ import (
 )
 
 // TestRecreatedSessionRefolds: a session purged and created again under its id (a new
-// incarnation) while the projector holds it in memory is refolded from the new log, counted once;
-// neither the projector nor the query service shows the old history.
+// incarnation) while the projector holds it in memory is refolded from the new log, counted at
+// most once; neither the projector nor the query service shows the old history.
 func TestRecreatedSessionRefolds(t *testing.T) {
 	e := newEnv(t)
 	p := e.startProjector("p1")
@@ -41,8 +41,11 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 	if err != nil || len(r.Messages) != 2 || !strings.Contains(string(r.Messages[0]), "new 0") {
 		t.Fatalf("messages %+v %v", r, err)
 	}
-	if p.Refolds() != 1 {
-		t.Fatalf("Refolds() = %d, want 1", p.Refolds())
+	// 1 when the projector met the new incarnation's record while holding the old state; 0 when it
+	// saw the metadata delete first and forgot the session (then the new log is a fresh fold).
+	// Never more: a re-create is refolded once.
+	if n := p.Refolds(); n > 1 {
+		t.Fatalf("Refolds() = %d, want at most 1", n)
 	}
 	now, _ := e.store.GetSessionInfo(ctx(t), "s1")
 	ent, _ := e.store.Projections.Get(ctx(t), Key(tok))
