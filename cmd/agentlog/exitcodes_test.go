@@ -95,6 +95,8 @@ func TestExitCodesAndStreams(t *testing.T) {
 		// refusals and failures
 		{args: []string{"events", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"messages", "nosuch"}, want: 1},
+		{args: []string{"events", "nosuch", "--follow"}, want: 1, says: "not found"}, // refused at once, not followed until it appears
+		{args: []string{"messages", "nosuch", "--watch"}, want: 1, says: "not found"},
 		{args: []string{"status", "nosuch"}, want: 1},
 		{args: []string{"fork", "nosuch"}, want: 1, says: "SESSION_NOT_FOUND"},
 		{args: []string{"rm", "nosuch"}, want: 1, says: "not found"},

@@ -72,7 +72,7 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 			hp = &h
 		case !errors.Is(err, ajs.ErrSessionNotFound):
 			return err
-		case !q.Follow: // a log without metadata is still printed, as without these flags
+		default: // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
 			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
 				return fmt.Errorf("session %q not found", args[0])
 			}
@@ -130,6 +130,13 @@ time the projection advances, until SIGINT (exit 0).`
 			return err
 		}
 		defer nc.Close()
+		// An unknown session is refused at once, as without --watch (not watched until it appears).
+		hctx, cancel := g.withTimeout(cmd.Context())
+		_, err = c.Header(hctx, args[0])
+		cancel()
+		if err != nil {
+			return err
+		}
 		err = c.WatchMessages(cmd.Context(), args[0], func(r client.MessagesReply) error {
 			if r.Messages == nil {
 				r.Messages = []json.RawMessage{}

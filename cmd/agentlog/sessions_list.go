@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
@@ -51,7 +53,7 @@ is -1 for a session without events; lastActivity is when its last record was sto
 						return err
 					}
 				} else {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, formatMs(s.CreatedAt), s.LastSeq, s.Events, dash(s.ParentSession), dash(strings.Join(s.Children, ",")))
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", termSafe(s.ID), formatMs(s.CreatedAt), s.LastSeq, s.Events, dash(termSafe(s.ParentSession)), dash(termSafeJoin(s.Children, ",")))
 				}
 				if n++; n%256 == 0 { // print as it goes
 					if err := tw.Flush(); err != nil {
@@ -134,6 +136,27 @@ func clientExit(err error) error {
 
 func formatMs(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// termSafe returns id as is when every rune of it is printable (no control characters, no
+// escape sequences, no tabs), else quoted as a Go string, so that an id cannot drive the terminal
+// or break a table's columns.
+func termSafe(id string) string {
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(id)
+		}
+	}
+	return id
+}
+
+// termSafeJoin is strings.Join of ids, each made termSafe.
+func termSafeJoin(ids []string, sep string) string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = termSafe(id)
+	}
+	return strings.Join(out, sep)
 }
 
 func dash(s string) string {

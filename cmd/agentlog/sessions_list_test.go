@@ -268,3 +268,19 @@ func TestSessionsScale(t *testing.T) {
 		}
 	}
 }
+
+// TestTermSafe: an id with a control character or an escape sequence is printed quoted, so it
+// cannot drive the terminal; a printable one (dots, spaces, non-ASCII) is printed as is.
+func TestTermSafe(t *testing.T) {
+	for id, want := range map[string]string{
+		"apps/web.1":            "apps/web.1",
+		"é ü":                   "é ü",
+		"esc\x1b[31mRED\x1b[0m": `"esc\x1b[31mRED\x1b[0m"`,
+		"nul\x01ctl":            `"nul\x01ctl"`,
+		"tab\there":             `"tab\there"`,
+	} {
+		if got := termSafe(id); got != want {
+			t.Errorf("termSafe(%q) = %s, want %s", id, got, want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -41,7 +40,7 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 				return writeJSON(g.stdout, s, false)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintf(tw, "session\t%s\n", s.ID)
+			fmt.Fprintf(tw, "session\t%s\n", termSafe(s.ID))
 			fmt.Fprintf(tw, "created\t%s\n", formatMs(s.CreatedAt))
 			fmt.Fprintf(tw, "last seq\t%d (%d events)\n", s.LastSeq, s.Events)
 			if s.OpenTurn != nil {
@@ -51,13 +50,13 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 			}
 			parent := "-"
 			if s.ParentSession != nil {
-				parent = *s.ParentSession
+				parent = termSafe(*s.ParentSession)
 			}
 			if s.SeedLength != nil {
 				parent += fmt.Sprintf(" (seed length %d)", *s.SeedLength)
 			}
 			fmt.Fprintf(tw, "parent\t%s\n", parent)
-			fmt.Fprintf(tw, "children\t%s\n", dash(strings.Join(s.Children, ", ")))
+			fmt.Fprintf(tw, "children\t%s\n", dash(termSafeJoin(s.Children, ", ")))
 			fmt.Fprintln(tw, "\nUNIT\tAS OF SEQ\tLAG\tSTOPPED")
 			for _, u := range s.Units {
 				stopped := "-"
