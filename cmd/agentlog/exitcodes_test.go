@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,12 +19,7 @@ import (
 func TestExitCodesAndStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := startTestStack(ctx, t)
 	events, err := demoEvents(1785000000000)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +17,7 @@ import (
 func TestCLIBlankIDsSeedCodeAndUnknownWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := startTestStack(ctx, t)
 
 	for _, args := range [][]string{
 		{"events", ""}, {"events", " "}, {"rm", ""}, {"fork", ""}, {"messages", ""}, {"status", ""},

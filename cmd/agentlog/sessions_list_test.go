@@ -54,12 +54,7 @@ func runCLIStdin(ctx context.Context, url, stdin string, args ...string) (int, s
 func TestSessionsStatusCLI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := startTestStack(ctx, t)
 	for _, id := range []string{"job-1", "job-2", "solo"} {
 		if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
@@ -283,4 +278,17 @@ func TestTermSafe(t *testing.T) {
 			t.Errorf("termSafe(%q) = %s, want %s", id, got, want)
 		}
 	}
+}
+
+// startTestStack starts a dev stack (embedded server, one projector, one forker, logs discarded)
+// in a temporary directory, closed when the test ends.
+func startTestStack(ctx context.Context, t *testing.T) *stack {
+	t.Helper()
+	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
