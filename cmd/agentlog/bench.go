@@ -382,16 +382,12 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, store *ajs.Store, o benc
 		}
 	}()
 
-	if o.CPUProfile != "" && round == 0 {
-		f, err := os.Create(o.CPUProfile)
+	if round == 0 {
+		stopProfile, err := startCPUProfile(o.CPUProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	flushes := make([]time.Duration, len(events))
 	var firstErr error
@@ -494,4 +490,21 @@ func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, c
 		return nil, nil, nil, fmt.Errorf("provision: %w", err)
 	}
 	return nc, store, func() { nc.Close(); stopServer() }, nil
+}
+
+// startCPUProfile starts a CPU profile written to path (none when path is ""); stop ends it and
+// closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

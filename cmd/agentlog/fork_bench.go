@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,23 +194,15 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	if err != nil {
 		return res, err
 	}
-	var prof *os.File
-	if o.CPUProfile != "" {
-		if prof, err = os.Create(o.CPUProfile); err != nil {
-			return res, err
-		}
-		defer prof.Close()
-	}
 	res.ForkPeakRSSGrowthBytes, res.BaselinePeakRSSGrowthBytes = -1, -1
 	var forks, bases, forkCPU, baseCPU []float64
-	if prof != nil {
-		// Both phases of every round: the profile's stacks tell them apart (forker.(*Forker).serve,
-		// main.benchRawCopy and the server goroutines they drive).
-		if err := pprof.StartCPUProfile(prof); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+	// Both phases of every round: the profile's stacks tell them apart (forker.(*Forker).serve,
+	// main.benchRawCopy and the server goroutines they drive).
+	stopProfile, err := startCPUProfile(o.CPUProfile)
+	if err != nil {
+		return res, err
 	}
+	defer stopProfile()
 	for r := range o.Rounds {
 		fmt.Fprintf(logw, "bench: round %d/%d: (b) read and publish the same bytes...\n", r+1, o.Rounds)
 		debug.FreeOSMemory() // so that the peak RSS counts what the phase needs, not free heap

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,17 +145,11 @@ func newBenchScaleServerCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(profile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Port: -1, ServerName: "agentlog-bench-scale"})
 			if err != nil {
 				return err
