@@ -108,27 +108,10 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	writers, err := ensureWritersBucket(ctx, js, stream.CachedInfo().Config.Replicas)
-	if err != nil {
-		return nil, err
-	}
 	if _, err := ensureStream(ctx, js, ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
-	blobs, err := ensureBlobsBucket(ctx, js, stream.CachedInfo().Config.Replicas)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{
-		JS:          js,
-		Stream:      stream,
-		Sessions:    sessions,
-		Projections: projections,
-		Writers:     writers,
-		Blobs:       blobs,
-		Partitions:  found.partitions,
-		MaxMsgSize:  found.maxMsgSize,
-	}, nil
+	return newStore(ctx, js, stream, found, sessions, projections)
 }
 
 // Open attaches to an already provisioned agentlog (reading the partition count from the stream
@@ -143,12 +126,9 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	stream, err := js.Stream(ctx, StreamName)
+	stream, err := openStream(ctx, js, StreamName)
 	if err != nil {
-		if errors.Is(err, natsjs.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, StreamName)
-		}
-		return nil, fmt.Errorf("look up stream %s: %w", StreamName, err)
+		return nil, err
 	}
 	found, err := checkSessionStream(stream.CachedInfo().Config, w)
 	if err != nil {
@@ -163,36 +143,51 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 			}
 			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
-		if err := checkBucket(ctx, js, bucket, w); err != nil {
+		if err := checkKVStream(ctx, js, bucket, w.bucketCheck(bucket)); err != nil {
 			return nil, err
 		}
 		kvs[i] = kv
 	}
-	es, err := js.Stream(ctx, ErrorsStream)
+	es, err := openStream(ctx, js, ErrorsStream)
 	if err != nil {
-		if errors.Is(err, natsjs.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, ErrorsStream)
-		}
-		return nil, fmt.Errorf("look up stream %s: %w", ErrorsStream, err)
+		return nil, err
 	}
 	if err := checkErrorsStream(es.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	// Leases are transient: a deployment provisioned before agentlog_writers existed gets it here.
-	writers, err := ensureWritersBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	return newStore(ctx, js, stream, found, kvs[0], kvs[1])
+}
+
+// openStream looks up an existing stream: a missing one is a wrapped ErrNotProvisioned.
+func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.Stream, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// newStore completes a Store on the checked AGENTLOG stream and KV buckets: it creates the lease
+// bucket agentlog_writers and the blob bucket agentlog_blobs where missing (deployments
+// provisioned before they existed get them here), with the stream's replicas.
+func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, found foundStream, sessions, projections natsjs.KeyValue) (*Store, error) {
+	replicas := stream.CachedInfo().Config.Replicas
+	writers, err := ensureWritersBucket(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
-	// Likewise the blob bucket (offloaded events), added after the first deployments.
-	blobs, err := ensureBlobsBucket(ctx, js, stream.CachedInfo().Config.Replicas)
+	blobs, err := ensureBlobsBucket(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{
 		JS:          js,
 		Stream:      stream,
-		Sessions:    kvs[0],
-		Projections: kvs[1],
+		Sessions:    sessions,
+		Projections: projections,
 		Writers:     writers,
 		Blobs:       blobs,
 		Partitions:  found.partitions,
@@ -412,47 +407,60 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, name string, create 
 
 // ensureBucket returns the KV bucket, creating it when missing; an existing one is checked.
 func ensureBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want, desc string) (natsjs.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
+	return ensureKV(ctx, js, natsjs.KeyValueConfig{
+		Bucket:      bucket,
+		Description: desc,
+		History:     1,
+		Storage:     natsjs.FileStorage,
+		Replicas:    w.replicas,
+	}, w.bucketCheck(bucket))
+}
+
+// ensureKV returns the KV bucket cfg.Bucket, creating it from cfg when missing. An existing one
+// (including one created concurrently) is checked with check against its stream's config, never
+// updated.
+func ensureKV(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig, check func(natsjs.StreamConfig) error) (natsjs.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
-			Bucket:      bucket,
-			Description: desc,
-			History:     1,
-			Storage:     natsjs.FileStorage,
-			Replicas:    w.replicas,
-		})
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, natsjs.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // created concurrently: check theirs below
+			kv, err = js.KeyValue(ctx, cfg.Bucket) // created concurrently: check theirs below
 		}
 		if err != nil {
-			return nil, fmt.Errorf("create KV bucket %s: %w", bucket, err)
+			return nil, fmt.Errorf("create KV bucket %s: %w", cfg.Bucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("look up KV bucket %s: %w", cfg.Bucket, err)
 	}
-	if err := checkBucket(ctx, js, bucket, w); err != nil {
+	if err := checkKVStream(ctx, js, cfg.Bucket, check); err != nil {
 		return nil, err
 	}
 	return kv, nil
 }
 
-// checkBucket validates the stream behind a KV bucket.
-func checkBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want) error {
-	what := "KV bucket " + bucket
+// checkKVStream checks the config of the stream behind KV bucket bucket with check.
+func checkKVStream(ctx context.Context, js natsjs.JetStream, bucket string, check func(natsjs.StreamConfig) error) error {
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return fmt.Errorf("look up the stream of KV bucket %s: %w", bucket, err)
 	}
-	c := s.CachedInfo().Config
-	switch {
-	case c.Storage != natsjs.FileStorage:
-		return incompatible(what, "storage", c.Storage, natsjs.FileStorage)
-	case bucket == SessionsBucket && c.MaxAge != 0:
-		return incompatible(what, "ttl (would expire session metadata)", c.MaxAge, "0 (none)")
-	case w.explicitReplicas && c.Replicas != w.replicas:
-		return incompatible(what, "replicas", c.Replicas, w.replicas)
-	case c.Sealed:
-		return incompatible(what, "sealed", true, false)
+	return check(s.CachedInfo().Config)
+}
+
+// bucketCheck validates the stream behind agentlog_sessions or agentlog_projections.
+func (w want) bucketCheck(bucket string) func(natsjs.StreamConfig) error {
+	what := "KV bucket " + bucket
+	return func(c natsjs.StreamConfig) error {
+		switch {
+		case c.Storage != natsjs.FileStorage:
+			return incompatible(what, "storage", c.Storage, natsjs.FileStorage)
+		case bucket == SessionsBucket && c.MaxAge != 0:
+			return incompatible(what, "ttl (would expire session metadata)", c.MaxAge, "0 (none)")
+		case w.explicitReplicas && c.Replicas != w.replicas:
+			return incompatible(what, "replicas", c.Replicas, w.replicas)
+		case c.Sealed:
+			return incompatible(what, "sealed", true, false)
+		}
+		return nil
 	}
-	return nil
 }

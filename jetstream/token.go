@@ -25,12 +25,8 @@ func Token(id string) (string, error) {
 	}
 	var b strings.Builder
 	b.Grow(len(id))
-	for i := 0; i < len(id); i++ {
+	for i := copyKept(&b, id, 0); i < len(id); i = copyKept(&b, id, i+1) {
 		c := id[i]
-		if keepByte(c) {
-			b.WriteByte(c)
-			continue
-		}
 		b.WriteByte('_')
 		b.WriteByte(hexUpper[c>>4])
 		b.WriteByte(hexUpper[c&0x0f])
@@ -48,13 +44,8 @@ func IDFromToken(token string) (string, error) {
 	}
 	var b strings.Builder
 	b.Grow(len(token))
-	for i := 0; i < len(token); i++ {
-		c := token[i]
-		if keepByte(c) {
-			b.WriteByte(c)
-			continue
-		}
-		if c != '_' {
+	for i := copyKept(&b, token, 0); i < len(token); i = copyKept(&b, token, i+3) {
+		if c := token[i]; c != '_' {
 			return "", fmt.Errorf("subject token %q: byte 0x%02X at offset %d is not in [A-Za-z0-9_-] (rule token-canonical)", token, c, i)
 		}
 		if i+2 >= len(token) {
@@ -70,7 +61,6 @@ func IDFromToken(token string) (string, error) {
 			return "", fmt.Errorf("subject token %q: escape %q at offset %d encodes %q, which is kept unescaped (rule token-canonical)", token, token[i:i+3], i, string(rune(v)))
 		}
 		b.WriteByte(v)
-		i += 2
 	}
 	id := b.String()
 	if err := checkID(id); err != nil {
@@ -151,6 +141,17 @@ const hexUpper = "0123456789ABCDEF"
 
 func keepByte(c byte) bool {
 	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'
+}
+
+// copyKept writes to b the run of bytes that Token keeps as they are (keepByte) starting at s[i],
+// and returns the index where it ends: len(s), or a byte to escape.
+func copyKept(b *strings.Builder, s string, i int) int {
+	j := i
+	for j < len(s) && keepByte(s[j]) {
+		j++
+	}
+	b.WriteString(s[i:j])
+	return j
 }
 
 func unhexUpper(c byte) (byte, bool) {

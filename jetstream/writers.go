@@ -184,35 +184,20 @@ func (s *Store) EnsureWritersBucket(ctx context.Context) error {
 // ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
 // replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
 func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, WritersBucket)
-	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
-			Bucket:         WritersBucket,
-			Description:    "agentlog writer leases (one per session being written, per-key TTL)",
-			History:        1,
-			Storage:        natsjs.FileStorage,
-			Replicas:       replicas,
-			LimitMarkerTTL: WritersMarkerTTL,
-		})
-		if errors.Is(err, natsjs.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, WritersBucket)
+	return ensureKV(ctx, js, natsjs.KeyValueConfig{
+		Bucket:         WritersBucket,
+		Description:    "agentlog writer leases (one per session being written, per-key TTL)",
+		History:        1,
+		Storage:        natsjs.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: WritersMarkerTTL,
+	}, func(c natsjs.StreamConfig) error {
+		switch {
+		case !c.AllowMsgTTL:
+			return incompatible("KV bucket "+WritersBucket, "allow_msg_ttl (per-key lease TTLs)", false, true)
+		case c.Sealed:
+			return incompatible("KV bucket "+WritersBucket, "sealed", true, false)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("create KV bucket %s: %w", WritersBucket, err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("look up KV bucket %s: %w", WritersBucket, err)
-	}
-	st, err := js.Stream(ctx, "KV_"+WritersBucket)
-	if err != nil {
-		return nil, fmt.Errorf("look up the stream of KV bucket %s: %w", WritersBucket, err)
-	}
-	c := st.CachedInfo().Config
-	switch {
-	case !c.AllowMsgTTL:
-		return nil, incompatible("KV bucket "+WritersBucket, "allow_msg_ttl (per-key lease TTLs)", false, true)
-	case c.Sealed:
-		return nil, incompatible("KV bucket "+WritersBucket, "sealed", true, false)
-	}
-	return kv, nil
+		return nil
+	})
 }
