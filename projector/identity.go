@@ -120,6 +120,22 @@ func foldedRecordMismatch(ctx context.Context, store *ajs.Store, ss *sessState) 
 	return "", nil
 }
 
+// logMismatch is mismatch, plus, when the log has records after the last one ss folded, the check
+// that this record is still the log's (foldedRecordMismatch, cause causeIdentity). Errors are
+// transient.
+func (ss *sessState) logMismatch(ctx context.Context, store *ajs.Store, tail ajs.Tail, inc string, incKnown bool) (cause, desc string, err error) {
+	cause, desc = ss.mismatch(tail, inc, incKnown)
+	if cause == "" && tail.LastStreamSeq > ss.streamSeq {
+		if desc, err = foldedRecordMismatch(ctx, store, ss); err != nil {
+			return "", "", err
+		}
+		if desc != "" {
+			cause = causeIdentity
+		}
+	}
+	return cause, desc, nil
+}
+
 // refold returns a fresh fold of the session's whole log (header h, incarnation inc) in place of
 // ss, keeping ss's stored revisions for the compare-and-swap; every unit is to be written. Errors
 // are transient.
@@ -177,14 +193,9 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		ss.gone = true // removed (or being removed): nothing to fold, nothing to keep
 		return ss, "", "", nil
 	}
-	cause, desc := ss.mismatch(tail, inc, known)
-	if cause == "" && tail.LastStreamSeq > ss.streamSeq {
-		if desc, err = foldedRecordMismatch(ctx, store, ss); err != nil {
-			return nil, "", "", err
-		}
-		if desc != "" {
-			cause = causeIdentity
-		}
+	cause, desc, err := ss.logMismatch(ctx, store, tail, inc, known)
+	if err != nil {
+		return nil, "", "", err
 	}
 	if cause == "" {
 		if ss.incarnation == "" && known && inc != "" && ss.gate().rev == 0 {
@@ -246,14 +257,8 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 		return Projection{}, nil, errSessionGone
 	}
 	if err == nil {
-		cause, desc = ss.mismatch(tail, inc, known)
-		if cause == "" && tail.LastStreamSeq > ss.streamSeq {
-			if desc, err = foldedRecordMismatch(ctx, p.store, ss); err != nil {
-				return Projection{}, nil, err
-			}
-			if desc != "" {
-				cause = causeIdentity
-			}
+		if cause, desc, err = ss.logMismatch(ctx, p.store, tail, inc, known); err != nil {
+			return Projection{}, nil, err
 		}
 	}
 	if cause == "" {

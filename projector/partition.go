@@ -2,11 +2,8 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,14 +17,9 @@ import (
 
 // Partitioned consumption.
 const (
-	// MembersBucket is the KV bucket of live projector instances: key = instance name (as a
-	// subject token), value {name, pid, startedAt}. Entries expire MemberTTL after the instance's
-	// last heartbeat, which is how a killed instance leaves.
-	MembersBucket = "agentlog_projector_members"
 	// PriorityGroup is the priority group of the partition consumers (pinned-client policy).
 	PriorityGroup = "projector"
 
-	DefaultMemberTTL     = 3 * time.Second        // member lease (KV entry max age)
 	DefaultFlushInterval = 50 * time.Millisecond  // longest a folded record waits for its checkpoint
 	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
 	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
@@ -47,209 +39,6 @@ const (
 // agentlog.session.<p>.*, explicit ack, pinned-client priority group "projector". (Not ack-all:
 // a record lost in a handover must be redelivered, not acknowledged by a later record's ack.)
 func PartitionConsumer(p int) string { return ConsumerName + "-" + strconv.Itoa(p) }
-
-// Assign returns the partitions that member owns among members (instance names): the members are
-// sorted and partition p goes to the (p mod len(members))-th. Nil when member is not listed.
-func Assign(members []string, member string, partitions int) []int {
-	ms := slices.Clone(members)
-	slices.Sort(ms)
-	ms = slices.Compact(ms)
-	idx := slices.Index(ms, member)
-	if idx < 0 {
-		return nil
-	}
-	var out []int
-	for p := 0; p < partitions; p++ {
-		if p%len(ms) == idx {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// MemberValue is the value of an instance's key in MembersBucket: its name, host name, process
-// id, start time (Unix ms) and the partitions it consumes.
-type MemberValue struct {
-	Name      string `json:"name"`
-	Host      string `json:"host,omitempty"`
-	PID       int    `json:"pid"`
-	StartedAt int64  `json:"startedAt"`
-	Owned     []int  `json:"owned"`
-}
-
-// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is file
-// storage with the replicas of the AGENTLOG stream, so that a restart of the server or of the
-// whole cluster keeps it (leases expire by age). A bucket of an older version in memory storage
-// is replaced.
-func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	cfg := jetstream.KeyValueConfig{
-		Bucket:      MembersBucket,
-		Description: "agentlog projector instances (leases; partitions are divided among the live ones)",
-		History:     1,
-		TTL:         ttl,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-	}
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		if kv, err = js.KeyValue(ctx, MembersBucket); err == nil {
-			var st jetstream.KeyValueStatus
-			if st, err = kv.Status(ctx); err == nil {
-				if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage == jetstream.MemoryStorage {
-					// Leases are rewritten every MemberTTL/4 by every live instance.
-					if err = js.DeleteKeyValue(ctx, MembersBucket); err == nil || errors.Is(err, jetstream.ErrBucketNotFound) {
-						kv, err = js.CreateKeyValue(ctx, cfg)
-						if errors.Is(err, jetstream.ErrBucketExists) {
-							kv, err = js.KeyValue(ctx, MembersBucket)
-						}
-					}
-				}
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("projector: members bucket %s: %w", MembersBucket, err)
-	}
-	return kv, nil
-}
-
-// membersFailed handles a failure of the members bucket: logged once until it recovers; a bucket
-// that is gone (a server that lost it, or an operator) is created again.
-func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	p.health.fail(p.logger, "members", "projector: members bucket unavailable", err, "bucket", MembersBucket, "op", op)
-	if isMissing(err) {
-		if _, cerr := openMembers(ctx, p.store.JS, p.memberTTL, p.replicas); cerr == nil {
-			p.logger.Info("projector: members bucket created again", "bucket", MembersBucket)
-		}
-	}
-}
-
-// membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
-// renews the lease on its own schedule, so that a slow handover never lets the lease lapse.
-func (p *Projector) membership(ctx context.Context) { p.every(ctx, p.memberTTL/3, p.rebalance) }
-
-func (p *Projector) heartbeat(ctx context.Context) { p.every(ctx, p.memberTTL/4, p.renew) }
-
-// every runs f every d until ctx ends; it is one of p.loop's goroutines.
-func (p *Projector) every(ctx context.Context, d time.Duration, f func(context.Context)) {
-	defer p.loop.Done()
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f(ctx)
-	}
-}
-
-// renew puts this instance's lease, naming the partitions it consumes.
-func (p *Projector) renew(ctx context.Context) {
-	v, _ := json.Marshal(MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli(), Owned: p.Owned()})
-	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil {
-		p.membersFailed(ctx, "renew", err)
-		return
-	}
-	p.health.ok(p.logger, "members", "projector: members bucket available again", "bucket", MembersBucket)
-}
-
-// rebalance lists the live members and starts and stops partition workers (the stopped ones in
-// parallel); when the partitions owned change, it renews the lease at once.
-func (p *Projector) rebalance(ctx context.Context) {
-	keys, err := p.members.ListKeys(ctx)
-	var members []string
-	if err == nil {
-		for k := range keys.Keys() {
-			members = append(members, k)
-		}
-	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
-		p.membersFailed(ctx, "list", err)
-		return
-	}
-	if !slices.Contains(members, p.memberKey) {
-		members = append(members, p.memberKey)
-	}
-	slices.Sort(members)
-	mine := Assign(members, p.memberKey, p.store.Partitions)
-	p.wmu.Lock()
-	if p.wstopped {
-		p.wmu.Unlock()
-		return
-	}
-	// Stop the partitions no longer ours, then start the new ones, each set in parallel (a
-	// consumer create is a JetStream API round trip; sixteen in a row slowed every start and
-	// handover). The lease is renewed by heartbeat meanwhile: it reads the owned set through an
-	// atomic snapshot, never through wmu, so a slow handover cannot let it lapse.
-	var wg sync.WaitGroup
-	for part, w := range p.workers {
-		if !slices.Contains(mine, part) {
-			wg.Add(1)
-			go func() { defer wg.Done(); w.stop() }()
-			delete(p.workers, part)
-		}
-	}
-	wg.Wait()
-	var toStart []int
-	for _, part := range mine {
-		if _, ok := p.workers[part]; !ok {
-			toStart = append(toStart, part)
-		}
-	}
-	startedW := make([]*worker, len(toStart))
-	for i, part := range toStart {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, err := p.startWorker(ctx, part, max(p.cacheSessions/max(len(mine), 1), 16))
-			if err != nil {
-				if ctx.Err() == nil {
-					p.logger.Warn("projector: starting partition", "partition", part, "err", err)
-				}
-				return
-			}
-			startedW[i] = w
-		}()
-	}
-	wg.Wait()
-	var started []int
-	for i, w := range startedW {
-		if w != nil {
-			p.workers[toStart[i]] = w
-			started = append(started, toStart[i])
-		}
-	}
-	owned := make([]int, 0, len(p.workers))
-	for part := range p.workers {
-		owned = append(owned, part)
-	}
-	slices.Sort(owned)
-	var before []int
-	if prev := p.owned.Swap(&owned); prev != nil {
-		before = *prev
-	}
-	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(before, owned)
-	if changed {
-		p.logger.Info("projector: partitions assigned", "members", members, "owned", owned, "started", started)
-		p.lastMembers = members
-	}
-	p.wmu.Unlock()
-	if changed {
-		p.renew(ctx)
-	}
-}
-
-// Owned returns the partitions this instance consumes now, sorted.
-func (p *Projector) Owned() []int {
-	if o := p.owned.Load(); o != nil {
-		return slices.Clone(*o)
-	}
-	return nil
-}
 
 // worker folds one partition in stream order.
 type worker struct {
@@ -503,30 +292,12 @@ func (w *worker) handle(msg jetstream.Msg) {
 	if meta, merr := msg.Metadata(); merr == nil {
 		streamSeq, delivered = meta.Sequence.Stream, meta.NumDelivered
 	}
-	ss := w.dirty[token]
-	if ss == nil {
-		ss = w.cache.get(token)
+	ss, refolded, ok := w.state(token, id)
+	if !ok {
+		return
 	}
-	p.metrics.cache("state", ss != nil)
-	refolded := false
-	if ss == nil {
-		// Loaded from KV (or new): check it against the log and the session's incarnation.
-		ok := w.retry("load "+id, func() error {
-			loaded, err := loadSession(w.ctx, p.store, p.defs, token, id)
-			if err != nil {
-				return err
-			}
-			fresh, cause, desc, err := verify(w.ctx, p.store, p.defs, loaded)
-			if err != nil {
-				return err
-			}
-			if cause != "" {
-				p.noteRefold("load", id, cause, desc, fresh)
-			}
-			ss, refolded = fresh, cause != ""
-			return nil
-		})
-		if !ok {
+	if !ss.gone && decodeErr == nil && !refolded {
+		if ss, ok = w.checkRecord(ss, id, streamSeq, delivered, events[0].Seq, events[len(events)-1].Seq); !ok {
 			return
 		}
 	}
@@ -535,59 +306,6 @@ func (w *worker) handle(msg jetstream.Msg) {
 		// and no state of the session is kept.
 		w.foldIntoGone(ss, msg)
 		return
-	}
-	if decodeErr == nil && !refolded {
-		desc := ss.recordMismatch(streamSeq, events[0].Seq, events[len(events)-1].Seq)
-		if desc == "" && delivered == 1 && streamSeq != 0 && streamSeq <= ss.streamSeq && ss.checkedSeq != ss.streamSeq {
-			// A record new to the consumer at or below the last record folded: the consumer was
-			// created again (a redelivery), or the stream lost records and handed their seqs to
-			// new ones. The last record folded tells which (checked once per position).
-			if !w.retry("check "+id, func() error {
-				var err error
-				desc, err = foldedRecordMismatch(w.ctx, p.store, ss)
-				return err
-			}) {
-				return
-			}
-			if desc == "" {
-				ss.checkedSeq = ss.streamSeq
-			}
-		}
-		if desc != "" {
-			ok := w.retry("refold "+id, func() error {
-				h, inc, known, err := sessionMeta(w.ctx, p.store, id)
-				if err != nil {
-					return err
-				}
-				if !known {
-					inc = ss.incarnation
-				}
-				fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc)
-				if err != nil {
-					return err
-				}
-				cause := causeIdentity
-				if known && inc != ss.incarnation {
-					cause = causeRecreated
-				}
-				if !known && fresh.streamSeq == 0 {
-					if fresh.gone, err = sessionGone(w.ctx, p.store, id); err != nil || fresh.gone {
-						ss = fresh
-						return err
-					}
-				}
-				p.noteRefold("delivery", id, cause, desc, fresh)
-				ss = fresh
-				return nil
-			})
-			if !ok {
-				return
-			}
-			if ss.gone {
-				w.foldIntoGone(ss, msg)
-				return
-			}
-		}
 	}
 	wasStopped := ss.stopped()
 	if decodeErr != nil {
@@ -632,6 +350,91 @@ func (w *worker) handle(msg jetstream.Msg) {
 	w.folded, w.count = append(w.folded, msg), w.count+1
 	p.applied.Add(int64(len(events)))
 	p.metrics.folded()
+}
+
+// state returns session token's state: the dirty or cached one, else the one stored in KV (or a
+// new one) checked against the log and the session's incarnation; refolded when that check folded
+// it again from the log. ok is false when the worker stopped meanwhile.
+func (w *worker) state(token, id string) (ss *sessState, refolded, ok bool) {
+	p := w.p
+	ss = w.dirty[token]
+	if ss == nil {
+		ss = w.cache.get(token)
+	}
+	p.metrics.cache("state", ss != nil)
+	if ss != nil {
+		return ss, false, true
+	}
+	ok = w.retry("load "+id, func() error {
+		loaded, err := loadSession(w.ctx, p.store, p.defs, token, id)
+		if err != nil {
+			return err
+		}
+		fresh, cause, desc, err := verify(w.ctx, p.store, p.defs, loaded)
+		if err != nil {
+			return err
+		}
+		if cause != "" {
+			p.noteRefold("load", id, cause, desc, fresh)
+		}
+		ss, refolded = fresh, cause != ""
+		return nil
+	})
+	return ss, refolded, ok
+}
+
+// checkRecord checks that the record delivered (stream seq streamSeq, delivered times, seqs
+// first..last) continues ss, and returns the state to fold it into: ss, or a fresh fold of the log
+// when the record shows that ss is not the log's (marked gone when the session was removed). ok is
+// false when the worker stopped meanwhile.
+func (w *worker) checkRecord(ss *sessState, id string, streamSeq, delivered uint64, first, last int64) (_ *sessState, ok bool) {
+	p := w.p
+	desc := ss.recordMismatch(streamSeq, first, last)
+	if desc == "" && delivered == 1 && streamSeq != 0 && streamSeq <= ss.streamSeq && ss.checkedSeq != ss.streamSeq {
+		// A record new to the consumer at or below the last record folded: the consumer was
+		// created again (a redelivery), or the stream lost records and handed their seqs to
+		// new ones. The last record folded tells which (checked once per position).
+		if !w.retry("check "+id, func() error {
+			var err error
+			desc, err = foldedRecordMismatch(w.ctx, p.store, ss)
+			return err
+		}) {
+			return ss, false
+		}
+		if desc == "" {
+			ss.checkedSeq = ss.streamSeq
+		}
+	}
+	if desc == "" {
+		return ss, true
+	}
+	ok = w.retry("refold "+id, func() error {
+		h, inc, known, err := sessionMeta(w.ctx, p.store, id)
+		if err != nil {
+			return err
+		}
+		if !known {
+			inc = ss.incarnation
+		}
+		fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc)
+		if err != nil {
+			return err
+		}
+		cause := causeIdentity
+		if known && inc != ss.incarnation {
+			cause = causeRecreated
+		}
+		if !known && fresh.streamSeq == 0 {
+			if fresh.gone, err = sessionGone(w.ctx, p.store, id); err != nil || fresh.gone {
+				ss = fresh
+				return err
+			}
+		}
+		p.noteRefold("delivery", id, cause, desc, fresh)
+		ss = fresh
+		return nil
+	})
+	return ss, ok
 }
 
 // foldIntoGone takes msg, a record of the removed session ss, as folded into nothing (it is acked

@@ -3,11 +3,9 @@ package projector
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +15,6 @@ import (
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -90,20 +87,6 @@ type Projector struct {
 	blobGC
 }
 
-// memberState is the membership of an instance: its lease in MembersBucket and the loops that
-// renew it and rebalance the partitions.
-type memberState struct {
-	memberKey   string
-	memberTTL   time.Duration
-	startedAt   time.Time
-	members     jetstream.KeyValue
-	replicas    int // of the members bucket (the stream's)
-	health      health
-	mcancel     context.CancelFunc // stops the membership loops
-	loop        sync.WaitGroup     // the membership and heartbeat loops
-	lastMembers []string           // the members at the last rebalance (guarded by wmu)
-}
-
 // foldState is the folding of the partitions this instance owns.
 type foldState struct {
 	cacheSessions int
@@ -135,11 +118,7 @@ type queryState struct {
 func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	name := opts.Name
 	if name == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "projector"
-		}
-		name = fmt.Sprintf("%s-%d", host, os.Getpid())
+		name = defaultName()
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -149,17 +128,13 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	if reg == nil {
 		reg, _ = NewRegistry() // the built-ins always register
 	}
-	memberKey, err := ajs.Token(name)
-	if err != nil {
-		memberKey = fmt.Sprintf("projector-%d", os.Getpid())
-	}
 	p := &Projector{
 		store:       store,
 		nc:          nc,
 		name:        name,
 		logger:      logger.With("component", "projector", "instance", name),
 		registry:    reg,
-		memberState: memberState{memberKey: memberKey, memberTTL: opts.MemberTTL},
+		memberState: memberState{memberKey: memberKeyOf(name), memberTTL: opts.MemberTTL},
 		blobGC:      blobGC{interval: opts.BlobGCInterval, grace: opts.BlobGrace},
 		foldState:   foldState{cacheSessions: opts.CacheSessions, flushInterval: opts.FlushInterval, workers: map[int]*worker{}},
 		queryState: queryState{
@@ -217,17 +192,7 @@ func (p *Projector) Start(ctx context.Context) error {
 	if len(p.defs) == 0 || !p.defs[0].gate {
 		return errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
-	replicas := 1
-	if info := p.store.Stream.CachedInfo(); info != nil {
-		replicas = info.Config.Replicas
-	}
-	members, err := openMembers(ctx, p.store.JS, p.memberTTL, replicas)
-	if err != nil {
-		return err
-	}
-	p.members, p.replicas = members, replicas
-	p.startedAt = time.Now()
-	if err := p.claimName(ctx); err != nil {
+	if err := p.join(ctx); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -381,65 +346,4 @@ func (l *logLookup) lookup(seq int64) (session.Event, error) {
 		}
 	}
 	return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", l.id, seq)
-}
-
-// ErrNameInUse is returned (wrapped) by Start when this very process already runs an instance of
-// this name, or when ctx ends while another live instance holds the name's lease.
-var ErrNameInUse = errors.New("projector: instance name in use")
-
-// hostname is the host named in leases ("" when unknown).
-func hostname() string {
-	h, _ := os.Hostname()
-	return h
-}
-
-// claimName creates this instance's lease with a KV create, so that two live instances never share
-// a name (they would share a lease and both claim the same partitions). A lease held by a process
-// of this host that is dead (a killed instance restarted under its name) is taken over at once; a
-// lease held by this very process is refused; any other is waited for until it expires (its
-// holder stopped renewing it) or ctx ends, with one log line saying so.
-func (p *Projector) claimName(ctx context.Context) error {
-	me := MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()}
-	v, _ := json.Marshal(me)
-	logged := false
-	for {
-		_, err := p.members.Create(ctx, p.memberKey, v)
-		if err == nil {
-			if logged {
-				p.logger.Info("projector: took the name's lease", "bucket", MembersBucket)
-			}
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("projector %q: claiming its lease in KV bucket %s: %w", p.name, MembersBucket, err)
-		}
-		holder, desc := MemberValue{}, "another instance"
-		e, gerr := p.members.Get(ctx, p.memberKey)
-		if gerr == nil && json.Unmarshal(e.Value(), &holder) == nil {
-			desc = fmt.Sprintf("host %q pid %d, started %s", holder.Host, holder.PID, time.UnixMilli(holder.StartedAt).UTC().Format(time.RFC3339))
-			sameHost := holder.Host != "" && holder.Host == me.Host
-			switch {
-			case sameHost && holder.PID == me.PID:
-				return fmt.Errorf("%w: %q is held by an instance of this process (%s); give this one another --name", ErrNameInUse, p.name, desc)
-			case sameHost && holder.PID > 0 && !processAlive(holder.PID):
-				// Our own lease, left by a killed process of this host: take it over at once.
-				if _, uerr := p.members.Update(ctx, p.memberKey, v, e.Revision()); uerr == nil {
-					p.logger.Info("projector: took over the lease of a dead process of this host", "bucket", MembersBucket, "holder", desc)
-					return nil
-				}
-				continue // changed meanwhile: look again
-			}
-		}
-		if !logged {
-			logged = true
-			p.logger.Warn("projector: the instance name's lease is held; waiting for it to expire (up to the member TTL after its holder stops renewing it)",
-				"bucket", MembersBucket, "holder", desc, "ttl", p.memberTTL)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %q is held by a live projector (%s); give this one another --name, or wait %s for a crashed instance's lease to expire: %w",
-				ErrNameInUse, p.name, desc, p.memberTTL, ctx.Err())
-		case <-time.After(p.memberTTL / 4):
-		}
-	}
 }

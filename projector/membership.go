@@ -1,0 +1,344 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Membership: the instances of a projector group divide the partitions by lease.
+const (
+	// MembersBucket is the KV bucket of live projector instances: key = instance name (as a
+	// subject token), value MemberValue. Entries expire MemberTTL after the instance's last
+	// heartbeat, which is how a killed instance leaves.
+	MembersBucket = "agentlog_projector_members"
+
+	DefaultMemberTTL = 3 * time.Second // member lease (KV entry max age)
+)
+
+// memberState is the membership of an instance: its lease in MembersBucket and the loops that
+// renew it and rebalance the partitions.
+type memberState struct {
+	memberKey   string
+	memberTTL   time.Duration
+	startedAt   time.Time
+	members     jetstream.KeyValue
+	replicas    int // of the members bucket (the stream's)
+	health      health
+	mcancel     context.CancelFunc // stops the membership loops
+	loop        sync.WaitGroup     // the membership and heartbeat loops
+	lastMembers []string           // the members at the last rebalance (guarded by wmu)
+}
+
+// ErrNameInUse is returned (wrapped) by Start when this very process already runs an instance of
+// this name, or when ctx ends while another live instance holds the name's lease.
+var ErrNameInUse = errors.New("projector: instance name in use")
+
+// MemberValue is the value of an instance's key in MembersBucket: its name, host name, process
+// id, start time (Unix ms) and the partitions it consumes.
+type MemberValue struct {
+	Name      string `json:"name"`
+	Host      string `json:"host,omitempty"`
+	PID       int    `json:"pid"`
+	StartedAt int64  `json:"startedAt"`
+	Owned     []int  `json:"owned"`
+}
+
+// defaultName is the instance name Options.Name defaults to: "<hostname>-<pid>".
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "projector"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// memberKeyOf is the key of instance name in MembersBucket: its subject token, or
+// "projector-<pid>" for a name that has none.
+func memberKeyOf(name string) string {
+	if key, err := ajs.Token(name); err == nil {
+		return key
+	}
+	return fmt.Sprintf("projector-%d", os.Getpid())
+}
+
+// join opens the members bucket (replicated as the AGENTLOG stream) and claims this instance's
+// name in it (claimName).
+func (p *Projector) join(ctx context.Context) error {
+	replicas := 1
+	if info := p.store.Stream.CachedInfo(); info != nil {
+		replicas = info.Config.Replicas
+	}
+	members, err := openMembers(ctx, p.store.JS, p.memberTTL, replicas)
+	if err != nil {
+		return err
+	}
+	p.members, p.replicas = members, replicas
+	p.startedAt = time.Now()
+	return p.claimName(ctx)
+}
+
+// memberValue is this instance's MemberValue, without the partitions it owns.
+func (p *Projector) memberValue() MemberValue {
+	return MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()}
+}
+
+// hostname is the host named in leases ("" when unknown).
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// claimName creates this instance's lease with a KV create, so that two live instances never share
+// a name (they would share a lease and both claim the same partitions). A lease held by a process
+// of this host that is dead (a killed instance restarted under its name) is taken over at once; a
+// lease held by this very process is refused; any other is waited for until it expires (its
+// holder stopped renewing it) or ctx ends, with one log line saying so.
+func (p *Projector) claimName(ctx context.Context) error {
+	me := p.memberValue()
+	v, _ := json.Marshal(me)
+	logged := false
+	for {
+		_, err := p.members.Create(ctx, p.memberKey, v)
+		if err == nil {
+			if logged {
+				p.logger.Info("projector: took the name's lease", "bucket", MembersBucket)
+			}
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("projector %q: claiming its lease in KV bucket %s: %w", p.name, MembersBucket, err)
+		}
+		holder, desc := MemberValue{}, "another instance"
+		e, gerr := p.members.Get(ctx, p.memberKey)
+		if gerr == nil && json.Unmarshal(e.Value(), &holder) == nil {
+			desc = fmt.Sprintf("host %q pid %d, started %s", holder.Host, holder.PID, time.UnixMilli(holder.StartedAt).UTC().Format(time.RFC3339))
+			sameHost := holder.Host != "" && holder.Host == me.Host
+			switch {
+			case sameHost && holder.PID == me.PID:
+				return fmt.Errorf("%w: %q is held by an instance of this process (%s); give this one another --name", ErrNameInUse, p.name, desc)
+			case sameHost && holder.PID > 0 && !processAlive(holder.PID):
+				// Our own lease, left by a killed process of this host: take it over at once.
+				if _, uerr := p.members.Update(ctx, p.memberKey, v, e.Revision()); uerr == nil {
+					p.logger.Info("projector: took over the lease of a dead process of this host", "bucket", MembersBucket, "holder", desc)
+					return nil
+				}
+				continue // changed meanwhile: look again
+			}
+		}
+		if !logged {
+			logged = true
+			p.logger.Warn("projector: the instance name's lease is held; waiting for it to expire (up to the member TTL after its holder stops renewing it)",
+				"bucket", MembersBucket, "holder", desc, "ttl", p.memberTTL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %q is held by a live projector (%s); give this one another --name, or wait %s for a crashed instance's lease to expire: %w",
+				ErrNameInUse, p.name, desc, p.memberTTL, ctx.Err())
+		case <-time.After(p.memberTTL / 4):
+		}
+	}
+}
+
+// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is file
+// storage with the replicas of the AGENTLOG stream, so that a restart of the server or of the
+// whole cluster keeps it (leases expire by age). A bucket of an older version in memory storage
+// is replaced.
+func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      MembersBucket,
+		Description: "agentlog projector instances (leases; partitions are divided among the live ones)",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		if kv, err = js.KeyValue(ctx, MembersBucket); err == nil {
+			var st jetstream.KeyValueStatus
+			if st, err = kv.Status(ctx); err == nil {
+				if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage == jetstream.MemoryStorage {
+					// Leases are rewritten every MemberTTL/4 by every live instance.
+					if err = js.DeleteKeyValue(ctx, MembersBucket); err == nil || errors.Is(err, jetstream.ErrBucketNotFound) {
+						kv, err = js.CreateKeyValue(ctx, cfg)
+						if errors.Is(err, jetstream.ErrBucketExists) {
+							kv, err = js.KeyValue(ctx, MembersBucket)
+						}
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("projector: members bucket %s: %w", MembersBucket, err)
+	}
+	return kv, nil
+}
+
+// membersFailed handles a failure of the members bucket: logged once until it recovers; a bucket
+// that is gone (a server that lost it, or an operator) is created again.
+func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.health.fail(p.logger, "members", "projector: members bucket unavailable", err, "bucket", MembersBucket, "op", op)
+	if isMissing(err) {
+		if _, cerr := openMembers(ctx, p.store.JS, p.memberTTL, p.replicas); cerr == nil {
+			p.logger.Info("projector: members bucket created again", "bucket", MembersBucket)
+		}
+	}
+}
+
+// membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
+// renews the lease on its own schedule, so that a slow handover never lets the lease lapse.
+func (p *Projector) membership(ctx context.Context) { p.every(ctx, p.memberTTL/3, p.rebalance) }
+
+func (p *Projector) heartbeat(ctx context.Context) { p.every(ctx, p.memberTTL/4, p.renew) }
+
+// every runs f every d until ctx ends; it is one of p.loop's goroutines.
+func (p *Projector) every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	defer p.loop.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f(ctx)
+	}
+}
+
+// renew puts this instance's lease, naming the partitions it consumes.
+func (p *Projector) renew(ctx context.Context) {
+	me := p.memberValue()
+	me.Owned = p.Owned()
+	v, _ := json.Marshal(me)
+	if _, err := p.members.Put(ctx, p.memberKey, v); err != nil {
+		p.membersFailed(ctx, "renew", err)
+		return
+	}
+	p.health.ok(p.logger, "members", "projector: members bucket available again", "bucket", MembersBucket)
+}
+
+// rebalance lists the live members and starts and stops partition workers (the stopped ones in
+// parallel); when the partitions owned change, it renews the lease at once.
+func (p *Projector) rebalance(ctx context.Context) {
+	keys, err := p.members.ListKeys(ctx)
+	var members []string
+	if err == nil {
+		for k := range keys.Keys() {
+			members = append(members, k)
+		}
+	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
+		p.membersFailed(ctx, "list", err)
+		return
+	}
+	if !slices.Contains(members, p.memberKey) {
+		members = append(members, p.memberKey)
+	}
+	slices.Sort(members)
+	mine := Assign(members, p.memberKey, p.store.Partitions)
+	p.wmu.Lock()
+	if p.wstopped {
+		p.wmu.Unlock()
+		return
+	}
+	// Stop the partitions no longer ours, then start the new ones, each set in parallel (a
+	// consumer create is a JetStream API round trip; sixteen in a row slowed every start and
+	// handover). The lease is renewed by heartbeat meanwhile: it reads the owned set through an
+	// atomic snapshot, never through wmu, so a slow handover cannot let it lapse.
+	var wg sync.WaitGroup
+	for part, w := range p.workers {
+		if !slices.Contains(mine, part) {
+			wg.Add(1)
+			go func() { defer wg.Done(); w.stop() }()
+			delete(p.workers, part)
+		}
+	}
+	wg.Wait()
+	var toStart []int
+	for _, part := range mine {
+		if _, ok := p.workers[part]; !ok {
+			toStart = append(toStart, part)
+		}
+	}
+	startedW := make([]*worker, len(toStart))
+	for i, part := range toStart {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := p.startWorker(ctx, part, max(p.cacheSessions/max(len(mine), 1), 16))
+			if err != nil {
+				if ctx.Err() == nil {
+					p.logger.Warn("projector: starting partition", "partition", part, "err", err)
+				}
+				return
+			}
+			startedW[i] = w
+		}()
+	}
+	wg.Wait()
+	var started []int
+	for i, w := range startedW {
+		if w != nil {
+			p.workers[toStart[i]] = w
+			started = append(started, toStart[i])
+		}
+	}
+	owned := make([]int, 0, len(p.workers))
+	for part := range p.workers {
+		owned = append(owned, part)
+	}
+	slices.Sort(owned)
+	var before []int
+	if prev := p.owned.Swap(&owned); prev != nil {
+		before = *prev
+	}
+	changed := len(started) > 0 || !slices.Equal(p.lastMembers, members) || !slices.Equal(before, owned)
+	if changed {
+		p.logger.Info("projector: partitions assigned", "members", members, "owned", owned, "started", started)
+		p.lastMembers = members
+	}
+	p.wmu.Unlock()
+	if changed {
+		p.renew(ctx)
+	}
+}
+
+// Assign returns the partitions that member owns among members (instance names): the members are
+// sorted and partition p goes to the (p mod len(members))-th. Nil when member is not listed.
+func Assign(members []string, member string, partitions int) []int {
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	idx := slices.Index(ms, member)
+	if idx < 0 {
+		return nil
+	}
+	var out []int
+	for p := 0; p < partitions; p++ {
+		if p%len(ms) == idx {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Owned returns the partitions this instance consumes now, sorted.
+func (p *Projector) Owned() []int {
+	if o := p.owned.Load(); o != nil {
+		return slices.Clone(*o)
+	}
+	return nil
+}
