@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -110,8 +109,9 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	if l, _, err := s.GetLease(ctx, id); err == nil && l.Writer != RemoveWriterID {
 		rm.Lease = &l
 	}
-	host, _ := os.Hostname()
-	leaseRev, err := s.AcquireLease(ctx, id, Lease{Writer: RemoveWriterID, Host: host, PID: os.Getpid(), Since: time.Now().UnixMilli()}, RemoveLeaseTTL, true)
+	lease := NewLease(RemoveWriterID)
+	lease.Since = time.Now().UnixMilli()
+	leaseRev, err := s.AcquireLease(ctx, id, lease, RemoveLeaseTTL, true)
 	if err != nil {
 		return fail("take the writer lease", err)
 	}

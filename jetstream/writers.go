@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -44,6 +45,13 @@ type Lease struct {
 	PID       int    `json:"pid"`
 	Since     int64  `json:"since"`
 	TTLMillis int64  `json:"ttlMs"`
+}
+
+// NewLease returns the lease of writer in this process: its host name ("" when unknown) and
+// process id. AcquireLease sets Session and TTLMillis; Since is the caller's.
+func NewLease(writer string) Lease {
+	host, _ := os.Hostname()
+	return Lease{Writer: writer, Host: host, PID: os.Getpid()}
 }
 
 // LeaseHeldError names the session and the live lease that refused AcquireLease. It wraps

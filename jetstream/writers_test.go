@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -142,5 +143,13 @@ func TestSessionIncarnation(t *testing.T) {
 	old, err := s.GetSessionInfo(ctx, "legacy")
 	if err != nil || old.Incarnation != "" || old.Header.ID != "legacy" {
 		t.Fatalf("legacy: %+v, %v", old, err)
+	}
+}
+
+func TestNewLeaseNamesThisProcess(t *testing.T) {
+	host, _ := os.Hostname()
+	l := NewLease("w1")
+	if l.Writer != "w1" || l.Host != host || l.PID != os.Getpid() || l.Since != 0 || l.Session != "" {
+		t.Fatalf("NewLease(w1) = %+v, want writer w1, host %q, pid %d, nothing else", l, host, os.Getpid())
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,7 +174,6 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 		st.MaxEventBytes = opts.MaxEventBytes
 		store = &st
 	}
-	host, _ := os.Hostname()
 	p := &Publisher{
 		store:     store,
 		nc:        nc,
@@ -183,7 +181,7 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 		log:       opts.Logger,
 		after:     realAfterFunc,
 		slots:     make(chan struct{}, opts.MaxConcurrentWrites),
-		lease:     jetstream.Lease{Writer: opts.WriterID, Host: host, PID: os.Getpid()},
+		lease:     jetstream.NewLease(opts.WriterID),
 		leaseStop: make(chan struct{}),
 		writers:   map[string]*Writer{},
 		reconn:    make(chan struct{}),
