@@ -19,12 +19,6 @@ import (
 // (JetStream error 10071, or 10164 on replicated streams).
 var ErrConflict = errors.New("the session's last record is not the expected one (guard conflict)")
 
-// ErrEventTooLarge is returned (wrapped) by Append when one event's encoded line is over the store's
-// MaxEventBytes (rule event-too-large), or, on a store without a blob bucket, when it does not fit
-// in one record. The message names the session, the event's seq, its encoded size and the limit,
-// in bytes.
-var ErrEventTooLarge = errors.New("event too large")
-
 // JetStream API error codes that Append maps to ErrConflict.
 const (
 	ErrCodeWrongLastSequence         = 10071 // Nats-Expected-Last-Subject-Sequence mismatch
@@ -68,10 +62,6 @@ func WithHeaders(kv ...string) AppendOpt {
 	}
 }
 
-// traceHeaderRoom is the wire size of the largest trace context WithHeaders carries: traceparent
-// (55 bytes) and tracestate (at most 512), each "key: value\r\n".
-const traceHeaderRoom = len("traceparent: \r\n") + 55 + len("tracestate: \r\n") + 512
-
 // extraBytes is the wire size of the WithHeaders pairs ("key: value\r\n" each).
 func (o *appendOpts) extraBytes() int {
 	n := 0
@@ -103,6 +93,30 @@ func WithMsgID(id string) AppendOpt {
 	}
 }
 
+// startAppend resolves what an append to session id writes to: its subject, its token and the
+// options opts. Errors name the session.
+func (s *Store) startAppend(id string, opts []AppendOpt) (subject, tok string, o appendOpts, err error) {
+	if subject, err = s.Subject(id); err != nil {
+		return "", "", o, err
+	}
+	tok, _ = Token(id)
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return "", "", o, fmt.Errorf("append to session %q: %w", id, err)
+		}
+	}
+	return subject, tok, o, nil
+}
+
+// recordLimit is the store's max record size, bytes; an error naming session id for a Store that
+// has none (not from Provision or Open).
+func (s *Store) recordLimit(id string) (int, error) {
+	if s.MaxMsgSize <= 0 {
+		return 0, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
+	}
+	return int(s.MaxMsgSize), nil
+}
+
 // Append writes events (consecutive seqs of session id) as one record guarded with
 // expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
 // new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
@@ -114,16 +128,9 @@ func WithMsgID(id string) AppendOpt {
 // failure to store a blob (no record written). The events must already be valid;
 // ARCHITECTURE.md ("An append", "Large events") has the details.
 func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
-	subject, err := s.Subject(id)
+	subject, tok, o, err := s.startAppend(id, opts)
 	if err != nil {
 		return AppendResult{}, err
-	}
-	tok, _ := Token(id)
-	var o appendOpts
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return AppendResult{}, fmt.Errorf("append to session %q: %w", id, err)
-		}
 	}
 	msgID := o.msgID
 	lines, body, err := encodeLines(id, events, true)
@@ -134,9 +141,9 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		return AppendResult{}, recordErr(id, events[0].Seq, 0, session.RuleRecordContinue,
 			"the first record of a session (expected last stream seq 0) must start at seq 0")
 	}
-	limit := int(s.MaxMsgSize)
-	if limit <= 0 {
-		return AppendResult{}, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
+	limit, err := s.recordLimit(id)
+	if err != nil {
+		return AppendResult{}, err
 	}
 
 	// A line no record of this window could hold is offloaded to a blob first (ARCHITECTURE.md,
@@ -378,62 +385,298 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 	return AppendResult{}, fmt.Errorf("append to session %q (expected last stream seq %d): %w", id, expected, err)
 }
 
-// eventWorstHeaderBytes is the wire size of the largest headers a record holding one event (seq
-// seq, session token of tokLen bytes) can carry as a part of an atomic batch (see appendSplit),
-// with room for any msg id a writer builds (a writer id of up to 64 bytes, the token, an
-// incarnation and the seq). It counts what headerWireSize would, without building the headers
-// (the publisher checks every event with it).
-func eventWorstHeaderBytes(tokLen int, seq int64) int {
-	size := len("NATS/1.0\r\n") + len("\r\n")
-	add := func(key string, valueLen int) { size += len(key) + valueLen + 4 }
-	add(HeaderSession, tokLen)
-	add(HeaderFirstSeq, len(strconv.FormatInt(seq, 10)))
-	add(HeaderCount, 1)
-	add(HeaderFormat, len(RecordFormat))
-	add(natsjs.ExpectedLastSubjSeqHeader, len(strconv.FormatUint(^uint64(0), 10)))
-	add(natsjs.MsgIDHeader, 64+2*tokLen+20+MaxIncarnationBytes+1)
-	add(jetstreamext.BatchIDHeader, 22) // a nuid
-	add(jetstreamext.BatchSeqHeader, len(strconv.Itoa(MaxBatchRecords)))
-	add(jetstreamext.BatchCommitHeader, 1)
-	return size
+// StreamAppend writes a long run of a session's events (a fork's seed) as records packed up to
+// the store's MaxMsgSize, without holding the run: it keeps the record being filled and the one
+// before it. One record is published as Append publishes one; several are one atomic batch
+// (ADR-50), sent as they fill and committed by Commit, so that nothing is visible before the
+// commit and the whole run is visible after it. Get one from Store.BeginAppend; it is not safe for
+// concurrent use.
+type StreamAppend struct {
+	s        *Store
+	id, tok  string
+	subject  string
+	expected uint64
+	msgID    string
+	opts     appendOpts // WithHeaders: set on every record
+	budget   int        // body bytes per record
+
+	next     int64  // seq of the next event
+	cur      []byte // body of the record being filled
+	curFirst int64
+	curCount int
+	curBlobs []blobLine // the offloaded events of the record being filled
+	curBlobH int        // the header bytes their HeaderBlob values take
+	held     *nats.Msg  // the last full record, not sent yet (the commit must be the last one)
+	spare    []byte     // the buffer of the record sent last, for the next one
+	parts    int        // records sealed so far
+	bp       jetstreamext.BatchPublisher
+	line     []byte
+	closed   bool
 }
 
-// CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's
-// encoded size and the limit (bytes), when ev alone could not be stored in any record of this
-// store: its encoded line plus the worst-case record headers exceed MaxMsgSize. The publisher calls
-// it at Append, so that such an event is refused at once instead of blocking the session's writes.
-// It is cheap for the usual event: the exact encoding is computed only when a quick upper bound
-// of the size passes the limit.
-//
-// With a blob bucket (Store.Blobs, which Provision and Open set up) an event too large for a record
-// is offloaded instead, and CheckEventSize refuses only one over MaxEventBytes (rule
-// event-too-large; still a wrapped ErrEventTooLarge).
-func (s *Store) CheckEventSize(id string, ev session.Event) error {
-	if s.Blobs != nil {
-		return s.checkMaxEventBytes(id, ev)
-	}
-	tok, err := Token(id)
+// streamAppendAckEvery is how many batch records StreamAppend sends between flow-control acks:
+// it bounds what is buffered between the writer and the server to a few records.
+const streamAppendAckEvery = 4
+
+// BeginAppend starts a StreamAppend of session id's events after the record at stream seq
+// expectedLastStreamSeq (0 for a new session, whose first event must be seq 0), with the options
+// of Append (WithMsgID: the last record carries the id, the others "<id>~<k>", as a split Append).
+// Errors name the session: a bad id or option, or a store without a max message size.
+func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...AppendOpt) (*StreamAppend, error) {
+	subject, tok, o, err := s.startAppend(id, opts)
 	if err != nil {
+		return nil, err
+	}
+	limit, err := s.recordLimit(id)
+	if err != nil {
+		return nil, err
+	}
+	// Worst-case headers of any record: seqs, counts and part numbers at their largest, plus the
+	// batch headers jetstreamext adds.
+	worst := recordHeader(tok, 1<<62, limit)
+	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
+	if o.msgID != "" {
+		worst.Set(natsjs.MsgIDHeader, partMsgID(o.msgID, MaxBatchRecords))
+	}
+	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22)) // a nuid
+	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
+	worst.Set(jetstreamext.BatchCommitHeader, "1")
+	o.setExtra(worst)
+	a := &StreamAppend{s: s, id: id, tok: tok, subject: subject, expected: expectedLastStreamSeq, msgID: o.msgID, opts: o,
+		budget: limit - headerWireSize(worst), next: -1}
+	if expectedLastStreamSeq == 0 {
+		a.next = 0
+	}
+	return a, nil
+}
+
+// Add encodes ev (its raw JSON fields already valid, as a decoded record's or a validated event's
+// are) into the run. It may send the record before the one being filled. Errors: a
+// *session.Error (seqs not consecutive, an event that does not encode), a wrapped ErrEventTooLarge,
+// more records than MaxBatchRecords, or the failure to send a batch record; after an error the
+// StreamAppend is discarded.
+func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
+	line, err := ev.AppendJSON(a.line[:0])
+	if err != nil {
+		a.Discard()
+		return recordErr(a.id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+	}
+	a.line = line
+	return a.AddLine(ctx, ev.Seq, line)
+}
+
+// AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
+// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained. A line no
+// record holds is offloaded to BlobsBucket first; one over the store's MaxEventBytes is refused
+// (ErrEventTooLarge, rule event-too-large).
+func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
+	if a.closed {
+		return fmt.Errorf("append to session %q: the stream append is closed", a.id)
+	}
+	if (a.next >= 0 && seq != a.next) || seq < 0 {
+		a.Discard()
+		if a.next == 0 {
+			return recordErr(a.id, seq, 0, session.RuleRecordContinue,
+				"the first record of a session (expected last stream seq 0) must start at seq 0")
+		}
+		return recordErr(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
+	}
+	if maxEvent := a.s.maxEventBytes(); int64(len(line)) > maxEvent {
+		a.Discard()
+		return tooLargeErr(a.id, seq, int64(len(line)), maxEvent)
+	}
+	var blob *blobLine
+	need := len(line) // what the line takes of the record's budget
+	if len(line) > a.budget {
+		// No record holds it: offload it (as Append does), and the record carries an empty line
+		// and its HeaderBlob value. The blob is stored before any record naming it is sent.
+		bl, _, err := a.s.offload(ctx, a.id, a.tok, []session.Event{{Seq: seq}}, [][]byte{line}, []int{0})
+		if err != nil {
+			a.Discard()
+			return err
+		}
+		blob = &bl[0]
+		need = blob.ref.blobHeaderBytes()
+	}
+	if a.curCount > 0 && len(a.cur)+a.curBlobH+1+need > a.budget {
+		if err := a.seal(ctx); err != nil {
+			return err
+		}
+	}
+	if a.curCount == 0 {
+		a.curFirst = seq
+	} else {
+		a.cur = append(a.cur, '\n')
+	}
+	if blob != nil {
+		blob.index = a.curCount
+		a.curBlobs, a.curBlobH = append(a.curBlobs, *blob), a.curBlobH+need
+	} else {
+		a.cur = append(a.cur, line...)
+	}
+	a.curCount++
+	a.next = seq + 1
+	return nil
+}
+
+// seal closes the record being filled: the record held before it is sent as a batch record, and
+// this one is held in its place.
+func (a *StreamAppend) seal(ctx context.Context) error {
+	if a.held != nil {
+		if err := a.send(ctx, a.held); err != nil {
+			return err
+		}
+	}
+	a.parts++
+	if a.parts > MaxBatchRecords {
+		a.Discard()
+		return fmt.Errorf("session %q seq %d: the append needs more than %d records of at most %d bytes, more than an atomic batch may hold",
+			a.id, a.curFirst, MaxBatchRecords, a.s.MaxMsgSize)
+	}
+	h := recordHeader(a.tok, a.curFirst, a.curCount)
+	a.opts.setExtra(h)
+	setBlobHeaders(h, a.curBlobs)
+	a.curBlobs, a.curBlobH = nil, 0
+	if a.parts == 1 {
+		h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(a.expected, 10))
+	}
+	// The filled buffer becomes the held record's; the next record fills the buffer of the
+	// record sent last (nats.go copies a message's data before Publish returns).
+	a.held = &nats.Msg{Subject: a.subject, Header: h, Data: a.cur}
+	a.cur, a.spare, a.curCount = a.spare[:0], nil, 0
+	return nil
+}
+
+// send adds m to the atomic batch (started by the first record sent), with its part msg id.
+func (a *StreamAppend) send(ctx context.Context, m *nats.Msg) error {
+	if a.bp == nil {
+		bp, err := jetstreamext.NewBatchPublisher(a.s.JS, jetstreamext.BatchFlowControl{
+			AckFirst: true, AckEvery: streamAppendAckEvery, AckTimeout: a.s.JS.Options().DefaultTimeout})
+		if err != nil {
+			a.Discard()
+			return fmt.Errorf("session %q: start atomic batch: %w", a.id, err)
+		}
+		a.bp = bp
+	}
+	if a.msgID != "" {
+		m.Header.Set(natsjs.MsgIDHeader, partMsgID(a.msgID, a.bp.Size()+1))
+	}
+	if err := a.bp.AddMsg(m); err != nil {
+		a.Discard()
+		_, err = a.s.appendErr(ctx, a.id, a.subject, a.expected, a.msgID, err)
 		return err
 	}
-	limit := int(s.MaxMsgSize)
-	if limit <= 0 {
-		return nil
-	}
-	budget := limit - eventWorstHeaderBytes(len(tok), ev.Seq) - traceHeaderRoom
-	// Upper bound of the encoded line: the envelope keys, the type escaped at worst 6 bytes a
-	// byte, and the raw fields (encoding only ever removes whitespace from them).
-	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)
-	if upper <= budget {
-		return nil
-	}
-	line, err := ev.AppendJSON(nil)
-	if err != nil {
-		return recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
-	}
-	if len(line) > budget {
-		return fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus up to %d bytes of record headers), the max message size is %d bytes",
-			id, ev.Seq, ErrEventTooLarge, len(line), limit-budget, limit)
-	}
+	a.held, a.spare = nil, m.Data
 	return nil
+}
+
+// Commit writes what was added: one guarded record when it all fits in one, else the batch's
+// last record with the commit. Errors are Append's (a wrapped ErrConflict when the guard fails:
+// nothing is stored), or, with a msg id, a wrapped ErrOutcomeUnknown when no answer came (see
+// there). Without a msg id an unanswered write is reported as it failed. After Commit, the
+// StreamAppend is closed.
+func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
+	if a.closed {
+		return AppendResult{}, fmt.Errorf("append to session %q: the stream append is closed", a.id)
+	}
+	if a.curCount == 0 && a.held == nil {
+		a.Discard()
+		return AppendResult{}, recordErr(a.id, -1, 0, session.RuleRecordEmpty, "no events to encode")
+	}
+	if a.curCount > 0 {
+		if err := a.seal(ctx); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	last := a.held
+	a.held = nil
+	if a.msgID != "" {
+		last.Header.Set(natsjs.MsgIDHeader, a.msgID)
+	}
+	a.closed = true
+	if a.bp == nil {
+		return a.s.publishRetrying(ctx, a.id, a.subject, a.expected, a.msgID, last)
+	}
+	sent := time.Now()
+	ack, err := a.bp.CommitMsg(ctx, last)
+	if err == nil {
+		return AppendResult{StreamSeq: ack.Sequence}, nil
+	}
+	res, err := a.s.appendErr(ctx, a.id, a.subject, a.expected, a.msgID, err)
+	if err == nil || !commitOutcomeUnknown(err) || a.msgID == "" {
+		return res, err
+	}
+	return a.s.awaitCommit(ctx, a.id, a.subject, a.msgID, sent, err)
+}
+
+// publishRetrying publishes one guarded record; with a msg id, a publish without an answer is
+// retried with the same id (deduplicated, or found at the tail, when an earlier try was stored)
+// for up to 30 s, then reported as a wrapped ErrOutcomeUnknown.
+func (s *Store) publishRetrying(ctx context.Context, id, subject string, expected uint64, msgID string, m *nats.Msg) (AppendResult, error) {
+	ack, err := s.JS.PublishMsg(ctx, m)
+	if err == nil {
+		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	}
+	res, err := s.appendErr(ctx, id, subject, expected, msgID, err)
+	if err == nil || !commitOutcomeUnknown(err) || msgID == "" {
+		return res, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for attempt := 0; attempt < 5 && wctx.Err() == nil; attempt++ {
+		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
+		ack, perr := s.JS.PublishMsg(wctx, m)
+		if perr == nil {
+			return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+		}
+		if res, err = s.appendErr(wctx, id, subject, expected, msgID, perr); err == nil || !commitOutcomeUnknown(err) {
+			return res, err
+		}
+	}
+	return AppendResult{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// ErrOutcomeUnknown is returned (wrapped) by StreamAppend.Commit when its write got no answer:
+// a single record retried with its msg id for 30 s, or a batch whose last record was not found at
+// the session's tail within the server's batch timeout. It may still, rarely, have been stored;
+// the caller checks the session's log.
+var ErrOutcomeUnknown = errors.New("the outcome of the write is unknown")
+
+// commitOutcomeUnknown reports whether a failed commit may still have been stored: anything but a
+// JetStream API refusal or a guard conflict.
+func commitOutcomeUnknown(err error) bool {
+	var api *natsjs.APIError
+	return !errors.Is(err, ErrConflict) && !errors.As(err, &api)
+}
+
+// batchCommitWait is how long after a commit without an answer awaitCommit looks for it: past the
+// server's batch timeout (10 s), a batch whose commit had not arrived is abandoned.
+const batchCommitWait = 12 * time.Second
+
+// awaitCommit looks, through the stream leader, for the record with msgID at the tail of the
+// session until batchCommitWait after sent: found means the batch was committed (a lost ack).
+func (s *Store) awaitCommit(ctx context.Context, id, subject, msgID string, sent time.Time, cause error) (AppendResult, error) {
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sent.Add(batchCommitWait))
+	defer cancel()
+	for {
+		last, err := s.leaderLastMsg(wctx, subject)
+		if err == nil && last.Header.Get(natsjs.MsgIDHeader) == msgID {
+			return AppendResult{StreamSeq: last.Sequence, Duplicate: true}, nil
+		}
+		select {
+		case <-wctx.Done():
+			return AppendResult{}, fmt.Errorf("append to session %q: %w: no answer to the batch commit and its last record (msg id %q) is not at the tail: %w",
+				id, ErrOutcomeUnknown, msgID, cause)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Discard drops what was added; a batch started is abandoned (the server drops it after its batch
+// timeout; nothing of it is ever visible). Discard is idempotent.
+func (a *StreamAppend) Discard() {
+	if a.bp != nil && !a.bp.IsClosed() {
+		_ = a.bp.Discard()
+	}
+	a.closed, a.held, a.cur = true, nil, nil
 }

@@ -26,10 +26,6 @@ const (
 	HeaderBlob        = "Agentlog-Blob" // one value per offloaded event: "<seq> <size> <sha256 hex> <id>"
 	RecordFormatBlobs = "2"             // Agentlog-Format of a record that holds offloaded events
 
-	// DefaultMaxEventBytes is the default cap on one event's encoded line, bytes (64 MiB): a larger
-	// event is refused (ErrEventTooLarge, rule event-too-large) whether or not it could be offloaded.
-	DefaultMaxEventBytes = 64 << 20
-
 	// BlobMaxAgeAtPublish: an append publishes its record only while the blobs it wrote are younger
 	// than this; an attempt that took longer (a paused process) writes them again first. With
 	// CollectBlobs' grace far above it, a blob is never collected before its record is committed.
@@ -117,44 +113,6 @@ func ParseBlobName(name string) (token string, ref BlobRef, ok bool) {
 type blobLine struct {
 	index int
 	ref   BlobRef
-}
-
-// eventTooLarge is ErrEventTooLarge as a *session.Error (rule event-too-large): errors.Is matches
-// both, errors.As finds the *session.Error.
-type eventTooLarge struct{ err *session.Error }
-
-func (e *eventTooLarge) Error() string   { return e.err.Error() }
-func (e *eventTooLarge) Unwrap() []error { return []error{e.err, ErrEventTooLarge} }
-
-func tooLargeErr(id string, seq int64, size, limit int64) error {
-	return &eventTooLarge{session.NewError(id, seq, 0, session.RuleEventTooLarge,
-		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes (--max-event-bytes)", ErrEventTooLarge, size, limit))}
-}
-
-// maxEventBytes is the store's cap on one encoded event line.
-func (s *Store) maxEventBytes() int64 {
-	if s.MaxEventBytes > 0 {
-		return s.MaxEventBytes
-	}
-	return DefaultMaxEventBytes
-}
-
-// checkMaxEventBytes refuses ev when its encoded line is over the cap. It encodes only when a quick
-// upper bound of the size passes the cap.
-func (s *Store) checkMaxEventBytes(id string, ev session.Event) error {
-	limit := s.maxEventBytes()
-	upper := 96 + 6*len(ev.Type) + len(ev.Time) + len(ev.Data) + len(ev.SurfaceOp) + len(ev.SourceEventSeqs)
-	if int64(upper) <= limit {
-		return nil
-	}
-	line, err := ev.AppendJSON(nil)
-	if err != nil {
-		return recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
-	}
-	if int64(len(line)) > limit {
-		return tooLargeErr(id, ev.Seq, int64(len(line)), limit)
-	}
-	return nil
 }
 
 // testHookBlobsWritten, when set (tests only), runs after an append's blobs are stored and before
