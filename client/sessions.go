@@ -466,16 +466,6 @@ type streamMsg interface {
 	Data() []byte
 }
 
-// recordLastSeq is the seq of a record's last event, from its headers.
-func recordLastSeq(h nats.Header) (token string, last int64, ok bool) {
-	first, err1 := strconv.ParseInt(h.Get(ajs.HeaderFirstSeq), 10, 64)
-	n, err2 := strconv.ParseInt(h.Get(ajs.HeaderCount), 10, 64)
-	if err1 != nil || err2 != nil || n < 1 {
-		return "", 0, false
-	}
-	return h.Get(ajs.HeaderSession), first + n - 1, true
-}
-
 // lastRecord is what a listing reads of a session's last record: the seq of its last event and
 // when the stream stored it (Unix ms).
 type lastRecord struct{ seq, at int64 }
@@ -488,14 +478,14 @@ func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]lastRecord, er
 	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
 		out = make(map[string]lastRecord, n)
 	}, func(m streamMsg) error {
-		if tok, last, ok := recordLastSeq(m.Headers()); ok {
+		if last, ok := ajs.RecordLastSeq(m.Headers()); ok {
 			lr := lastRecord{seq: last}
 			if jm, ok := m.(natsjs.Msg); ok {
 				if md, err := jm.Metadata(); err == nil {
 					lr.at = md.Timestamp.UnixMilli()
 				}
 			}
-			out[tok] = lr
+			out[m.Headers().Get(ajs.HeaderSession)] = lr
 		}
 		return nil
 	})
@@ -524,8 +514,8 @@ func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]la
 				err = merr
 				break
 			}
-			if tok, last, ok := recordLastSeq(m.Header); ok {
-				out[tok] = lastRecord{seq: last, at: m.Time.UnixMilli()}
+			if last, ok := ajs.RecordLastSeq(m.Header); ok {
+				out[m.Header.Get(ajs.HeaderSession)] = lastRecord{seq: last, at: m.Time.UnixMilli()}
 			}
 		}
 	}

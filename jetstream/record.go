@@ -146,6 +146,17 @@ func recordHeader(token string, firstSeq int64, count int) nats.Header {
 	return h
 }
 
+// RecordLastSeq is the seq of a record's last event, from its headers (Agentlog-First-Seq +
+// Agentlog-Count - 1), for a reader of headers only; ok is false when they are malformed.
+func RecordLastSeq(h nats.Header) (last int64, ok bool) {
+	first, err1 := strconv.ParseInt(h.Get(HeaderFirstSeq), 10, 64)
+	count, err2 := strconv.ParseInt(h.Get(HeaderCount), 10, 64)
+	if err1 != nil || err2 != nil || first < 0 || count < 1 {
+		return 0, false
+	}
+	return first + count - 1, true
+}
+
 // headerWireSize is the number of bytes nats.go writes for h (mirrors nats.Msg.headerSize): the
 // stream's max message size and the server's max payload count headers plus body.
 func headerWireSize(h nats.Header) int {

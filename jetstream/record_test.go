@@ -215,3 +215,19 @@ func FuzzDecodeRecordBlobs(f *testing.F) {
 		}
 	})
 }
+
+func TestRecordLastSeq(t *testing.T) {
+	for _, c := range []struct {
+		first, count string
+		last         int64
+		ok           bool
+	}{
+		{"0", "1", 0, true}, {"5", "3", 7, true},
+		{"", "1", 0, false}, {"-1", "2", 0, false}, {"4", "0", 0, false}, {"4", "x", 0, false},
+	} {
+		h := nats.Header{HeaderFirstSeq: []string{c.first}, HeaderCount: []string{c.count}}
+		if last, ok := RecordLastSeq(h); last != c.last || ok != c.ok {
+			t.Errorf("RecordLastSeq(first %q, count %q) = %d, %v; want %d, %v", c.first, c.count, last, ok, c.last, c.ok)
+		}
+	}
+}

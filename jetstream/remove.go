@@ -311,10 +311,9 @@ func (s *Store) lastSeqFromHeaders(ctx context.Context, subject string) int64 {
 	if err != nil {
 		return -1
 	}
-	first, err1 := strconv.ParseInt(m.Header.Get(HeaderFirstSeq), 10, 64)
-	count, err2 := strconv.ParseInt(m.Header.Get(HeaderCount), 10, 64)
-	if err1 != nil || err2 != nil || first < 0 || count < 1 {
+	last, ok := RecordLastSeq(m.Header)
+	if !ok {
 		return -1
 	}
-	return first + count - 1
+	return last
 }
