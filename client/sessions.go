@@ -249,6 +249,21 @@ func (c *Client) openStore(ctx context.Context) (*ajs.Store, error) {
 	return st, nil
 }
 
+// sessionStore checks session id (ErrBadRequest) and opens the store; it returns id's token.
+func (c *Client) sessionStore(ctx context.Context, id string) (*ajs.Store, string, error) {
+	tok, err := ajs.Token(id)
+	if err != nil {
+		return nil, "", &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	st, err := c.openStore(ctx)
+	return st, tok, err
+}
+
+// notFoundError is ErrNotFound for session id, which has no metadata.
+func notFoundError(id string) *Error {
+	return &Error{Code: CodeNotFound, Session: id, Description: fmt.Sprintf("session %q not found", id)}
+}
+
 // meta is one session's entry in agentlog_sessions.
 type meta struct {
 	id, token  string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -54,17 +53,13 @@ type Status struct {
 // grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata),
 // ErrBadRequest (invalid id), ErrInternal.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	tok, err := ajs.Token(id)
-	if err != nil {
-		return Status{}, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
-	}
-	st, err := c.openStore(ctx)
+	st, tok, err := c.sessionStore(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
 	info, err := st.GetSessionInfo(ctx, id)
 	if errors.Is(err, ajs.ErrSessionNotFound) {
-		return Status{}, &Error{Code: CodeNotFound, Session: id, Description: fmt.Sprintf("session %q not found", id)}
+		return Status{}, notFoundError(id)
 	}
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}

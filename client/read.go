@@ -124,11 +124,7 @@ func unwrapFn(err error) error {
 // session's messages.<token> key in agentlog_projections and queries Messages with MinSeq at
 // each new asOfSeq. Errors: ErrStopped when the projection stops, and Messages' errors.
 func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesReply) error) error {
-	tok, err := ajs.Token(id)
-	if err != nil {
-		return &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
-	}
-	st, err := c.openStore(ctx)
+	st, tok, err := c.sessionStore(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -168,4 +164,66 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 			return err
 		}
 	}
+}
+
+// Header returns session id's header as stored in agentlog_sessions (Raw keeps its bytes, so a
+// JSONL written from it carries every field). Errors: ErrBadRequest, ErrNotFound, ErrInternal.
+func (c *Client) Header(ctx context.Context, id string) (session.Header, error) {
+	st, _, err := c.sessionStore(ctx, id)
+	if err != nil {
+		return session.Header{}, err
+	}
+	h, err := st.GetSession(ctx, id)
+	if errors.Is(err, ajs.ErrSessionNotFound) {
+		return session.Header{}, notFoundError(id)
+	}
+	if err != nil {
+		return session.Header{}, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
+	}
+	return h, nil
+}
+
+// ErrorReports returns the last n (n > 0) agent/error reports of session id, oldest first, as
+// stored in the AGENTLOG_ERRORS stream: JSON objects of publisher.ErrorReport ({type, session,
+// firstSeq, lastSeq, error, time, writerId, fenced?, lost?}). A failed write is reported there,
+// never written as a session event. Errors: ErrBadRequest, ErrInternal.
+func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.RawMessage, error) {
+	subject, err := ajs.ErrorsSubject(id)
+	if err != nil || n <= 0 {
+		if err == nil {
+			err = fmt.Errorf("error reports: n %d, want > 0", n)
+		}
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []json.RawMessage
+	err = scanStream(ctx, st.JS, ajs.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
+		if len(out) == n {
+			out = append(out[:0], out[1:]...)
+		}
+		out = append(out, append(json.RawMessage(nil), m.Data()...))
+		return nil
+	})
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Session: id, Description: "read stream " + ajs.ErrorsStream, Err: err}
+	}
+	return out, nil
+}
+
+// LastSeq returns the seq of session id's last event (-1: none), from its last record's headers
+// (a direct get, which on a replicated stream may read a lagging follower). Errors:
+// ErrBadRequest, ErrInternal.
+func (c *Client) LastSeq(ctx context.Context, id string) (int64, error) {
+	st, _, err := c.sessionStore(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	t, err := st.GetTail(ctx, id)
+	if err != nil {
+		return 0, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
+	}
+	return t.NextSeq - 1, nil
 }
