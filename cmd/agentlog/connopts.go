@@ -140,18 +140,11 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 			f.token = ui.Username()
 		}
 	}
-	var kinds []string
-	if f.creds != "" {
-		kinds = append(kinds, "--creds")
-	}
-	if f.nkey != "" {
-		kinds = append(kinds, "--nkey")
-	}
-	if f.user != "" {
-		kinds = append(kinds, "--user")
-	}
-	if f.token != "" {
-		kinds = append(kinds, "--token")
+	var kinds []string // the kinds of credentials given (a password goes with its user)
+	for _, s := range settings {
+		if isAuth(s) && s.flag != "password" && *s.dst != "" {
+			kinds = append(kinds, "--"+s.flag)
+		}
 	}
 	if len(kinds) > 1 {
 		return &usageError{fmt.Errorf("credentials: %s given together; use one", strings.Join(kinds, " and "))}

@@ -246,8 +246,6 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	return res, nil
 }
 
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
-
 // benchRawCopy is the fork's raw work: read every record of session src with an ordered consumer
 // and publish its bytes (data and Agentlog-* headers) once to the subject of session dst, async,
 // then wait for every ack.

@@ -174,16 +174,11 @@ func newBenchScaleServerCmd(g *globals) *cobra.Command {
 
 func runBenchScale(ctx context.Context, o benchScaleOptions, logw io.Writer) (benchScaleResult, error) {
 	res := benchScaleResult{GOMAXPROCS: runtime.GOMAXPROCS(0), Ratios: map[string]float64{}}
-	parent := o.DataDir
-	if parent == "" {
-		tmp, err := os.MkdirTemp("", "agentlog-bench-scale-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(tmp)
-		parent = tmp
+	parent, cleanup, err := benchDir(o.DataDir, "agentlog-bench-scale-")
+	if err != nil {
+		return res, err
 	}
-	var err error
+	defer cleanup()
 	if res.At1k, err = benchScaleRun(ctx, o, 1000, filepath.Join(parent, "1k"), "", logw); err != nil {
 		return res, fmt.Errorf("1,000 sessions: %w", err)
 	}
