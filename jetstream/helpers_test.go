@@ -9,38 +9,14 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
-
-// testServer starts an embedded server in a temp dir and connects to it; both are stopped at cleanup.
-func testServer(t testing.TB, opts natsdev.ServerOptions) (*nats.Conn, natsjs.JetStream) {
-	t.Helper()
-	if opts.DataDir == "" {
-		opts.DataDir = t.TempDir()
-	}
-	srv, err := natsdev.RunServer(opts)
-	if err != nil {
-		t.Fatalf("RunServer: %v", err)
-	}
-	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(t.Name()))
-	if err != nil {
-		srv.Shutdown()
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	return nc, js
-}
 
 // testStore provisions a store with cfg on a fresh embedded server.
 func testStore(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	_, js := testServer(t, natsdev.ServerOptions{})
+	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
 	s, err := Provision(testCtx(t), js, cfg)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)

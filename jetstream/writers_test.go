@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -81,7 +82,7 @@ func TestWriterLeaseExpires(t *testing.T) {
 // TestOpenCreatesWritersBucket: a deployment provisioned before agentlog_writers existed gets it
 // from Open (and from Provision).
 func TestOpenCreatesWritersBucket(t *testing.T) {
-	_, js := testServer(t, natsdev.ServerOptions{})
+	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
 	if _, err := Provision(ctx, js, Config{}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Package testnats starts real NATS for tests: an embedded nats-server (natsdev.RunServer, file
 // storage in the test's temp dir), a connection to it, and a provisioned agentlog store, all torn
 // down when the test ends. It never mocks JetStream. (The jetstream package's own tests cannot import
-// it, as it imports jetstream; they call natsdev directly.)
+// it, as it imports jetstream; they use internal/testserver.)
 package testnats
 
 import (
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testserver"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
 )
@@ -32,28 +33,12 @@ func Start(t testing.TB, cfg ajs.Config) *Env {
 // MaxPayload.
 func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg ajs.Config) *Env {
 	t.Helper()
-	if opts.DataDir == "" {
-		opts.DataDir = t.TempDir()
-	}
-	srv, err := natsdev.RunServer(opts)
-	if err != nil {
-		t.Fatalf("natsdev.RunServer: %v", err)
-	}
-	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(t.Name()))
-	if err != nil {
-		srv.Shutdown()
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
+	url, nc, js := testserver.Start(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store, err := ajs.Provision(ctx, js, cfg)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
-	return &Env{URL: srv.ClientURL(), NC: nc, Store: store}
+	return &Env{URL: url, NC: nc, Store: store}
 }
