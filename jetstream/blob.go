@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -23,8 +24,10 @@ import (
 // RecordFormatBlobs) carries an empty line in its place and one HeaderBlob value naming it.
 const (
 	BlobsBucket       = "agentlog_blobs"
-	HeaderBlob        = "Agentlog-Blob" // one value per offloaded event: "<seq> <size> <sha256 hex> <id>"
-	RecordFormatBlobs = "2"             // Agentlog-Format of a record that holds offloaded events
+	blobsStream       = "OBJ_" + BlobsBucket
+	blobChunksPrefix  = "$O." + BlobsBucket + ".C." // + the object's nuid: its chunks
+	HeaderBlob        = "Agentlog-Blob"             // one value per offloaded event: "<seq> <size> <sha256 hex> <id>"
+	RecordFormatBlobs = "2"                         // Agentlog-Format of a record that holds offloaded events
 
 	// BlobMaxAgeAtPublish: an append publishes its record only while the blobs it wrote are younger
 	// than this; an attempt that took longer (a paused process) writes them again first. With
@@ -133,18 +136,11 @@ func (s *Store) offload(ctx context.Context, id, tok string, events []session.Ev
 	for k, i := range idx {
 		ref := BlobRef{Seq: events[i].Seq, Size: int64(len(lines[i])), ID: nuid.Next()}
 		name := BlobName(tok, ref)
-		meta := natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: s.blobChunkSize()}}
-		info, err := s.Blobs.Put(ctx, meta, bytes.NewReader(lines[i]))
+		sum, err := s.putBlob(ctx, name, lines[i])
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("session %q seq %d: store the event's %d bytes as blob %s in %s: %w", id, ref.Seq, ref.Size, name, BlobsBucket, err)
 		}
-		// The Object Store hashed the bytes as it chunked them (its digest is SHA-256 too): hash
-		// them again only if its digest cannot be read.
-		if sum, ok := objectDigest(info); ok && int64(info.Size) == ref.Size {
-			ref.SHA256 = sum
-		} else {
-			ref.SHA256 = sha256.Sum256(lines[i])
-		}
+		ref.SHA256 = sum
 		out[k] = blobLine{index: i, ref: ref}
 	}
 	if testHookBlobsWritten != nil {
@@ -157,18 +153,70 @@ func (s *Store) offload(ctx context.Context, id, tok string, events []session.Ev
 	return out, start, nil
 }
 
-// objectDigest decodes an object's digest ("SHA-256=<base64url>"); ok is false for another form.
-func objectDigest(info *natsjs.ObjectInfo) (sum [sha256.Size]byte, ok bool) {
-	v, found := strings.CutPrefix(info.Digest, "SHA-256=")
-	if !found {
-		return sum, false
+// putWindow is how many chunks of one blob putBlob has in flight at once.
+const putWindow = 32
+
+// putBlob stores data as object name of BlobsBucket, written as the Object Store's Put writes an
+// object (ADR-20: the chunks on $O.<bucket>.C.<nuid>, then the object's metadata as a rollup on
+// $O.<bucket>.M.<base64url name>), and returns its SHA-256. Unlike Put, a put that fails does not
+// purge the chunks it stored: that needs STREAM.PURGE on the bucket, whose subject filter is in the
+// payload, so the right would let an agent purge every session's blobs (deploy/SECURITY.md).
+// CollectBlobs removes such chunks. Errors are the server's or ctx's, unwrapped.
+func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	chunk := int(s.blobChunkSize())
+	obj := nuid.Next()
+	subj := blobChunksPrefix + obj
+	h := sha256.New()
+	var inflight []natsjs.PubAckFuture
+	wait := func(f natsjs.PubAckFuture) error {
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	b, err := base64.URLEncoding.DecodeString(v)
-	if err != nil || len(b) != sha256.Size {
-		return sum, false
+	chunks := 0
+	for off := 0; off < len(data); off += chunk {
+		part := data[off:min(off+chunk, len(data))]
+		h.Write(part)
+		if len(inflight) == putWindow {
+			if err := wait(inflight[0]); err != nil {
+				return sum, err
+			}
+			inflight = inflight[1:]
+		}
+		f, err := s.JS.PublishMsgAsync(&nats.Msg{Subject: subj, Data: part})
+		if err != nil {
+			return sum, err
+		}
+		inflight = append(inflight, f)
+		chunks++
 	}
-	copy(sum[:], b)
-	return sum, true
+	for _, f := range inflight {
+		if err := wait(f); err != nil {
+			return sum, err
+		}
+	}
+	h.Sum(sum[:0])
+	info := natsjs.ObjectInfo{
+		ObjectMeta: natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(chunk)}},
+		Bucket:     BlobsBucket, NUID: obj, Size: uint64(len(data)), Chunks: uint32(chunks),
+		Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
+	}
+	body, err := json.Marshal(info)
+	if err != nil {
+		return sum, err
+	}
+	m := &nats.Msg{Subject: "$O." + BlobsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)), Header: nats.Header{}, Data: body}
+	m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
+	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+		return sum, err
+	}
+	return sum, nil
 }
 
 // blobChunkSize is the chunk size of the blobs written: the Object Store's default 128 KiB, less
@@ -274,7 +322,7 @@ func ensureBlobsBucket(ctx context.Context, js natsjs.JetStream, replicas int) (
 	} else if err != nil {
 		return nil, fmt.Errorf("look up Object Store bucket %s: %w", BlobsBucket, err)
 	}
-	st, err := js.Stream(ctx, "OBJ_"+BlobsBucket)
+	st, err := js.Stream(ctx, blobsStream)
 	if err != nil {
 		return nil, fmt.Errorf("look up the stream of Object Store bucket %s: %w", BlobsBucket, err)
 	}

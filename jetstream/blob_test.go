@@ -284,3 +284,83 @@ func BenchmarkOffload(b *testing.B) {
 	b.ReportMetric(mb/rawNs.Seconds(), "raw_MiB/s")
 	b.ReportMetric(float64(rawNs)/float64(appendNs), "ratio")
 }
+
+// chunkSubjects returns the chunk subjects of agentlog_blobs and how many chunks each holds.
+func chunkSubjects(t testing.TB, s *Store) map[string]uint64 {
+	t.Helper()
+	st, err := s.JS.Stream(testCtx(t), blobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(testCtx(t), natsjs.WithSubjectFilter(blobChunksPrefix+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
+// setBlobsMaxBytes sets the max bytes of agentlog_blobs' stream (-1: none), as an operator would.
+func setBlobsMaxBytes(t testing.TB, s *Store, n int64) {
+	t.Helper()
+	st, err := s.JS.Stream(testCtx(t), blobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes = n
+	if _, err := s.JS.UpdateStream(testCtx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailedPutLeavesChunksForCollectBlobs: a blob upload the server refuses part-way (the bucket
+// is full) fails naming the session and seq with the server's reason, leaves its stored chunks
+// (the writer does not purge the bucket), and CollectBlobs purges them once older than its grace,
+// keeping the chunks of every object.
+func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
+	s := testStore(t, Config{MaxMsgSize: 4096})
+	ctx := testCtx(t)
+	kept := []session.Event{sizedEvent(t, 0, 300_000)}
+	if _, err := s.Append(ctx, "kept", 0, kept); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.JS.Stream(ctx, blobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setBlobsMaxBytes(t, s, int64(info.State.Bytes)+200_000)
+	_, err = s.Append(ctx, "failed", 0, []session.Event{sizedEvent(t, 0, 1_000_000)})
+	if err == nil || !strings.Contains(err.Error(), `session "failed" seq 0: store the event's 1000000 bytes as blob`) || !strings.Contains(err.Error(), "maximum bytes") {
+		t.Fatalf("append into a full bucket: %v; want the session, the seq and the server's reason", err)
+	}
+	setBlobsMaxBytes(t, s, -1)
+	before := chunkSubjects(t, s)
+	if len(before) != 2 {
+		t.Fatalf("chunk subjects after the failed put: %v; want the kept object's and the partial upload's", before)
+	}
+	if objs, _ := s.Blobs.List(ctx); len(objs) != 1 {
+		t.Fatalf("%d objects, want only the kept one", len(objs))
+	}
+	c, err := s.CollectBlobs(ctx, time.Hour)
+	if err != nil || c.PartialYoung != 1 || len(c.PartialRemoved) != 0 {
+		t.Fatalf("CollectBlobs with an hour's grace: %+v, %v; want the partial upload kept as young", c, err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	c, err = s.CollectBlobs(ctx, 0)
+	if err != nil || len(c.PartialRemoved) != 1 || c.PartialYoung != 0 || c.Used != 1 {
+		t.Fatalf("CollectBlobs: %+v, %v; want the partial upload purged, the kept blob used", c, err)
+	}
+	after := chunkSubjects(t, s)
+	if len(after) != 1 || after[blobChunksPrefix+c.PartialRemoved[0]] != 0 {
+		t.Fatalf("chunk subjects after CollectBlobs: %v (partial %v)", after, c.PartialRemoved)
+	}
+	got, _, err := s.Read(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEvents(t, got, kept)
+}

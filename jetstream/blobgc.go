@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -105,6 +106,9 @@ type Collected struct {
 	Foreign  int      `json:"foreign"`  // kept: a name agentlog does not make
 	Removed  []string `json:"removed"`  // names of the orphans deleted
 	Sessions int      `json:"sessions"` // sessions whose records were scanned
+	// Chunks of puts that stored no object (a failed or killed upload), by object nuid.
+	PartialYoung   int      `json:"partialYoung"`   // kept: its last chunk not older than the grace
+	PartialRemoved []string `json:"partialRemoved"` // purged
 }
 
 // CollectBlobs deletes the orphans of agentlog_blobs: objects older than grace (by the server's
@@ -112,11 +116,22 @@ type Collected struct {
 // An orphan is left by an append that stopped between its blobs and its record (a killed writer),
 // or by a retry whose earlier attempt was stored. A blob is never collected before its record is
 // committed as long as grace is well above BlobMaxAgeAtPublish (ARCHITECTURE.md, "Large events");
-// `agentlog gc` refuses a grace below MinBlobGrace. Errors name the session or the blob.
+// `agentlog gc` refuses a grace below MinBlobGrace. It also purges the chunks that no object
+// names (a put that failed or was killed before its metadata) once the last of them is older than
+// grace. Errors name the session or the blob.
 func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collected, error) {
-	c := Collected{Removed: []string{}}
+	c := Collected{Removed: []string{}, PartialRemoved: []string{}}
 	if s.Blobs == nil {
 		return c, nil
+	}
+	// The chunks first, then the objects: a put that completes in between is seen with its object.
+	st, err := s.JS.Stream(ctx, blobsStream)
+	if err != nil {
+		return c, fmt.Errorf("look up the stream of %s: %w", BlobsBucket, err)
+	}
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter(blobChunksPrefix+">"))
+	if err != nil {
+		return c, fmt.Errorf("list the chunks of %s: %w", BlobsBucket, err)
 	}
 	objs, err := s.Blobs.List(ctx)
 	if err != nil && !errors.Is(err, natsjs.ErrNoObjectsFound) {
@@ -124,6 +139,13 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 	}
 	c.Blobs = len(objs)
 	cutoff := time.Now().Add(-grace)
+	named := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		named[o.NUID] = true
+	}
+	if err := s.collectPartial(ctx, st, info.State.Subjects, named, cutoff, &c); err != nil {
+		return c, err
+	}
 	byToken := map[string][]string{}
 	for _, o := range objs {
 		tok, _, ok := ParseBlobName(o.Name)
@@ -172,4 +194,35 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 		}
 	}
 	return c, nil
+}
+
+// collectPartial purges the chunk subjects (of subjects, the bucket's chunk subjects) whose nuid
+// no object in named has and whose last chunk the server stored before cutoff. A put in progress
+// keeps writing chunks, so its last chunk is never that old.
+func (s *Store) collectPartial(ctx context.Context, st natsjs.Stream, subjects map[string]uint64, named map[string]bool, cutoff time.Time, c *Collected) error {
+	var nuids []string
+	for subj := range subjects {
+		if n := strings.TrimPrefix(subj, blobChunksPrefix); !named[n] {
+			nuids = append(nuids, n)
+		}
+	}
+	sort.Strings(nuids)
+	for _, n := range nuids {
+		last, err := st.GetLastMsgForSubject(ctx, blobChunksPrefix+n)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			continue // purged meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("the last chunk of partial upload %s in %s: %w", n, BlobsBucket, err)
+		}
+		if !last.Time.Before(cutoff) {
+			c.PartialYoung++
+			continue
+		}
+		if err := st.Purge(ctx, natsjs.WithPurgeSubject(blobChunksPrefix+n)); err != nil {
+			return fmt.Errorf("purge the chunks of partial upload %s from %s: %w", n, BlobsBucket, err)
+		}
+		c.PartialRemoved = append(c.PartialRemoved, n)
+	}
+	return nil
 }

@@ -26,7 +26,7 @@ func (p *Projector) collectBlobs(ctx context.Context) {
 		}
 		return
 	}
-	if len(c.Removed) > 0 {
-		p.logger.Info("projector: removed orphan blobs (offloaded events whose record was never written)", "removed", len(c.Removed), "blobs", c.Blobs, "grace", p.blobGC.grace)
+	if len(c.Removed) > 0 || len(c.PartialRemoved) > 0 {
+		p.logger.Info("projector: removed orphan blobs (offloaded events whose record was never written) and failed uploads", "removed", len(c.Removed), "failedUploads", len(c.PartialRemoved), "blobs", c.Blobs, "grace", p.blobGC.grace)
 	}
 }

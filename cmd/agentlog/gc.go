@@ -17,7 +17,8 @@ func newGCCmd(g *globals) *cobra.Command {
 		Long: `gc removes the orphans of the Object Store bucket agentlog_blobs: blobs older than --grace that no
 stored record references, of sessions without a live writer. An append stores an offloaded event's
 blob before its record, so a writer killed between the two (or a retry whose first try was stored)
-leaves one behind. Blobs of committed records are never removed (agentlog rm removes those with their
+leaves one behind. It also purges the chunks of uploads that stored no object (a failed or killed
+upload) once older than --grace. Blobs of committed records are never removed (agentlog rm removes those with their
 session). --grace must leave time for an append in progress: at least ` + ajs.MinBlobGrace.String() + `. It prints what it
 kept and removed (--json: one JSON object).`,
 		Args: exactArgs(0, "no arguments"),
@@ -44,10 +45,13 @@ kept and removed (--json: one JSON object).`,
 			for _, name := range c.Removed {
 				fmt.Fprintf(g.stdout, "  removed %s\n", name)
 			}
+			if n := len(c.PartialRemoved) + c.PartialYoung; n > 0 {
+				fmt.Fprintf(g.stdout, "  failed uploads (chunks without an object): %d purged, %d younger than the grace\n", len(c.PartialRemoved), c.PartialYoung)
+			}
 			return nil
 		},
 	}
 	c.Flags().DurationVar(&grace, "grace", ajs.DefaultBlobGrace, "remove only orphans older than this")
-	c.Flags().BoolVar(&asJSON, "json", false, `print {"blobs","young","live","used","foreign","removed","sessions"}`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"blobs","young","live","used","foreign","removed","sessions","partialYoung","partialRemoved"}`)
 	return c
 }

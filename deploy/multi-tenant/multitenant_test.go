@@ -529,6 +529,22 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	if err := js.DeleteStream(ctx, "AGENTLOG"); err == nil {
 		t.Fatal("agent deleted AGENTLOG")
 	}
+	// The agent purges the blob bucket: refused (a STREAM.PURGE carries its filter in the payload,
+	// so the right would take every session's blobs); the session's blob still reads.
+	big := "big:" + strings.Repeat("P", 1<<20+512)
+	d.importLog(t, "A_AGENT_ARGS", smallLog("blob-victim", big))
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	blobs, err := js.Stream(ctx, "OBJ_"+ajs.BlobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Purge(ctx); err == nil {
+		t.Fatal("agent purged agentlog_blobs")
+	}
+	if out := d.ok(t, "", "A_VIEWER_ARGS", "events", "blob-victim"); !strings.Contains(out, big) {
+		t.Fatalf("the blob of blob-victim after the agent's purge: %d bytes of events", len(out))
+	}
 	// The projector's partition consumers are out of the agent's reach.
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -79,9 +79,14 @@ var (
 		e("$JS.FC."+blobsObj+".>", "flow-control replies of that push consumer"),
 		api("CONSUMER.DELETE."+blobsObj+".*", "deletes that consumer when the blob is read"),
 	}
+	// What the TypeScript backend's Object Store get (@nats-io/obj) adds to blobRead.
+	tsBlobRead = []Entry{
+		api("STREAM.MSG.GET."+blobsObj, "an offloaded event's blob metadata, as the TypeScript backend reads it (@nats-io/obj get: from the leader)"),
+	}
+	// No STREAM.PURGE of the bucket: its filter is in the payload, so it would purge any
+	// session's blobs. A failed put leaves its chunks to the projector's blob GC.
 	blobWrite = []Entry{
-		e("$O."+ajs.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes"),
-		api("STREAM.PURGE."+blobsObj, "an Object Store put that fails removes its partial chunks"),
+		e("$O."+ajs.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes; a failed upload's chunks are left to the projector's blob GC"),
 	}
 	// The listing (client.Sessions: sessions, status, id prefixes and completion).
 	listing = []Entry{
@@ -125,7 +130,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, blobRead, blobWrite, listing, openEntries()),
+			}, blobRead, tsBlobRead, blobWrite, listing, openEntries()),
 			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
@@ -167,7 +172,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
 				watchCreate, watchFC, watchDelete,
 				e("$O."+ajs.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
-				api("STREAM.PURGE."+blobsObj, "removes orphan blobs: purges their chunks"),
+				api("STREAM.PURGE."+blobsObj, "removes orphan blobs and the chunks of failed uploads: purges their chunks"),
 				api("DIRECT.GET."+writersKV+".>", "the orphan collector leaves the sessions of live writers alone"),
 			}, blobRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},

@@ -757,16 +757,31 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       if (len > budget) big.push(i)
     }
     if (big.length === 0) return { lines, blobs: [] }
-    const os = await this.blobStore(s)
+    await this.blobStore(s) // the bucket exists (else a clear error)
+    const bucket = this.names.blobsBucket
     const chunk = Math.max(Math.min(128 * 1024, s.maxPayload - 1024), 512)
+    const b64url = (b: Buffer) => b.toString('base64').replace(/\+/g, '-').replace(/\//g, '_')
     const blobs: { index: number; ref: BlobRef }[] = []
     const out = lines.slice()
     for (const i of big) {
       const bytes = Buffer.from(lines[i]!, 'utf8')
-      const ref: BlobRef = { seq: events[i]!.seq, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex'), id: nuid.next() }
+      const sum = createHash('sha256').update(bytes).digest()
+      const ref: BlobRef = { seq: events[i]!.seq, size: bytes.length, sha256: sum.toString('hex'), id: nuid.next() }
       const name = blobName(tok, ref)
       try {
-        await os.putBlob({ name, options: { max_chunk_size: chunk } }, bytes)
+        // The chunks, then the object's metadata, as @nats-io/obj's put writes an object (ADR-20),
+        // without its purge of a failed put's chunks: agents may not purge the bucket (a purge
+        // could take every session's blobs), and that refusal would replace this error. The
+        // projector's blob GC removes such chunks.
+        const obj = nuid.next()
+        for (let off = 0; off < bytes.length; off += chunk) await s.js.publish(`$O.${bucket}.C.${obj}`, bytes.subarray(off, off + chunk))
+        const info = {
+          name, options: { max_chunk_size: chunk }, bucket, nuid: obj, size: bytes.length, chunks: Math.ceil(bytes.length / chunk),
+          mtime: new Date().toISOString(), digest: `SHA-256=${b64url(sum)}`, deleted: false,
+        }
+        const h = natsHeaders()
+        h.set('Nats-Rollup', 'sub')
+        await s.js.publish(`$O.${bucket}.M.${b64url(Buffer.from(name, 'utf8'))}`, JSON.stringify(info), { headers: h })
       } catch (err) {
         throw new Error(`agentlog: session ${JSON.stringify(id)} seq ${ref.seq}: store the event's ${ref.size} bytes as blob ${name} in ${this.names.blobsBucket}: ${(err as Error).message}`, { cause: err })
       }
