@@ -27,6 +27,10 @@ const RemoveLeaseTTL = time.Minute
 // RemoveWriterID is the writer id of the lease RemoveSession holds.
 const RemoveWriterID = "agentlog-rm"
 
+// ErrRemoveNotStarted: RemoveSession stopped before it changed anything (its first purge, which
+// removes nothing, failed: credentials without the right to purge, or NATS unreachable).
+var ErrRemoveNotStarted = errors.New("nothing was changed")
+
 // Removed is what RemoveSession removed.
 type Removed struct {
 	Session     string `json:"session"`
@@ -47,7 +51,8 @@ type Removed struct {
 // (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
 // its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
 //
-// Order (ARCHITECTURE.md, "Deleting a session"): mark the metadata (from then on the session is
+// Order (ARCHITECTURE.md, "Deleting a session"): a purge that removes nothing (credentials that
+// may not purge fail there, ErrRemoveNotStarted), mark the metadata (from then on the session is
 // not found, and its id cannot be created again), take the writer lease over, purge the records,
 // the projections and the reports, delete the metadata, release the lease. A live writer is
 // fenced; a fork of the session either read it whole before the mark or fails SESSION_NOT_FOUND.
@@ -66,6 +71,12 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	}
 	fail := func(what string, err error) (Removed, error) {
 		return rm, fmt.Errorf("remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
+	}
+	// 0. A purge of the subject that removes nothing (below stream seq 1): credentials without the
+	// right to purge are refused here, before anything is changed.
+	subject, _ := s.Subject(id)
+	if _, err := s.purge(ctx, StreamName, subject, 1); err != nil {
+		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
 	}
 
 	// 1. Mark the metadata.
@@ -100,7 +111,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 			return fail("look for what is stored", err)
 		}
 		if !found {
-			return rm, fmt.Errorf("%w: session %q (nothing stored under token %s)", ErrSessionNotFound, id, tok)
+			return rm, &notFoundError{id: id, detail: "nothing is stored under it"}
 		}
 	}
 
@@ -121,7 +132,6 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	if rm.Blobs, err = s.removeSessionBlobs(ctx, tok); err != nil {
 		return fail("delete the blobs", err)
 	}
-	subject, _ := s.Subject(id)
 	rm.Events = s.lastSeqFromHeaders(ctx, subject) + 1
 	if rm.Records, err = s.purge(ctx, StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
@@ -317,3 +327,11 @@ func (s *Store) lastSeqFromHeaders(ctx context.Context, subject string) int64 {
 	}
 	return last
 }
+
+// notFoundError is ErrSessionNotFound naming the session once: `session "x" not found (detail)`.
+type notFoundError struct{ id, detail string }
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("session %s not found (%s)", QuoteID(e.id), e.detail)
+}
+func (e *notFoundError) Unwrap() error { return ErrSessionNotFound }

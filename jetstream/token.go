@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentlog/agentlog/session"
 )
 
 // MaxSessionIDBytes is the longest session id (in bytes of UTF-8) that Token accepts.
@@ -164,14 +166,16 @@ func unhexUpper(c byte) (byte, bool) {
 	return 0, false
 }
 
+// checkID refuses an id Token cannot map, as a *session.Error (rule id-empty, id-too-long,
+// id-utf8) naming it (an over-long one cut as QuoteID cuts it).
 func checkID(id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("session id %q: empty (rule id-empty)", id)
+		return session.NewError("", -1, 0, session.RuleIDEmpty, "the session id is empty")
 	case len(id) > MaxSessionIDBytes:
-		return fmt.Errorf("session id %s: %d bytes, more than %d (rule id-too-long)", QuoteID(id), len(id), MaxSessionIDBytes)
+		return session.NewError(echoID(id), -1, 0, session.RuleIDTooLong, fmt.Sprintf("the session id is %d bytes, more than %d", len(id), MaxSessionIDBytes))
 	case !utf8.ValidString(id):
-		return fmt.Errorf("session id %q: not valid UTF-8 (rule id-utf8)", id)
+		return session.NewError(id, -1, 0, session.RuleIDUTF8, "the session id is not valid UTF-8")
 	}
 	return nil
 }
@@ -186,11 +190,24 @@ func QuoteID(id string) string {
 	if len(id) <= MaxSessionIDBytes {
 		return strconv.Quote(id)
 	}
+	return strconv.Quote(echoCut(id)) + "..."
+}
+
+// echoCut is the first echoIDBytes of id, cut at a UTF-8 boundary.
+func echoCut(id string) string {
 	n := echoIDBytes
 	for n > echoIDBytes-utf8.UTFMax && !utf8.RuneStart(id[n]) {
 		n--
 	}
-	return strconv.Quote(id[:n]) + "..."
+	return id[:n]
+}
+
+// echoID is id as an error names it: an id over MaxSessionIDBytes is cut to echoCut(id) + "...".
+func echoID(id string) string {
+	if len(id) <= MaxSessionIDBytes {
+		return id
+	}
+	return echoCut(id) + "..."
 }
 
 // CheckRawID applies rule id-utf8 to an id as it appears in a JSON request, before decoding: Go's

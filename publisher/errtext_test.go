@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -81,6 +82,18 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 	add("GetSession missing", err)
 	_, err = p.Open(ctx, "")
 	add("Open empty id", err)
+	// Create of an id the store cannot hold: a *session.Error naming the id and the rule, as every
+	// refusal ([rule X]), under the one prefix.
+	for _, c := range []struct {
+		id   string
+		rule session.Rule
+	}{{"", session.RuleIDEmpty}, {strings.Repeat("x", jetstream.MaxSessionIDBytes+1), session.RuleIDTooLong}, {"bad\xff", session.RuleIDUTF8}} {
+		_, err := p.Create(ctx, header(c.id))
+		if !errors.Is(err, &session.Error{Rule: c.rule}) || !strings.HasPrefix(err.Error(), "publisher: create: ") || !strings.HasSuffix(err.Error(), "[rule "+string(c.rule)+"]") {
+			t.Errorf("Create(%.50q): %v; want a *session.Error of rule %s under publisher: create:", c.id, err, c.rule)
+		}
+		add("Create invalid id", err)
+	}
 
 	// Create twice; a second writer in one publisher; Append of a bad event, an oversized one.
 	w, err := p.Create(ctx, header("w"))
@@ -145,6 +158,9 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 		t.Log(msg)
 		if r := repeatedPrefix(msg); r != "" {
 			t.Errorf("%q repeats %q", msg, r)
+		}
+		if strings.Contains(msg, "(rule ") {
+			t.Errorf("%q names its rule as (rule X), not as every refusal does, [rule X]", msg)
 		}
 	}
 }

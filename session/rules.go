@@ -73,6 +73,13 @@ const (
 	RuleEventTooLarge  Rule = "event-too-large" // an event's encoded line is at most the writer's max event bytes
 )
 
+// Rules of a session id (jetstream.Token): what every id given to the store must be.
+const (
+	RuleIDEmpty   Rule = "id-empty"    // at least one byte
+	RuleIDTooLong Rule = "id-too-long" // at most 256 bytes of UTF-8
+	RuleIDUTF8    Rule = "id-utf8"     // valid UTF-8 (no lone surrogate escape in a JSON request either)
+)
+
 // Rules of an import (agentlog import).
 const (
 	// RuleEmptyLog: an imported log holds no events. A session with metadata only is created

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +111,18 @@ func TestExitCodesAndStreams(t *testing.T) {
 		if code != c.want || !strings.Contains(errOut, c.says) {
 			t.Errorf("agentlog %s: exit %d, stderr %q; want exit %d naming %q", strings.Join(c.args, " "), code, errOut, c.want, c.says)
 		}
+	}
+	// --from-seq past the end: refused, naming the session, N and the last seq, nothing printed.
+	if code, out, errOut := cli("", "events", "x1", "--from-seq", "100000"); code != 1 || out != "" ||
+		!strings.Contains(errOut, fmt.Sprintf(`session "x1": --from-seq 100000 is past the end of the log: its last seq is %d`, len(events)-1)) {
+		t.Errorf("events x1 --from-seq 100000: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, _ := cli("", "events", "x1", "--from-seq", strconv.Itoa(len(events)-1), "--no-header"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("events x1 --from-seq LAST: exit %d, stdout %q", code, out)
+	}
+	// rm of an unknown id names it once.
+	if code, _, errOut := cli("", "rm", "nosuch"); code != 1 || strings.TrimSpace(errOut) != `agentlog: remove: session "nosuch" not found (nothing is stored under it)` {
+		t.Errorf("rm nosuch: exit %d, stderr %q", code, errOut)
 	}
 	// A refused import wrote nothing.
 	if code, _, _ := cli("", "events", "x2"); code != 1 {

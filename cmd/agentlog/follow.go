@@ -36,7 +36,8 @@ func withEventsFollow(g *globals, c *cobra.Command) *cobra.Command {
 	run := c.RunE
 	c.Use = "events ID [--packed] [--no-header] [--from-seq N] [--tail N] [--follow]"
 	c.Long = `events prints a session's log as dsh JSONL: its header line, then one event per line. ID may be a
-unique prefix of an id. --from-seq N starts at seq N, --tail N prints the last N events (of those),
+unique prefix of an id. --from-seq N starts at seq N (past the log's last seq it is refused, exit 1,
+unless --follow, which waits for it), --tail N prints the last N events (of those),
 and --follow goes on printing new events as they are appended, until SIGINT (exit 0).`
 	c.Flags().BoolVar(&q.Follow, "follow", false, "keep printing new events as they are appended, until SIGINT")
 	c.Flags().Int64Var(&q.FromSeq, "from-seq", 0, "start at this seq")
@@ -75,6 +76,21 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 		default: // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
 			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
 				return fmt.Errorf("session %q not found", args[0])
+			}
+		}
+		if !q.Follow && q.FromSeq > 0 {
+			// Without --follow, a start past the log's end would print the header alone and look
+			// like success: refuse it, naming the end (with --follow it is waited for).
+			t, err := store.GetTailFromLeader(hctx, args[0])
+			if err != nil {
+				return err
+			}
+			if last := t.NextSeq - 1; q.FromSeq > last {
+				end := fmt.Sprintf("its last seq is %d", last)
+				if last < 0 {
+					end = "it has no events yet"
+				}
+				return fmt.Errorf("session %q: --from-seq %d is past the end of the log: %s (--follow waits for it)", args[0], q.FromSeq, end)
 			}
 		}
 		c, err := client.New(nc)

@@ -313,12 +313,12 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 			}
 		}
 		if err != nil {
-			return 0, rollbackImport(store, w, h.ID, err)
+			return 0, rollbackImport(ctx, store, w, h.ID, err)
 		}
 		n++
 	}
 	if err := w.Close(ctx); err != nil {
-		return 0, rollbackImport(store, w, h.ID, err)
+		return 0, rollbackImport(ctx, store, w, h.ID, err)
 	}
 	return n, nil
 }
@@ -354,13 +354,24 @@ func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error
 
 // rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
 // is cancelled and waited for), then removes the session, metadata and whatever records it got (as
-// agentlog rm does), so that the import can be retried. It returns the cause with what the store
-// now holds (cause names the session).
-func rollbackImport(store *ajs.Store, w *publisher.Writer, id string, cause error) error {
+// agentlog rm does), so that the import can be retried. The removal outlives ctx (an interrupt,
+// --timeout), not a permission refusal of the command (credentials that may not remove). It
+// returns the cause with what the store now holds (cause names the session).
+func rollbackImport(ctx context.Context, store *ajs.Store, w *publisher.Writer, id string, cause error) error {
 	w.Abort()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	rctx, refused := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if c := context.Cause(ctx); errors.Is(c, nats.ErrPermissionViolation) {
+			refused(c)
+		}
+	})
+	defer stop()
+	rctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
-	rm, err := store.RemoveSession(ctx, id)
+	rm, err := store.RemoveSession(rctx, id)
+	if err != nil && errors.Is(context.Cause(rctx), nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w; these credentials may not remove what it wrote (`agentlog rm %s` with the operator's removes it)", cause, shellQuote(id))
+	}
 	if err != nil {
 		return fmt.Errorf("%w; the session may be left with part of the import (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
 	}

@@ -74,8 +74,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	if r := g.refusal(); r != nil {
-		err = r // the command was stopped by the server's refusal, which says more than "canceled"
+	if r := g.refusal(); r != nil && !errors.Is(err, r) {
+		if errors.Is(err, context.Canceled) {
+			err = r // the command was stopped by the server's refusal, which says more than "canceled"
+		} else {
+			err = fmt.Errorf("%w; %v", err, r) // it failed on its own: that first, the refusal as detail
+		}
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

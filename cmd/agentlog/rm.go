@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -39,6 +40,13 @@ by running it again.`,
 				return err
 			}
 			rm, err := c.Remove(ctx, args[0])
+			if r := g.refusal(); err != nil && r != nil {
+				state := "it stopped part-way: the session reads as not found until rm is run again with the operator's credentials"
+				if errors.Is(err, ajs.ErrRemoveNotStarted) {
+					state = "nothing was changed"
+				}
+				return fmt.Errorf("rm %s: removing a session needs the tenant's operator role (it purges the session's subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellQuote(args[0]), state, r)
+			}
 			if err != nil {
 				return err
 			}
