@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/spf13/cobra"
 )
 
@@ -12,7 +14,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status ID [--json]",
 		Short: "Show a session's state: last seq, open turn, lineage, children, each projection unit's lag",
-		Long: `status shows a session's last seq, its open turn (as the messages unit last folded it), its
+		Long: `status shows a session's last seq, its open turn (as the messages unit last folded it, with the
+seq it is as of: "3 (as of seq 120 of 130: the projection lags)"), its
 parent and seed length, its fork children, and for each stored projection unit its asOfSeq and lag
 (last seq - asOfSeq), with the session, seq, unit and rule of stopped units. ID may be a unique prefix.
 Finding the children reads every session's header (a pass over agentlog_sessions). --json prints one
@@ -43,11 +46,7 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 			fmt.Fprintf(tw, "session\t%s\n", termSafe(s.ID))
 			fmt.Fprintf(tw, "created\t%s\n", formatMs(s.CreatedAt))
 			fmt.Fprintf(tw, "last seq\t%d (%d events)\n", s.LastSeq, s.Events)
-			if s.OpenTurn != nil {
-				fmt.Fprintf(tw, "open turn\t%d\n", *s.OpenTurn)
-			} else {
-				fmt.Fprintf(tw, "open turn\tnone\n")
-			}
+			fmt.Fprintf(tw, "open turn\t%s\n", openTurnLine(s))
 			parent := "-"
 			if s.ParentSession != nil {
 				parent = termSafe(*s.ParentSession)
@@ -70,4 +69,28 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object")
 	return c
+}
+
+// openTurnLine is status's open turn with the seq it is as of: the messages unit's asOfSeq, which
+// lags the log's last seq while the projector catches up ("3 (as of seq 120 of 130)").
+func openTurnLine(s client.Status) string {
+	asOf := int64(-2)
+	for _, u := range s.Units {
+		if u.Unit == "messages" {
+			asOf = u.AsOfSeq
+		}
+	}
+	turn := "none"
+	if s.OpenTurn != nil {
+		turn = strconv.FormatInt(*s.OpenTurn, 10)
+	}
+	switch {
+	case asOf == -2:
+		return "unknown (no messages projection stored yet)"
+	case asOf < 0:
+		return fmt.Sprintf("%s (as of no event folded yet; last seq %d)", turn, s.LastSeq)
+	case asOf == s.LastSeq:
+		return fmt.Sprintf("%s (as of seq %d, the last)", turn, asOf)
+	}
+	return fmt.Sprintf("%s (as of seq %d of %d: the projection lags)", turn, asOf, s.LastSeq)
 }
