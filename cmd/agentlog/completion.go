@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -61,4 +62,22 @@ func withUnitCompletion(c *cobra.Command) *cobra.Command {
 func withIDCompletion(g *globals, c *cobra.Command) *cobra.Command {
 	c.ValidArgsFunction = g.completeSessionIDs
 	return c
+}
+
+// refuseUnknownShell makes cobra's completion command, which has a subcommand per shell and no Run
+// of its own (so it printed its help and exited 0 for any other argument), a usage error (exit 2)
+// without a shell or with one it does not know.
+func refuseUnknownShell(c *cobra.Command) {
+	var shells []string
+	for _, s := range c.Commands() {
+		shells = append(shells, s.Name())
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		want := strings.Join(shells, ", ")
+		if len(args) == 0 {
+			return &usageError{fmt.Errorf("%s takes a shell: one of %s (see %s --help)", cmd.CommandPath(), want, cmd.CommandPath())}
+		}
+		return &usageError{fmt.Errorf("%s: unknown shell %q: want one of %s (see %s --help)", cmd.CommandPath(), args[0], want, cmd.CommandPath())}
+	}
 }

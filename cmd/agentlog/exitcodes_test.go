@@ -87,6 +87,8 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"sessions", "--limit", "x"}, want: 2},
 		{args: []string{"--timeout", "0s", "sessions"}, want: 2},
 		{args: []string{"bench", "memory", "--events", "1"}, want: 2},
+		{args: []string{"completion", "badshell"}, want: 2, says: `unknown shell "badshell": want one of bash, fish, powershell, zsh`},
+		{args: []string{"completion"}, want: 2, says: "takes a shell"},
 		// refusals and failures
 		{args: []string{"events", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"messages", "nosuch"}, want: 1},
@@ -105,6 +107,10 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"status", "x1"}, want: 0},
 		{args: []string{"messages", "x1"}, want: 0},
 		{args: []string{"version"}, want: 0},
+		{args: []string{"completion", "bash"}, want: 0},
+		{args: []string{"completion", "zsh"}, want: 0},
+		{args: []string{"completion", "fish"}, want: 0},
+		{args: []string{"completion", "powershell"}, want: 0},
 		{args: []string{"inspect"}, stdin: "", want: 0},
 	} {
 		code, _, errOut := cli(c.stdin, c.args...)

@@ -100,7 +100,10 @@ Quick start:
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "completion", "help":
+		case "completion":
+			refuseUnknownShell(c)
+			markOffline(c)
+		case "help":
 			markOffline(c)
 		case "ui": // the web inspector serves many requests: one refused must not stop it
 			markService(c)
