@@ -33,7 +33,17 @@ func TestAppendSanitizesText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, x := range textEvents(t) {
+	evs := textEvents(t)
+	// A refused Append repaired nothing that counts: the user message without its surfaceOp.
+	bad := evs[1]
+	bad.SurfaceOp = nil
+	if err := w.Append(evs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(bad); err == nil || w.SanitizedStrings() != 0 {
+		t.Fatalf("refused Append: %v; SanitizedStrings %d, want 0", err, w.SanitizedStrings())
+	}
+	for _, x := range evs[1:] {
 		if err := w.Append(x); err != nil {
 			t.Fatalf("Append seq %d: %v", x.Seq, err)
 		}

@@ -182,7 +182,7 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	if err := checkEnvelope(w.id, ev); err != nil {
 		return ev, err
 	}
-	ev = w.sanitizeLocked(ev)
+	ev, repaired := w.sanitizeLocked(ev)
 	if err := w.p.store.CheckEventSize(w.id, ev); err != nil {
 		return ev, err // it could never be written: refuse it now rather than block the session
 	}
@@ -198,6 +198,7 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 	w.pending = append(w.pending, ev)
 	w.backlog += size
 	w.nextSeq++
+	w.countSanitizedLocked(repaired)
 	if w.stopTimer == nil {
 		// The first pending event of a window opens it. After a failed write this is the fresh
 		// window that also carries the failed events (they are pending again, ahead of this one).

@@ -98,7 +98,7 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"fork", "nosuch"}, want: 1, says: "SESSION_NOT_FOUND"},
 		{args: []string{"rm", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"rebuild", "title", "--session", "nosuch"}, want: 1, says: `"nosuch" not found`},
-		{args: []string{"import", file, "--session", "x1"}, want: 1, says: "x1"},
+		{args: []string{"import", file, "--session", "x1"}, want: 1, says: fmt.Sprintf(`publisher: create session "x1": session already exists: it holds %d events (last seq %d) (this log has %d); nothing was written. If an earlier import of it stopped part-way, `+"`agentlog rm x1`"+` then a new import replaces it`, len(events), len(events)-1, len(events))},
 		{args: []string{"import", bad, "--session", "x2"}, want: 1, says: "seq"},
 		{args: []string{"import", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
 		{args: []string{"inspect", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
@@ -117,6 +117,19 @@ func TestExitCodesAndStreams(t *testing.T) {
 		if code != c.want || !strings.Contains(errOut, c.says) {
 			t.Errorf("agentlog %s: exit %d, stderr %q; want exit %d naming %q", strings.Join(c.args, " "), code, errOut, c.want, c.says)
 		}
+	}
+	// Ill-formed UTF-8 becomes U+FFFD: a warning with the count and the first seq, and --json counts it.
+	cut := strings.Join([]string{
+		`{"type":"session","version":0,"id":"u8","createdAt":1785000000000}`,
+		`{"type":"turn/start","seq":0,"time":1785000000001,"data":{"turn":1,"trigger":{"kind":"message"}}}`,
+		"{\"type\":\"user/message\",\"seq\":1,\"time\":1785000000002,\"data\":{\"id\":\"m1\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"cut \xf0\x9f\x98\"},{\"type\":\"text\",\"text\":\"bad \xff\"}],\"source\":{\"kind\":\"user\"}},\"surfaceOp\":\"append\"}",
+	}, "\n") + "\n"
+	code, out, errOut = cli(cut, "import", "-", "--json")
+	if code != 0 || !strings.Contains(errOut, `agentlog: warning: session "u8": ill-formed UTF-8 in 2 strings of event data became U+FFFD, the first at seq 1`) {
+		t.Errorf("import of ill-formed UTF-8: exit %d, stderr %q", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &imp); err != nil || imp.RepairedStrings != 2 || imp.FirstRepairedSeq == nil || *imp.FirstRepairedSeq != 1 {
+		t.Errorf("import --json of ill-formed UTF-8: %q (%v)", out, err)
 	}
 	// --from-seq past the end: refused, naming the session, N and the last seq, nothing printed.
 	if code, out, errOut := cli("", "events", "x1", "--from-seq", "100000"); code != 1 || out != "" ||

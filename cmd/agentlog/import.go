@@ -18,11 +18,15 @@ import (
 	"golang.org/x/term"
 )
 
-// importResult is what `agentlog import --json` prints.
+// importResult is what `agentlog import --json` prints. RepairedStrings counts the strings of
+// event data whose ill-formed UTF-8 became U+FFFD (session/DEPARTURES.md 11), the first of them
+// at FirstRepairedSeq.
 type importResult struct {
-	Session string `json:"session"`
-	Events  int64  `json:"events"`
-	LastSeq int64  `json:"lastSeq"`
+	Session          string `json:"session"`
+	Events           int64  `json:"events"`
+	LastSeq          int64  `json:"lastSeq"`
+	RepairedStrings  uint64 `json:"repairedStrings"`
+	FirstRepairedSeq *int64 `json:"firstRepairedSeq,omitempty"`
 }
 
 func newImportCmd(g *globals) *cobra.Command {
@@ -38,8 +42,10 @@ the session and append the events through the publisher, written in the backgrou
 read, at most 8 MiB pending, so that a log of any length is imported in bounded memory (stdin is spooled to a temporary file for the second pass). If the
 append fails part-way, what was written is removed again (as agentlog rm does) and the import can be
 retried. The session id defaults to the one in the log's header; importing onto an existing session is
-refused. A progress bar goes to stderr when it is a terminal. --json prints
-{"session","events","lastSeq"}.`,
+refused, saying what it holds (after an import that stopped part-way: agentlog rm ID, then import
+again). Ill-formed UTF-8 in event data becomes U+FFFD, as the reference reads the file; a warning on
+stderr counts the strings and names the first seq. A progress bar goes to stderr when it is a
+terminal. --json prints {"session","events","lastSeq","repairedStrings","firstRepairedSeq"?}.`,
 		Args: exactArgs(1, "one FILE argument (- for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("session") && blankID(id) {
@@ -70,7 +76,7 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 			defer f.Close()
 			bar := newProgressBar(g.stderr, n, "import "+h.ID, "events")
 			jr := session.NewJSONLReader(f, h.ID)
-			written, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
+			res, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
 				ev, err := jr.Next()
 				if err == nil && bar != nil {
 					_ = bar.Add(1)
@@ -80,18 +86,27 @@ refused. A progress bar goes to stderr when it is a terminal. --json prints
 			if bar != nil {
 				_ = bar.Finish()
 			}
+			if errors.Is(err, publisher.ErrSessionExists) {
+				return existsErr(ctx, store, h.ID, n, err)
+			}
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(g.stdout, importResult{Session: h.ID, Events: written, LastSeq: written - 1}, false)
+			out := importResult{Session: h.ID, Events: res.events, LastSeq: res.events - 1, RepairedStrings: res.repaired}
+			if res.repaired > 0 {
+				out.FirstRepairedSeq = &res.firstRepaired
+				fmt.Fprintf(g.stderr, "agentlog: warning: session %q: ill-formed UTF-8 in %d strings of event data became U+FFFD, the first at seq %d (as the reference reads the file: session/DEPARTURES.md 11)\n",
+					h.ID, res.repaired, res.firstRepaired)
 			}
-			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", written, h.ID)
+			if asJSON {
+				return writeJSON(g.stdout, out, false)
+			}
+			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", res.events, h.ID)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&id, "session", "", "session id (default: the log header's id)")
-	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","events","lastSeq"}`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","events","lastSeq","repairedStrings","firstRepairedSeq"?}`)
 	g.addMaxEventBytesFlag(c)
 	return c
 }
@@ -262,25 +277,47 @@ func (c *streamCheck) lookup(seq int64) (session.Event, error) {
 	return session.Event{}, fmt.Errorf("seq %d is not a surface node of the session", seq)
 }
 
-// importLog is importStream over events held in memory (the demo's).
+// importLog is importStream over events held in memory (the demo's); it returns the number written.
 func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (int64, error) {
 	i := 0
-	return importStream(ctx, store, nc, h, func() (session.Event, error) {
+	res, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
 		if i == len(events) {
 			return session.Event{}, io.EOF
 		}
 		i++
 		return events[i-1], nil
 	})
+	return res.events, err
+}
+
+// imported is what importStream wrote: the events, and the strings of their data whose ill-formed
+// UTF-8 became U+FFFD, the first at seq firstRepaired.
+type imported struct {
+	events        int64
+	repaired      uint64
+	firstRepaired int64
+}
+
+// existsErr is an import's refusal of an id that exists (cause): it says what the session holds
+// and, as an earlier import may have stopped part-way, how to start over.
+func existsErr(ctx context.Context, store *ajs.Store, id string, fileEvents int64, cause error) error {
+	holds := "no events"
+	if t, err := store.GetTailFromLeader(ctx, id); err != nil {
+		holds = fmt.Sprintf("events that cannot be read (%v)", err)
+	} else if t.NextSeq > 0 {
+		holds = fmt.Sprintf("%d events (last seq %d)", t.NextSeq, t.NextSeq-1)
+	}
+	return fmt.Errorf("%w: it holds %s (this log has %d); nothing was written. If an earlier import of it stopped part-way, `agentlog rm %s` then a new import replaces it",
+		cause, holds, fileEvents, shellQuote(id))
 }
 
 // importStream creates the session and appends the events next returns (until io.EOF) through the
-// publisher, and returns the number written once they are durable. The publisher writes the
+// publisher, and returns what it wrote once it is durable. The publisher writes the
 // events in the background, a window (importWindow) at a time, while the next ones are read; when
 // importPendingBytes are pending, the import waits for them (Flush). The log must have been
 // validated (validateLog). If anything fails, the writer is aborted and what the session holds is
 // removed (rollbackImport), so the import can simply be retried.
-func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (n int64, err error) {
+func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (res imported, err error) {
 	pub, err := publisher.New(store, nc, publisher.Options{
 		Window:          importWindow,
 		MaxPendingBytes: importPendingBytes,
@@ -290,15 +327,16 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 		KeepLoneSurrogates: true,
 	})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	if err := refuseOrphanRecords(ctx, store, h.ID); err != nil {
-		return 0, err
+		return res, err
 	}
 	w, err := pub.Create(ctx, h)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
+	res.firstRepaired = -1
 	for {
 		ev, err := next()
 		if errors.Is(err, io.EOF) {
@@ -313,14 +351,20 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 			}
 		}
 		if err != nil {
-			return 0, rollbackImport(ctx, store, w, h.ID, err)
+			return imported{}, rollbackImport(ctx, store, w, h.ID, err)
 		}
-		n++
+		if n := w.SanitizedStrings(); n > res.repaired {
+			if res.repaired == 0 {
+				res.firstRepaired = ev.Seq
+			}
+			res.repaired = n
+		}
+		res.events++
 	}
 	if err := w.Close(ctx); err != nil {
-		return 0, rollbackImport(ctx, store, w, h.ID, err)
+		return imported{}, rollbackImport(ctx, store, w, h.ID, err)
 	}
-	return n, nil
+	return res, nil
 }
 
 // importWindow and importPendingBytes are the publisher's window and backlog bound during an
