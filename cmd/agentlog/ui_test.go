@@ -628,3 +628,88 @@ func TestDevUI(t *testing.T) {
 		}
 	}
 }
+
+// TestUILargeEvent: a 5 MiB tool result is not inlined whole: the model view carries its first
+// InlineJSONBytes, says it was cut and how big it is, and links the whole event, which loads on
+// demand (behind the token, as everything) as text; in a browser it replaces the cut JSON in place,
+// escaped.
+func TestUILargeEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, base := startUIStack(t, ctx, uiOptions{})
+	big := `<script>window.__pwned=5</script>` + strings.Repeat("L", 5<<20)
+	bigJSON, _ := json.Marshal(big)
+	ev := func(seq int64, typ, data string) session.Event {
+		e := session.Event{Type: typ, Seq: seq, Time: json.Number(fmt.Sprint(1785000000000 + seq)), Data: json.RawMessage(data)}
+		if session.SurfaceEligible(typ) {
+			e.SurfaceOp = json.RawMessage(`"append"`)
+		}
+		return e
+	}
+	events := []session.Event{
+		ev(0, "turn/start", `{"turn":1}`),
+		ev(1, "user/message", `{"id":"m1","role":"user","content":[{"type":"text","text":"read it"}],"source":{"kind":"user"}}`),
+		ev(2, "tool/call", `{"turn":1,"step":1,"callId":"c1","name":"read","arguments":"{}"}`),
+		ev(3, "tool/result", `{"turn":1,"step":1,"message":{"id":"r1","role":"user","content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":`+string(bigJSON)+`}]}],"source":{"kind":"tool","callId":"c1"}}}`),
+	}
+	if err := s.store.CreateSession(ctx, session.Header{ID: "huge", CreatedAt: 1785000000000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Append(ctx, "huge", 0, events); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(ctx, s.url, "messages", "huge"); code != 0 {
+		t.Fatal(errOut)
+	}
+	get := func(url string, hdr ...string) (*http.Response, string) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if len(hdr) == 2 {
+			req.Header.Set(hdr[0], hdr[1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	r, page := get(base + "/sessions/huge")
+	if r.StatusCode != 200 || len(page) > 512<<10 || !strings.Contains(page, `cut at 64.0 KiB of 5.0 MiB: <a class="ev-full" href="/sessions/huge/events/3">load the whole event</a>`) {
+		t.Fatalf("the page of a 5 MiB tool result: %d, %d bytes, want < 512 KiB with the cut marked and linked", r.StatusCode, len(page))
+	}
+	t.Logf("the session page of a 5 MiB tool result: %d bytes", len(page))
+	line, _ := events[3].AppendJSON(nil)
+	r, whole := get(base + "/sessions/huge/events/3")
+	if r.StatusCode != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || whole != string(line)+"\n" {
+		t.Fatalf("the whole event: %d %s, %d bytes, want the %d bytes of its line", r.StatusCode, r.Header.Get("Content-Type"), len(whole), len(line))
+	}
+	for path, want := range map[string]int{"/sessions/huge/events/9": 404, "/sessions/huge/events/x": 400, "/sessions/nope/events/0": 404} {
+		if r, _ := get(base + path); r.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, r.StatusCode, want)
+		}
+	}
+	_, tbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret"})
+	if r, _ := get(tbase + "/sessions/huge/events/3"); r.StatusCode != 401 {
+		t.Errorf("the whole event without the token: %d, want 401", r.StatusCode)
+	}
+	if r, body := get(tbase+"/sessions/huge/events/3", "Authorization", "Bearer s3cret"); r.StatusCode != 200 || body != string(line)+"\n" {
+		t.Errorf("the whole event with the token: %d, %d bytes", r.StatusCode, len(body))
+	}
+
+	// In a browser the link loads the event in place of the cut JSON, as text.
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Log("chromium not installed: the in-place load is not checked")
+		return
+	}
+	tab := browser(t, ctx)
+	sel := `#model li.msg[data-seq="3"] details.msg-json`
+	tabDo(t, tab, "load the whole event", chromedp.Navigate(base+"/sessions/huge"), chromedp.Click(css(sel+" summary")),
+		chromedp.Click(css(sel+" a.ev-full")), chromedp.WaitVisible(css(sel+` p.cut:not(:has(a))`)))
+	if n := tabGet(t, tab, chromedp.Evaluate[int](`document.querySelector('`+sel+` pre').textContent.length`)); n != len(line)+1 {
+		t.Errorf("the pre holds %d characters after the load, want the event's %d", n, len(line)+1)
+	}
+	if pwned := tabGet(t, tab, chromedp.Evaluate[string](`String(window.__pwned)`)); pwned != "undefined" || tabGet(t, tab, chromedp.Evaluate[int](`document.querySelectorAll('main script').length`)) != 0 {
+		t.Errorf("the loaded event's markup ran or was parsed: window.__pwned=%s", pwned)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -15,6 +16,7 @@ import (
 // or a URL path built from url.PathEscape.
 var funcs = template.FuncMap{
 	"sessURL": sessURL,
+	"bytes":   byteSize,
 	"ms": func(ms int64) string {
 		if ms <= 0 {
 			return "-"
@@ -68,6 +70,22 @@ var funcs = template.FuncMap{
 
 // sessURL is the path of session id's page.
 func sessURL(id string) string { return "/sessions/" + url.PathEscape(id) }
+
+// eventPath is where event seq of session id is served whole, as its JSON line.
+func eventPath(id string, seq int64) string {
+	return sessURL(id) + "/events/" + strconv.FormatInt(seq, 10)
+}
+
+// byteSize is n bytes for a human: 512 B, 64.0 KiB, 5.0 MiB.
+func byteSize(n int) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
 
 // render executes template name into a buffer first, so that a failure is a clean 500.
 func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {

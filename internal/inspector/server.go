@@ -107,6 +107,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /sessions/{id}", s.handleSession)
 	mux.HandleFunc("GET /sessions/{id}/live", s.handleSessionLive)
 	mux.HandleFunc("GET /sessions/{id}/events.jsonl", s.handleRaw)
+	mux.HandleFunc("GET /sessions/{id}/events/{seq}", s.handleEvent)
 	mux.HandleFunc("GET /sessions/{id}/chunks", s.handleChunks)
 	mux.HandleFunc("GET /sessions/{id}/messages.json", s.handleMessagesJSON)
 	mux.HandleFunc("POST /sessions/{id}/fork", s.handleFork)

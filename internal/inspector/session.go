@@ -216,6 +216,11 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 		Timeline: t, Page: p, Pages: t.Pages(), Nodes: t.Page(p), OnLast: p == t.Pages()-1,
 		Views: buildViews(d.events, d.msgs, d.msgNote, all), Proj: buildProjections(d.snap, t.LastSeq, d.snapErr),
 		All: all, AllowFork: s.o.AllowFork, CSRF: s.csrf, Reports: d.reports}
+	for i, m := range sp.Views.Model {
+		if m.JSONBytes > 0 && m.Seq >= 0 {
+			sp.Views.Model[i].EventURL = eventPath(id, m.Seq)
+		}
+	}
 	sp.Self = findNode(d.lineage.Root, id)
 	if n := len(d.events); n > 0 {
 		sp.LastActivity = timeMs(d.events[n-1].Time)
@@ -330,6 +335,38 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 }
 
 var errStop = errors.New("stop")
+
+// handleEvent serves event {seq} of the session whole, as its JSON line (application/json, so a
+// browser shows it as text): what a page cut (InlineJSONBytes) loads on demand.
+func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 0 {
+		s.errorPage(w, r, http.StatusBadRequest, "Bad seq", fmt.Sprintf("%q is not a seq (a number >= 0).", r.PathValue("seq")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.o.QueryTimeout)
+	defer cancel()
+	var line []byte
+	err = s.c.Events(ctx, id, client.EventsQuery{FromSeq: seq}, func(ev session.Event) error {
+		b, err := ev.AppendJSON(nil)
+		if err != nil {
+			return err
+		}
+		line = b
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		s.fail(w, r, id, err)
+		return
+	}
+	if line == nil {
+		s.errorPage(w, r, http.StatusNotFound, "No such event", fmt.Sprintf("Session %q has no event at seq %d.", id, seq))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_, _ = w.Write(append(line, '\n'))
+}
 
 // handleChunks shows the text of a run of streamed chunks (from..to), joined.
 func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/projector"
@@ -16,15 +17,21 @@ import (
 // ones) unless all are asked for.
 const viewLimit = 50
 
-// blockText bounds the characters of one content block shown (the message's JSON is whole).
+// blockText bounds the characters of one content block shown.
 const blockText = 4000
+
+// InlineJSONBytes bounds the bytes of one message's JSON a page carries: a longer one (a 5 MiB
+// tool result) is cut there, marked, and its whole event is loaded on demand (eventPath).
+const InlineJSONBytes = 64 << 10
 
 // MsgView is one message of the model view or the transcript.
 type MsgView struct {
 	Seq       int64 // the surface node / transcript event (-1: unknown)
 	Role      string
 	Blocks    []BlockView
-	JSON      string // the message as served (model view only)
+	JSON      string // the message as served (model view only), cut at InlineJSONBytes
+	JSONBytes int    // the whole message's size when JSON is cut (0: whole)
+	EventURL  string // where the whole event is, when JSON is cut
 	Note      string
 	NoteClass string
 }
@@ -50,6 +57,13 @@ type Views struct {
 
 func msgView(seq int64, raw []byte) MsgView {
 	v := MsgView{Seq: seq, JSON: string(raw)}
+	if len(raw) > InlineJSONBytes {
+		n := InlineJSONBytes
+		for n > InlineJSONBytes-utf8.UTFMax && !utf8.RuneStart(raw[n]) {
+			n--
+		}
+		v.JSON, v.JSONBytes = string(raw[:n]), len(raw)
+	}
 	var m message
 	if json.Unmarshal(session.WellFormed(raw), &m) != nil {
 		v.Role = "?"

@@ -76,6 +76,20 @@
         .then(function (html) { d.querySelector(".chunk-text").replaceChildren(fragment(html)); })
         .catch(function () { delete d.dataset.loaded; });
     }, true);
+    // A message's JSON cut at its size limit: the link loads the whole event in its place.
+    document.addEventListener("click", function (e) {
+      var a = e.target.closest ? e.target.closest("a.ev-full") : null;
+      if (!a) return;
+      e.preventDefault();
+      fetch(a.href, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (text) {
+          var p = a.parentNode;
+          p.closest("details").querySelector("pre").textContent = text;
+          p.textContent = "the whole event, as stored";
+        })
+        .catch(function () { window.location.href = a.href; });
+    });
   }
   if (!window.EventSource) return;
   if (body.dataset.page === "list") listPage();
