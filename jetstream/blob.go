@@ -161,9 +161,19 @@ const putWindow = 32
 // $O.<bucket>.M.<base64url name>), and returns its SHA-256. Unlike Put, a put that fails does not
 // purge the chunks it stored: that needs STREAM.PURGE on the bucket, whose subject filter is in the
 // payload, so the right would let an agent purge every session's blobs (deploy/SECURITY.md).
-// CollectBlobs removes such chunks. Errors are the server's or ctx's, unwrapped.
+// CollectBlobs removes such chunks. Its own JetStream context (as Put's) keeps its acks apart
+// and drops them when it returns. Errors are the server's or ctx's, unwrapped.
 func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
+	var opts []natsjs.JetStreamOpt
+	if _, ok := ctx.Deadline(); !ok {
+		opts = append(opts, natsjs.WithPublishAsyncTimeout(s.JS.Options().DefaultTimeout))
+	}
+	js, err := natsjs.New(s.JS.Conn(), opts...)
+	if err != nil {
+		return sum, err
+	}
+	defer js.CleanupPublisher()
 	chunk := int(s.blobChunkSize())
 	obj := nuid.Next()
 	subj := blobChunksPrefix + obj
@@ -189,7 +199,7 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 			}
 			inflight = inflight[1:]
 		}
-		f, err := s.JS.PublishMsgAsync(&nats.Msg{Subject: subj, Data: part})
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: part})
 		if err != nil {
 			return sum, err
 		}
@@ -213,7 +223,7 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 	}
 	m := &nats.Msg{Subject: "$O." + BlobsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)), Header: nats.Header{}, Data: body}
 	m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
-	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+	if _, err := js.PublishMsg(ctx, m); err != nil {
 		return sum, err
 	}
 	return sum, nil
