@@ -109,8 +109,13 @@ function cpuSince(c0: NodeJS.CpuUsage): number {
   return (d.user + d.system) / 1e6
 }
 
-/** Wrap appendBatch to time each durable write. */
-function timeBatches(backend: any, into: number[]): void {
+/**
+ * Wrap appendBatch to time each durable write. The wrapper goes on the instance behind cordis's
+ * context proxy (`ctx.sessionPersistence`), which is the object the coordinator calls: bound to the
+ * proxy, every `this.x` inside appendBatch would pay a proxy trap that production never pays.
+ */
+function timeBatches(service: any, into: number[]): void {
+  const backend = service[Symbol.for('cordis.original')] ?? service
   const orig = backend.appendBatch.bind(backend)
   backend.appendBatch = async (...args: unknown[]) => {
     const t = performance.now()

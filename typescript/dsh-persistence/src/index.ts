@@ -246,6 +246,8 @@ const ASCII_HEADER = /^[\x21-\x7e]+$/
  * reply `<inbox>.<n>`; one sweep timer fails those not acked within the timeout. The ack is
  * parsed as js.publish parses it (JetStreamApiError for an API error, no responders as
  * JetStreamError), with no per-request timer, token, stack-capturing error or header object.
+ * Publishes are handed to nats.js together once per turn of the event loop (setImmediate), so the
+ * records of every session whose window closed in that turn leave in one socket write.
  */
 class AckMux {
   private readonly prefix = createInbox() + '.'
@@ -253,6 +255,8 @@ class AckMux {
   private readonly sub: Subscription
   private readonly timer: NodeJS.Timeout
   private n = 0
+  private queue: { subject: string; data: Uint8Array | string; reply: string; headers: MsgHdrs }[] = []
+  private scheduled = false
   constructor(private readonly nc: NatsConnection, private readonly timeoutMs: number) {
     this.sub = nc.subscribe(this.prefix + '*', { callback: (err, m) => this.onMsg(err, m) })
     this.timer = setInterval(() => this.sweep(), Math.min(1000, Math.max(50, Math.floor(timeoutMs / 4))))
@@ -268,13 +272,29 @@ class AckMux {
     const reply = this.prefix + (this.n++).toString(36)
     return new Promise<PubAck>((ok, fail) => {
       this.pending.set(reply, { ok, fail, deadline: Date.now() + this.timeoutMs, subject })
-      try {
-        this.nc.publish(subject, data, { reply, headers })
-      } catch (err) {
-        this.pending.delete(reply)
-        fail(err as Error)
+      this.queue.push({ subject, data, reply, headers })
+      if (!this.scheduled) {
+        this.scheduled = true
+        setImmediate(this.send)
       }
     })
+  }
+
+  /** Hand the queued publishes to nats.js, which writes them in one flush. */
+  private readonly send = (): void => {
+    this.scheduled = false
+    const q = this.queue
+    this.queue = []
+    for (const m of q) {
+      try {
+        this.nc.publish(m.subject, m.data, { reply: m.reply, headers: m.headers })
+      } catch (err) {
+        const p = this.pending.get(m.reply)
+        if (p === undefined) continue
+        this.pending.delete(m.reply)
+        p.fail(err as Error)
+      }
+    }
   }
 
   private onMsg(err: Error | null, m: Msg): void {
@@ -303,6 +323,7 @@ class AckMux {
 
   stop(err: Error): void {
     clearInterval(this.timer)
+    this.queue = []
     for (const [k, p] of this.pending) { this.pending.delete(k); p.fail(err) }
   }
 }
@@ -400,6 +421,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       // No stack capture per request: a record write is on the hot path.
       noAsyncTraces: true,
     }
+    // nats.js writes its outbound buffer to the socket whenever it reaches 32 KiB; loopback and
+    // TCP cost far more per write than per byte, so let it gather up to 256 KiB (a hidden option
+    // of nats-core's ProtocolHandler; ignored by a client that lacks it).
+    Object.assign(opts, { pendingLimit: 256 * 1024 })
     const auth: Authenticator[] = []
     const cr = credentialsOf(c)
     if (cr.credsFile !== undefined) auth.push(credsAuthenticator(readFileSync(cr.credsFile)))
@@ -745,12 +770,11 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
    * refused first, so nothing is stored for a refused batch. budget is the body bytes a record
    * of the window holds.
    */
-  private async offload(s: Store, id: string, tok: string, events: readonly WireEvent[], lines: string[], budget: number): Promise<{ lines: string[]; blobs: { index: number; ref: BlobRef }[] }> {
+  private async offload(s: Store, id: string, tok: string, events: readonly WireEvent[], lines: EncodedLines, budget: number): Promise<{ lines: EncodedLines; blobs: { index: number; ref: BlobRef }[] }> {
     const big: number[] = []
     for (let i = 0; i < lines.length; i++) {
-      const line = lines[i]!
-      if (3 * line.length <= Math.min(budget, this.maxEventBytes)) continue // UTF-8 takes at most 3 bytes per UTF-16 unit
-      const len = Buffer.byteLength(line)
+      const len = lines.bytes(i)
+      if (len <= budget && len <= this.maxEventBytes) continue
       if (len > this.maxEventBytes) {
         throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large', `the event is ${len} bytes encoded, the max event size is ${this.maxEventBytes} bytes (maxEventBytes)`)
       }
@@ -762,9 +786,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const chunk = Math.max(Math.min(128 * 1024, s.maxPayload - 1024), 512)
     const b64url = (b: Buffer) => b.toString('base64').replace(/\+/g, '-').replace(/\//g, '_')
     const blobs: { index: number; ref: BlobRef }[] = []
-    const out = lines.slice()
     for (const i of big) {
-      const bytes = Buffer.from(lines[i]!, 'utf8')
+      const bytes = lines.line(i)
       const sum = createHash('sha256').update(bytes).digest()
       const ref: BlobRef = { seq: events[i]!.seq, size: bytes.length, sha256: sum.toString('hex'), id: nuid.next() }
       const name = blobName(tok, ref)
@@ -786,9 +809,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         throw new Error(`agentlog: session ${JSON.stringify(id)} seq ${ref.seq}: store the event's ${ref.size} bytes as blob ${name} in ${this.names.blobsBucket}: ${(err as Error).message}`, { cause: err })
       }
       blobs.push({ index: i, ref })
-      out[i] = ''
     }
-    return { lines: out, blobs }
+    return { lines: lines.emptied(big), blobs }
   }
 
   async readStoredRevision(id: SessionId, signal?: AbortSignal): Promise<SessionPersistenceRevision | undefined> {
@@ -806,7 +828,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const last = events[events.length - 1]!.seq
     // The coordinator hands over detached, validated lossless-JSON snapshots; encodeLines still
     // refuses what JSON.stringify cannot encode, naming the session, seq and type.
-    const lines = encodeLines(id, events as readonly WireEvent[])
+    const lines = EncodedLines.of(id, events as readonly WireEvent[])
     const s = await this.ready
     if (this.closed) throw new Error(`agentlog: session ${JSON.stringify(id)} seqs ${first}..${last}: the backend is closed`)
     const tok = token(id)
@@ -816,8 +838,14 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         if (first !== 0) {
           throw new AgentlogWireError(id, first, 'record-continue', 'the first record of a session must start at seq 0')
         }
-        await this.createMeta(s, meta, tok)
-        await this.ensureLease(s, id, tok, first, last)
+        // The metadata create and the lease take one round trip together; a lease taken for a
+        // session whose create is refused is given back at once.
+        const [m, l] = await Promise.allSettled([this.createMeta(s, meta, tok), this.ensureLease(s, id, tok, first, last)])
+        if (m.status === 'rejected') {
+          if (l.status === 'fulfilled') await this.dropLease(s, id, tok)
+          throw m.reason
+        }
+        if (l.status === 'rejected') throw l.reason
         tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
       } else {
         await this.ensureLease(s, id, tok, first, last)
@@ -852,11 +880,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     }
     let expect = 0
     for (let attempt = 0; ; attempt++) {
-      const h = natsHeaders()
-      h.set(HEADER_INCARNATION, inc)
-      h.set(HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(expect))
       try {
-        await s.js.publish(subject, value, { headers: h })
+        await s.acks.publish(subject, value, [[HEADER_INCARNATION, inc], [HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(expect)]])
         return
       } catch (err) {
         const code = err instanceof JetStreamApiError ? err.code : undefined
@@ -892,7 +917,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
    * Write events as one guarded record (or an atomic batch of records when too big), and resolve
    * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5).
    */
-  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: string[]): Promise<void> {
+  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: EncodedLines): Promise<void> {
     const subject = this.subjectOf(s, tok)
     for (;;) {
       const first = events[0]!.seq
@@ -919,7 +944,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
           this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
           guard = tail.streamSeq
           events = events.slice(stored)
-          lines = lines.slice(stored)
+          lines = lines.from(stored)
           continue
         }
       }
@@ -937,7 +962,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         if (stored < events.length) {
           guard = tail.streamSeq
           events = events.slice(stored)
-          lines = lines.slice(stored)
+          lines = lines.from(stored)
           continue
         }
         return
@@ -948,7 +973,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   }
 
   private async publish(s: Store, id: string, tok: string, subject: string, guard: number, msgId: string,
-    events: readonly WireEvent[], lines: string[]): Promise<PubAck> {
+    events: readonly WireEvent[], lines: EncodedLines): Promise<PubAck> {
     const first = events[0]!.seq
     const limit = s.maxMsgSize
     const n = events.length
@@ -960,8 +985,11 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     // An event no record of the window can hold goes to agentlog_blobs first, then its record
     // (written again when that took so long that a collector could take the blobs for orphans).
     const started = Date.now()
-    let off = await this.offload(s, id, tok, events, lines, budget)
-    if (off.blobs.length > 0 && Date.now() - started > BLOB_MAX_AGE_AT_PUBLISH_MS) off = await this.offload(s, id, tok, events, lines, budget)
+    let off: { lines: EncodedLines; blobs: { index: number; ref: BlobRef }[] } = { lines, blobs: [] }
+    if (lines.longest() > Math.min(budget, this.maxEventBytes)) {
+      off = await this.offload(s, id, tok, events, lines, budget)
+      if (off.blobs.length > 0 && Date.now() - started > BLOB_MAX_AGE_AT_PUBLISH_MS) off = await this.offload(s, id, tok, events, lines, budget)
+    }
     lines = off.lines
     const blobAt = new Map(off.blobs.map(b => [b.index, b.ref]))
     const withBlobs = (h: [string, string][], a: number, b: number): [string, string][] => {
@@ -977,7 +1005,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const pairs = withBlobs(recordHeaders(tok, first, n), 0, n)
     pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
     // One UTF-8 encoding of the whole body, written line by line into one buffer.
-    const body = encodeBody(lines, 0, lines.length)
+    const body = lines.body(0, n)
     if (headerWireSize(pairs) + body.length <= limit) {
       return s.acks.publish(subject, body, pairs)
     }
@@ -987,7 +1015,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     let size = 0
     for (let i = 0; i < n; i++) {
       const ref = blobAt.get(i)
-      const len = ref !== undefined ? HEADER_BLOB.length + blobHeaderValue(ref).length + 4 : Buffer.byteLength(lines[i]!)
+      const len = ref !== undefined ? HEADER_BLOB.length + blobHeaderValue(ref).length + 4 : lines.bytes(i)
       if (len > budget) {
         throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large',
           `the event is ${len} bytes encoded (plus ${limit - budget} bytes of record headers), the max message size is ${limit} bytes`)
@@ -1011,7 +1039,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       const h = withBlobs(recordHeaders(tok, events[a]!.seq, b - a), a, b)
       if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
       h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
-      return { data: encodeBody(lines, a, b), headers: headersOf(h) }
+      return { data: lines.body(a, b), headers: headersOf(h) }
     }
     const r0 = record(0)
     const batch = await s.js.startBatch(subject, r0.data, { headers: r0.headers })
@@ -1058,7 +1086,11 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const since = Date.now()
     let rev: number
     try {
-      rev = await s.writers.create(tok, this.leaseValue(id, since), this.ttlHeader())
+      // A create where the key has no entry yet, in one acked publish (nats.js's KV create also
+      // takes over a delete marker: it is the path when this one is refused).
+      rev = await s.acks.publish(`$KV.${this.names.writersBucket}.${tok}`, this.leaseValue(id, since),
+        [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, '0'], ['Nats-TTL', this.ttlHeader()]]).then(a => a.seq,
+        () => s.writers!.create(tok, this.leaseValue(id, since), this.ttlHeader()))
     } catch (err) {
       const e = await s.writers.get(tok).catch(() => null)
       if (e === null || e.operation !== 'PUT') {
@@ -1074,6 +1106,14 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       this.renewTimer = setInterval(() => { void this.renewLeases() }, Math.max(250, Math.floor(this.leaseTtlMs / 4)))
       this.renewTimer.unref()
     }
+  }
+
+  /** Give back the lease on one session (only if still at its revision). */
+  private async dropLease(s: Store, id: string, tok: string): Promise<void> {
+    const l = this.leases.get(id)
+    if (l === undefined || s.writers === undefined) return
+    this.leases.delete(id)
+    if (!l.lost) await s.writers.delete(tok, { previousSeq: l.rev }).catch(() => {})
   }
 
   /** Renew every held lease (revision-guarded); release those idle for LEASE_IDLE_MS. */
@@ -1164,23 +1204,88 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
 }
 
 /**
+ * A batch's event lines, encoded once into one UTF-8 buffer: line i is buf[start(i), ends[i]), and
+ * the lines are joined by "\n", so any run of lines is a record body as it stands (a view, no copy).
+ */
+class EncodedLines {
+  private constructor(private readonly buf: Buffer, private readonly ends: readonly number[]) {}
+
+  /** Validate and encode events (consecutive seqs, wire key order): see encodeLines. */
+  static of(id: string, events: readonly WireEvent[]): EncodedLines {
+    // The strings live only in this call, so they die young; the buffer is off the JS heap.
+    const strs = encodeLines(id, events)
+    let n = strs.length - 1
+    for (const l of strs) n += Buffer.byteLength(l, 'utf8')
+    const buf = allocBody(n)
+    const ends = new Array<number>(strs.length)
+    let off = 0
+    for (let i = 0; i < strs.length; i++) {
+      if (i > 0) buf[off++] = 0x0a
+      off += buf.write(strs[i]!, off, 'utf8')
+      ends[i] = off
+    }
+    return new EncodedLines(buf, ends)
+  }
+
+  get length(): number { return this.ends.length }
+  /** Bytes of the longest line. */
+  longest(): number {
+    let m = 0
+    for (let i = 0; i < this.ends.length; i++) m = Math.max(m, this.bytes(i))
+    return m
+  }
+  private start(i: number): number { return i === 0 ? 0 : this.ends[i - 1]! + 1 }
+  /** Bytes of line i. */
+  bytes(i: number): number { return this.ends[i]! - this.start(i) }
+  /** Line i's bytes (a view). */
+  line(i: number): Buffer { return this.buf.subarray(this.start(i), this.ends[i]) }
+  /** Lines [a, b) joined by "\n" (a view). */
+  body(a: number, b: number): Buffer { return this.buf.subarray(this.start(a), this.ends[b - 1]) }
+  /** The lines from k on. */
+  from(k: number): EncodedLines {
+    const s0 = this.start(k)
+    return new EncodedLines(this.buf.subarray(s0), this.ends.slice(k).map(e => e - s0))
+  }
+  /** A copy with the lines at these indexes empty (their events went to blobs). */
+  emptied(indexes: readonly number[]): EncodedLines {
+    const skip = new Set(indexes)
+    const parts: Buffer[] = []
+    const ends = new Array<number>(this.length)
+    let off = 0
+    for (let i = 0; i < this.length; i++) {
+      if (i > 0) { parts.push(NEWLINE); off++ }
+      if (!skip.has(i)) { const l = this.line(i); parts.push(l); off += l.length }
+      ends[i] = off
+    }
+    return new EncodedLines(Buffer.concat(parts, off), ends)
+  }
+}
+
+const NEWLINE = Buffer.from('\n')
+
+/** Bodies up to this size are cut from a shared slab (bytes): one ArrayBuffer per 1 MiB, not per record. */
+const SLAB_BYTES = 1 << 20
+const SLAB_MAX_PIECE = SLAB_BYTES / 8
+let slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
+let slabUsed = 0
+
+/** An uninitialized buffer of n bytes (a piece of the slab, never handed out twice). */
+function allocBody(n: number): Buffer {
+  if (n > SLAB_MAX_PIECE) return Buffer.allocUnsafeSlow(n)
+  if (slabUsed + n > SLAB_BYTES) {
+    slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
+    slabUsed = 0
+  }
+  const b = slab.subarray(slabUsed, slabUsed + n)
+  slabUsed += (n + 7) & ~7
+  return b
+}
+
+/**
  * How many of events[first..last] the tail record shows as stored by this writer (its Nats-Msg-Id
  * is msgId, or msgId plus a split-part suffix, and it ends inside the batch); −1 when the tail is
  * not ours.
  */
-/** lines[a..b) joined by "\n", as UTF-8, in one buffer. */
-function encodeBody(lines: readonly string[], a: number, b: number): Buffer {
-  let n = b - a - 1
-  for (let i = a; i < b; i++) n += Buffer.byteLength(lines[i]!, 'utf8')
-  const buf = Buffer.allocUnsafe(n)
-  let off = 0
-  for (let i = a; i < b; i++) {
-    if (i > a) buf[off++] = 0x0a
-    off += buf.write(lines[i]!, off, 'utf8')
-  }
-  return buf
-}
-
 function ownTail(t: Tail, msgId: string, first: number, last: number): number {
   const ours = t.msgId === msgId || (t.msgId.startsWith(msgId) && t.msgId.length > msgId.length && t.msgId[msgId.length] === '~')
   if (!ours || t.nextSeq <= first || t.nextSeq > last + 1) return -1

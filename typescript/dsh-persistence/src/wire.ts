@@ -159,15 +159,22 @@ export function encodeEventLine(id: string, e: WireEvent): string {
   if (typeof e.time !== 'number' || !Number.isFinite(e.time)) {
     throw new AgentlogWireError(id, e.seq, 'record-event', `event "${e.type}" has time ${String(e.time)}, not a finite number`)
   }
-  const data = JSON.stringify(e.data)
-  if (data === undefined) {
+  const d = e.data as { toJSON?: unknown } | undefined
+  // JSON.stringify would drop the key of data that has no JSON form; refuse it instead.
+  if (d === undefined || typeof d === 'function' || typeof d === 'symbol'
+    || (typeof d === 'object' && d !== null && typeof d.toJSON === 'function' && JSON.stringify(d) === undefined)) {
     throw new AgentlogWireError(id, e.seq, 'record-event', `event "${e.type}" carries data that is not losslessly JSON-serializable`)
   }
-  let line = '{"type":' + JSON.stringify(e.type) + ',"seq":' + e.seq + ',"time":' + JSON.stringify(e.time) + ',"data":' + data
-  if (e.sourceEventSeqs !== undefined) line += ',"sourceEventSeqs":' + JSON.stringify(e.sourceEventSeqs)
-  if (e.surfaceOp !== undefined) line += ',"surfaceOp":' + JSON.stringify(e.surfaceOp)
-  if (e.ignorable === true) line += ',"ignorable":true'
-  return line + '}'
+  // One JSON.stringify of a fresh object whose keys are in wire order: a flat string, no ropes.
+  const o: Record<string, unknown> = { type: e.type, seq: e.seq, time: e.time, data: d }
+  if (e.sourceEventSeqs !== undefined) o.sourceEventSeqs = e.sourceEventSeqs
+  if (e.surfaceOp !== undefined) o.surfaceOp = e.surfaceOp
+  if (e.ignorable === true) o.ignorable = true
+  try {
+    return JSON.stringify(o)
+  } catch (err) {
+    throw new AgentlogWireError(id, e.seq, 'record-event', `event "${e.type}" cannot be encoded as JSON: ${(err as Error).message}`)
+  }
 }
 
 /** Check that events are non-empty with consecutive seqs; returns their lines. */
