@@ -133,3 +133,21 @@ it('writer leases: a live TS writer makes a Go Open refuse the session, and a li
   const done = await go
   expect(done.ok, done.out).toBe(true)
 }, 120_000)
+
+it('a create refused because the session exists gives back the lease it took in the same round trip', async () => {
+  const id = uniqueId('lease-refused')
+  const first = await goWriter(id) // writes the session, then releases its lease
+  expect(first.ok, first.out).toBe(true)
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  const fiber2 = await ctx.plugin(AgentlogSessionPersistence, agentlogConfig({ writerId: 'ts-refused', leaseTtlMs: 60_000 }))
+  const ts = ctx.sessionPersistence as AgentlogSessionPersistence
+  const meta: SessionHeader = { version: 0, id: SessionId(id), createdAt: 1785000000000 } as SessionHeader
+  const err = await ts.appendBatch(meta, [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } } as SessionEvent], false)
+    .then(() => null, (e: unknown) => e)
+  expect(String(err)).toMatch(/already exists/)
+  // Were the lease kept, the Go writer would be refused for its 60 s TTL.
+  const again = await goWriter(id)
+  expect(again.ok, again.out).toBe(true)
+  await fiber2.dispose()
+}, 60_000)
