@@ -270,7 +270,14 @@ async function main(): Promise<void> {
   }
   if (only !== undefined) return
   const get = (b: string, p: string) => results.find(r => r.backend === b && r.path === p)!
-  const summary: Record<string, unknown> = { sessions: SESSIONS, events_per_session: EVENTS, event_bytes: SIZE }
+  const summary: Record<string, unknown> = {
+    sessions: SESSIONS, events_per_session: EVENTS, event_bytes: SIZE,
+    durability: {
+      agentlog: 'a batch resolves when the JetStream server acks its record: stored in the stream (file storage, R1 here); the server fsyncs on its sync_interval (default 2 min), or per write with sync_interval: always, and an R3 stream acks after a quorum holds it',
+      jsonl: 'a batch resolves after its lines are appended and fsync(2) returns',
+      seam: 'none (nothing is stored)',
+    },
+  }
   for (const p of ['api', 'live']) {
     const al = get('agentlog', p)
     summary[p] = {
