@@ -35,12 +35,21 @@ const repoRoot = resolve(import.meta.dirname, '../../..')
 
 // --- events: flat strings of the right size -------------------------------------------------
 
+/**
+ * n bytes of padding as a flat string, as text decoded from the network is. V8 builds
+ * String.prototype.repeat's result as a rope (a tree of concatenations), which costs every reader
+ * that must flatten it a copy: on its first JSON.stringify a 382-byte rope took 3× as long as a
+ * flat string. Decoding bytes gives a flat one.
+ */
+function flatPadding(n: number): string {
+  return Buffer.alloc(n, 0x78).toString('latin1')
+}
+
 /** The data of a text-delta chunk whose encoded event line is SIZE bytes at seq `seq`. */
 function chunkData(seq: number, time: number): Record<string, unknown> {
   const base = JSON.stringify({ type: 'assistant/chunk', seq, time, data: { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: '' } } })
   const n = Math.max(0, SIZE - base.length)
-  // A flat string (not a rope of concatenations): String.prototype.repeat of one character.
-  return { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: 'x'.repeat(n) } }
+  return { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: flatPadding(n) } }
 }
 
 /** One session's events: an open turn and step, chunks, then step/end and turn/end. */
