@@ -829,6 +829,19 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     // The coordinator hands over detached, validated lossless-JSON snapshots; encodeLines still
     // refuses what JSON.stringify cannot encode, naming the session, seq and type.
     const lines = EncodedLines.of(id, events as readonly WireEvent[])
+    let acked = false
+    try {
+      await this.appendEncoded(meta, events as readonly WireEvent[], isMaterialized, lines)
+      acked = true
+    } finally {
+      lines.release(acked)
+    }
+  }
+
+  private async appendEncoded(meta: SessionHeader, events: readonly WireEvent[], isMaterialized: boolean, lines: EncodedLines): Promise<void> {
+    const id = meta.id
+    const first = events[0]!.seq
+    const last = events[events.length - 1]!.seq
     const s = await this.ready
     if (this.closed) throw new Error(`agentlog: session ${JSON.stringify(id)} seqs ${first}..${last}: the backend is closed`)
     const tok = token(id)
@@ -856,7 +869,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
         throw new AgentlogConflictError(id, first, last, tail.streamSeq,
           `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
       }
-      await this.write(s, id, tok, tail.streamSeq, events as readonly WireEvent[], lines)
+      await this.write(s, id, tok, tail.streamSeq, events, lines)
     } catch (err) {
       this.report(s, id, tok, first, last, err as Error)
       throw err
@@ -1208,23 +1221,34 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
  * the lines are joined by "\n", so any run of lines is a record body as it stands (a view, no copy).
  */
 class EncodedLines {
-  private constructor(private readonly buf: Buffer, private readonly ends: readonly number[]) {}
+  private constructor(private readonly buf: Buffer, private readonly ends: readonly number[], private readonly slab?: Slab) {}
 
   /** Validate and encode events (consecutive seqs, wire key order): see encodeLines. */
   static of(id: string, events: readonly WireEvent[]): EncodedLines {
     // The strings live only in this call, so they die young; the buffer is off the JS heap.
     const strs = encodeLines(id, events)
-    let n = strs.length - 1
-    for (const l of strs) n += Buffer.byteLength(l, 'utf8')
-    const buf = allocBody(n)
+    // One flat string and two native calls per batch (JSON.stringify returns ropes, and a call
+    // per line costs more than its bytes).
+    const text = strs.join('\n')
+    const n = Buffer.byteLength(text, 'utf8')
+    const { buf, slab } = allocBody(n)
+    buf.write(text, 0, 'utf8')
     const ends = new Array<number>(strs.length)
-    let off = 0
-    for (let i = 0; i < strs.length; i++) {
-      if (i > 0) buf[off++] = 0x0a
-      off += buf.write(strs[i]!, off, 'utf8')
-      ends[i] = off
+    let off = -1
+    if (n === text.length) {
+      for (let i = 0; i < strs.length; i++) ends[i] = off += strs[i]!.length + 1 // ASCII: a byte per unit
+    } else {
+      for (let i = 0; i < strs.length; i++) ends[i] = off += Buffer.byteLength(strs[i]!, 'utf8') + 1
     }
-    return new EncodedLines(buf, ends)
+    return new EncodedLines(buf, ends, slab)
+  }
+
+  /**
+   * The batch is over: its bytes may be reused when `acked` (every publish of them was answered,
+   * so neither nats.js nor the socket holds them); otherwise they are left to the GC.
+   */
+  release(acked: boolean): void {
+    if (this.slab !== undefined) releaseBody(this.slab, acked)
   }
 
   get length(): number { return this.ends.length }
@@ -1244,7 +1268,7 @@ class EncodedLines {
   /** The lines from k on. */
   from(k: number): EncodedLines {
     const s0 = this.start(k)
-    return new EncodedLines(this.buf.subarray(s0), this.ends.slice(k).map(e => e - s0))
+    return new EncodedLines(this.buf.subarray(s0), this.ends.slice(k).map(e => e - s0)) // released with this one
   }
   /** A copy with the lines at these indexes empty (their events went to blobs). */
   emptied(indexes: readonly number[]): EncodedLines {
@@ -1263,22 +1287,53 @@ class EncodedLines {
 
 const NEWLINE = Buffer.from('\n')
 
-/** Bodies up to this size are cut from a shared slab (bytes): one ArrayBuffer per 1 MiB, not per record. */
+/**
+ * Bodies up to SLAB_MAX_PIECE bytes are cut from shared 1 MiB slabs: one ArrayBuffer per slab, not
+ * per record, and a slab every body of which was acked goes back to a small pool, so the hot path
+ * does not keep touching fresh pages.
+ */
 const SLAB_BYTES = 1 << 20
 const SLAB_MAX_PIECE = SLAB_BYTES / 8
-let slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
-let slabUsed = 0
+const SLAB_POOL_MAX = 8
 
-/** An uninitialized buffer of n bytes (a piece of the slab, never handed out twice). */
-function allocBody(n: number): Buffer {
-  if (n > SLAB_MAX_PIECE) return Buffer.allocUnsafeSlow(n)
-  if (slabUsed + n > SLAB_BYTES) {
-    slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
-    slabUsed = 0
+class Slab {
+  used = 0
+  /** Bodies cut from it whose batch has not ended. */
+  live = 0
+  /** A body of it may still be held by nats.js (a publish of it went unanswered): never reused. */
+  tainted = false
+  pooled = false
+  constructor(readonly buf: Buffer) {}
+}
+
+const slabPool: Buffer[] = []
+let slab = new Slab(Buffer.allocUnsafeSlow(SLAB_BYTES))
+
+/** An uninitialized buffer of n bytes, and the slab it was cut from (none for a large one). */
+function allocBody(n: number): { buf: Buffer; slab?: Slab } {
+  if (n > SLAB_MAX_PIECE) return { buf: Buffer.allocUnsafeSlow(n) }
+  if (slab.used + n > SLAB_BYTES) {
+    const full = slab
+    slab = new Slab(slabPool.pop() ?? Buffer.allocUnsafeSlow(SLAB_BYTES))
+    recycle(full)
   }
-  const b = slab.subarray(slabUsed, slabUsed + n)
-  slabUsed += (n + 7) & ~7
-  return b
+  const buf = slab.buf.subarray(slab.used, slab.used + n)
+  slab.used += (n + 7) & ~7
+  slab.live++
+  return { buf, slab }
+}
+
+function releaseBody(sl: Slab, acked: boolean): void {
+  sl.live--
+  if (!acked) sl.tainted = true
+  if (sl !== slab) recycle(sl)
+}
+
+/** Pool a slab that is no longer cut from, once none of its bodies is in use. */
+function recycle(sl: Slab): void {
+  if (sl.live > 0 || sl.tainted || sl.pooled || slabPool.length >= SLAB_POOL_MAX) return
+  sl.pooled = true
+  slabPool.push(sl.buf)
 }
 
 /**

@@ -290,3 +290,27 @@ describe('forks', () => {
     expect(refused.stderr).toContain(`OPEN_TURN: fork boundary 2 in session "${parent}" ends inside open turn 1`)
   })
 })
+
+describe('many sessions written at once', () => {
+  // Record bodies are cut from shared slabs that are reused once acked: a slab handed out twice
+  // while a body of it was still being sent would corrupt another session's record.
+  it('300 live sessions, interleaved through the coordinator\'s windows, read back whole', async () => {
+    const n = 300
+    const events = 60
+    const ids = Array.from({ length: n }, (_, i) => uniqueId(`slab-${i}`))
+    const sessions = ids.map(id => ctx.sessions.create(SessionId(id), { meta: { cwd: '/slab' } }))
+    for (let k = 0; k < events; k++) {
+      for (let i = 0; i < n; i++) {
+        const text = `${ids[i]} #${k} ` + Buffer.alloc(100 + ((i * 31 + k * 7) % 3000), 0x61 + (i + k) % 26).toString('latin1') + ' é€😀'
+        ;(sessions[i] as any).append('assistant/chunk', { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text } })
+      }
+      await new Promise(ok => setTimeout(ok, k % 10 === 0 ? 30 : 0))
+    }
+    await Promise.all(sessions.map(s => ctx.sessions.flush(s)))
+    for (let i = 0; i < n; i++) {
+      const stored = await backend.loadStored(SessionId(ids[i]!))
+      expect(stored?.events.length).toBe(events)
+      stored!.events.forEach((e, k) => expect((e.data as any).chunk.text.startsWith(`${ids[i]} #${k} `), `${ids[i]} seq ${k}`).toBe(true))
+    }
+  }, 120_000)
+})
