@@ -143,6 +143,9 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 		case e, ok = <-w.Updates():
 		}
 		if !ok {
+			if ctx.Err() != nil { // the watcher closes its channel when ctx ends: that is the cancel, not a failure
+				return ctx.Err()
+			}
 			return &Error{Code: CodeInternal, Session: id, Description: "the watch of projection messages." + tok + " ended"}
 		}
 		if e == nil {
