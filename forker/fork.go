@@ -110,6 +110,10 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	srcInfo, err := f.store.GetSessionInfo(ctx, req.Source)
 	if err == nil {
 		srcHdr = &srcInfo.Header
+	} else if errors.Is(err, ajs.ErrSessionDeleted) {
+		// Marked by a removal that stopped half-way: not found, although its records remain
+		// (a log without any metadata is still forked).
+		return client.ForkResult{}, notFound(req.Source)
 	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
 		return client.ForkResult{}, fmt.Errorf("forker: reading the source's metadata: %w", err)
 	}

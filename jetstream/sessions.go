@@ -142,7 +142,7 @@ type SessionInfo struct {
 // GetSessionInfo reads a session's metadata from the leader of agentlog_sessions.
 //
 // A missing (or deleted, or being removed: DeletingHeader) key is a wrapped ErrSessionNotFound
-// naming the id. The header's Raw is set
+// naming the id; one being removed wraps ErrSessionDeleted too. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
 func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, error) {
@@ -151,8 +151,14 @@ func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, err
 		return SessionInfo{}, err
 	}
 	e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": "$KV." + SessionsBucket + "." + tok})
-	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && (kvDeleted(e.Header) || e.Header.Get(DeletingHeader) != "")) {
+	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
 		return SessionInfo{}, fmt.Errorf("read session %q: %w (no key %s in KV bucket %s)", id, ErrSessionNotFound, tok, SessionsBucket)
+	}
+	if err == nil && e.Header.Get(DeletingHeader) != "" {
+		// Its records may still be there: callers that accept a log without metadata (a fork's
+		// source) tell this case apart by ErrSessionDeleted.
+		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; `agentlog rm` finishes it)",
+			id, ErrSessionNotFound, ErrSessionDeleted, tok, SessionsBucket, DeletingHeader)
 	}
 	if err != nil {
 		return SessionInfo{}, fmt.Errorf("read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
