@@ -95,8 +95,12 @@ terminal. --json prints {"session","events","lastSeq","repairedStrings","firstRe
 			out := importResult{Session: h.ID, Events: res.events, LastSeq: res.events - 1, RepairedStrings: res.repaired}
 			if res.repaired > 0 {
 				out.FirstRepairedSeq = &res.firstRepaired
-				fmt.Fprintf(g.stderr, "agentlog: warning: session %q: ill-formed UTF-8 in %d strings of event data became U+FFFD, the first at seq %d (as the reference reads the file: session/DEPARTURES.md 11)\n",
-					h.ID, res.repaired, res.firstRepaired)
+				strs := "strings"
+				if res.repaired == 1 {
+					strs = "string"
+				}
+				fmt.Fprintf(g.stderr, "agentlog: warning: session %q: ill-formed UTF-8 in %d %s of event data became U+FFFD, the first at seq %d (as the reference reads the file: session/DEPARTURES.md 11)\n",
+					h.ID, res.repaired, strs, res.firstRepaired)
 			}
 			if asJSON {
 				return writeJSON(g.stdout, out, false)

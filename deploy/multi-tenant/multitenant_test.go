@@ -81,7 +81,7 @@ func up(t *testing.T) *deployment {
 		}
 	}
 	// DIR/env, sourced by a shell.
-	names := []string{"NATS_URL", "A_AGENT_ARGS", "B_AGENT_ARGS", "A_NATS_ARGS", "B_NATS_ARGS", "A_VIEWER_ARGS", "A_OPERATOR_ARGS", "B_OPERATOR_ARGS", "A_FORKER_ARGS"}
+	names := []string{"NATS_URL", "AGENTLOG_NATS_URL", "A_AGENT_ARGS", "B_AGENT_ARGS", "A_NATS_ARGS", "B_NATS_ARGS", "A_VIEWER_ARGS", "A_OPERATOR_ARGS", "B_OPERATOR_ARGS", "A_FORKER_ARGS"}
 	script := ". " + filepath.Join(dir, "env")
 	for _, n := range names {
 		script += fmt.Sprintf("; printf '%%s\\n' \"$%s\"", n)

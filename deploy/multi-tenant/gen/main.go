@@ -46,7 +46,10 @@ func run(dir string, tenants []string, host string) error {
 	}
 	var env strings.Builder
 	fmt.Fprintf(&env, "# agentlog multi-tenant deployment: . this file, then e.g. agentlog $A_AGENT_ARGS sessions\n")
+	// Both: agentlog prefers AGENTLOG_NATS_URL (a shell that exported it for `agentlog dev` would
+	// otherwise still point at that server); the nats CLI reads NATS_URL.
 	fmt.Fprintf(&env, "export NATS_URL=%s\n", multitenant.ShellQuote(d.URL))
+	fmt.Fprintf(&env, "export AGENTLOG_NATS_URL=%s\n", multitenant.ShellQuote(d.URL))
 	for _, t := range d.Tenants {
 		T := strings.ToUpper(t)
 		for _, r := range multitenant.Roles {
