@@ -7,10 +7,9 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/testnats"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestRemoveSourceAfterFork: a fork that completed before the removal keeps its child.
@@ -83,21 +82,8 @@ func TestRemoveChildDuringFork(t *testing.T) {
 func TestForkOfSourceWhoseRemovalStoppedHalfWay(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
-	tok, err := ajs.Token("parent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry, err := e.store.Sessions.Get(ctx(t), tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What RemoveSession's step 1 writes: the same value, marked, revision-guarded.
-	mark := &nats.Msg{Subject: "$KV." + ajs.SessionsBucket + "." + tok, Data: entry.Value(),
-		Header: nats.Header{ajs.DeletingHeader: []string{"1"}}}
-	if _, err := e.store.JS.PublishMsg(ctx(t), mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
-		t.Fatal(err)
-	}
-	_, err = e.fork(client.ForkRequest{Source: "parent", Child: "of-half-removed"})
+	testnats.MarkRemoving(t, e.store, "parent")
+	_, err := e.fork(client.ForkRequest{Source: "parent", Child: "of-half-removed"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
 	if tail, err := e.store.GetTailFromLeader(ctx(t), "of-half-removed"); err != nil || tail.LastStreamSeq != 0 {
 		t.Fatalf("child log: %+v, %v", tail, err)

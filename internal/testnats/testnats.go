@@ -13,6 +13,7 @@ import (
 	"github.com/agentlog/agentlog/internal/testserver"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Env is a running embedded server with a connection and a provisioned store.
@@ -41,4 +42,26 @@ func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg ajs.Config) *Env {
 		t.Fatalf("Provision: %v", err)
 	}
 	return &Env{URL: url, NC: nc, Store: store}
+}
+
+// MarkRemoving leaves session id as an agentlog rm killed after its first step leaves it: its
+// agentlog_sessions entry rewritten, same value, with ajs.DeletingHeader (revision-guarded, as
+// RemoveSession marks it), its records, projections and lease untouched. Failures end the test.
+func MarkRemoving(t testing.TB, store *ajs.Store, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tok, err := ajs.Token(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := store.Sessions.Get(ctx, tok)
+	if err != nil {
+		t.Fatalf("mark session %q: %v", id, err)
+	}
+	mark := &nats.Msg{Subject: "$KV." + ajs.SessionsBucket + "." + tok, Data: entry.Value(),
+		Header: nats.Header{ajs.DeletingHeader: []string{"1"}}}
+	if _, err := store.JS.PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
+		t.Fatalf("mark session %q: %v", id, err)
+	}
 }
