@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/agentlog/agentlog/session"
 )
@@ -54,7 +55,36 @@ var (
 	ErrInvalidBoundary = &Error{Code: CodeInvalidBoundary, Description: "invalid fork boundary"}
 	ErrExists          = &Error{Code: CodeSessionExists, Description: "session already exists"}
 	ErrInvalidSeed     = &Error{Code: CodeInvalidSeed, Description: "invalid fork seed"}
+	// ErrRemoving matches the ErrNotFound of a session that is being removed: an agentlog rm
+	// stopped part-way (its agentlog_sessions entry is marked); Remove (agentlog rm) again
+	// finishes it. Every read refuses such a session so, with RemovingText as its description.
+	ErrRemoving = &Error{Code: CodeNotFound, Description: "session is being removed"}
 )
+
+// removingNote is the part of RemovingText that ErrRemoving matches.
+const removingNote = " is being removed (an earlier agentlog rm stopped part-way)"
+
+// RemovingText is how a reader (the client's reads, the query service) says that session id is
+// being removed, e.g. `session "s1" is being removed (an earlier agentlog rm stopped part-way):
+// run agentlog rm s1 to finish`.
+func RemovingText(id string) string {
+	return fmt.Sprintf("session %q%s: run agentlog rm %s to finish", id, removingNote, shellArg(id))
+}
+
+// shellArg quotes s for a POSIX shell unless it is made of safe bytes only.
+func shellArg(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._/:-", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
+// removingError is ErrNotFound (and ErrRemoving) for session id, which is being removed.
+func removingError(id string) *Error {
+	return &Error{Code: CodeNotFound, Session: id, Description: RemovingText(id)}
+}
 
 // Error renders "<service>: <description> (code <code>)", or "<service>: <description>: <cause>".
 func (e *Error) Error() string {
@@ -75,10 +105,14 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is an *Error with the same code (CodeSessionNotFound is a
-// CodeNotFound).
+// CodeNotFound); ErrRemoving matches a not-found whose description is a RemovingText (so a query
+// service's reply matches it too).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code != "" && e.Code.class() == t.Code.class()
+	if !ok || t.Code == "" || e.Code.class() != t.Code.class() {
+		return false
+	}
+	return t != ErrRemoving || strings.Contains(e.Description, removingNote)
 }
 
 func (c Code) class() Code {

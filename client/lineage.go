@@ -29,7 +29,8 @@ const MaxLineageNodes = 1000
 // Lineage returns the fork tree of session id: its ancestors up to the first without a parent
 // (or whose parent has no metadata), and every descendant of that root, breadth first up to
 // MaxLineageNodes. Cost: one pass over agentlog_sessions (every header's parentSession).
-// Errors: ErrBadRequest (invalid id), ErrNotFound (no metadata), ErrInternal.
+// Errors: ErrBadRequest (invalid id), ErrNotFound (no metadata; ErrRemoving too for a session
+// being removed, which is left out of every tree), ErrInternal.
 func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
 	st, _, err := c.sessionStore(ctx, id)
 	if err != nil {
@@ -44,6 +45,9 @@ func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
 		byID[m.id] = m
 	}
 	if _, ok := byID[id]; !ok {
+		if _, _, err := lookup(ctx, st, id); err != nil { // being removed: say so
+			return Lineage{}, err
+		}
 		return Lineage{}, notFoundError(id)
 	}
 	var l Lineage

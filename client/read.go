@@ -23,14 +23,17 @@ type EventsQuery struct {
 // Events calls fn for each selected event of session id, in seq order. It reads the stored log
 // (records before the first selected one are read and skipped), then with Follow an ordered
 // consumer on the session's subject; it then returns ctx's error when ctx ends. An error from fn
-// stops it and is returned as is. Other errors: ErrBadRequest, a *session.Error for a bad
-// record, a read failure (ErrInternal).
+// stops it and is returned as is. Other errors: ErrBadRequest, ErrRemoving (an rm stopped
+// part-way), a *session.Error for a bad record, a read failure (ErrInternal).
 func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(session.Event) error) error {
 	if q.FromSeq < 0 || q.Tail < 0 {
 		return &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("events: fromSeq %d, tail %d: want >= 0", q.FromSeq, q.Tail)}
 	}
-	st, err := c.openStore(ctx)
+	st, _, err := c.sessionStore(ctx, id)
 	if err != nil {
+		return err
+	}
+	if _, _, err := lookup(ctx, st, id); err != nil { // a log without metadata is read all the same
 		return err
 	}
 	subject, err := st.Subject(id)
@@ -122,10 +125,14 @@ func unwrapFn(err error) error {
 // WatchMessages calls fn with session id's derived messages now, then each time its messages
 // projection advances, until ctx ends (it then returns ctx's error) or fn fails. It watches the
 // session's messages.<token> key in agentlog_projections and queries Messages with MinSeq at
-// each new asOfSeq. Errors: ErrStopped when the projection stops, and Messages' errors.
+// each new asOfSeq. Errors: ErrRemoving (an rm stopped part-way), ErrStopped when the projection
+// stops, and Messages' errors.
 func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesReply) error) error {
 	st, tok, err := c.sessionStore(ctx, id)
 	if err != nil {
+		return err
+	}
+	if _, _, err := lookup(ctx, st, id); err != nil { // an unknown one is watched until it appears
 		return err
 	}
 	w, err := st.Projections.Watch(ctx, "messages."+tok, natsjs.IgnoreDeletes())
@@ -170,20 +177,21 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 }
 
 // Header returns session id's header as stored in agentlog_sessions (Raw keeps its bytes, so a
-// JSONL written from it carries every field). Errors: ErrBadRequest, ErrNotFound, ErrInternal.
+// JSONL written from it carries every field). Errors: ErrBadRequest, ErrNotFound (ErrRemoving
+// too for a session being removed), ErrInternal.
 func (c *Client) Header(ctx context.Context, id string) (session.Header, error) {
 	st, _, err := c.sessionStore(ctx, id)
 	if err != nil {
 		return session.Header{}, err
 	}
-	h, err := st.GetSession(ctx, id)
-	if errors.Is(err, ajs.ErrSessionNotFound) {
+	info, found, err := lookup(ctx, st, id)
+	if err != nil {
+		return session.Header{}, err
+	}
+	if !found {
 		return session.Header{}, notFoundError(id)
 	}
-	if err != nil {
-		return session.Header{}, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
-	}
-	return h, nil
+	return info.Header, nil
 }
 
 // ErrorReports returns the last n (n > 0) agent/error reports of session id, oldest first, as

@@ -51,8 +51,8 @@ type SessionsQuery struct {
 // headers-only ordered consumer over the stream).
 const perRowLimit = 512
 
-// Sessions lists the sessions that have metadata in agentlog_sessions, calling fn for each in id
-// order, a page of up to 256 at a time (so output can stream). It returns the cursor of the next
+// Sessions lists the sessions that have metadata in agentlog_sessions (not those being removed:
+// an rm stopped part-way), calling fn for each in id order, a page of up to 256 at a time (so output can stream). It returns the cursor of the next
 // page (the last id given, "" when the listing is complete). An error from fn stops it and is
 // returned as is.
 //
@@ -189,7 +189,8 @@ func (e *AmbiguousError) Error() string {
 	return s
 }
 
-// Resolve returns the session id that idOrPrefix names: an id with metadata (or records) wins,
+// Resolve returns the session id that idOrPrefix names: an id with metadata (or records, or
+// being removed) wins,
 // else the one id it is a prefix of. Errors: ErrBadRequest for a blank or invalid id, ErrNotFound, or an
 // *AmbiguousError.
 func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error) {
@@ -204,8 +205,8 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
 	}
 	_, err = st.GetSessionInfo(ctx, idOrPrefix)
-	if err == nil {
-		return idOrPrefix, nil
+	if err == nil || errors.Is(err, ajs.ErrSessionDeleted) {
+		return idOrPrefix, nil // with metadata, or being removed (the command reports it)
 	}
 	if !errors.Is(err, ajs.ErrSessionNotFound) {
 		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
@@ -264,6 +265,23 @@ func notFoundError(id string) *Error {
 	return &Error{Code: CodeNotFound, Session: id, Description: fmt.Sprintf("session %q not found", id)}
 }
 
+// lookup reads session id's metadata, the one check of every direct read of a session: found is
+// false when it has none. A session being removed (its entry marked by an agentlog rm that
+// stopped part-way, whatever else is left of it) is removingError, so no read serves it; a failed
+// read is ErrInternal.
+func lookup(ctx context.Context, st *ajs.Store, id string) (info ajs.SessionInfo, found bool, err error) {
+	info, err = st.GetSessionInfo(ctx, id)
+	switch {
+	case errors.Is(err, ajs.ErrSessionDeleted):
+		return info, false, removingError(id)
+	case errors.Is(err, ajs.ErrSessionNotFound):
+		return info, false, nil
+	case err != nil:
+		return info, false, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
+	}
+	return info, true, nil
+}
+
 // meta is one session's entry in agentlog_sessions.
 type meta struct {
 	id, token  string
@@ -288,14 +306,15 @@ func (e *meta) decode() {
 const sessionsKeyPrefix = "$KV." + ajs.SessionsBucket + "."
 
 // scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
-// with one ordered consumer, drops deleted keys and keys that are not tokens, and returns the
-// sessions sorted by id.
+// with one ordered consumer, drops deleted keys, keys being removed (marked ajs.DeletingHeader:
+// an rm stopped part-way; not found, as lookup says) and keys that are not tokens, and returns
+// the sessions sorted by id.
 func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
 	err := scanStream(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
 		out = make([]meta, 0, n)
 	}, func(m streamMsg) error {
-		if deleted(m.Headers()) {
+		if deleted(m.Headers()) || m.Headers().Get(ajs.DeletingHeader) != "" {
 			return nil
 		}
 		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)

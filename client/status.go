@@ -3,11 +3,9 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -50,19 +48,20 @@ type Status struct {
 
 // Status reads session id's status from agentlog_sessions, the stream and agentlog_projections.
 // Children are found by a pass over agentlog_sessions (every header's parentSession): its cost
-// grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata),
+// grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata;
+// ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	st, tok, err := c.sessionStore(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	info, err := st.GetSessionInfo(ctx, id)
-	if errors.Is(err, ajs.ErrSessionNotFound) {
-		return Status{}, notFoundError(id)
-	}
+	info, found, err := lookup(ctx, st, id)
 	if err != nil {
-		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
+		return Status{}, err
+	}
+	if !found {
+		return Status{}, notFoundError(id)
 	}
 	tail, err := st.GetTail(ctx, id)
 	if err != nil {

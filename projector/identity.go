@@ -14,14 +14,27 @@ import (
 // without one. A session without metadata (deleted, or never created) gets a header naming only
 // its id, and known false. Errors are transient.
 func sessionMeta(ctx context.Context, store *ajs.Store, id string) (h session.Header, inc string, known bool, err error) {
+	h, inc, known, _, err = sessionMetaState(ctx, store, id)
+	return h, inc, known, err
+}
+
+// sessionMetaState is sessionMeta that also says whether the session is being removed (its
+// entry is marked by an agentlog rm that stopped part-way; known is false then).
+func sessionMetaState(ctx context.Context, store *ajs.Store, id string) (h session.Header, inc string, known, removing bool, err error) {
 	info, err := store.GetSessionInfo(ctx, id)
 	if errors.Is(err, ajs.ErrSessionNotFound) {
-		return session.Header{ID: id}, "", false, nil
+		return session.Header{ID: id}, "", false, errors.Is(err, ajs.ErrSessionDeleted), nil
 	}
 	if err != nil {
-		return session.Header{}, "", false, &transientError{fmt.Errorf("session %q: reading its metadata: %w", id, err)}
+		return session.Header{}, "", false, false, &transientError{fmt.Errorf("session %q: reading its metadata: %w", id, err)}
 	}
-	return info.Header, info.Incarnation, true, nil
+	return info.Header, info.Incarnation, true, false, nil
+}
+
+// sessionRemoving reports whether session id is being removed (false when that cannot be read).
+func sessionRemoving(ctx context.Context, store *ajs.Store, id string) bool {
+	_, _, _, removing, _ := sessionMetaState(ctx, store, id)
+	return removing
 }
 
 // sessionGone reports whether session id has neither metadata (none, or marked for removal by
@@ -44,6 +57,10 @@ func sessionGone(ctx context.Context, store *ajs.Store, id string) (bool, error)
 
 // errSessionGone is checkStored's answer for a session that has neither metadata nor records.
 var errSessionGone = errors.New("session not found (removed, or never created)")
+
+// errSessionRemoving is checkStored's answer for a session being removed (an agentlog rm stopped
+// part-way), whatever its log still holds: not found, like every read of it.
+var errSessionRemoving = errors.New("session is being removed")
 
 // Causes of a refold (logged and counted by Projector.Refolds).
 const (
@@ -237,15 +254,20 @@ func isSessionError(err error) bool {
 
 // checkStored is verify for the stored messages value raw (KV revision rev) of session id: it
 // returns the projection to answer from and its stored value, refolded from the log (and written
-// back, best effort) when the stored one does not belong to the current log. Errors are transient.
+// back, best effort) when the stored one does not belong to the current log. A session being
+// removed is errSessionRemoving, one with neither metadata nor records errSessionGone; other
+// errors are transient.
 func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byte, rev uint64) (Projection, []byte, error) {
 	g := newUnitState(p.defs[0], &session.Header{ID: id})
 	decodeUnit(g, raw, rev)
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
-	h, inc, known, err := sessionMeta(ctx, p.store, id)
+	h, inc, known, removing, err := sessionMetaState(ctx, p.store, id)
 	if err != nil {
 		return Projection{}, nil, err
+	}
+	if removing {
+		return Projection{}, nil, errSessionRemoving
 	}
 	tail, err := p.store.GetTailFromLeader(ctx, id)
 	if err != nil && !isSessionError(err) {

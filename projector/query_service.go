@@ -254,6 +254,10 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 	key := Key(token)
 	e, err := p.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if sessionRemoving(ctx, p.store, q.Session) { // its keys purged already, its log maybe not
+			failGone(r, q.Session, errSessionRemoving)
+			return Projection{}, nil, answered
+		}
 		if q.waits() && !p.sessionKnown(ctx, q.Session) {
 			// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
 			r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session: no metadata and no events)", q.Session))
@@ -272,8 +276,7 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 	proj, current, err := decodeProjection(e.Value())
 	raw := e.Value()
 	if err == nil && current {
-		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); errors.Is(err, errSessionGone) {
-			r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", q.Session))
+		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); failGone(r, q.Session, err) {
 			return Projection{}, nil, answered
 		} else if err != nil {
 			r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
@@ -301,6 +304,20 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 		return Projection{}, nil, mustWait
 	}
 	return proj, raw, ready
+}
+
+// failGone answers "404" when err is checkStored's errSessionRemoving or errSessionGone (a
+// session being removed says so: client.RemovingText) and reports whether it did.
+func failGone(r responder, id string, err error) bool {
+	switch {
+	case errors.Is(err, errSessionRemoving):
+		r.fail(client.CodeNotFound, client.RemovingText(id))
+	case errors.Is(err, errSessionGone):
+		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", id))
+	default:
+		return false
+	}
+	return true
 }
 
 // sessionKnown reports whether the store has metadata or records for id (true when it cannot
@@ -354,8 +371,7 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 			raw := e.Value()
 			if proj.Error != nil || proj.AsOfSeq >= minSeq {
 				// Never answer from a state of another log (lost records, a re-create).
-				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); errors.Is(err, errSessionGone) {
-					r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", q.Session))
+				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); failGone(r, q.Session, err) {
 					return Projection{}, nil, false
 				} else if err != nil {
 					if wctx.Err() != nil {

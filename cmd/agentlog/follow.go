@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
 	"github.com/spf13/cobra"
 )
@@ -66,14 +65,15 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 			return err
 		}
 		defer nc.Close()
-		var hp *session.Header
-		h, err := store.GetSession(hctx, args[0])
-		switch {
-		case err == nil:
-			hp = &h
-		case !errors.Is(err, ajs.ErrSessionNotFound):
+		c, err := client.New(nc)
+		if err != nil {
 			return err
-		default: // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
+		}
+		hp, err := eventsHeader(hctx, c, args[0])
+		if err != nil {
+			return err
+		}
+		if hp == nil { // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
 			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
 				return fmt.Errorf("session %q not found", args[0])
 			}
@@ -92,10 +92,6 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 				}
 				return fmt.Errorf("session %q: --from-seq %d is past the end of the log: %s (--follow waits for it)", args[0], q.FromSeq, end)
 			}
-		}
-		c, err := client.New(nc)
-		if err != nil {
-			return err
 		}
 		bw := bufio.NewWriter(g.stdout)
 		defer bw.Flush()

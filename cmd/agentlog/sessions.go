@@ -30,7 +30,11 @@ func newEventsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			return printEvents(ctx, store, args[0], g.stdout, session.WriteOptions{Pack: packed}, !noHeader)
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			return printEvents(ctx, c, store, args[0], g.stdout, session.WriteOptions{Pack: packed}, !noHeader)
 		},
 	}
 	c.Flags().BoolVar(&packed, "packed", false, "write runs of 3+ streaming deltas as packed chunk rows")
@@ -40,14 +44,10 @@ func newEventsCmd(g *globals) *cobra.Command {
 
 // printEvents writes session id as dsh JSONL to out, a record at a time as it is read (memory
 // bounded by one record, or with Pack by one run of chunks), never the whole log.
-func printEvents(ctx context.Context, store *ajs.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
-	var hp *session.Header
-	h, herr := store.GetSession(ctx, id)
-	switch {
-	case herr == nil:
-		hp = &h
-	case !errors.Is(herr, ajs.ErrSessionNotFound):
-		return herr
+func printEvents(ctx context.Context, c *client.Client, store *ajs.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
+	hp, err := eventsHeader(ctx, c, id)
+	if err != nil {
+		return err
 	}
 	jw := session.NewJSONLWriter(out, opts)
 	if withHeader && hp != nil {
@@ -65,6 +65,19 @@ func printEvents(ctx context.Context, store *ajs.Store, id string, out io.Writer
 		return fmt.Errorf("session %q not found", id)
 	}
 	return jw.Flush()
+}
+
+// eventsHeader reads the header events prints: nil for a log without metadata (printed all the
+// same); a session being removed is refused (client.ErrRemoving), like every read of it.
+func eventsHeader(ctx context.Context, c *client.Client, id string) (*session.Header, error) {
+	h, err := c.Header(ctx, id)
+	switch {
+	case err == nil:
+		return &h, nil
+	case errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrRemoving):
+		return nil, nil
+	}
+	return nil, err
 }
 
 func newMessagesCmd(g *globals) *cobra.Command {

@@ -62,6 +62,8 @@ func asLoadError(id string, err error) *loadError {
 		return le
 	}
 	switch {
+	case errors.Is(err, client.ErrRemoving):
+		return &loadError{http.StatusNotFound, "Session not found", client.RemovingText(id) + "."}
 	case errors.Is(err, client.ErrNotFound):
 		return &loadError{http.StatusNotFound, "Session not found", fmt.Sprintf("There is no session %q (no metadata in agentlog_sessions).", id)}
 	case errors.Is(err, client.ErrBadRequest):
