@@ -441,7 +441,7 @@ func (s *Server) handleMessagesJSON(w http.ResponseWriter, r *http.Request) {
 		opts = append(opts, client.MinSeq(last))
 	}
 	reply, err := s.c.Messages(ctx, id, opts...)
-	if err != nil && !errors.Is(err, client.ErrNotFound) {
+	if err != nil && (!errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrRemoving)) {
 		s.fail(w, r, id, err)
 		return
 	}
