@@ -52,9 +52,9 @@ type SessionsQuery struct {
 const perRowLimit = 512
 
 // Sessions lists the sessions that have metadata in agentlog_sessions (not those being removed:
-// an rm stopped part-way), calling fn for each in id order, a page of up to 256 at a time (so output can stream). It returns the cursor of the next
-// page (the last id given, "" when the listing is complete). An error from fn stops it and is
-// returned as is.
+// an rm stopped part-way), calling fn for each in id order, a page of up to 256 at a time (so
+// output can stream). It returns the cursor of the next page (the last id given, "" when the
+// listing is complete). An error from fn stops it and is returned as is.
 //
 // Cost: one pass over agentlog_sessions (ids, createdAt and parents: children need every
 // parentSession), then the last record of each listed session: batched direct gets for a page
@@ -190,9 +190,8 @@ func (e *AmbiguousError) Error() string {
 }
 
 // Resolve returns the session id that idOrPrefix names: an id with metadata (or records, or
-// being removed) wins,
-// else the one id it is a prefix of. Errors: ErrBadRequest for a blank or invalid id, ErrNotFound, or an
-// *AmbiguousError.
+// being removed) wins, else the one id it is a prefix of. Errors: ErrBadRequest for a blank or
+// invalid id, ErrNotFound, or an *AmbiguousError.
 func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error) {
 	if strings.TrimSpace(idOrPrefix) == "" {
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: "session id is blank"}
