@@ -101,7 +101,7 @@ func (g *globals) client(name string) (*nats.Conn, *client.Client, error) {
 
 // resolveID resolves an id argument (see client.Resolve). A blank one is a usage error; an
 // ambiguous prefix exits 1 listing its candidates; an unknown one is returned as given, for the
-// command to report.
+// command to report. A prefix expanded to an id is noted on stderr.
 func (g *globals) resolveID(ctx context.Context, arg string) (string, error) {
 	if blankID(arg) {
 		return "", &usageError{errors.New("the session ID is blank")}
@@ -117,6 +117,10 @@ func (g *globals) resolveID(ctx context.Context, arg string) (string, error) {
 	}
 	if err != nil {
 		return "", clientExit(err)
+	}
+	if id != arg {
+		// Say so: right after `rm x`, "x" may name a child "x1" by its prefix.
+		fmt.Fprintf(g.stderr, "agentlog: no session is named %q; using %q, the one session id it is a prefix of\n", arg, id)
 	}
 	return id, nil
 }

@@ -123,8 +123,11 @@ func TestSessionsStatusCLI(t *testing.T) {
 	if code, out, _ := runCLI(ctx, s.url, "sessions", "--prefix", "job", "--json"); code != 0 || strings.Contains(out, "job-2") || !strings.Contains(out, "job-1") {
 		t.Fatalf("sessions after rm: %q", out)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "status", "job"); code != 0 {
-		t.Fatalf("status by the prefix left unique: %s", errOut)
+	if code, _, errOut := runCLI(ctx, s.url, "status", "job"); code != 0 || !strings.Contains(errOut, `no session is named "job"; using "job-1"`) {
+		t.Fatalf("status by the prefix left unique (it must say which id it read): %d %s", code, errOut)
+	}
+	if _, _, errOut := runCLI(ctx, s.url, "status", "job-1"); strings.Contains(errOut, "no session is named") {
+		t.Fatalf("status by the exact id notes a prefix: %s", errOut)
 	}
 	code, out, _ = runCLI(ctx, s.url, "__complete", "status", "jo")
 	if code != 0 || !strings.Contains(out, "job-1\n") || strings.Contains(out, "job-2") {
