@@ -96,6 +96,7 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"messages", "nosuch", "--watch"}, want: 1, says: "not found"},
 		{args: []string{"status", "nosuch"}, want: 1},
 		{args: []string{"fork", "nosuch"}, want: 1, says: "SESSION_NOT_FOUND"},
+		{args: []string{"fork", "x1", "--at", "100000"}, want: 1, says: `(fork of session "x1")`}, // INVALID_BOUNDARY: the reference's text does not name it
 		{args: []string{"rm", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"rebuild", "title", "--session", "nosuch"}, want: 1, says: `"nosuch" not found`},
 		{args: []string{"import", file, "--session", "x1"}, want: 1, says: fmt.Sprintf(`publisher: create session "x1": session already exists: it holds %d events (last seq %d) (this log has %d); nothing was written. If an earlier import of it stopped part-way, `+"`agentlog rm x1`"+` then a new import replaces it`, len(events), len(events)-1, len(events))},

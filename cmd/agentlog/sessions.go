@@ -203,7 +203,7 @@ and prints the reference's code and exact text on stderr, e.g.
 			}
 			res, err := c.Fork(ctx, req)
 			if err != nil {
-				return forkExit(err)
+				return forkExit(err, req.Source)
 			}
 			return writeJSON(g.stdout, res, false)
 		},
@@ -214,14 +214,16 @@ and prints the reference's code and exact text on stderr, e.g.
 }
 
 // forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr (INVALID_SEED for a
-// seed-validation refusal, which the reference raises without a code of its own).
-func forkExit(err error) error {
+// seed-validation refusal, which the reference raises without a code of its own). The reference's
+// texts of OPEN_TURN, INVALID_BOUNDARY and INVALID_SEED do not name the session: source is added.
+func forkExit(err error, source string) error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		switch ce.Code {
-		case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeSessionNotFound, client.CodeSessionExists,
-			client.CodeInvalidSeed:
+		case client.CodeSessionNotFound, client.CodeSessionExists:
 			return &exitError{code: 1, err: fmt.Errorf("%s: %s", ce.Code, ce.Description)}
+		case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeInvalidSeed:
+			return &exitError{code: 1, err: fmt.Errorf("%s: %s (fork of session %q)", ce.Code, ce.Description, source)}
 		}
 	}
 	return err
