@@ -102,6 +102,7 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"import", file, "--session", "x1"}, want: 1, says: fmt.Sprintf(`publisher: create session "x1": session already exists: it holds %d events (last seq %d) (this log has %d); nothing was written. If an earlier import of it stopped part-way, `+"`agentlog rm x1`"+` then a new import replaces it`, len(events), len(events)-1, len(events))},
 		{args: []string{"import", bad, "--session", "x2"}, want: 1, says: "seq"},
 		{args: []string{"import", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
+		{args: []string{"import", t.TempDir()}, want: 1, says: "is a directory: import takes one dsh JSONL file"},
 		{args: []string{"inspect", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
 		// ok
 		{args: []string{"sessions"}, want: 0, says: ""},

@@ -126,6 +126,9 @@ func validateImportSource(arg string, stdin io.Reader, idOverride string) (path 
 			return "", cleanup, v, err
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return "", cleanup, v, fmt.Errorf("%s is a directory: import takes one dsh JSONL file (or - for stdin)", arg)
+		}
 		v, err = validateLog(f, arg, idOverride)
 		return arg, cleanup, v, err
 	}
