@@ -689,6 +689,9 @@ func TestUILargeEvent(t *testing.T) {
 			t.Errorf("GET %s: %d, want %d", path, r.StatusCode, want)
 		}
 	}
+	if _, body := get(base + "/sessions/nope/events/0"); strings.Contains(body, "has no event at seq") {
+		t.Errorf("an unknown session's event: %q, want it not found, not short of events", body)
+	}
 	_, tbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret"})
 	if r, _ := get(tbase + "/sessions/huge/events/3"); r.StatusCode != 401 {
 		t.Errorf("the whole event without the token: %d, want 401", r.StatusCode)

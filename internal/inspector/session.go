@@ -363,6 +363,10 @@ func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if line == nil {
+		if _, err := s.c.Header(ctx, id); err != nil { // an unknown session is not found, not short of events
+			s.fail(w, r, id, err)
+			return
+		}
 		s.errorPage(w, r, http.StatusNotFound, "No such event", fmt.Sprintf("Session %q has no event at seq %d.", id, seq))
 		return
 	}
