@@ -101,6 +101,7 @@ Quick start:
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "completion":
+			c.Short = "Print the shell completion script of agentlog (bash, zsh, fish or powershell)"
 			refuseUnknownShell(c)
 			markOffline(c)
 		case "help":
