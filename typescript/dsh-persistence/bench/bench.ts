@@ -5,7 +5,10 @@
 //   live path: dsh's SessionStore: session.append event by event, the coordinator's 200 ms window
 //              batching them, then ctx.sessions.flush
 //
-// Defaults: 1,000 sessions × 200 events of 512 bytes (BENCH_SESSIONS, BENCH_EVENTS, BENCH_SIZE).
+// Defaults: 1,000 sessions × 200 events of 512 bytes (BENCH_SESSIONS, BENCH_EVENTS, BENCH_SIZE), in
+// BENCH_ROUNDS (3) rounds: each round runs the three backends on each path, the order rotated from
+// round to round, and the summary gives each ratio's median over the rounds (one run on a shared
+// 2-core machine moved the live ratio by ±0.1), with every round's ratios beside it.
 // AGENTLOG_NATS_URL attaches to a running server; otherwise the bench builds ./cmd/agentlog and
 // runs `agentlog dev --projectors 0` in a temp dir. The agentlog sessions go to an isolated
 // namespace (a stream and bucket of their own, removed afterwards) unless BENCH_DEFAULT_NAMES=1.
@@ -31,6 +34,8 @@ const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 1000)
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 200)
 const SIZE = Number(process.env.BENCH_SIZE ?? 512)
 const API_CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64)
+/** Rounds; each runs every backend on both paths, in an order rotated by round. Reported: medians. */
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3))
 const repoRoot = resolve(import.meta.dirname, '../../..')
 
 // --- events: flat strings of the right size -------------------------------------------------
@@ -253,34 +258,49 @@ async function main(): Promise<void> {
   const jsonlMount = (sub: string): Mount => ctx => ctx.plugin(JsonlSessionPersistence as any, { root: join(tmp, `jsonl-${sub}`) })
   const noopMount: Mount = ctx => ctx.plugin(NoopPersistence)
   console.error(`bench: ${SESSIONS} sessions × ${EVENTS} events of ${SIZE} bytes, server ${url}`)
-  const results: Result[] = []
+  const results: (Result & { round: number })[] = []
   const only = process.env.BENCH_ONLY // e.g. "api:agentlog,live:agentlog" (for profiling)
-  const step = async (r: () => Promise<Result>, key: string) => {
-    if (only !== undefined && !only.split(',').includes(key)) return
-    const x = await r(); results.push(x); console.error(JSON.stringify(x))
+  const dropNamespace = async () => {
+    if (!names) return
+    const nc: NatsConnection = await connect({ servers: url })
+    const jsm = await jetstreamManager(nc)
+    for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream]) await jsm.streams.delete(s).catch(() => {})
+    await nc.close()
   }
+  const rounds = only !== undefined ? 1 : ROUNDS
   try {
-    await step(() => apiPath('noop (seam)', noopMount, `${n}-noop`), 'api:noop')
-    await step(() => apiPath('agentlog', agentlogMount, `${n}-al`), 'api:agentlog')
-    await step(() => apiPath('jsonl', jsonlMount('api'), `${n}-jsonl`), 'api:jsonl')
-    await step(() => livePath('noop (seam)', noopMount, `${n}-noop`), 'live:noop')
-    await step(() => livePath('agentlog', agentlogMount, `${n}-al`), 'live:agentlog')
-    await step(() => livePath('jsonl', jsonlMount('live'), `${n}-jsonl`), 'live:jsonl')
-    await step(() => rawNats(url), 'raw')
-  } finally {
-    if (names) {
-      const nc: NatsConnection = await connect({ servers: url })
-      const jsm = await jetstreamManager(nc)
-      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream]) await jsm.streams.delete(s).catch(() => {})
-      await nc.close()
+    for (let round = 0; round < rounds; round++) {
+      const r = `${n}-r${round}`
+      for (const path of ['api', 'live'] as const) {
+        const legs: [string, string, Mount][] = [
+          ['noop (seam)', `${r}-noop`, noopMount], ['agentlog', `${r}-al`, agentlogMount], ['jsonl', `${r}-jsonl`, jsonlMount(`${path}-${round}`)],
+        ]
+        for (let k = 0; k < legs.length; k++) {
+          const [name, prefix, mount] = legs[(k + round) % legs.length]!
+          const key = `${path}:${name === 'noop (seam)' ? 'noop' : name}`
+          if (only !== undefined && !only.split(',').includes(key)) continue
+          const x = await (path === 'api' ? apiPath : livePath)(name, mount, prefix)
+          results.push({ ...x, round })
+          console.error(JSON.stringify({ round, ...x }))
+        }
+      }
+      await dropNamespace() // every round starts from an empty stream
     }
+    if (only === undefined || only.split(',').includes('raw')) {
+      const x = await rawNats(url)
+      results.push({ ...x, round: 0 })
+      console.error(JSON.stringify(x))
+    }
+  } finally {
+    await dropNamespace()
     await stop()
     rmSync(tmp, { recursive: true, force: true })
   }
   if (only !== undefined) return
-  const get = (b: string, p: string) => results.find(r => r.backend === b && r.path === p)!
+  const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2 }
+  const get = (b: string, p: string, round: number) => results.find(r => r.backend === b && r.path === p && r.round === round)!
   const summary: Record<string, unknown> = {
-    sessions: SESSIONS, events_per_session: EVENTS, event_bytes: SIZE,
+    sessions: SESSIONS, events_per_session: EVENTS, event_bytes: SIZE, rounds,
     durability: {
       agentlog: 'a batch resolves when the JetStream server acks its record: stored in the stream (file storage, R1 here); the server fsyncs on its sync_interval (default 2 min), or per write with sync_interval: always, and an R3 stream acks after a quorum holds it',
       jsonl: 'a batch resolves after its lines are appended and fsync(2) returns',
@@ -288,15 +308,20 @@ async function main(): Promise<void> {
     },
   }
   for (const p of ['api', 'live']) {
-    const al = get('agentlog', p)
+    const per = Array.from({ length: rounds }, (_, round) => {
+      const al = get('agentlog', p, round), seam = get('noop (seam)', p, round), jl = get('jsonl', p, round)
+      return { al, seam, jl, toSeam: al.eventsPerSec / seam.eventsPerSec, toJsonl: al.eventsPerSec / jl.eventsPerSec }
+    })
+    const m = (f: (x: typeof per[number]) => number, digits = 0) => +median(per.map(f)).toFixed(digits)
     summary[p] = {
-      agentlog_events_per_s: Math.round(al.eventsPerSec),
-      seam_events_per_s: Math.round(get('noop (seam)', p).eventsPerSec),
-      jsonl_events_per_s: Math.round(get('jsonl', p).eventsPerSec),
-      ratio_to_seam: +(al.eventsPerSec / get('noop (seam)', p).eventsPerSec).toFixed(3),
-      ratio_to_jsonl: +(al.eventsPerSec / get('jsonl', p).eventsPerSec).toFixed(3),
-      p99_batch_write_ms: +(al.p99BatchMs ?? 0).toFixed(1),
-      ...al.p99FlushMs !== undefined ? { p99_flush_ms: +al.p99FlushMs.toFixed(1), jsonl_p99_flush_ms: +(get('jsonl', p).p99FlushMs ?? 0).toFixed(1) } : {},
+      agentlog_events_per_s: m(x => x.al.eventsPerSec),
+      seam_events_per_s: m(x => x.seam.eventsPerSec),
+      jsonl_events_per_s: m(x => x.jl.eventsPerSec),
+      ratio_to_seam: m(x => x.toSeam, 3),
+      ratio_to_jsonl: m(x => x.toJsonl, 3),
+      p99_batch_write_ms: m(x => x.al.p99BatchMs ?? 0, 1),
+      ...p === 'live' ? { p99_flush_ms: m(x => x.al.p99FlushMs ?? 0, 1), jsonl_p99_flush_ms: m(x => x.jl.p99FlushMs ?? 0, 1) } : {},
+      rounds: per.map(x => ({ ratio_to_seam: +x.toSeam.toFixed(3), ratio_to_jsonl: +x.toJsonl.toFixed(3) })),
     }
   }
   summary.raw_nats_per_event_async_publish_events_per_s = Math.round(results.find(r => r.backend === 'raw nats.js')!.eventsPerSec)
