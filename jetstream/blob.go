@@ -214,7 +214,7 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 	h.Sum(sum[:0])
 	info := natsjs.ObjectInfo{
 		ObjectMeta: natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(chunk)}},
-		Bucket:     BlobsBucket, NUID: obj, Size: uint64(len(data)), Chunks: uint32(chunks),
+		Bucket:     BlobsBucket, NUID: obj, Size: uint64(len(data)), Chunks: uint32(chunks), ModTime: time.Now().UTC(), // as Put writes it; readers take the server's time
 		Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
 	}
 	body, err := json.Marshal(info)
