@@ -31,12 +31,6 @@ func sessionMetaState(ctx context.Context, store *ajs.Store, id string) (h sessi
 	return info.Header, info.Incarnation, true, false, nil
 }
 
-// sessionRemoving reports whether session id is being removed (false when that cannot be read).
-func sessionRemoving(ctx context.Context, store *ajs.Store, id string) bool {
-	_, _, _, removing, _ := sessionMetaState(ctx, store, id)
-	return removing
-}
-
 // sessionGone reports whether session id has neither metadata (none, or marked for removal by
 // agentlog rm) nor records: a removed session, of which no projection state may be kept (a state
 // stored for it would answer as an existing empty session). Errors are transient.
@@ -45,6 +39,12 @@ func sessionGone(ctx context.Context, store *ajs.Store, id string) (bool, error)
 	if err != nil || known {
 		return false, err
 	}
+	return logEmpty(ctx, store, id)
+}
+
+// logEmpty reports whether session id's subject holds no record (a record that does not decode is
+// a record all the same). Errors are transient.
+func logEmpty(ctx context.Context, store *ajs.Store, id string) (bool, error) {
 	tail, err := store.GetTailFromLeader(ctx, id)
 	switch {
 	case err != nil && isSessionError(err):

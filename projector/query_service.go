@@ -254,14 +254,19 @@ func (p *Projector) readNow(ctx context.Context, r responder, q query, token str
 	key := Key(token)
 	e, err := p.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		if sessionRemoving(ctx, p.store, q.Session) { // its keys purged already, its log maybe not
+		// One metadata read: a session being removed (its keys purged already, its log maybe not)
+		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
+		_, _, known, removing, merr := sessionMetaState(ctx, p.store, q.Session)
+		if removing {
 			failGone(r, q.Session, errSessionRemoving)
 			return Projection{}, nil, answered
 		}
-		if q.waits() && !p.sessionKnown(ctx, q.Session) {
-			// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
-			r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session: no metadata and no events)", q.Session))
-			return Projection{}, nil, answered
+		if q.waits() && merr == nil && !known {
+			if empty, err := logEmpty(ctx, p.store, q.Session); err == nil && empty {
+				// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
+				r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session: no metadata and no events)", q.Session))
+				return Projection{}, nil, answered
+			}
 		}
 		if q.waits() {
 			return Projection{}, nil, mustWait
@@ -318,13 +323,6 @@ func failGone(r responder, id string, err error) bool {
 		return false
 	}
 	return true
-}
-
-// sessionKnown reports whether the store has metadata or records for id (true when it cannot
-// tell: the wait then decides).
-func (p *Projector) sessionKnown(ctx context.Context, id string) bool {
-	gone, err := sessionGone(ctx, p.store, id)
-	return err != nil || !gone
 }
 
 func stoppedText(id string, pe *ProjectionError) string {
