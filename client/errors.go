@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -68,17 +69,7 @@ const removingNote = " is being removed (an earlier agentlog rm stopped part-way
 // being removed, e.g. `session "s1" is being removed (an earlier agentlog rm stopped part-way):
 // run agentlog rm s1 to finish`.
 func RemovingText(id string) string {
-	return fmt.Sprintf("session %q%s: run agentlog rm %s to finish", id, removingNote, shellArg(id))
-}
-
-// shellArg quotes s for a POSIX shell unless it is made of safe bytes only.
-func shellArg(s string) string {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._/:-", r)) {
-			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-		}
-	}
-	return s
+	return fmt.Sprintf("session %q%s: run agentlog rm %s to finish", id, removingNote, shellquote.Quote(id))
 }
 
 // removingError is ErrNotFound (and ErrRemoving) for session id, which is being removed.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/shellquote"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -315,7 +316,7 @@ func existsErr(ctx context.Context, store *ajs.Store, id string, fileEvents int6
 		holds = fmt.Sprintf("%d events (last seq %d)", t.NextSeq, t.NextSeq-1)
 	}
 	return fmt.Errorf("%w: it holds %s (this log has %d); nothing was written. If an earlier import of it stopped part-way, `agentlog rm %s` then a new import replaces it",
-		cause, holds, fileEvents, shellQuote(id))
+		cause, holds, fileEvents, shellquote.Quote(id))
 }
 
 // importStream creates the session and appends the events next returns (until io.EOF) through the
@@ -400,7 +401,7 @@ func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error
 	} else if !errors.As(err, new(*session.Error)) {
 		return fmt.Errorf("session %q: reading its log: %w", id, err)
 	}
-	return fmt.Errorf("session %q: the id holds %s without metadata (a write or a removal stopped half-way); nothing was written: run `agentlog rm %s` to clear it, then import again", id, what, shellQuote(id))
+	return fmt.Errorf("session %q: the id holds %s without metadata (a write or a removal stopped half-way); nothing was written: run `agentlog rm %s` to clear it, then import again", id, what, shellquote.Quote(id))
 }
 
 // rollbackImport abandons a failed import: it stops the writer without flushing (a write in flight
@@ -421,10 +422,10 @@ func rollbackImport(ctx context.Context, store *ajs.Store, w *publisher.Writer, 
 	defer cancel()
 	rm, err := store.RemoveSession(rctx, id)
 	if err != nil && errors.Is(context.Cause(rctx), nats.ErrPermissionViolation) {
-		return fmt.Errorf("%w; these credentials may not remove what it wrote (`agentlog rm %s` with the operator's removes it)", cause, shellQuote(id))
+		return fmt.Errorf("%w; these credentials may not remove what it wrote (`agentlog rm %s` with the operator's removes it)", cause, shellquote.Quote(id))
 	}
 	if err != nil {
-		return fmt.Errorf("%w; the session may be left with part of the import (`agentlog rm %s` removes it): %v", cause, shellQuote(id), err)
+		return fmt.Errorf("%w; the session may be left with part of the import (`agentlog rm %s` removes it): %v", cause, shellquote.Quote(id), err)
 	}
 	if rm.Records > 0 {
 		return fmt.Errorf("%w; the %d events written were removed again", cause, rm.Events)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/shellquote"
 	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -45,7 +46,7 @@ by running it again.`,
 				if errors.Is(err, ajs.ErrRemoveNotStarted) {
 					state = "nothing was changed"
 				}
-				return fmt.Errorf("rm %s: removing a session needs the tenant's operator role (it purges the session's subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellQuote(args[0]), state, r)
+				return fmt.Errorf("rm %s: removing a session needs the tenant's operator role (it purges the session's subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellquote.Quote(args[0]), state, r)
 			}
 			if err != nil {
 				return err

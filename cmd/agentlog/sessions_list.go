@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -73,7 +74,7 @@ is -1 for a session without events; lastActivity is when its last record was sto
 				return err
 			}
 			if next != "" {
-				fmt.Fprintf(g.stderr, "next: --after %s\n", shellQuote(next))
+				fmt.Fprintf(g.stderr, "next: --after %s\n", shellquote.Quote(next))
 			}
 			return nil
 		},
@@ -166,16 +167,6 @@ func termSafeJoin(ids []string, sep string) string {
 func dash(s string) string {
 	if s == "" {
 		return "-"
-	}
-	return s
-}
-
-// shellQuote quotes s for a shell when it holds anything but [A-Za-z0-9._/:-].
-func shellQuote(s string) string {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._/:-", r)) {
-			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-		}
 	}
 	return s
 }
