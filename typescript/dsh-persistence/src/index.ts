@@ -1006,6 +1006,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     lines = off.lines
     const blobAt = new Map(off.blobs.map(b => [b.index, b.ref]))
     const withBlobs = (h: [string, string][], a: number, b: number): [string, string][] => {
+      if (blobAt.size === 0) return h // the common case: no offloaded event
       for (let i = a; i < b; i++) {
         const ref = blobAt.get(i)
         if (ref === undefined) continue
