@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/tracing"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
@@ -23,7 +23,7 @@ type Client struct {
 	base options
 
 	stMu sync.Mutex
-	st   *ajs.Store // opened on first use by the direct reads (sessions.go)
+	st   *store.Store // opened on first use by the direct reads (sessions.go)
 }
 
 // Option configures a Client (New) or one call. Options check their input: a bad value makes

@@ -14,9 +14,9 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -49,7 +49,7 @@ func events() []session.Event {
 // stack starts an embedded server with a projector and a forker, and stores session "s".
 func stack(t *testing.T) *nats.Conn {
 	t.Helper()
-	te := testnats.Start(t, ajs.Config{Partitions: 2})
+	te := testnats.Start(t, store.Config{Partitions: 2})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet})
 	if err := p.Start(ctx(t)); err != nil {
@@ -131,7 +131,7 @@ func TestOptionsAndNoResponders(t *testing.T) {
 	if _, err := client.New(nil); err == nil {
 		t.Fatal("New(nil): no error")
 	}
-	te := testnats.Start(t, ajs.Config{Partitions: 1})
+	te := testnats.Start(t, store.Config{Partitions: 1})
 	if _, err := client.New(te.NC, client.MinSeq(1)); err == nil {
 		t.Fatal("New with MinSeq: no error")
 	}

@@ -7,8 +7,9 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // tree renders a lineage as "id(child child(...))".
@@ -28,7 +29,7 @@ func tree(n *client.LineageNode) string {
 }
 
 func TestLineage(t *testing.T) {
-	te := testnats.Start(t, ajs.Config{Partitions: 2})
+	te := testnats.Start(t, store.Config{Partitions: 2})
 	c, err := client.New(te.NC)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestLineage(t *testing.T) {
 		t.Errorf("ErrorReports of a session without reports: %v %v", r, err)
 	}
 	for i := range 7 {
-		subj, _ := ajs.ErrorsSubject("k1")
+		subj, _ := wire.ErrorsSubject("k1")
 		if _, err := te.Store.JS.Publish(ctx(t), subj, fmt.Appendf(nil, `{"type":"agent/error","n":%d}`, i)); err != nil {
 			t.Fatal(err)
 		}

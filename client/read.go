@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -199,7 +199,7 @@ func (c *Client) Header(ctx context.Context, id string) (session.Header, error) 
 // firstSeq, lastSeq, error, time, writerId, fenced?, lost?}). A failed write is reported there,
 // never written as a session event. Errors: ErrBadRequest, ErrInternal.
 func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.RawMessage, error) {
-	subject, err := ajs.ErrorsSubject(id)
+	subject, err := wire.ErrorsSubject(id)
 	if err != nil || n <= 0 {
 		if err == nil {
 			err = fmt.Errorf("error reports: n %d, want > 0", n)
@@ -211,7 +211,7 @@ func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.Raw
 		return nil, err
 	}
 	var out []json.RawMessage
-	err = scanStream(ctx, st.JS, ajs.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
+	err = scanStream(ctx, st.JS, wire.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
 		if len(out) == n {
 			out = append(out[:0], out[1:]...)
 		}
@@ -219,7 +219,7 @@ func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.Raw
 		return nil
 	})
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Session: id, Description: "read stream " + ajs.ErrorsStream, Err: err}
+		return nil, &Error{Code: CodeInternal, Session: id, Description: "read stream " + wire.ErrorsStream, Err: err}
 	}
 	return out, nil
 }

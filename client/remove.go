@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // Removed is what Remove removed (the `agentlog rm --json` object): the session, its incarnation,
 // whether its metadata was there, the records and events purged, the projection keys, the writer
 // lease fenced, the error reports.
-type Removed = ajs.Removed
+type Removed = store.Removed
 
 // Remove deletes session id (the exact id, never a prefix): its records, metadata, projection
 // states, writer lease and error reports; a live writer of it is fenced. The id can then be
@@ -23,7 +24,7 @@ type Removed = ajs.Removed
 // An id with nothing stored is an *Error with CodeNotFound (errors.Is ErrNotFound); an invalid
 // id one with CodeBadRequest; others wrap the store's error.
 func (c *Client) Remove(ctx context.Context, id string) (Removed, error) {
-	if _, err := ajs.Token(id); err != nil {
+	if _, err := wire.Token(id); err != nil {
 		return Removed{}, &Error{Code: CodeBadRequest, Session: id, Description: "remove", Err: err}
 	}
 	st, err := c.openStore(ctx)
@@ -31,7 +32,7 @@ func (c *Client) Remove(ctx context.Context, id string) (Removed, error) {
 		return Removed{}, err
 	}
 	rm, err := st.RemoveSession(ctx, id)
-	if errors.Is(err, ajs.ErrSessionNotFound) {
+	if errors.Is(err, store.ErrSessionNotFound) {
 		return rm, &Error{Code: CodeNotFound, Session: id, Description: "remove", Err: err}
 	}
 	return rm, err

@@ -6,14 +6,14 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // TestRemove: Remove deletes a session's records and metadata, says what it removed, and then
 // answers not found; an invalid id is a bad request.
 func TestRemove(t *testing.T) {
-	te := testnats.Start(t, ajs.Config{Partitions: 2})
+	te := testnats.Start(t, store.Config{Partitions: 2})
 	if err := te.Store.CreateSession(ctx(t), session.Header{ID: "gone", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +31,10 @@ func TestRemove(t *testing.T) {
 	if rm.Session != "gone" || !rm.Metadata || rm.Records != 1 || rm.Events != int64(len(events())) {
 		t.Fatalf("Removed %+v: want the session's metadata, 1 record, %d events", rm, len(events()))
 	}
-	if _, err := te.Store.GetSession(ctx(t), "gone"); !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := te.Store.GetSession(ctx(t), "gone"); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after Remove: %v", err)
 	}
-	if _, err := c.Remove(ctx(t), "gone"); !errors.Is(err, client.ErrNotFound) || !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := c.Remove(ctx(t), "gone"); !errors.Is(err, client.ErrNotFound) || !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("second Remove: %v, want not found", err)
 	}
 	if _, err := c.Remove(ctx(t), ""); !errors.Is(err, client.ErrBadRequest) {

@@ -12,7 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -200,14 +201,14 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if _, err := ajs.Token(idOrPrefix); err != nil {
+	if _, err := wire.Token(idOrPrefix); err != nil {
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
 	}
 	_, err = st.GetSessionInfo(ctx, idOrPrefix)
-	if err == nil || errors.Is(err, ajs.ErrSessionDeleted) {
+	if err == nil || errors.Is(err, store.ErrSessionDeleted) {
 		return idOrPrefix, nil // with metadata, or being removed (the command reports it)
 	}
-	if !errors.Is(err, ajs.ErrSessionNotFound) {
+	if !errors.Is(err, store.ErrSessionNotFound) {
 		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
 	}
 	if t, err := st.GetTail(ctx, idOrPrefix); err == nil && t.NextSeq > 0 {
@@ -227,7 +228,7 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 }
 
 // openStore attaches to the provisioned agentlog once per Client.
-func (c *Client) openStore(ctx context.Context) (*ajs.Store, error) {
+func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	c.stMu.Lock()
 	defer c.stMu.Unlock()
 	if c.st != nil {
@@ -237,10 +238,10 @@ func (c *Client) openStore(ctx context.Context) (*ajs.Store, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "jetstream", Err: err}
 	}
-	st, err := ajs.Open(ctx, js)
+	st, err := store.Open(ctx, js)
 	if err != nil {
 		code := CodeInternal
-		if errors.Is(err, ajs.ErrNotProvisioned) {
+		if errors.Is(err, store.ErrNotProvisioned) {
 			code = CodeUnavailable
 		}
 		return nil, &Error{Code: code, Description: "open agentlog", Err: err}
@@ -250,8 +251,8 @@ func (c *Client) openStore(ctx context.Context) (*ajs.Store, error) {
 }
 
 // sessionStore checks session id (ErrBadRequest) and opens the store; it returns id's token.
-func (c *Client) sessionStore(ctx context.Context, id string) (*ajs.Store, string, error) {
-	tok, err := ajs.Token(id)
+func (c *Client) sessionStore(ctx context.Context, id string) (*store.Store, string, error) {
+	tok, err := wire.Token(id)
 	if err != nil {
 		return nil, "", &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
 	}
@@ -268,12 +269,12 @@ func notFoundError(id string) *Error {
 // false when it has none. A session being removed (its entry marked by an agentlog rm that
 // stopped part-way, whatever else is left of it) is removingError, so no read serves it; a failed
 // read is ErrInternal.
-func lookup(ctx context.Context, st *ajs.Store, id string) (info ajs.SessionInfo, found bool, err error) {
+func lookup(ctx context.Context, st *store.Store, id string) (info store.SessionInfo, found bool, err error) {
 	info, err = st.GetSessionInfo(ctx, id)
 	switch {
-	case errors.Is(err, ajs.ErrSessionDeleted):
+	case errors.Is(err, store.ErrSessionDeleted):
 		return info, false, removingError(id)
-	case errors.Is(err, ajs.ErrSessionNotFound):
+	case errors.Is(err, store.ErrSessionNotFound):
 		return info, false, nil
 	case err != nil:
 		return info, false, &Error{Code: CodeInternal, Session: id, Description: "read session", Err: err}
@@ -302,22 +303,22 @@ func (e *meta) decode() {
 	}
 }
 
-const sessionsKeyPrefix = "$KV." + ajs.SessionsBucket + "."
+const sessionsKeyPrefix = "$KV." + wire.SessionsBucket + "."
 
 // scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
-// with one ordered consumer, drops deleted keys, keys being removed (marked ajs.DeletingHeader:
+// with one ordered consumer, drops deleted keys, keys being removed (marked wire.DeletingHeader:
 // an rm stopped part-way; not found, as lookup says) and keys that are not tokens, and returns
 // the sessions sorted by id.
-func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error) {
+func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
-	err := scanStream(ctx, st.JS, "KV_"+ajs.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
+	err := scanStream(ctx, st.JS, "KV_"+wire.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
 		out = make([]meta, 0, n)
 	}, func(m streamMsg) error {
-		if deleted(m.Headers()) || m.Headers().Get(ajs.DeletingHeader) != "" {
+		if deleted(m.Headers()) || m.Headers().Get(wire.DeletingHeader) != "" {
 			return nil
 		}
 		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
-		id, err := ajs.IDFromToken(tok)
+		id, err := wire.IDFromToken(tok)
 		if err != nil {
 			return nil // not a session key
 		}
@@ -329,7 +330,7 @@ func scanMeta(ctx context.Context, st *ajs.Store, keysOnly bool) ([]meta, error)
 		return nil
 	})
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + ajs.SessionsBucket, Err: err}
+		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + wire.SessionsBucket, Err: err}
 	}
 	slices.SortFunc(out, func(a, b meta) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
@@ -506,31 +507,31 @@ type lastRecord struct{ seq, at int64 }
 // scanLastSeqs reads the headers of every session's last record: token -> last seq and time. (One
 // consumer over agentlog.session.>: several over shares of the partitions were two to three
 // times slower, the server scanning the stream once per filter.)
-func scanLastSeqs(ctx context.Context, st *ajs.Store) (map[string]lastRecord, error) {
+func scanLastSeqs(ctx context.Context, st *store.Store) (map[string]lastRecord, error) {
 	var out map[string]lastRecord
-	err := scanStream(ctx, st.JS, ajs.StreamName, ajs.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
+	err := scanStream(ctx, st.JS, wire.StreamName, wire.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
 		out = make(map[string]lastRecord, n)
 	}, func(m streamMsg) error {
-		if last, ok := ajs.RecordLastSeq(m.Headers()); ok {
+		if last, ok := wire.RecordLastSeq(m.Headers()); ok {
 			lr := lastRecord{seq: last}
 			if jm, ok := m.(natsjs.Msg); ok {
 				if md, err := jm.Metadata(); err == nil {
 					lr.at = md.Timestamp.UnixMilli()
 				}
 			}
-			out[m.Headers().Get(ajs.HeaderSession)] = lr
+			out[m.Headers().Get(wire.HeaderSession)] = lr
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Description: "read stream " + ajs.StreamName, Err: err}
+		return nil, &Error{Code: CodeInternal, Description: "read stream " + wire.StreamName, Err: err}
 	}
 	return out, nil
 }
 
 // getLastSeqs reads the last records of rows with one batched direct get: token -> last seq and
 // time.
-func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]lastRecord, error) {
+func getLastSeqs(ctx context.Context, st *store.Store, rows []meta) (map[string]lastRecord, error) {
 	out := map[string]lastRecord{}
 	subjects := make([]string, 0, len(rows))
 	for _, m := range rows {
@@ -540,20 +541,20 @@ func getLastSeqs(ctx context.Context, st *ajs.Store, rows []meta) (map[string]la
 		}
 		subjects = append(subjects, subj)
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JS, ajs.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JS, wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
 	if err == nil {
 		for m, merr := range msgs {
 			if merr != nil {
 				err = merr
 				break
 			}
-			if last, ok := ajs.RecordLastSeq(m.Header); ok {
-				out[m.Header.Get(ajs.HeaderSession)] = lastRecord{seq: last, at: m.Time.UnixMilli()}
+			if last, ok := wire.RecordLastSeq(m.Header); ok {
+				out[m.Header.Get(wire.HeaderSession)] = lastRecord{seq: last, at: m.Time.UnixMilli()}
 			}
 		}
 	}
 	if err != nil && !errors.Is(err, jetstreamext.ErrNoMessages) {
-		return nil, &Error{Code: CodeInternal, Description: "read the last records of stream " + ajs.StreamName, Err: err}
+		return nil, &Error{Code: CodeInternal, Description: "read the last records of stream " + wire.StreamName, Err: err}
 	}
 	return out, nil
 }

@@ -13,16 +13,16 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // opsStack is stack with an extra unit "boom" that stops at every tool/call, and sessions
 // "a" (6 events), "ab" (6 events, one tool call), "abc" (no events) and "a/child" (a fork of "a").
 func opsStack(t *testing.T) (*testnats.Env, *client.Client) {
 	t.Helper()
-	te := testnats.Start(t, ajs.Config{Partitions: 2})
+	te := testnats.Start(t, store.Config{Partitions: 2})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	boom := projector.Def[int]{Key: "boom", StateVersion: 1, Reads: []string{"tool/call"},
 		Init:  func() int { return 0 },
@@ -133,7 +133,7 @@ func TestResolve(t *testing.T) {
 		t.Errorf("Resolve(blank): %v", err)
 	}
 	// "ab" exists, so only a prefix that is not an id is ambiguous.
-	te2 := testnats.Start(t, ajs.Config{Partitions: 1})
+	te2 := testnats.Start(t, store.Config{Partitions: 1})
 	for _, id := range []string{"x1", "x2"} {
 		if err := te2.Store.CreateSession(ctx(t), session.Header{ID: id, CreatedAt: 1}); err != nil {
 			t.Fatal(err)

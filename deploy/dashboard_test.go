@@ -8,22 +8,22 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/forker"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
+	"github.com/agentlog/agentlog/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metricNames are the names every agentlog collector describes.
 func metricNames(t *testing.T) []string {
 	t.Helper()
-	pub, err := publisher.New(&ajs.Store{}, nil, publisher.Options{})
+	pub, err := publisher.New(&store.Store{}, nil, publisher.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ch := make(chan *prometheus.Desc, 256)
 	for _, c := range []prometheus.Collector{
-		projector.New(&ajs.Store{}, nil, projector.Options{Name: "p"}).Collector(),
+		projector.New(&store.Store{}, nil, projector.Options{Name: "p"}).Collector(),
 		forker.New(nil, nil, forker.Options{}).Collector(),
 		pub.Collector(),
 	} {
@@ -98,14 +98,14 @@ func TestDashboard(t *testing.T) {
 // TestOneRegistry: the collectors of two projectors, a forker and a publisher register in one
 // registry, as in `agentlog dev --projectors 2`.
 func TestOneRegistry(t *testing.T) {
-	pub, err := publisher.New(&ajs.Store{}, nil, publisher.Options{})
+	pub, err := publisher.New(&store.Store{}, nil, publisher.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	for _, c := range []prometheus.Collector{
-		projector.New(&ajs.Store{}, nil, projector.Options{Name: "p1"}).Collector(),
-		projector.New(&ajs.Store{}, nil, projector.Options{Name: "p2"}).Collector(),
+		projector.New(&store.Store{}, nil, projector.Options{Name: "p1"}).Collector(),
+		projector.New(&store.Store{}, nil, projector.Options{Name: "p2"}).Collector(),
 		forker.New(nil, nil, forker.Options{}).Collector(),
 		pub.Collector(),
 	} {

@@ -12,9 +12,10 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -117,7 +118,7 @@ func TestSingleNodeRuns(t *testing.T) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := ajs.Provision(ctx, js, ajs.Config{})
+	s, err := store.Provision(ctx, js, store.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +163,12 @@ func TestClusterRunsR3(t *testing.T) {
 	defer cancel()
 	// Wait (bounded by ctx) until the cluster has a JetStream meta leader and takes the R3 stream;
 	// each try has its own short deadline, as a request to a cluster still forming may get no answer.
-	var s *ajs.Store
+	var s *store.Store
 	for {
 		try, cancelTry := context.WithTimeout(ctx, 2*time.Second)
-		s, err = ajs.Provision(try, js, ajs.Config{Replicas: 3})
+		s, err = store.Provision(try, js, store.Config{Replicas: 3})
 		cancelTry()
-		if err == nil || errors.Is(err, ajs.ErrIncompatible) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, store.ErrIncompatible) || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -182,16 +183,16 @@ func TestClusterRunsR3(t *testing.T) {
 	if err != nil || info.Config.Replicas != 3 {
 		t.Fatalf("AGENTLOG replicas: %+v, %v", info, err)
 	}
-	if kv, err := js.Stream(ctx, "KV_"+ajs.SessionsBucket); err != nil || kv.CachedInfo().Config.Replicas != 3 {
+	if kv, err := js.Stream(ctx, "KV_"+wire.SessionsBucket); err != nil || kv.CachedInfo().Config.Replicas != 3 {
 		t.Fatalf("sessions bucket replicas: %v", err)
 	}
 	// A guarded append and a read on the replicated stream.
 	ev := session.Event{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: []byte(`{"turn":1}`)}
-	r, err := s.Append(ctx, "r3", 0, []session.Event{ev}, ajs.WithMsgID("r3-1"))
+	r, err := s.Append(ctx, "r3", 0, []session.Event{ev}, store.WithMsgID("r3-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "r3", 0, []session.Event{ev}, ajs.WithMsgID("r3-other")); !errors.Is(err, ajs.ErrConflict) {
+	if _, err := s.Append(ctx, "r3", 0, []session.Event{ev}, store.WithMsgID("r3-other")); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second writer on R3: %v, want ErrConflict", err)
 	}
 	got, last, err := s.Read(ctx, "r3")

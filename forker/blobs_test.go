@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // largeSource is a turn whose user message is n bytes of text (offloaded: larger than a record).
@@ -45,7 +45,7 @@ func TestForkCopiesBlobs(t *testing.T) {
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("%d blobs after the fork (%v), want the source's and the child's", len(objs), err)
 	}
-	kidTok, _ := ajs.Token("kid")
+	kidTok, _ := wire.Token("kid")
 	if !strings.HasPrefix(objs[0].Name, kidTok+"/") && !strings.HasPrefix(objs[1].Name, kidTok+"/") {
 		t.Fatalf("no blob of the child: %s, %s", objs[0].Name, objs[1].Name)
 	}

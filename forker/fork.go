@@ -12,15 +12,16 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/tracing"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
 // ChildSuffix separates the source id from the unique part of a default child id:
 // "<source>~fork~<nuid>" (the source cut at a UTF-8 boundary so the id stays within
-// ajs.MaxSessionIDBytes bytes).
+// wire.MaxSessionIDBytes bytes).
 const ChildSuffix = "~fork~"
 
 // exists reports whether session id has metadata or events. Its errors name the session.
@@ -29,7 +30,7 @@ func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, ev
 	switch {
 	case err == nil:
 		hdr = &h
-	case errors.Is(err, ajs.ErrSessionNotFound):
+	case errors.Is(err, store.ErrSessionNotFound):
 	default:
 		return nil, false, fmt.Errorf("reading the metadata: %w", err)
 	}
@@ -43,15 +44,15 @@ func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, ev
 // checkSource applies the id rules to a fork's source (as the CLI and the child's check do): an id
 // that breaks one is a bad request naming the rule, not SESSION_NOT_FOUND. The error bounds the id.
 func checkSource(id string) error {
-	_, err := ajs.Token(id)
+	_, err := wire.Token(id)
 	return err
 }
 
 // DefaultChildID returns a fresh child id for source: "<source>~fork~<nuid>", with source cut at a
-// UTF-8 boundary so that the id is at most ajs.MaxSessionIDBytes (256) bytes.
+// UTF-8 boundary so that the id is at most wire.MaxSessionIDBytes (256) bytes.
 func DefaultChildID(source string) string {
 	u := nuid.Next()
-	keep := ajs.MaxSessionIDBytes - len(ChildSuffix) - len(u)
+	keep := wire.MaxSessionIDBytes - len(ChildSuffix) - len(u)
 	if len(source) > keep {
 		source = source[:keep]
 		for len(source) > 0 && !utf8.ValidString(source) {
@@ -74,7 +75,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: source: %v", err)}
 	}
 	if req.Child != "" {
-		if _, err := ajs.Token(req.Child); err != nil {
+		if _, err := wire.Token(req.Child); err != nil {
 			return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
 		}
 		hdr, evs, err := f.exists(ctx, req.Child)
@@ -110,11 +111,11 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	srcInfo, err := f.store.GetSessionInfo(ctx, req.Source)
 	if err == nil {
 		srcHdr = &srcInfo.Header
-	} else if errors.Is(err, ajs.ErrSessionDeleted) {
+	} else if errors.Is(err, store.ErrSessionDeleted) {
 		// Marked by a removal that stopped half-way: not found, although its records remain
 		// (a log without any metadata is still forked).
 		return client.ForkResult{}, notFound(req.Source)
-	} else if !errors.Is(err, ajs.ErrSessionNotFound) {
+	} else if !errors.Is(err, store.ErrSessionNotFound) {
 		return client.ForkResult{}, fmt.Errorf("forker: reading the source's metadata: %w", err)
 	}
 	// The log is read up to its last record as the stream leader has it now (or up to the
@@ -148,7 +149,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if f.afterSourceRead != nil {
 		f.afterSourceRead(req.Source)
 	}
-	// A removal (ajs.Store.RemoveSession) marks the metadata before it purges the records: the
+	// A removal (store.Store.RemoveSession) marks the metadata before it purges the records: the
 	// metadata unchanged after the read means the read saw the whole log.
 	if gone, err := f.sourceGone(ctx, req.Source, srcHdr != nil, srcInfo, tail.LastStreamSeq); err != nil {
 		return client.ForkResult{}, err
@@ -173,9 +174,9 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 
 	// Step 4: the KV create claims the child id.
-	inc := ajs.NewIncarnation()
-	if err := f.store.CreateSession(ctx, hdr, ajs.WithIncarnation(inc)); err != nil {
-		if errors.Is(err, ajs.ErrSessionExists) {
+	inc := wire.NewIncarnation()
+	if err := f.store.CreateSession(ctx, hdr, store.WithIncarnation(inc)); err != nil {
+		if errors.Is(err, store.ErrSessionExists) {
 			return client.ForkResult{}, alreadyExists(child)
 		}
 		return client.ForkResult{}, fmt.Errorf("forker: creating the child's metadata: %w", err)
@@ -195,7 +196,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events)
 		return client.ForkResult{Child: child, SeedLength: seed.Len(), ParentSession: req.Source}, nil
 	}
-	if errors.Is(err, ajs.ErrOutcomeUnknown) {
+	if errors.Is(err, store.ErrOutcomeUnknown) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
 		return client.ForkResult{}, fmt.Errorf("forker: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
 			child, err)
@@ -203,7 +204,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if rerr := f.rollback(context.WithoutCancel(ctx), child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
 	}
-	if errors.Is(err, ajs.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return client.ForkResult{}, alreadyExists(child)
 	}
 	return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
@@ -219,7 +220,7 @@ var errSeedRead = errors.New("read up to the fork boundary")
 // record at stream seq lastStreamSeq) and passes each seed event, validated, to app. ferr is the
 // refusal of the boundary or of the seed (the read goes on to the boundary after a seed refusal,
 // since OPEN_TURN comes first); err a failure to read the source or to write the child.
-func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *ajs.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
+func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
 	// Where each record of the source starts, for the rare lookup of a tool/result replace's
 	// target (one entry per record, not per event).
 	var firsts []int64
@@ -339,7 +340,7 @@ func (f *Forker) abandoned(hdr session.Header, source string) bool {
 // one this fork wrote (same parentSession, seedLength and createdAt). Its errors leave naming the
 // child to the caller.
 func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header) error {
-	key, err := ajs.Token(child)
+	key, err := wire.Token(child)
 	if err != nil {
 		return err
 	}
@@ -364,10 +365,10 @@ func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header)
 // sourceGone reports whether the source was removed (or is being removed) since it was read:
 // its metadata is no longer the entry read (info), or, without metadata, its last record is no
 // longer lastStreamSeq.
-func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, info ajs.SessionInfo, lastStreamSeq uint64) (bool, error) {
+func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, info store.SessionInfo, lastStreamSeq uint64) (bool, error) {
 	if hadMeta {
 		now, err := f.store.GetSessionInfo(ctx, source)
-		if errors.Is(err, ajs.ErrSessionNotFound) {
+		if errors.Is(err, store.ErrSessionNotFound) {
 			return true, nil
 		}
 		if err != nil {
@@ -390,7 +391,7 @@ func (f *Forker) childRemoved(ctx context.Context, source, child, inc string, st
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, ajs.ErrSessionDeleted) {
+	if !errors.Is(err, store.ErrSessionDeleted) {
 		f.logger.Warn("fork: cannot check the child's metadata after its record", "child", child, "err", err)
 		return nil
 	}

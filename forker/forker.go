@@ -10,7 +10,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/tracing"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
@@ -39,7 +39,7 @@ type Options struct {
 // record guarded with expected sequence 0. Why in that order, and how an incomplete fork is
 // resumed: ARCHITECTURE.md, "A fork".
 type Forker struct {
-	store  *ajs.Store
+	store  *store.Store
 	nc     *nats.Conn
 	logger *slog.Logger
 	now    func() time.Time
@@ -63,7 +63,7 @@ type Forker struct {
 }
 
 // New returns a Forker over a provisioned store, serving on nc.
-func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
+func New(sto *store.Store, nc *nats.Conn, opts Options) *Forker {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -72,7 +72,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Forker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Forker{store: store, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
+	return &Forker{store: sto, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
 		tracer: tracing.Tracer(opts.TracerProvider)}
 }
 

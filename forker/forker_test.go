@@ -17,8 +17,9 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,7 +32,7 @@ var now = time.UnixMilli(1786000000000)
 type env struct {
 	t     *testing.T
 	nc    *nats.Conn
-	store *ajs.Store
+	store *store.Store
 	f     *Forker
 }
 
@@ -45,11 +46,11 @@ func ctx(t *testing.T) context.Context {
 // newEnv starts an embedded server, provisions the store and starts a forker.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvWith(t, ajs.Config{Partitions: 4})
+	return newEnvWith(t, store.Config{Partitions: 4})
 }
 
 // newEnvWith is newEnv with the store provisioned with cfg.
-func newEnvWith(t *testing.T, cfg ajs.Config) *env {
+func newEnvWith(t *testing.T, cfg store.Config) *env {
 	t.Helper()
 	te := testnats.Start(t, cfg)
 	nc, store := te.NC, te.Store
@@ -100,7 +101,7 @@ func (e *env) appendRecords(id string, events []session.Event, n int) {
 	var last uint64
 	for i := 0; i < len(events); i += n {
 		j := min(i+n, len(events))
-		res, err := e.store.Append(ctx(e.t), id, last, events[i:j], ajs.WithMsgID("src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10)))
+		res, err := e.store.Append(ctx(e.t), id, last, events[i:j], store.WithMsgID("src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10)))
 		if err != nil {
 			e.t.Fatalf("Append %s: %v", id, err)
 		}
@@ -212,7 +213,7 @@ func TestForkParentExample(t *testing.T) {
 	_, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(-1), Child: "c-neg"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got -1`)
 	for _, id := range []string{"c-2", "c-8", "c-neg"} {
-		if _, err := e.store.GetSession(ctx(t), id); !errors.Is(err, ajs.ErrSessionNotFound) {
+		if _, err := e.store.GetSession(ctx(t), id); !errors.Is(err, store.ErrSessionNotFound) {
 			t.Fatalf("refused fork left metadata for %s: %v", id, err)
 		}
 		if tail, err := e.store.GetTail(ctx(t), id); err != nil || tail.LastStreamSeq != 0 {
@@ -256,7 +257,7 @@ func TestForkDefaultChildAndHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Header.Get(ajs.HeaderFirstSeq) != "0" || msg.Header.Get(ajs.HeaderCount) != "6" {
+	if msg.Header.Get(wire.HeaderFirstSeq) != "0" || msg.Header.Get(wire.HeaderCount) != "6" {
 		t.Fatalf("child record headers %v: want one record of 6 events from seq 0", msg.Header)
 	}
 	for k, vs := range msg.Header {
@@ -273,10 +274,10 @@ func TestForkDefaultChildAndHeaders(t *testing.T) {
 	// A long source id still gives a child id within 256 bytes, cut at a rune boundary.
 	long := strings.Repeat("é", 127) + "x" // 255 bytes
 	id := DefaultChildID(long)
-	if len(id) > ajs.MaxSessionIDBytes || !strings.Contains(id, ChildSuffix) {
+	if len(id) > wire.MaxSessionIDBytes || !strings.Contains(id, ChildSuffix) {
 		t.Fatalf("DefaultChildID: %d bytes: %q", len(id), id)
 	}
-	if _, err := ajs.Token(id); err != nil {
+	if _, err := wire.Token(id); err != nil {
 		t.Fatalf("DefaultChildID gave an invalid id: %v", err)
 	}
 }
@@ -290,7 +291,7 @@ func TestConcurrentForksOntoOneChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc2.Close()
-	store2, err := ajs.Open(ctx(t), js2)
+	store2, err := store.Open(ctx(t), js2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestForkRollsBackWhenTheRecordLosesTheRace(t *testing.T) {
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "raced"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "raced" already exists`)
-	if _, err := e.store.GetSession(ctx(t), "raced"); !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := e.store.GetSession(ctx(t), "raced"); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("the metadata of the failed fork was left behind: %v", err)
 	}
 	events, _, err := e.store.Read(ctx(t), "raced")
@@ -412,7 +413,7 @@ func TestForkOfUnreadableSource(t *testing.T) {
 	}
 	// A record with valid headers and a body that is not events.
 	sub, _ := e.store.Subject("broken")
-	h, _, err := ajs.EncodeRecord("broken", []session.Event{{Type: "turn/start", Seq: 0, Time: "1", Data: json.RawMessage(`{"turn":1}`)}})
+	h, _, err := wire.EncodeRecord("broken", []session.Event{{Type: "turn/start", Seq: 0, Time: "1", Data: json.RawMessage(`{"turn":1}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +428,7 @@ func TestForkOfUnreadableSource(t *testing.T) {
 	if !errors.Is(err, client.ErrBadSource) {
 		t.Fatalf("an unreadable source is a 422, not a reference refusal: %v", err)
 	}
-	if _, err := e.store.GetSession(ctx(t), "b-child"); !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := e.store.GetSession(ctx(t), "b-child"); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("failed fork left metadata: %v", err)
 	}
 }

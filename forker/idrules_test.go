@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // The fork service applies the id rules to source and child as they appear in the request's bytes,
@@ -36,7 +36,7 @@ func TestForkIDRulesOnRawRequest(t *testing.T) {
 		t.Fatal("a child named U+FFFD was created")
 	}
 	// In process too: an over-long source is a bad request, not SESSION_NOT_FOUND.
-	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: strings.Repeat("y", ajs.MaxSessionIDBytes+1)})
+	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: strings.Repeat("y", wire.MaxSessionIDBytes+1)})
 	if code, _ := wireError(err); code != client.CodeBadRequest || !strings.Contains(err.Error(), "id-too-long") {
 		t.Fatalf("over-long source: %s %v", code, err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // TestRemoveSourceAfterFork: a fork that completed before the removal keeps its child.
@@ -42,7 +42,7 @@ func TestRemoveSourceDuringFork(t *testing.T) {
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "orphan"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
-	if _, err := e.store.GetSession(ctx(t), "orphan"); !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := e.store.GetSession(ctx(t), "orphan"); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("child metadata: %v", err)
 	}
 	if tail, err := e.store.GetTailFromLeader(ctx(t), "orphan"); err != nil || tail.LastStreamSeq != 0 {
@@ -61,10 +61,10 @@ func TestRemoveChildDuringFork(t *testing.T) {
 		}
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"})
-	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !errors.Is(err, ajs.ErrSessionDeleted) {
+	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !errors.Is(err, store.ErrSessionDeleted) {
 		t.Fatalf("fork onto a child removed meanwhile: %v", err)
 	}
-	if _, err := e.store.GetSession(ctx(t), "c"); !errors.Is(err, ajs.ErrSessionNotFound) {
+	if _, err := e.store.GetSession(ctx(t), "c"); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("child metadata: %v", err)
 	}
 	if tail, err := e.store.GetTailFromLeader(ctx(t), "c"); err != nil || tail.LastStreamSeq != 0 {

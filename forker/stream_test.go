@@ -7,8 +7,8 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // longSource stores a generated, well-formed session (compaction replaces and tool-result
@@ -31,7 +31,7 @@ func (e *env) longSource(n int) []session.Event {
 // records, and the child's events are exactly the in-memory fork's (ForkSeed + ForkChild), at the
 // end of the log and at an inner turn boundary.
 func TestForkStreamsALongSeed(t *testing.T) {
-	e := newEnvWith(t, ajs.Config{Partitions: 4, MaxMsgSize: 8 << 10})
+	e := newEnvWith(t, store.Config{Partitions: 4, MaxMsgSize: 8 << 10})
 	src := e.longSource(3000)
 	var inner *int64
 	for i := len(src) / 2; i < len(src); i++ {
@@ -85,7 +85,7 @@ func TestForkStreamsALongSeed(t *testing.T) {
 // after the seed was streamed into a batch; the batch is dropped, so the child has neither
 // metadata nor records.
 func TestForkOfALongSeedRefusedLeavesNothing(t *testing.T) {
-	e := newEnvWith(t, ajs.Config{Partitions: 4, MaxMsgSize: 8 << 10})
+	e := newEnvWith(t, store.Config{Partitions: 4, MaxMsgSize: 8 << 10})
 	src := e.longSource(3000)
 	b := int64(-1)
 	for i := len(src) - 1; i > 0; i-- {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/jsvalue"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // requestError is a bad request (code 400).
@@ -61,13 +61,13 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
 	}
 	// Before the decoded ids: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
-	if err := ajs.CheckRawIDFields(data, "source", "child"); err != nil {
+	if err := wire.CheckRawIDFields(data, "source", "child"); err != nil {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: %v", err)}
 	}
 	if w.Source == "" {
 		return client.ForkRequest{}, &requestError{"bad request: \"source\" is required"}
 	}
-	if len(w.Source) > ajs.MaxSessionIDBytes {
+	if len(w.Source) > wire.MaxSessionIDBytes {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: source: %v", checkSource(w.Source))}
 	}
 	r := client.ForkRequest{Source: w.Source, Child: w.Child}
@@ -105,5 +105,5 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: boundary %s is not a number", raw)}
 	}
 	return client.ForkRequest{}, &session.ForkError{Code: session.CodeInvalidBoundary,
-		Msg: fmt.Sprintf("fork boundary for session %s must be a non-negative safe integer, got %s", ajs.QuoteID(w.Source), got)}
+		Msg: fmt.Sprintf("fork boundary for session %s must be a non-negative safe integer, got %s", wire.QuoteID(w.Source), got)}
 }

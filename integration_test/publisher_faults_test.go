@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // faultWriter drives one session through a publisher: it appends sent in small batches, calls
@@ -76,7 +76,7 @@ func (f *faultWriter) drain(t *testing.T, ctx context.Context) {
 // event twice, with contiguous seqs, and nothing that was not sent.
 func TestPublisherFaultsThroughProxy(t *testing.T) {
 	srv := startOwnServer(t)
-	_, direct := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, direct := connectStore(t, srv.URL(), &store.Config{})
 	proxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 	nc, st := connectStore(t, proxy.URL(), nil)
 	p := newPublisher(t, st, nc, publisher.Options{
@@ -193,7 +193,7 @@ func TestPublisherLostAck(t *testing.T) {
 	}{{"within the dedupe window", false}, {"after the dedupe window expired", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := startOwnServer(t)
-			_, direct := connectStore(t, srv.URL(), &jetstream.Config{DuplicateWindow: 100 * time.Millisecond})
+			_, direct := connectStore(t, srv.URL(), &store.Config{DuplicateWindow: 100 * time.Millisecond})
 			proxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 			nc, st := connectStore(t, proxy.URL(), nil)
 			p := newPublisher(t, st, nc, publisher.Options{WriterID: "lossy", AttemptTimeout: time.Second, RetryBudget: time.Minute})
@@ -262,7 +262,7 @@ func TestPublisherLostAck(t *testing.T) {
 // put back, and Flush retries them. Afterwards the contract holds for every session.
 func TestPublisherServerRestartMidWrite(t *testing.T) {
 	srv := startOwnServer(t)
-	_, _ = connectStore(t, srv.URL(), &jetstream.Config{})
+	_, _ = connectStore(t, srv.URL(), &store.Config{})
 	nc, st := connectStore(t, srv.URL(), nil)
 	p := newPublisher(t, st, nc, publisher.Options{
 		Window: 10 * time.Millisecond, WriterID: "restart",

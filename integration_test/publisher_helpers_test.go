@@ -13,9 +13,9 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -201,7 +201,7 @@ func (s *ownServer) restart() {
 func (s *ownServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
 
 // newPublisher is publisher.New on st and nc; an error ends the test.
-func newPublisher(t *testing.T, st *jetstream.Store, nc *nats.Conn, opts publisher.Options) *publisher.Publisher {
+func newPublisher(t *testing.T, st *store.Store, nc *nats.Conn, opts publisher.Options) *publisher.Publisher {
 	t.Helper()
 	p, err := publisher.New(st, nc, opts)
 	if err != nil {
@@ -212,7 +212,7 @@ func newPublisher(t *testing.T, st *jetstream.Store, nc *nats.Conn, opts publish
 
 // connectStore dials url (reconnecting forever, as natsdev.Connect does) and provisions (cfg) or
 // attaches to agentlog there.
-func connectStore(t *testing.T, url string, cfg *jetstream.Config) (*nats.Conn, *jetstream.Store) {
+func connectStore(t *testing.T, url string, cfg *store.Config) (*nats.Conn, *store.Store) {
 	t.Helper()
 	nc, js, err := natsdev.Connect(url, nats.Name(t.Name()))
 	if err != nil {
@@ -221,11 +221,11 @@ func connectStore(t *testing.T, url string, cfg *jetstream.Config) (*nats.Conn, 
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var st *jetstream.Store
+	var st *store.Store
 	if cfg != nil {
-		st, err = jetstream.Provision(ctx, js, *cfg)
+		st, err = store.Provision(ctx, js, *cfg)
 	} else {
-		st, err = jetstream.Open(ctx, js)
+		st, err = store.Open(ctx, js)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -240,12 +240,12 @@ func connectStore(t *testing.T, url string, cfg *jetstream.Config) (*nats.Conn, 
 //   - it holds at least the first acked events (everything whose Append and Flush returned).
 //
 // It returns the stored events.
-func checkLog(t *testing.T, st *jetstream.Store, id string, sent []session.Event, acked int) []session.Event {
+func checkLog(t *testing.T, st *store.Store, id string, sent []session.Event, acked int) []session.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	got, _, err := st.Read(ctx, id)
-	if err != nil && !(errors.Is(err, jetstream.ErrSessionNotFound) && acked == 0) {
+	if err != nil && !(errors.Is(err, store.ErrSessionNotFound) && acked == 0) {
 		t.Fatalf("session %q: read back: %v", id, err)
 	}
 	if len(got) < acked {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // copyDir copies the regular files of src into dst (created), recursively.
@@ -45,7 +45,7 @@ func copyDir(t *testing.T, src, dst string) {
 // The log stays contiguous and readable.
 func TestStaleWriterAfterDataLoss(t *testing.T) {
 	srv := startOwnServer(t)
-	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, st := connectStore(t, srv.URL(), &store.Config{})
 	ncA, stA := connectStore(t, srv.URL(), nil)
 	// A long lease TTL: A's renewal must not notice B's takeover first (this test is about the tail).
 	pa := newPublisher(t, stA, ncA, publisher.Options{WriterID: "A", Logger: quietLogger(), LeaseTTL: time.Minute})

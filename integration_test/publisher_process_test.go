@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nuid"
 )
 
@@ -95,7 +95,7 @@ func (wp *writerProc) waitFor(t *testing.T, prefix string, n int) {
 	}
 }
 
-func devStore(t *testing.T) *jetstream.Store {
+func devStore(t *testing.T) *store.Store {
 	t.Helper()
 	_, st := connectStore(t, devURL, nil)
 	return st

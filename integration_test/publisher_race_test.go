@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // TestPublisherTwoWritersRace runs two publishers (two connections, two writer ids) against one
@@ -28,7 +28,7 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 		rounds = 200
 	}
 	srv := startOwnServer(t)
-	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, st := connectStore(t, srv.URL(), &store.Config{})
 	ncA, stA := connectStore(t, srv.URL(), nil)
 	ncB, stB := connectStore(t, srv.URL(), nil)
 	pa := newPublisher(t, stA, ncA, publisher.Options{WriterID: "A", Logger: quietLogger()})
@@ -78,7 +78,7 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 		} else { // existing session: both hold the same tail, both write
 			id := fmt.Sprintf("race-old-%d", r%(2*existing))
 			var err error
-			if a, err = pa.Open(ctx, id); errors.Is(err, jetstream.ErrSessionNotFound) {
+			if a, err = pa.Open(ctx, id); errors.Is(err, store.ErrSessionNotFound) {
 				a, err = pa.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
 			}
 			if err != nil {

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // logTo is a text logger writing to b.
@@ -38,7 +39,7 @@ func TestIdleWriterAcrossServerRestart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			const ttl = 2 * time.Second
 			srv := startOwnServer(t)
-			_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+			_, st := connectStore(t, srv.URL(), &store.Config{})
 			ncA, stA := connectStore(t, srv.URL(), nil)
 			logs := &syncBuffer{}
 			pa := newPublisher(t, stA, ncA, publisher.Options{WriterID: "A", Logger: logTo(logs), LeaseTTL: ttl})
@@ -96,7 +97,7 @@ func TestIdleWriterAcrossServerRestart(t *testing.T) {
 func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	const ttl = 2 * time.Second
 	srv := startOwnServer(t)
-	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, st := connectStore(t, srv.URL(), &store.Config{})
 	proxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 	ncA, stA := connectStore(t, proxy.URL(), nil)
 	logs := &syncBuffer{}
@@ -135,7 +136,7 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	eventually(t, "A fenced by its lease renewal", func() bool {
 		return errors.Is(wa.Append(wrongSeq), publisher.ErrFenced)
 	})
-	if err := wa.Flush(ctx); !errors.Is(err, jetstream.ErrLeaseLost) {
+	if err := wa.Flush(ctx); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("A's Flush: %v, want ErrLeaseLost (fenced by its renewal)", err)
 	}
 	after, err := st.GetTailFromLeader(ctx, id)
@@ -164,7 +165,7 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 func TestWriterLeaseBucketLost(t *testing.T) {
 	const ttl = 2 * time.Second
 	srv := startOwnServer(t)
-	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, st := connectStore(t, srv.URL(), &store.Config{})
 	ncA, stA := connectStore(t, srv.URL(), nil)
 	logs := &syncBuffer{}
 	pa := newPublisher(t, stA, ncA, publisher.Options{WriterID: "A", Logger: logTo(logs), LeaseTTL: ttl})
@@ -179,7 +180,7 @@ func TestWriterLeaseBucketLost(t *testing.T) {
 	if err := writeSome(ctx, w, evs[:3]); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.JS.DeleteKeyValue(ctx, jetstream.WritersBucket); err != nil {
+	if err := st.JS.DeleteKeyValue(ctx, wire.WritersBucket); err != nil {
 		t.Fatal(err)
 	}
 	lost := time.Now()
@@ -210,7 +211,7 @@ func TestWriterLeaseBucketLost(t *testing.T) {
 // returns within 10 s of the server being back, with the events durable.
 func TestFlushAcrossServerRestart(t *testing.T) {
 	srv := startOwnServer(t)
-	_, st := connectStore(t, srv.URL(), &jetstream.Config{})
+	_, st := connectStore(t, srv.URL(), &store.Config{})
 	nc, sta := connectStore(t, srv.URL(), nil)
 	logs := &syncBuffer{}
 	p := newPublisher(t, sta, nc, publisher.Options{WriterID: "A", Logger: logTo(logs), LeaseTTL: 2 * time.Second})

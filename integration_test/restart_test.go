@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -247,7 +247,7 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		for p := 0; p < st.Partitions; p++ {
-			if err := st.JS.DeleteConsumer(ctx, jetstream.StreamName, fmt.Sprintf("agentlog-projector-%d", p)); err != nil {
+			if err := st.JS.DeleteConsumer(ctx, wire.StreamName, fmt.Sprintf("agentlog-projector-%d", p)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -334,9 +334,9 @@ func TestProjectorRestartedUnderItsName(t *testing.T) {
 // lastBlock is the newest message block file of the AGENTLOG stream under a dev data dir.
 func lastBlock(t *testing.T, data string) string {
 	t.Helper()
-	blks, err := filepath.Glob(filepath.Join(data, "jetstream", "*", "streams", jetstream.StreamName, "msgs", "*.blk"))
+	blks, err := filepath.Glob(filepath.Join(data, "jetstream", "*", "streams", wire.StreamName, "msgs", "*.blk"))
 	if err != nil || len(blks) == 0 {
-		t.Fatalf("no block files of stream %s under %s (%v)", jetstream.StreamName, data, err)
+		t.Fatalf("no block files of stream %s under %s (%v)", wire.StreamName, data, err)
 	}
 	sort.Slice(blks, func(i, j int) bool {
 		var a, b int
@@ -458,7 +458,7 @@ func recreate(t *testing.T, url, id string) {
 	if err := st.Stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := jetstream.Token(id)
+	tok, _ := wire.Token(id)
 	if err := st.Sessions.Delete(ctx, tok); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -55,7 +55,7 @@ func TestRmWhileFolding(t *testing.T) {
 }
 
 // projectionKeys lists the agentlog_projections keys of token tok.
-func projectionKeys(t *testing.T, st *jetstream.Store, tok string) []string {
+func projectionKeys(t *testing.T, st *store.Store, tok string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -89,7 +89,7 @@ func TestImportOntoOrphanRecords(t *testing.T) {
 		!strings.Contains(r.stderr, "agentlog rm "+id) || strings.Contains(r.stderr, "wrong last sequence") {
 		t.Fatalf("import onto orphan records: exit %d, stderr %q; want 1 naming the session, the missing metadata and agentlog rm", r.code, r.stderr)
 	}
-	if _, err := st.GetSession(ctx, id); !errors.Is(err, jetstream.ErrSessionNotFound) {
+	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after the refused import: %v (want none)", err)
 	}
 	if tail, err := st.GetTailFromLeader(ctx, id); err != nil || tail.NextSeq != 1 {

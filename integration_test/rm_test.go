@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // userLine is a user/message event line with text.
@@ -85,7 +86,7 @@ func TestRmThenRecreate(t *testing.T) {
 	}
 	mustAgentlog(t, nil, "fork", id, "--child", child)
 
-	var rm jetstream.Removed
+	var rm store.Removed
 	if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "rm", id, "--json")), &rm); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestRmThenRecreate(t *testing.T) {
 }
 
 func mustToken(t *testing.T, id string) string {
-	tok, err := jetstream.Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestRmFencesLiveWriter(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var rm jetstream.Removed
+		var rm store.Removed
 		if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "rm", id, "--json")), &rm); err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +213,7 @@ func TestImportEmptyLogRefused(t *testing.T) {
 	_, st := connectStore(t, devURL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := st.GetSession(ctx, id); !errors.Is(err, jetstream.ErrSessionNotFound) {
+	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after a refused empty import: %v", err)
 	}
 	mustAgentlog(t, nil, "import", writeLog(t, dir, "one.jsonl", userLine(0, "hi")), "--session", id)

@@ -9,10 +9,10 @@ import (
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/internal/tracing"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -29,7 +29,7 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	env := testnats.Start(t, jetstream.Config{})
+	env := testnats.Start(t, store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	proj := projector.New(env.Store, env.NC, projector.Options{TracerProvider: tp})
@@ -153,7 +153,7 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 // TestNoTraceContextWhenOff: with the default (no-op) tracer provider a record carries no
 // trace headers.
 func TestNoTraceContextWhenOff(t *testing.T) {
-	env := testnats.Start(t, jetstream.Config{})
+	env := testnats.Start(t, store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pub := newPublisher(t, env.Store, env.NC, publisher.Options{})

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // TestFoldOfMissingBlob: a record whose offloaded event's blob is gone stops the session's
@@ -28,7 +28,7 @@ func TestFoldOfMissingBlob(t *testing.T) {
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("%d blobs (%v), want 2", len(objs), err)
 	}
-	lostTok, _ := ajs.Token("lost")
+	lostTok, _ := wire.Token("lost")
 	for _, o := range objs {
 		if strings.HasPrefix(o.Name, lostTok+"/") {
 			if err := e.store.Blobs.Delete(ctx(t), o.Name); err != nil {

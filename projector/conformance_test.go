@@ -11,8 +11,8 @@ import (
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // dshDir holds the real recorded sessions and the oracle's output for each (X.expected.json).
@@ -33,7 +33,7 @@ func TestRealSessionsMatchReference(t *testing.T) {
 // and the client derives them from the log (client.ExternalMessage): the query service's messages
 // still equal the reference's for the same logs.
 func TestRealSessionsOffloadedMatchReference(t *testing.T) {
-	te := testnats.StartWith(t, natsdev.ServerOptions{MaxPayload: 16 << 10}, ajs.Config{Partitions: 4, MaxMsgSize: 1024})
+	te := testnats.StartWith(t, natsdev.ServerOptions{MaxPayload: 16 << 10}, store.Config{Partitions: 4, MaxMsgSize: 1024})
 	e := &env{t: t, url: te.URL, nc: te.NC, store: te.Store, tails: map[string]uint64{}}
 	largest := checkRealSessions(t, e)
 	objs, err := e.store.Blobs.List(ctx(t))

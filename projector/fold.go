@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -147,7 +148,7 @@ func newSessState(defs []*Definition, token string, h session.Header) *sessState
 // loadSession reads the stored states of every registered unit of a session. When the messages
 // unit has no stored value, the session is taken as new (no other unit is read): a stray value
 // of another unit then surfaces as a revision conflict at the first write, which reloads.
-func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, token, id string) (*sessState, error) {
+func loadSession(ctx context.Context, sto *store.Store, defs []*Definition, token, id string) (*sessState, error) {
 	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
 	var fresh []*unitState
 	for i, d := range defs {
@@ -157,7 +158,7 @@ func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, toke
 			fresh = append(fresh, u)
 			continue
 		}
-		e, err := store.Projections.Get(ctx, UnitKey(d.Key, token))
+		e, err := sto.Projections.Get(ctx, UnitKey(d.Key, token))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			fresh = append(fresh, u)
 			continue
@@ -170,7 +171,7 @@ func loadSession(ctx context.Context, store *ajs.Store, defs []*Definition, toke
 		}
 	}
 	ss.takePosition()
-	return ss, ss.startLineage(ctx, store, fresh)
+	return ss, ss.startLineage(ctx, sto, fresh)
 }
 
 // position is the log position stored with the session's values.
@@ -198,17 +199,17 @@ func (ss *sessState) takePosition() {
 // return is transient (the log or the KV bucket could not be read).
 //
 // streamSeq is the record's AGENTLOG stream seq (0: unknown); the session's position moves to it.
-func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []session.Event, streamSeq uint64) error {
+func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []session.Event, streamSeq uint64) error {
 	from, ok := ss.minActive()
 	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
 		return nil
 	}
-	lk := &logLookup{ctx: ctx, store: store, id: ss.id, batch: events}
+	lk := &logLookup{ctx: ctx, store: sto, id: ss.id, batch: events}
 	todo := events
 	foldedLog := false // the whole log was folded, not only this record (a log read for a lookup
 	// reaches past the record, so only a fold of all of it moves the position to its end)
 	defer func() {
-		if foldedLog && lk.lastStreamSeq > ss.streamSeq && store != nil {
+		if foldedLog && lk.lastStreamSeq > ss.streamSeq && sto != nil {
 			ss.streamSeq, ss.dirty = lk.lastStreamSeq, true
 		}
 		if ss.dirty && streamSeq > ss.streamSeq {
@@ -232,11 +233,11 @@ func foldEvents(ctx context.Context, store *ajs.Store, ss *sessState, events []s
 }
 
 // catchUp folds the whole log of the session into ss (for units behind its end).
-func catchUp(ctx context.Context, store *ajs.Store, ss *sessState) error {
+func catchUp(ctx context.Context, sto *store.Store, ss *sessState) error {
 	if _, ok := ss.minActive(); !ok {
 		return nil
 	}
-	lk := &logLookup{ctx: ctx, store: store, id: ss.id}
+	lk := &logLookup{ctx: ctx, store: sto, id: ss.id}
 	if err := lk.loadLog(); err != nil {
 		var te *transientError
 		if errors.As(err, &te) {
@@ -411,7 +412,7 @@ func (u *unitState) resetState() {
 }
 
 // kvSubject is the subject of a key of the agentlog_projections bucket.
-func kvSubject(key string) string { return "$KV." + ajs.ProjectionsBucket + "." + key }
+func kvSubject(key string) string { return "$KV." + wire.ProjectionsBucket + "." + key }
 
 // errConflict marks a revision compare-and-swap failure: another writer changed a state.
 var errConflict = errors.New("projection changed under this projector (revision conflict)")
@@ -530,15 +531,15 @@ const checkpointWindow = 128
 
 // resolveConflict reloads a session whose write conflicted and folds the log into it again, so
 // that it is at least where ss was; the caller writes it again.
-func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, error) {
-	fresh, err := loadSession(ctx, store, defs, ss.token, ss.id)
+func resolveConflict(ctx context.Context, sto *store.Store, defs []*Definition, ss *sessState) (*sessState, error) {
+	fresh, err := loadSession(ctx, sto, defs, ss.token, ss.id)
 	if err != nil {
 		return nil, err
 	}
 	for _, u := range fresh.units[1:] {
 		if fresh.gate().rev == 0 && u.rev == 0 {
 			// The gate is new: the other units' keys were not read; read them now.
-			e, gerr := store.Projections.Get(ctx, UnitKey(u.def.Key, ss.token))
+			e, gerr := sto.Projections.Get(ctx, UnitKey(u.def.Key, ss.token))
 			if gerr == nil {
 				u.rev = e.Revision()
 				decodeUnit(u, e.Value(), e.Revision())
@@ -547,12 +548,12 @@ func resolveConflict(ctx context.Context, store *ajs.Store, defs []*Definition, 
 			}
 		}
 	}
-	if err := catchUp(ctx, store, fresh); err != nil {
+	if err := catchUp(ctx, sto, fresh); err != nil {
 		return nil, err
 	}
 	// A conflict is how a checkpoint meets agentlog rm's purge of the keys: a session without
 	// metadata and records is not written again.
-	gone, err := sessionGone(ctx, store, ss.id)
+	gone, err := sessionGone(ctx, sto, ss.id)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,7 +25,7 @@ type env struct {
 	t     *testing.T
 	url   string
 	nc    *nats.Conn
-	store *ajs.Store
+	store *store.Store
 	tails map[string]uint64 // session id -> stream seq of its last record written by the test
 }
 
@@ -33,7 +34,7 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvP(t, 4) }
 // newEnvP is newEnv with a stream of the given partition count.
 func newEnvP(t *testing.T, partitions int) *env {
 	t.Helper()
-	te := testnats.Start(t, ajs.Config{Partitions: partitions})
+	te := testnats.Start(t, store.Config{Partitions: partitions})
 	return &env{t: t, url: te.URL, nc: te.NC, store: te.Store, tails: map[string]uint64{}}
 }
 
@@ -59,7 +60,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if err != nil {
 		e.t.Fatalf("Connect: %v", err)
 	}
-	store, err := ajs.Open(ctx(e.t), js)
+	st, err := store.Open(ctx(e.t), js)
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}
@@ -71,7 +72,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if opts.Logger == nil {
 		opts.Logger = logger
 	}
-	p := New(store, nc, opts)
+	p := New(st, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
@@ -117,7 +118,7 @@ func (e *env) appendChunked(id string, events []session.Event, max int) {
 // stored reads the stored projection and its revision.
 func (e *env) stored(id string) (Projection, uint64) {
 	e.t.Helper()
-	tok, err := ajs.Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 // waitStored blocks until the stored projection of id satisfies ok (watching the KV key).
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
-	tok, _ := ajs.Token(id)
+	tok, _ := wire.Token(id)
 	w, err := e.store.Projections.Watch(ctx(e.t), Key(tok))
 	if err != nil {
 		e.t.Fatal(err)

@@ -5,25 +5,25 @@ import (
 	"errors"
 	"fmt"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // sessionMeta returns session id's header and incarnation from its agentlog_sessions entry
-// (ajs.Store.GetSessionInfo, read from the bucket's leader); inc is "" for a session created
+// (store.Store.GetSessionInfo, read from the bucket's leader); inc is "" for a session created
 // without one. A session without metadata (deleted, or never created) gets a header naming only
 // its id, and known false. Errors are transient.
-func sessionMeta(ctx context.Context, store *ajs.Store, id string) (h session.Header, inc string, known bool, err error) {
-	h, inc, known, _, err = sessionMetaState(ctx, store, id)
+func sessionMeta(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known bool, err error) {
+	h, inc, known, _, err = sessionMetaState(ctx, st, id)
 	return h, inc, known, err
 }
 
 // sessionMetaState is sessionMeta that also says whether the session is being removed (its
 // entry is marked by an agentlog rm that stopped part-way; known is false then).
-func sessionMetaState(ctx context.Context, store *ajs.Store, id string) (h session.Header, inc string, known, removing bool, err error) {
-	info, err := store.GetSessionInfo(ctx, id)
-	if errors.Is(err, ajs.ErrSessionNotFound) {
-		return session.Header{ID: id}, "", false, errors.Is(err, ajs.ErrSessionDeleted), nil
+func sessionMetaState(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known, removing bool, err error) {
+	info, err := st.GetSessionInfo(ctx, id)
+	if errors.Is(err, store.ErrSessionNotFound) {
+		return session.Header{ID: id}, "", false, errors.Is(err, store.ErrSessionDeleted), nil
 	}
 	if err != nil {
 		return session.Header{}, "", false, false, &transientError{fmt.Errorf("session %q: reading its metadata: %w", id, err)}
@@ -34,18 +34,18 @@ func sessionMetaState(ctx context.Context, store *ajs.Store, id string) (h sessi
 // sessionGone reports whether session id has neither metadata (none, or marked for removal by
 // agentlog rm) nor records: a removed session, of which no projection state may be kept (a state
 // stored for it would answer as an existing empty session). Errors are transient.
-func sessionGone(ctx context.Context, store *ajs.Store, id string) (bool, error) {
-	_, _, known, err := sessionMeta(ctx, store, id)
+func sessionGone(ctx context.Context, st *store.Store, id string) (bool, error) {
+	_, _, known, err := sessionMeta(ctx, st, id)
 	if err != nil || known {
 		return false, err
 	}
-	return logEmpty(ctx, store, id)
+	return logEmpty(ctx, st, id)
 }
 
 // logEmpty reports whether session id's subject holds no record (a record that does not decode is
 // a record all the same). Errors are transient.
-func logEmpty(ctx context.Context, store *ajs.Store, id string) (bool, error) {
-	tail, err := store.GetTailFromLeader(ctx, id)
+func logEmpty(ctx context.Context, st *store.Store, id string) (bool, error) {
+	tail, err := st.GetTailFromLeader(ctx, id)
 	switch {
 	case err != nil && isSessionError(err):
 		return false, nil // a record that does not decode is a record all the same
@@ -73,7 +73,7 @@ const (
 // mismatch compares a session's state with the current log (tail, read from the stream leader)
 // and incarnation (incKnown false: no metadata, not compared). It returns the cause and a
 // description naming the seqs, or "" when the state belongs to this log.
-func (ss *sessState) mismatch(tail ajs.Tail, inc string, incKnown bool) (cause, desc string) {
+func (ss *sessState) mismatch(tail store.Tail, inc string, incKnown bool) (cause, desc string) {
 	g := ss.gate()
 	if g.rev == 0 && g.asOfSeq < 0 && g.err == nil {
 		return "", "" // nothing folded yet
@@ -118,12 +118,12 @@ func (ss *sessState) recordMismatch(r uint64, first, last int64) string {
 // foldedRecordMismatch checks that the last record ss folded (stream seq ss.streamSeq) is still in
 // the log and ends at asOfSeq (it does in a log the state was folded from, for a running state);
 // it returns a description when not, "" otherwise. Errors are transient.
-func foldedRecordMismatch(ctx context.Context, store *ajs.Store, ss *sessState) (string, error) {
+func foldedRecordMismatch(ctx context.Context, st *store.Store, ss *sessState) (string, error) {
 	a, s := ss.folded(), ss.streamSeq
 	if s == 0 || ss.stopped() || ss.legacy {
 		return "", nil
 	}
-	rec, found, err := store.GetRecordFromLeader(ctx, ss.id, s)
+	rec, found, err := st.GetRecordFromLeader(ctx, ss.id, s)
 	switch {
 	case err != nil && isSessionError(err):
 		return fmt.Sprintf("the last record folded, stream seq %d, is now a record that does not decode", s), nil
@@ -140,10 +140,10 @@ func foldedRecordMismatch(ctx context.Context, store *ajs.Store, ss *sessState) 
 // logMismatch is mismatch, plus, when the log has records after the last one ss folded, the check
 // that this record is still the log's (foldedRecordMismatch, cause causeIdentity). Errors are
 // transient.
-func (ss *sessState) logMismatch(ctx context.Context, store *ajs.Store, tail ajs.Tail, inc string, incKnown bool) (cause, desc string, err error) {
+func (ss *sessState) logMismatch(ctx context.Context, st *store.Store, tail store.Tail, inc string, incKnown bool) (cause, desc string, err error) {
 	cause, desc = ss.mismatch(tail, inc, incKnown)
 	if cause == "" && tail.LastStreamSeq > ss.streamSeq {
-		if desc, err = foldedRecordMismatch(ctx, store, ss); err != nil {
+		if desc, err = foldedRecordMismatch(ctx, st, ss); err != nil {
 			return "", "", err
 		}
 		if desc != "" {
@@ -156,13 +156,13 @@ func (ss *sessState) logMismatch(ctx context.Context, store *ajs.Store, tail ajs
 // refold returns a fresh fold of the session's whole log (header h, incarnation inc) in place of
 // ss, keeping ss's stored revisions for the compare-and-swap; every unit is to be written. Errors
 // are transient.
-func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState, h session.Header, inc string) (*sessState, error) {
+func refold(ctx context.Context, st *store.Store, defs []*Definition, ss *sessState, h session.Header, inc string) (*sessState, error) {
 	fresh := newSessState(defs, ss.token, h)
 	fresh.incarnation = inc
 	for i, u := range fresh.units {
 		u.rev = ss.units[i].rev
 	}
-	if err := catchUp(ctx, store, fresh); err != nil {
+	if err := catchUp(ctx, st, fresh); err != nil {
 		return nil, err
 	}
 	for _, u := range fresh.units {
@@ -175,7 +175,7 @@ func refold(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 // verify checks ss against the current log and incarnation, and refolds it when they differ.
 // It returns the state to use (ss itself when it matches), the cause ("" when it matched) and a
 // description. Errors are transient.
-func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
+func verify(ctx context.Context, st *store.Store, defs []*Definition, ss *sessState) (*sessState, string, string, error) {
 	var h session.Header
 	var inc string
 	var known bool
@@ -183,7 +183,7 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		h, inc, known, ss.meta = m.h, m.inc, m.known, nil // read by loadSession just before
 	} else {
 		var err error
-		if h, inc, known, err = sessionMeta(ctx, store, ss.id); err != nil {
+		if h, inc, known, err = sessionMeta(ctx, st, ss.id); err != nil {
 			return nil, "", "", err
 		}
 	}
@@ -197,7 +197,7 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		ss.checkedSeq = ss.streamSeq
 		return ss, "", "", nil
 	}
-	tail, err := store.GetTailFromLeader(ctx, ss.id)
+	tail, err := st.GetTailFromLeader(ctx, ss.id)
 	if err != nil {
 		var te *transientError
 		if !errors.As(err, &te) && isSessionError(err) {
@@ -210,7 +210,7 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 		ss.gone = true // removed (or being removed): nothing to fold, nothing to keep
 		return ss, "", "", nil
 	}
-	cause, desc, err := ss.logMismatch(ctx, store, tail, inc, known)
+	cause, desc, err := ss.logMismatch(ctx, st, tail, inc, known)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -224,7 +224,7 @@ func verify(ctx context.Context, store *ajs.Store, defs []*Definition, ss *sessS
 	if !known {
 		inc = ss.incarnation
 	}
-	fresh, err := refold(ctx, store, defs, ss, h, inc)
+	fresh, err := refold(ctx, st, defs, ss, h, inc)
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -26,7 +26,7 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 	if err := e.store.Stream.Purge(ctx(t), jetstream.WithPurgeSubject(sub)); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := ajs.Token("s1")
+	tok, _ := wire.Token("s1")
 	if err := e.store.Sessions.Delete(ctx(t), tok); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	e := newEnv(t)
 	e.create("s1")
 	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "a"), userMsg(1, "m1", "b")})
-	tok, _ := ajs.Token("s1")
+	tok, _ := wire.Token("s1")
 	// A legacy value, and a wrong one: only a refold shows both messages.
 	if _, err := e.store.Projections.Create(ctx(t), Key(tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
 		t.Fatal(err)

@@ -3,13 +3,13 @@ package projector
 import (
 	"context"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 )
 
 // startLineage starts the fresh units of ss (those not decoded from a stored value) that read
 // the session header (Def.InitSession) from the real header, which it reads once and keeps in
 // ss. It reads nothing when no such unit is fresh.
-func (ss *sessState) startLineage(ctx context.Context, store *ajs.Store, fresh []*unitState) error {
+func (ss *sessState) startLineage(ctx context.Context, st *store.Store, fresh []*unitState) error {
 	need := false
 	for _, u := range fresh {
 		need = need || u.def.lineage
@@ -17,7 +17,7 @@ func (ss *sessState) startLineage(ctx context.Context, store *ajs.Store, fresh [
 	if !need {
 		return nil
 	}
-	h, inc, known, err := sessionMeta(ctx, store, ss.id)
+	h, inc, known, err := sessionMeta(ctx, st, ss.id)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -64,7 +64,7 @@ func defaultName() string {
 // memberKeyOf is the key of instance name in MembersBucket: its subject token, or
 // "projector-<pid>" for a name that has none.
 func memberKeyOf(name string) string {
-	if key, err := ajs.Token(name); err == nil {
+	if key, err := wire.Token(name); err == nil {
 		return key
 	}
 	return fmt.Sprintf("projector-%d", os.Getpid())

@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/obs"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,7 +172,7 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	e.waitStored("bad", func(p Projection) bool { return p.AsOfSeq == 4 && p.Error == nil })
 
 	// The units' values of one checkpoint are written together, not atomically: wait for poison's.
-	tok, _ := ajs.Token("bad")
+	tok, _ := wire.Token("bad")
 	var v storedValue
 	var raw []byte
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // DefaultQueryCacheBytes bounds the events the query service keeps to answer messages queries.
@@ -73,7 +74,7 @@ func (c *nodeCache) entry(id string) *nodeLog {
 		c.mu.Unlock()
 		return l
 	}
-	tok, _ := ajs.Token(id)
+	tok, _ := wire.Token(id)
 	l := &nodeLog{id: id, token: tok, events: map[int64]session.Event{}, at: map[int64]uint64{}}
 	l.elem = c.lru.PushFront(l)
 	c.byID[id] = l
@@ -120,10 +121,10 @@ func (c *nodeCache) evict(l *nodeLog) {
 // the caller; nil: unknown). When the cache has read this incarnation's log up to that position
 // or beyond, the record it read last is still there (checkLast: one get) and it holds every
 // node, it answers without reading the log: no record the projection folded is missing from it.
-func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, map[int64]uint64, error) {
+func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, map[int64]uint64, error) {
 	var l *nodeLog
 	if c.max <= 0 {
-		tok, _ := ajs.Token(id)
+		tok, _ := wire.Token(id)
 		l = &nodeLog{id: id, token: tok, events: map[int64]session.Event{}, at: map[int64]uint64{}} // keep nothing: a private, uncached read
 	} else {
 		l = c.entry(id)
@@ -144,13 +145,13 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 	missing := func() bool {
 		return slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
 	}
-	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() && c.checkLast(ctx, store, l) == nil {
+	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() && c.checkLast(ctx, st, l) == nil {
 		return hold()
 	}
 	for attempt := 0; ; attempt++ {
-		err := c.update(ctx, store, l)
+		err := c.update(ctx, st, l)
 		var se *session.Error
-		if err != nil && attempt == 0 && (errors.Is(err, ajs.ErrLogChanged) || (errors.As(err, &se) && se.Rule == session.RuleRecordContinue)) {
+		if err != nil && attempt == 0 && (errors.Is(err, store.ErrLogChanged) || (errors.As(err, &se) && se.Rule == session.RuleRecordContinue)) {
 			c.reset(l)
 			continue
 		}
@@ -172,13 +173,13 @@ func (c *nodeCache) events(ctx context.Context, store *ajs.Store, id string, nod
 // l.next, so that after a failure the next update goes on from the last record taken. The bytes
 // added are accounted once the read ends: a session that turns out larger than the bound is then
 // evicted alone, without pushing the others out while it was being read.
-func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) error {
-	if err := c.checkLast(ctx, store, l); err != nil {
+func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) error {
+	if err := c.checkLast(ctx, st, l); err != nil {
 		return err
 	}
 	before := l.last
 	var added int64
-	_, err := store.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
+	_, err := st.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
 				continue
@@ -195,7 +196,7 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 	}
 	if err == nil && l.last != before {
 		var m *jetstream.RawStreamMsg
-		if m, err = store.Stream.GetMsg(ctx, l.last); err == nil {
+		if m, err = st.Stream.GetMsg(ctx, l.last); err == nil {
 			l.lastAt = m.Time
 		}
 	}
@@ -208,19 +209,19 @@ func (c *nodeCache) update(ctx context.Context, store *ajs.Store, l *nodeLog) er
 // checkLast checks that the record l read last is still the one read (same stream seq, same
 // server timestamp): after lost records or a purge the stream may hand its seq to another record.
 // Records are never removed from the middle of a log, so then everything l holds is of the
-// current log. A wrapped ajs.ErrLogChanged when it is not.
-func (c *nodeCache) checkLast(ctx context.Context, store *ajs.Store, l *nodeLog) error {
+// current log. A wrapped store.ErrLogChanged when it is not.
+func (c *nodeCache) checkLast(ctx context.Context, st *store.Store, l *nodeLog) error {
 	if l.last == 0 {
 		return nil
 	}
-	m, err := store.Stream.GetMsg(ctx, l.last)
+	m, err := st.Stream.GetMsg(ctx, l.last)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("%w: session %q: stream seq %d read before is gone", ajs.ErrLogChanged, l.id, l.last)
+		return fmt.Errorf("%w: session %q: stream seq %d read before is gone", store.ErrLogChanged, l.id, l.last)
 	case err != nil:
 		return fmt.Errorf("reading the log: %w", err)
 	case !m.Time.Equal(l.lastAt) || !strings.HasSuffix(m.Subject, "."+l.token):
-		return fmt.Errorf("%w: session %q: stream seq %d is not the record read before", ajs.ErrLogChanged, l.id, l.last)
+		return fmt.Errorf("%w: session %q: stream seq %d is not the record read before", store.ErrLogChanged, l.id, l.last)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testnats"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -142,7 +142,7 @@ func TestMessagesQueryCacheBound(t *testing.T) {
 // before the cache) the whole log. It reports ns per append+query of both, in the same run, and
 // their ratio.
 func BenchmarkMessagesQueryLongSession(b *testing.B) {
-	te := testnats.Start(b, ajs.Config{Partitions: 4})
+	te := testnats.Start(b, store.Config{Partitions: 4})
 	bctx := context.Background()
 	chunk := func(seq int64) session.Event {
 		return ev(seq, "assistant/chunk", `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"`+strings.Repeat("x", 400)+`"}}`, "", "")
@@ -177,11 +177,11 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer nc.Close()
-		store, err := ajs.Open(bctx, js)
+		st, err := store.Open(bctx, js)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := New(store, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
+		p := New(st, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
 		if err := p.Start(bctx); err != nil {
 			b.Fatal(err)
 		}

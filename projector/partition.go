@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,10 +76,10 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 // missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
 func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	p, name := w.p, PartitionConsumer(w.part)
-	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, ajs.StreamName, jetstream.ConsumerConfig{
+	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
 		Durable:        name,
 		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions),
-		FilterSubject:  ajs.PartitionSubject(w.part),
+		FilterSubject:  wire.PartitionSubject(w.part),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckWait:        partitionAckWait,
@@ -89,7 +89,7 @@ func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 		PinnedTTL:      partitionPinnedTTL,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, ajs.StreamName, err)
+		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, wire.StreamName, err)
 	}
 	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
 	// them could be half a GiB in flight. (Why Consume, not Messages: recordFeed.)
@@ -263,7 +263,7 @@ func (w *worker) retry(what string, op func() error) bool {
 // handle folds one record into its session's state (loaded from the cache, else from KV).
 func (w *worker) handle(msg jetstream.Msg) {
 	p := w.p
-	_, token, id, err := ajs.ParseSubject(msg.Subject(), p.store.Partitions)
+	_, token, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions)
 	if err != nil {
 		p.logger.Error("projector: record on a subject that names no session; skipped", "subject", msg.Subject(), "err", err)
 		w.folded, w.count = append(w.folded, msg), w.count+1
@@ -284,9 +284,9 @@ func (w *worker) handle(msg jetstream.Msg) {
 			return
 		}
 	}
-	if decodeErr == nil && h.Get(ajs.HeaderSession) != token {
+	if decodeErr == nil && h.Get(wire.HeaderSession) != token {
 		decodeErr = session.NewError(id, events[0].Seq, 0, session.RuleRecordSession,
-			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", ajs.HeaderSession, h.Get(ajs.HeaderSession), token, msg.Subject()))
+			fmt.Sprintf("record header %s is %q, not the token %q of its subject %s", wire.HeaderSession, h.Get(wire.HeaderSession), token, msg.Subject()))
 	}
 	var streamSeq, delivered uint64
 	if meta, merr := msg.Metadata(); merr == nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/tracing"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -66,7 +66,7 @@ const DefaultBlobGCInterval = time.Hour
 // agentlog_projections KV bucket and serves the agentlog-query micro service; instances divide the
 // partitions by lease. Folding is idempotent by (session, seq). How: ARCHITECTURE.md, "A fold".
 type Projector struct {
-	store    *ajs.Store
+	store    *store.Store
 	nc       *nats.Conn
 	name     string
 	logger   *slog.Logger
@@ -115,7 +115,7 @@ type queryState struct {
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
 // served on (usually the one the store's JetStream context uses).
-func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
+func New(st *store.Store, nc *nats.Conn, opts Options) *Projector {
 	name := opts.Name
 	if name == "" {
 		name = defaultName()
@@ -129,7 +129,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 		reg, _ = NewRegistry() // the built-ins always register
 	}
 	p := &Projector{
-		store:       store,
+		store:       st,
 		nc:          nc,
 		name:        name,
 		logger:      logger.With("component", "projector", "instance", name),
@@ -156,7 +156,7 @@ func New(store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
 	if p.blobGC.interval == 0 {
 		p.blobGC.interval = DefaultBlobGCInterval
 	}
-	p.blobGC.grace = max(cmp.Or(p.blobGC.grace, ajs.DefaultBlobGrace), ajs.MinBlobGrace)
+	p.blobGC.grace = max(cmp.Or(p.blobGC.grace, store.DefaultBlobGrace), store.MinBlobGrace)
 	switch cb := opts.QueryCacheBytes; {
 	case cb == 0:
 		p.nodes = newNodeCache(DefaultQueryCacheBytes)
@@ -296,7 +296,7 @@ func sessionError(id string, seq int64, err error) *ProjectionError {
 // read from the log, lazily and at most once.
 type logLookup struct {
 	ctx    context.Context
-	store  *ajs.Store
+	store  *store.Store
 	id     string
 	batch  []session.Event
 	log    []session.Event

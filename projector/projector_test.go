@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -55,7 +55,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 		t.Fatalf("surface endpoint: %+v", sp)
 	}
 	// The stored value has exactly the documented shape.
-	tok, _ := ajs.Token("s1")
+	tok, _ := wire.Token("s1")
 	ent, err := e.store.Projections.Get(ctx(t), Key(tok))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for part := 0; part < e.store.Partitions; part++ {
-		if err := e.store.JS.DeleteConsumer(ctx(t), ajs.StreamName, PartitionConsumer(part)); err != nil {
+		if err := e.store.JS.DeleteConsumer(ctx(t), wire.StreamName, PartitionConsumer(part)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,8 +105,8 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	// Wait until the consumer of s1's partition has redelivered and acknowledged every record
 	// of s1 (2 records: they are the only ones on the stream).
 	sub, _ := e.store.Subject("s1")
-	part, _, _, _ := ajs.ParseSubject(sub, e.store.Partitions)
-	cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+	part, _, _, _ := wire.ParseSubject(sub, e.store.Partitions)
+	cons, err := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 			t.Fatalf("Apply: %v", err)
 		}
 	}
-	tok, _ := ajs.Token("s1")
+	tok, _ := wire.Token("s1")
 	b, _ := json.Marshal(fromSurface(s))
 	if _, err := e.store.Projections.Create(ctx(t), Key(tok), b); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recEvents, err := ajs.DecodeRecord(msg.Header, msg.Data)
+	recEvents, err := wire.DecodeRecord(msg.Header, msg.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	e.appendRecord("good", events[2:6])
 	// A record whose body is not events, published with valid headers.
 	sub, _ := e.store.Subject("garbage")
-	h, _, err := ajs.EncodeRecord("garbage", events[0:1])
+	h, _, err := wire.EncodeRecord("garbage", events[0:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	// A record of session "good" stored under the subject of session "alien".
 	e.create("alien")
 	asub, _ := e.store.Subject("alien")
-	gh, gbody, err := ajs.EncodeRecord("good", events[0:1])
+	gh, gbody, err := wire.EncodeRecord("good", events[0:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestStaleStateVersionIsRebuilt(t *testing.T) {
 	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 3 })
 	// A state of another stateVersion (wrong on purpose) must be discarded and rebuilt from
 	// the log, not folded onto.
-	tok, _ := ajs.Token("s1")
+	tok, _ := wire.Token("s1")
 	_, rev := e.stored("s1")
 	stale := `{"stateVersion":0,"asOfSeq":3,"state":{"nodes":[99],"replaceGeneration":7,"transcript":[99],"openTurn":null}}`
 	if _, err := e.store.Projections.Update(ctx(t), Key(tok), []byte(stale), rev); err != nil {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/jsvalue"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -197,13 +197,13 @@ func parseQuery(r responder, data []byte) (query, string, bool) {
 		}
 		where := ""
 		if json.Unmarshal(data, &named) == nil && named.Session != "" {
-			where = fmt.Sprintf("session %s: ", ajs.QuoteID(named.Session))
+			where = fmt.Sprintf("session %s: ", wire.QuoteID(named.Session))
 		}
 		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
 		return q, "", false
 	}
 	// Before the decoded id: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
-	if err := ajs.CheckRawIDFields(data, "session"); err != nil {
+	if err := wire.CheckRawIDFields(data, "session"); err != nil {
 		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err))
 		return q, "", false
 	}
@@ -211,7 +211,7 @@ func parseQuery(r responder, data []byte) (query, string, bool) {
 		r.fail(client.CodeBadRequest, "bad request: \"session\" is required")
 		return q, "", false
 	}
-	token, err := ajs.Token(q.Session)
+	token, err := wire.Token(q.Session)
 	if err != nil {
 		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err)) // err names the id, bounded
 		return q, "", false

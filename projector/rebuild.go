@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"slices"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -22,17 +23,17 @@ type RebuildResult struct {
 }
 
 // ListSessions returns the ids of every session with metadata in agentlog_sessions, sorted.
-func ListSessions(ctx context.Context, store *ajs.Store) ([]string, error) {
-	keys, err := store.Sessions.ListKeys(ctx)
+func ListSessions(ctx context.Context, st *store.Store) ([]string, error) {
+	keys, err := st.Sessions.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing sessions (KV bucket %s): %w", ajs.SessionsBucket, err)
+		return nil, fmt.Errorf("listing sessions (KV bucket %s): %w", wire.SessionsBucket, err)
 	}
 	var ids []string
 	for k := range keys.Keys() {
-		id, err := ajs.IDFromToken(k)
+		id, err := wire.IDFromToken(k)
 		if err != nil {
 			continue // not a session key
 		}
@@ -49,7 +50,7 @@ func ListSessions(ctx context.Context, store *ajs.Store) ([]string, error) {
 // revision is read before the log, so a projector that writes meanwhile makes the swap fail and
 // the session is rebuilt again: a rebuild never moves a state back. progress, if not nil, is
 // called after each session with the count done and the total. Errors name the session.
-func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, ids []string, progress func(done, total int)) (RebuildResult, error) {
+func Rebuild(ctx context.Context, st *store.Store, reg *Registry, unit string, ids []string, progress func(done, total int)) (RebuildResult, error) {
 	var res RebuildResult
 	target := reg.get(unit)
 	if target == nil {
@@ -57,7 +58,7 @@ func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, 
 	}
 	if ids == nil {
 		var err error
-		if ids, err = ListSessions(ctx, store); err != nil {
+		if ids, err = ListSessions(ctx, st); err != nil {
 			return res, err
 		}
 	}
@@ -66,7 +67,7 @@ func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, 
 		defs = append(defs, target)
 	}
 	for i, id := range ids {
-		stopped, empty, err := rebuildOne(ctx, store, defs, id)
+		stopped, empty, err := rebuildOne(ctx, st, defs, id)
 		if err != nil {
 			return res, err
 		}
@@ -87,20 +88,20 @@ func Rebuild(ctx context.Context, store *ajs.Store, reg *Registry, unit string, 
 }
 
 // rebuildOne folds defs (the gate, then the unit) over one session's log and writes the last one.
-func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
-	token, err := ajs.Token(id)
+func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
+	token, err := wire.Token(id)
 	if err != nil {
 		return false, false, err // names the id
 	}
 	d := defs[len(defs)-1]
 	key := UnitKey(d.Key, token)
-	h, inc, _, err := sessionMeta(ctx, store, id)
+	h, inc, _, err := sessionMeta(ctx, st, id)
 	if err != nil {
 		return false, false, err
 	}
 	for attempt := 0; attempt < casRetries; attempt++ {
 		var rev uint64
-		e, gerr := store.Projections.Get(ctx, key)
+		e, gerr := st.Projections.Get(ctx, key)
 		switch {
 		case gerr == nil:
 			rev = e.Revision()
@@ -110,7 +111,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		}
 		ss := newSessState(defs, token, h)
 		ss.incarnation = inc
-		if err := catchUp(ctx, store, ss); err != nil {
+		if err := catchUp(ctx, st, ss); err != nil {
 			return false, false, fmt.Errorf("folding the log: %w", err) // err names the session
 		}
 		u := ss.units[len(ss.units)-1]
@@ -121,7 +122,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 		if !d.gate && u.err == nil {
 			// The projector stops a session for good when its stored gate state outgrew KV (even
 			// if a later compaction shrank the surface): the rebuilt unit stops with it.
-			ge, gerr := store.Projections.Get(ctx, UnitKey(defs[0].Key, token))
+			ge, gerr := st.Projections.Get(ctx, UnitKey(defs[0].Key, token))
 			if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
 				return false, false, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
 			}
@@ -136,7 +137,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			// The gate is not written here, so writeSessions would not see that its state is too
 			// large to store: the projector has stopped the session there; stop the unit too.
 			if b, err := g.encode(ss.position()); err == nil {
-				if limit := maxStateBytes(store.JS); limit > 0 && int64(len(b)) > limit {
+				if limit := maxStateBytes(st.JS); limit > 0 && int64(len(b)) > limit {
 					stopTooLarge(ss, g, len(b), limit)
 				}
 			}
@@ -145,7 +146,7 @@ func rebuildOne(ctx context.Context, store *ajs.Store, defs []*Definition, id st
 			o.written = true // only the rebuilt unit is written
 		}
 		u.written = false
-		conflicts, werr := writeSessions(ctx, store.JS, []*sessState{ss})
+		conflicts, werr := writeSessions(ctx, st.JS, []*sessState{ss})
 		if werr != nil {
 			return false, false, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
 		}

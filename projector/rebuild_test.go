@@ -5,8 +5,9 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -23,11 +24,11 @@ func (e *env) startProjectorWith(name string, reg *Registry) *Projector {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	store, err := ajs.Open(ctx(e.t), js)
+	st, err := store.Open(ctx(e.t), js)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := New(store, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
+	p := New(st, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 		t.Fatalf("idle: v2 counter %+v %v", r, err)
 	}
 	// The query service wrote the rebuilt state back.
-	tok, _ := ajs.Token("idle")
+	tok, _ := wire.Token("idle")
 	info, err := e.store.GetSessionInfo(ctx(t), "idle")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestRebuildCommand(t *testing.T) {
 		}
 	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
-	tok, _ := ajs.Token("b")
+	tok, _ := wire.Token("b")
 	e.waitFor(func() bool {
 		ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
 		return err == nil && json.Valid(ent.Value()) && string(ent.Value()) != "" && ent != nil &&

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // TestRSSManySessions measures the resident memory of one projector process that has folded N
@@ -46,7 +46,7 @@ func TestRSSManySessions(t *testing.T) {
 	e.waitFor(func() bool {
 		time.Sleep(500 * time.Millisecond)
 		for part := 0; part < e.store.Partitions; part++ {
-			cons, err := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+			cons, err := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 			if err != nil {
 				return false
 			}

@@ -18,8 +18,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -37,7 +38,7 @@ func TestHelperProjector(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	store, err := ajs.Open(context.Background(), js)
+	st, err := store.Open(context.Background(), js)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -46,7 +47,7 @@ func TestHelperProjector(t *testing.T) {
 	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	p := New(store, nc, Options{Name: name, Logger: logger})
+	p := New(st, nc, Options{Name: name, Logger: logger})
 	if err := p.Start(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -184,9 +185,9 @@ func (l *loader) checkAll(t *testing.T) {
 	for _, id := range l.ids {
 		r, err := queryMessages(ctx(t), l.e.nc, id, 10)
 		if err != nil {
-			tok, _ := ajs.Token(id)
-			part := ajs.Partition(tok, l.e.store.Partitions)
-			cons, _ := l.e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+			tok, _ := wire.Token(id)
+			part := wire.Partition(tok, l.e.store.Partitions)
+			cons, _ := l.e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 			ci, _ := cons.Info(ctx(t))
 			t.Fatalf("%s (partition %d, consumer %+v): %v", id, part, ci, err)
 		}
@@ -244,7 +245,7 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 		}
 		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 			for part := 0; part < e.store.Partitions; part++ {
-				cons, _ := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+				cons, _ := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 				ci, _ := cons.Info(ctx(t))
 				t.Logf("partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
 			}
@@ -259,10 +260,10 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 		var probes []string
 		for k := 0; len(probes) < len(victim); k++ {
 			id := fmt.Sprintf("probe-%d", k)
-			tok, _ := ajs.Token(id)
-			if slices.Contains(victim, ajs.Partition(tok, e.store.Partitions)) && !slices.ContainsFunc(probes, func(p string) bool {
-				pt, _ := ajs.Token(p)
-				return ajs.Partition(pt, e.store.Partitions) == ajs.Partition(tok, e.store.Partitions)
+			tok, _ := wire.Token(id)
+			if slices.Contains(victim, wire.Partition(tok, e.store.Partitions)) && !slices.ContainsFunc(probes, func(p string) bool {
+				pt, _ := wire.Token(p)
+				return wire.Partition(pt, e.store.Partitions) == wire.Partition(tok, e.store.Partitions)
 			}) {
 				e.create(id)
 				e.appendRecord(id, []session.Event{userMsg(0, "x", "probe")})
@@ -276,7 +277,7 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 		t.Logf("probes %v projected at %s", probes, time.Now().Format("15:04:05.000"))
 		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 			for part := 0; part < e.store.Partitions; part++ {
-				cons, _ := e.store.JS.Consumer(ctx(t), ajs.StreamName, PartitionConsumer(part))
+				cons, _ := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 				ci, _ := cons.Info(ctx(t))
 				t.Logf("after: partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
 			}
@@ -371,7 +372,7 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 	e := newEnv(t)
 	var n atomic.Int64
 	e.startProjectorOpts("p1", Options{Logger: slog.New(countHandler{"checkpoint failed", &n})})
-	kv, err := e.store.JS.Stream(ctx(t), "KV_"+ajs.ProjectionsBucket)
+	kv, err := e.store.JS.Stream(ctx(t), "KV_"+wire.ProjectionsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +474,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 	if _, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"long"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := ajs.Token("long")
+	tok, _ := wire.Token("long")
 	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
 	if err != nil {
 		t.Fatal(err)
@@ -509,7 +510,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 	if _, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"long"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := ajs.Token("long")
+	tok, _ := wire.Token("long")
 	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
 	if err != nil {
 		t.Fatal(err)

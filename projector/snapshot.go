@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,13 +26,13 @@ var ErrNoProjection = errors.New("no projection (unknown session, or none of its
 //
 // A stored state that does not belong to the session's current log (records lost, a purge, a
 // re-create: see the package doc) is refolded from the log here and written back.
-func ReadSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string) (client.SnapshotReply, error) {
-	return readSnapshot(ctx, store, reg, id, nil)
+func ReadSnapshot(ctx context.Context, sto *store.Store, reg *Registry, id string) (client.SnapshotReply, error) {
+	return readSnapshot(ctx, sto, reg, id, nil)
 }
 
 // readSnapshot is ReadSnapshot; refolded, if not nil, is told of a refold.
-func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id string, refolded func(cause, desc string, fresh *sessState)) (client.SnapshotReply, error) {
-	token, err := ajs.Token(id)
+func readSnapshot(ctx context.Context, sto *store.Store, reg *Registry, id string, refolded func(cause, desc string, fresh *sessState)) (client.SnapshotReply, error) {
+	token, err := wire.Token(id)
 	if err != nil {
 		return client.SnapshotReply{}, err // names the id
 	}
@@ -39,7 +40,7 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 	var ss *sessState
 	for attempt := 0; ; attempt++ {
 		var consistent bool
-		ss, consistent, err = loadAll(ctx, store, defs, token, id)
+		ss, consistent, err = loadAll(ctx, sto, defs, token, id)
 		if err != nil {
 			return client.SnapshotReply{}, err
 		}
@@ -50,10 +51,10 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 			break
 		}
 		if attempt == 10 {
-			if err := catchUp(ctx, store, ss); err != nil {
+			if err := catchUp(ctx, sto, ss); err != nil {
 				return client.SnapshotReply{}, fmt.Errorf("folding the log: %w", err) // err names the session
 			}
-			_, _ = writeSessions(ctx, store.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
+			_, _ = writeSessions(ctx, sto.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
 			break
 		}
 		select {
@@ -63,12 +64,12 @@ func readSnapshot(ctx context.Context, store *ajs.Store, reg *Registry, id strin
 		}
 	}
 	ss.meta = nil // the metadata may have changed while this waited: verify reads it again
-	fresh, cause, desc, err := verify(ctx, store, defs, ss)
+	fresh, cause, desc, err := verify(ctx, sto, defs, ss)
 	if err != nil {
 		return client.SnapshotReply{}, err
 	}
 	if cause != "" {
-		_, _ = writeSessions(ctx, store.JS, []*sessState{fresh}) // best effort, as above
+		_, _ = writeSessions(ctx, sto.JS, []*sessState{fresh}) // best effort, as above
 		if refolded != nil {
 			refolded(cause, desc, fresh)
 		}
@@ -105,14 +106,14 @@ func (ss *sessState) views() (client.SnapshotReply, error) {
 
 // loadAll reads every unit's stored state; consistent reports whether they all stand at the
 // messages unit's asOfSeq (units stopped by an error excepted) with the registered stateVersion.
-func loadAll(ctx context.Context, store *ajs.Store, defs []*Definition, token, id string) (*sessState, bool, error) {
+func loadAll(ctx context.Context, sto *store.Store, defs []*Definition, token, id string) (*sessState, bool, error) {
 	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
 	consistent := true
 	var fresh []*unitState
 	for _, d := range defs {
 		u := newUnitState(d, ss.hdr)
 		ss.units = append(ss.units, u)
-		e, err := store.Projections.Get(ctx, UnitKey(d.Key, token))
+		e, err := sto.Projections.Get(ctx, UnitKey(d.Key, token))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			consistent = false
 			fresh = append(fresh, u)
@@ -127,7 +128,7 @@ func loadAll(ctx context.Context, store *ajs.Store, defs []*Definition, token, i
 		}
 	}
 	if ss.gate().rev != 0 {
-		if err := ss.startLineage(ctx, store, fresh); err != nil {
+		if err := ss.startLineage(ctx, sto, fresh); err != nil {
 			return nil, false, err
 		}
 	}

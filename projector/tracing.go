@@ -5,7 +5,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/tracing"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -30,10 +30,10 @@ func (p *Projector) startFoldSpan(msg jetstream.Msg, part int) trace.Span {
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", msg.Subject()),
 			attribute.Int("agentlog.partition", part),
-			attribute.String("agentlog.first_seq", h.Get(ajs.HeaderFirstSeq)),
-			attribute.String("agentlog.events", h.Get(ajs.HeaderCount)),
+			attribute.String("agentlog.first_seq", h.Get(wire.HeaderFirstSeq)),
+			attribute.String("agentlog.events", h.Get(wire.HeaderCount)),
 		)
-		if _, _, id, err := ajs.ParseSubject(msg.Subject(), p.store.Partitions); err == nil {
+		if _, _, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions); err == nil {
 			span.SetAttributes(attribute.String("agentlog.session", id))
 		}
 		if meta, err := msg.Metadata(); err == nil {

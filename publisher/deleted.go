@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 )
 
 // checkCurrent refuses, with an error wrapping ErrConflict and ErrSessionDeleted, to write into a
@@ -15,7 +15,7 @@ func (p *Publisher) checkCurrent(ctx context.Context, id, inc string) error {
 	cctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
 	err := p.store.CheckCurrent(cctx, id, inc)
-	if errors.Is(err, jetstream.ErrSessionDeleted) {
+	if errors.Is(err, store.ErrSessionDeleted) {
 		return fmt.Errorf("%w: %w", ErrConflict, &deletedError{err})
 	}
 	return err
@@ -49,7 +49,7 @@ func (p *Publisher) deletedUnder(ctx context.Context, id, inc string, err error)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
-	if cerr := p.store.CheckCurrent(cctx, id, inc); errors.Is(cerr, jetstream.ErrSessionDeleted) {
+	if cerr := p.store.CheckCurrent(cctx, id, inc); errors.Is(cerr, store.ErrSessionDeleted) {
 		return fmt.Errorf("%w: %w", ErrConflict, &deletedError{cerr}) // the guard's details say nothing more
 	}
 	return err

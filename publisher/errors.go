@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
 
 var (
 	// ErrSessionExists is returned (wrapped) by Publisher.Create for an id already registered in the
-	// agentlog_sessions KV bucket. It wraps jetstream.ErrSessionExists. The reference's fork code for
+	// agentlog_sessions KV bucket. It wraps store.ErrSessionExists. The reference's fork code for
 	// the same condition is SESSION_ALREADY_EXISTS.
-	ErrSessionExists error = &sentinel{"session already exists", jetstream.ErrSessionExists}
+	ErrSessionExists error = &sentinel{"session already exists", store.ErrSessionExists}
 
 	// ErrClosed is returned by Writer.Append/Emit after Writer.Close (or Publisher.Close) began, and by
 	// Publisher.Create/Open after Publisher.Close.
@@ -22,9 +22,9 @@ var (
 
 	// ErrConflict is returned (wrapped, inside a *WriteError) when the
 	// Nats-Expected-Last-Subject-Sequence guard of a write fails and the session's tail record is not
-	// this writer's own: another writer appended to the session. It wraps jetstream.ErrConflict.
+	// this writer's own: another writer appended to the session. It wraps store.ErrConflict.
 	// The writer is fenced from then on.
-	ErrConflict error = &sentinel{"session log changed under this writer", jetstream.ErrConflict}
+	ErrConflict error = &sentinel{"session log changed under this writer", store.ErrConflict}
 
 	// ErrFenced is returned (wrapped) by every call on a Writer that stopped writing its session:
 	// a write hit ErrConflict, its acknowledged events were lost (ErrAckedLost), or another writer
@@ -43,9 +43,9 @@ var (
 	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
-	// removed (jetstream.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
-	// jetstream.ErrSessionDeleted.
-	ErrSessionDeleted error = &sentinel{"session deleted under this writer", jetstream.ErrSessionDeleted}
+	// removed (store.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
+	// store.ErrSessionDeleted.
+	ErrSessionDeleted error = &sentinel{"session deleted under this writer", store.ErrSessionDeleted}
 
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
@@ -80,7 +80,7 @@ type LiveError struct {
 }
 
 func (e *LiveError) Error() string {
-	held := &jetstream.LeaseHeldError{Session: e.Session, Holder: jetstream.Lease{Writer: e.Writer, Host: e.Host, PID: e.PID, Since: e.Since}}
+	held := &store.LeaseHeldError{Session: e.Session, Holder: store.Lease{Writer: e.Writer, Host: e.Host, PID: e.PID, Since: e.Since}}
 	return "publisher: " + held.Error() + "; open it with publisher.Takeover() to fence that writer"
 }
 
@@ -175,7 +175,7 @@ func (e *WriteError) Unwrap() []error {
 // (503), request timeouts, "duplicate message id is in process" (10158) and "too many requests"
 // (429). A guard conflict is never transient.
 func transient(err error) bool {
-	if err == nil || errors.Is(err, jetstream.ErrConflict) {
+	if err == nil || errors.Is(err, store.ErrConflict) {
 		return false
 	}
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, njs.ErrNoStreamResponse) ||

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 var quotedSession = regexp.MustCompile(`session "((?:[^"\\]|\\.)*)"`)
@@ -67,7 +68,7 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 		ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`),
 		ev(t, `{"type":"user/message","seq":1,"time":2,"data":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}`),
 	}
-	if _, err := e.store.Append(ctx, "broken", 0, bad, jetstream.WithMsgID("raw.1")); err != nil {
+	if _, err := e.store.Append(ctx, "broken", 0, bad, store.WithMsgID("raw.1")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Open(ctx, "broken")
@@ -87,7 +88,7 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 	for _, c := range []struct {
 		id   string
 		rule session.Rule
-	}{{"", session.RuleIDEmpty}, {strings.Repeat("x", jetstream.MaxSessionIDBytes+1), session.RuleIDTooLong}, {"bad\xff", session.RuleIDUTF8}} {
+	}{{"", session.RuleIDEmpty}, {strings.Repeat("x", wire.MaxSessionIDBytes+1), session.RuleIDTooLong}, {"bad\xff", session.RuleIDUTF8}} {
 		_, err := p.Create(ctx, header(c.id))
 		if !errors.Is(err, &session.Error{Rule: c.rule}) || !strings.HasPrefix(err.Error(), "publisher: create: ") || !strings.HasSuffix(err.Error(), "[rule "+string(c.rule)+"]") {
 			t.Errorf("Create(%.50q): %v; want a *session.Error of rule %s under publisher: create:", c.id, err, c.rule)

@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
 // An agent's session: create it, append events (validated at once, batched in a 200 ms window),
 // Flush to wait until they are durable, and Close. Here on an embedded server; against a cluster,
-// connect with nats.Connect and attach with jetstream.Open.
+// connect with nats.Connect and attach with store.Open.
 func Example() {
 	dir, err := os.MkdirTemp("", "agentlog-example-")
 	if err != nil {
@@ -37,12 +37,12 @@ func Example() {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := jetstream.Provision(ctx, js, jetstream.Config{})
+	st, err := store.Provision(ctx, js, store.Config{})
 	if err != nil {
 		panic(err)
 	}
 
-	p, err := publisher.New(store, nc, publisher.Options{})
+	p, err := publisher.New(st, nc, publisher.Options{})
 	if err != nil {
 		panic(err) // unusable Options, such as a WriterID with a space
 	}
@@ -66,7 +66,7 @@ func Example() {
 	if err := p.Close(ctx); err != nil {
 		panic(err)
 	}
-	events, _, err := store.Read(ctx, "example-1")
+	events, _, err := st.Read(ctx, "example-1")
 	if err != nil {
 		panic(err)
 	}
@@ -77,21 +77,21 @@ func Example() {
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
-	store := &jetstream.Store{} // New only checks options; nothing is written here
+	st := &store.Store{} // New only checks options; nothing is written here
 	bad := []struct {
 		name  string
-		store *jetstream.Store
+		store *store.Store
 		opts  publisher.Options
 		want  string
 	}{
 		{"nil store", nil, publisher.Options{}, "nil *jetstream.Store"},
-		{"space in WriterID", store, publisher.Options{WriterID: "a b"}, "whitespace"},
-		{"control in WriterID", store, publisher.Options{WriterID: "a\x00b"}, "control"},
-		{"long WriterID", store, publisher.Options{WriterID: strings.Repeat("w", publisher.MaxWriterIDBytes+1)}, "at most 64"},
-		{"negative Window", store, publisher.Options{Window: -time.Second}, "Window"},
-		{"negative AttemptTimeout", store, publisher.Options{AttemptTimeout: -1}, "AttemptTimeout"},
-		{"negative RetryBudget", store, publisher.Options{RetryBudget: -1}, "RetryBudget"},
-		{"negative MaxConcurrentWrites", store, publisher.Options{MaxConcurrentWrites: -1}, "MaxConcurrentWrites"},
+		{"space in WriterID", st, publisher.Options{WriterID: "a b"}, "whitespace"},
+		{"control in WriterID", st, publisher.Options{WriterID: "a\x00b"}, "control"},
+		{"long WriterID", st, publisher.Options{WriterID: strings.Repeat("w", publisher.MaxWriterIDBytes+1)}, "at most 64"},
+		{"negative Window", st, publisher.Options{Window: -time.Second}, "Window"},
+		{"negative AttemptTimeout", st, publisher.Options{AttemptTimeout: -1}, "AttemptTimeout"},
+		{"negative RetryBudget", st, publisher.Options{RetryBudget: -1}, "RetryBudget"},
+		{"negative MaxConcurrentWrites", st, publisher.Options{MaxConcurrentWrites: -1}, "MaxConcurrentWrites"},
 	}
 	for _, c := range bad {
 		p, err := publisher.New(c.store, nil, c.opts)
@@ -104,12 +104,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{WriterID: strings.Repeat("w", publisher.MaxWriterIDBytes)},
 		{MaxPendingBytes: -1}, // no limit
 	} {
-		p, err := publisher.New(store, nil, opts)
+		p, err := publisher.New(st, nil, opts)
 		if err != nil || p == nil {
 			t.Errorf("New(%+v) = %v, %v; want a Publisher", opts, p, err)
 		}
 	}
-	if p, err := publisher.New(store, nil, publisher.Options{}); err != nil || p.WriterID() == "" {
+	if p, err := publisher.New(st, nil, publisher.Options{}); err != nil || p.WriterID() == "" {
 		t.Errorf("default WriterID: %v; want a nuid", err)
 	}
 }

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
@@ -96,12 +97,12 @@ type env struct {
 	url   string
 	nc    *nats.Conn
 	js    njs.JetStream
-	store *jetstream.Store
+	store *store.Store
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	te := testnats.Start(t, jetstream.Config{})
+	te := testnats.Start(t, store.Config{})
 	e := &env{url: te.URL, nc: te.NC, store: te.Store}
 	var err error
 	if e.js, err = njs.New(e.nc); err != nil {
@@ -124,7 +125,7 @@ func (e *env) connect(t *testing.T) *nats.Conn {
 // of a Writer's own state that never write.
 func offline(t testing.TB, writerID string) *Publisher {
 	t.Helper()
-	p, err := New(&jetstream.Store{}, nil, Options{WriterID: writerID})
+	p, err := New(&store.Store{}, nil, Options{WriterID: writerID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func (e *env) records(t *testing.T, id string) []record {
 	if n == 0 {
 		return nil
 	}
-	cons, err := e.js.OrderedConsumer(ctx, jetstream.StreamName, njs.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	cons, err := e.js.OrderedConsumer(ctx, wire.StreamName, njs.OrderedConsumerConfig{FilterSubjects: []string{subj}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -40,7 +41,7 @@ func (p *Publisher) connGen() uint64 {
 // wrapping ErrConflict when another writer appended after them. A tail that has our guard but does
 // not end at a.nextSeq is never written after (agentlog never writes a seq gap).
 // Its errors leave naming the session to the caller.
-func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t jetstream.Tail) error {
+func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t store.Tail) error {
 	if t.LastStreamSeq == a.streamSeq && t.NextSeq == a.nextSeq && (a.msgID == "" || t.LastMsgID == a.msgID) {
 		return nil
 	}
@@ -79,11 +80,11 @@ func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t jetstre
 
 // acquireLease takes the writer lease of id (takeover: overwriting a live one). A live lease of
 // another writer is a *LiveError.
-func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) (jetstream.Lease, uint64, error) {
+func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) (store.Lease, uint64, error) {
 	l := p.lease
 	l.Since = time.Now().UnixMilli()
 	rev, err := p.store.AcquireLease(ctx, id, l, p.opts.LeaseTTL, takeover)
-	var held *jetstream.LeaseHeldError
+	var held *store.LeaseHeldError
 	if errors.As(err, &held) {
 		h := held.Holder
 		return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
@@ -165,16 +166,16 @@ func (w *Writer) renewLease() {
 		defer cancel()
 	}
 	retaken := false
-	if err != nil && !errors.Is(err, jetstream.ErrLeaseLost) && w.p.writersRecreated(ctx) {
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) && w.p.writersRecreated(ctx) {
 		// The bucket was gone with the server's state: take the lease as if it had expired.
-		err = fmt.Errorf("%w: bucket %s was missing", jetstream.ErrLeaseLost, jetstream.WritersBucket)
+		err = fmt.Errorf("%w: bucket %s was missing", store.ErrLeaseLost, wire.WritersBucket)
 	}
-	if errors.Is(err, jetstream.ErrLeaseLost) {
+	if errors.Is(err, store.ErrLeaseLost) {
 		holder, hrev, gerr := w.p.store.GetLease(ctx, w.id)
 		switch {
-		case errors.Is(gerr, jetstream.ErrNoLease):
+		case errors.Is(gerr, store.ErrNoLease):
 			next, err = w.p.store.AcquireLease(ctx, w.id, l, ttl, false) // expired: take it again
-			var held *jetstream.LeaseHeldError
+			var held *store.LeaseHeldError
 			if errors.As(err, &held) {
 				w.leaseLost(held.Holder)
 				return
@@ -236,26 +237,26 @@ func (p *Publisher) writersRecreated(ctx context.Context) bool {
 		return p.recreated
 	}
 	p.ensuredAt = time.Now()
-	_, err := p.store.JS.KeyValue(ctx, jetstream.WritersBucket)
+	_, err := p.store.JS.KeyValue(ctx, wire.WritersBucket)
 	p.recreated = false
 	if errors.Is(err, njs.ErrBucketNotFound) {
 		if err := p.store.EnsureWritersBucket(ctx); err == nil {
 			p.recreated = true
-			p.log.Info("agentlog publisher: created the missing writer lease bucket again", "bucket", jetstream.WritersBucket)
+			p.log.Info("agentlog publisher: created the missing writer lease bucket again", "bucket", wire.WritersBucket)
 		}
 	}
 	return p.recreated
 }
 
 // leaseLost fences the Writer after another writer took its lease over.
-func (w *Writer) leaseLost(holder jetstream.Lease) {
+func (w *Writer) leaseLost(holder store.Lease) {
 	w.mu.Lock()
 	if w.fenced != nil || w.closed {
 		w.mu.Unlock()
 		return
 	}
 	we := &WriteError{Session: w.id, FirstSeq: w.durableNext, LastSeq: w.nextSeq - 1, Fenced: true,
-		Err: fmt.Errorf("session %q: %w: writer %q (host %s, pid %d) took the session over", w.id, jetstream.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
+		Err: fmt.Errorf("session %q: %w: writer %q (host %s, pid %d) took the session over", w.id, store.ErrLeaseLost, holder.Writer, holder.Host, holder.PID)}
 	w.fenceLocked(we)
 	w.mu.Unlock()
 	w.p.log.Error("agentlog publisher: writer fenced: another writer holds the session's lease", "session", w.id,

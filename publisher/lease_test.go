@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -57,7 +58,7 @@ func TestAckedLost(t *testing.T) {
 			ctx := ctxT(t)
 			id := "lossy"
 			tok := tokenOf(t, id)
-			reports, err := e.nc.SubscribeSync(jetstream.ErrorsPrefix + "." + tok)
+			reports, err := e.nc.SubscribeSync(wire.ErrorsPrefix + "." + tok)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +72,7 @@ func TestAckedLost(t *testing.T) {
 			writeFlush(t, wa, all[3:6])
 
 			e.purge(t, id)
-			if _, err := e.store.Append(ctx, id, 0, all[:c.rewrite], jetstream.WithMsgID("other.0")); err != nil {
+			if _, err := e.store.Append(ctx, id, 0, all[:c.rewrite], store.WithMsgID("other.0")); err != nil {
 				t.Fatal(err)
 			}
 			before := len(e.records(t, id))
@@ -202,7 +203,7 @@ func TestTakeoverFencesIdleWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := recv(t, wa.Errors())
-	if !errors.Is(rep, ErrFenced) || !errors.Is(rep, jetstream.ErrLeaseLost) {
+	if !errors.Is(rep, ErrFenced) || !errors.Is(rep, store.ErrLeaseLost) {
 		t.Fatalf("old writer reported %v, want ErrFenced by the lost lease", rep)
 	}
 	if err := wa.Append(session.EndSeed(1, 1)); !errors.Is(err, ErrFenced) {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -116,7 +116,7 @@ func failureKind(err error) string {
 		return "acked_lost"
 	case errors.Is(err, ErrConflict):
 		return "conflict"
-	case errors.Is(err, ErrFenced) || errors.Is(err, jetstream.ErrLeaseLost):
+	case errors.Is(err, ErrFenced) || errors.Is(err, store.ErrLeaseLost):
 		return "fenced"
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 		return "timeout"

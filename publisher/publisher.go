@@ -14,8 +14,9 @@ import (
 	"unicode"
 
 	"github.com/agentlog/agentlog/internal/tracing"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -99,9 +100,9 @@ type Options struct {
 	KeepLoneSurrogates bool
 	// MaxEventBytes caps one event's encoded JSON line, in bytes: Append refuses a larger event at
 	// once with a *session.Error (rule event-too-large) that also matches
-	// jetstream.ErrEventTooLarge. An event too large for one record (the stream's max message
+	// store.ErrEventTooLarge. An event too large for one record (the stream's max message
 	// size) is stored in the Object Store bucket agentlog_blobs and its record references it.
-	// Default jetstream.DefaultMaxEventBytes (64 MiB).
+	// Default store.DefaultMaxEventBytes (64 MiB).
 	MaxEventBytes int64
 }
 
@@ -110,10 +111,10 @@ type afterFunc func(d time.Duration, f func()) (stop func() bool)
 
 func realAfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
-// Publisher creates and opens sessions for writing on one provisioned agentlog (a jetstream.Store).
+// Publisher creates and opens sessions for writing on one provisioned agentlog (a store.Store).
 // It owns one Writer per open session. It is safe for concurrent use.
 type Publisher struct {
-	store *jetstream.Store
+	store *store.Store
 	nc    *nats.Conn
 	opts  Options
 	log   *slog.Logger
@@ -128,8 +129,8 @@ type Publisher struct {
 	metrics   *metrics
 	sanitized atomic.Uint64 // strings repaired by Append, over all Writers (SanitizedStrings)
 
-	lease     jetstream.Lease // this publisher's lease value (Since set per writer)
-	leaseStop chan struct{}   // closed by Close: ends the renewal loop
+	lease     store.Lease   // this publisher's lease value (Since set per writer)
+	leaseStop chan struct{} // closed by Close: ends the renewal loop
 
 	status   chan nats.Status // connection status changes (watchConn); nil without a connection
 	reconnMu sync.Mutex
@@ -148,8 +149,8 @@ type Publisher struct {
 // New returns a Publisher writing to store. nc carries the agent/error reports to
 // agentlog.errors.<token> (nil: no reports; the Errors channels still work). It returns an error
 // for a nil store or unusable Options (see Options).
-func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
-	if err := checkOptions(store, opts); err != nil {
+func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
+	if err := checkOptions(sto, opts); err != nil {
 		return nil, err
 	}
 	if opts.Window == 0 {
@@ -169,25 +170,25 @@ func New(store *jetstream.Store, nc *nats.Conn, opts Options) (*Publisher, error
 	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
-	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != store.MaxEventBytes {
-		st := *store // the Store is read only: this publisher's copy carries its cap
+	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes {
+		st := *sto // the Store is read only: this publisher's copy carries its cap
 		st.MaxEventBytes = opts.MaxEventBytes
-		store = &st
+		sto = &st
 	}
 	p := &Publisher{
-		store:     store,
+		store:     sto,
 		nc:        nc,
 		opts:      opts,
 		log:       opts.Logger,
 		after:     realAfterFunc,
 		slots:     make(chan struct{}, opts.MaxConcurrentWrites),
-		lease:     jetstream.NewLease(opts.WriterID),
+		lease:     store.NewLease(opts.WriterID),
 		leaseStop: make(chan struct{}),
 		writers:   map[string]*Writer{},
 		reconn:    make(chan struct{}),
 	}
-	if store.JS != nil && store.JS.Conn() != nil {
-		p.status = store.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
+	if sto.JS != nil && sto.JS.Conn() != nil {
+		p.status = sto.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
 		go p.watchConn(p.status)
 	}
 	p.metrics = newMetrics(p)
@@ -221,8 +222,8 @@ var errReconnected = errors.New("the connection reconnected during the attempt")
 
 // checkOptions refuses what New cannot use: a nil store, a WriterID that does not fit in a
 // Nats-Msg-Id, negative durations and counts.
-func checkOptions(store *jetstream.Store, opts Options) error {
-	if store == nil {
+func checkOptions(sto *store.Store, opts Options) error {
+	if sto == nil {
 		return errors.New("publisher: nil *jetstream.Store")
 	}
 	if strings.IndexFunc(opts.WriterID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
@@ -239,14 +240,14 @@ func checkOptions(store *jetstream.Store, opts Options) error {
 			return fmt.Errorf("publisher: Options.%s is %s, want > 0 (or 0 for the default)", d.name, d.v)
 		}
 	}
-	if opts.LeaseTTL != 0 && opts.LeaseTTL < jetstream.MinLeaseTTL {
-		return fmt.Errorf("publisher: Options.LeaseTTL is %s, want at least %s (or 0 for the default)", opts.LeaseTTL, jetstream.MinLeaseTTL)
+	if opts.LeaseTTL != 0 && opts.LeaseTTL < store.MinLeaseTTL {
+		return fmt.Errorf("publisher: Options.LeaseTTL is %s, want at least %s (or 0 for the default)", opts.LeaseTTL, store.MinLeaseTTL)
 	}
 	if opts.MaxConcurrentWrites < 0 {
 		return fmt.Errorf("publisher: Options.MaxConcurrentWrites is %d, want > 0 (or 0 for the default)", opts.MaxConcurrentWrites)
 	}
 	if opts.MaxEventBytes < 0 {
-		return fmt.Errorf("publisher: Options.MaxEventBytes is %d, want > 0 (or 0 for the default %d)", opts.MaxEventBytes, jetstream.DefaultMaxEventBytes)
+		return fmt.Errorf("publisher: Options.MaxEventBytes is %d, want > 0 (or 0 for the default %d)", opts.MaxEventBytes, store.DefaultMaxEventBytes)
 	}
 	return nil
 }
@@ -258,10 +259,10 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 // incarnation) and returns its Writer, positioned at seq 0 with guard 0 (no record yet), holding
 // the session's writer lease. It writes NO event: a session that is created but never written
 // leaves nothing in the log.
-// An id that already exists gives an error wrapping ErrSessionExists (and jetstream.ErrSessionExists);
+// An id that already exists gives an error wrapping ErrSessionExists (and store.ErrSessionExists);
 // a live lease on an id without metadata (a racing Create or Open) is a *LiveError.
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
-	token, err := jetstream.Token(h.ID)
+	token, err := wire.Token(h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
@@ -280,11 +281,11 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		}
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
-	inc := jetstream.NewIncarnation()
-	if err := p.store.CreateSession(ctx, h, jetstream.WithIncarnation(inc)); err != nil {
+	inc := wire.NewIncarnation()
+	if err := p.store.CreateSession(ctx, h, store.WithIncarnation(inc)); err != nil {
 		p.releaseLease(h.ID, rev)
 		p.release(h.ID, nil)
-		if errors.Is(err, jetstream.ErrSessionExists) {
+		if errors.Is(err, store.ErrSessionExists) {
 			return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 		}
 		return nil, fmt.Errorf("publisher: create: %w", err)
@@ -312,13 +313,13 @@ func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 // log that breaks a rule is its *session.Error), then writes the crash-repair closers when the
 // last turn is open and a session/end-seed unless the log ends with one, as ONE guarded record,
 // durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
-// wrapped jetstream.ErrSessionNotFound.
+// wrapped store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
 	var o openOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	token, err := jetstream.Token(id)
+	token, err := wire.Token(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
@@ -355,19 +356,19 @@ func openError(what string, err error) error {
 
 func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
 	info, err := p.store.GetSessionInfo(ctx, id)
-	if err != nil && !errors.Is(err, jetstream.ErrSessionNotFound) {
+	if err != nil && !errors.Is(err, store.ErrSessionNotFound) {
 		return nil, openError("read metadata", err)
 	}
 	hasMeta := err == nil
 	events, lastStreamSeq, err := p.store.Read(ctx, id)
-	if errors.Is(err, jetstream.ErrSessionNotFound) {
+	if errors.Is(err, store.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
 	if err != nil {
 		return nil, openError("read log", err)
 	}
 	if len(events) == 0 && !hasMeta {
-		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, jetstream.ErrSessionNotFound)
+		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, store.ErrSessionNotFound)
 	}
 	sess, err := session.Load(id, events)
 	if err != nil {
@@ -555,7 +556,7 @@ func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID 
 }
 
 // writeRecordTries is writeRecordX's tries of the write, with the store's options opts.
-func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []jetstream.AppendOpt) (uint64, bool, error) {
+func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
 	guard := a.streamSeq
 	last := events[len(events)-1].Seq
 	var lastErr error
@@ -615,7 +616,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 		if unanswered(err) {
 			maybeStored = true
 		}
-		if errors.Is(err, jetstream.ErrConflict) {
+		if errors.Is(err, store.ErrConflict) {
 			tail, terr := p.tailFromLeader(ctx, id)
 			if terr != nil {
 				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
@@ -681,8 +682,8 @@ func unanswered(err error) bool {
 	var se *session.Error
 	switch {
 	case errors.As(err, &apiErr), errors.As(err, &se),
-		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrEventTooLarge),
-		errors.Is(err, jetstream.ErrConflict):
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, store.ErrEventTooLarge),
+		errors.Is(err, store.ErrConflict):
 		return false
 	}
 	return true
@@ -690,7 +691,7 @@ func unanswered(err error) bool {
 
 // ownTail reports whether the tail record is the one this writer meant to write: its Nats-Msg-Id
 // is msgID (or msgID plus a split-part suffix) and it ends at lastSeq.
-func ownTail(t jetstream.Tail, msgID string, lastSeq int64) bool {
+func ownTail(t store.Tail, msgID string, lastSeq int64) bool {
 	if t.NextSeq != lastSeq+1 {
 		return false
 	}
@@ -737,14 +738,14 @@ func (p *Publisher) publishReport(token string, we *WriteError) {
 	if err != nil {
 		return
 	}
-	if err := p.nc.Publish(jetstream.ErrorsPrefix+"."+token, body); err != nil {
+	if err := p.nc.Publish(wire.ErrorsPrefix+"."+token, body); err != nil {
 		p.log.Warn("agentlog publisher: cannot publish agent/error report", "session", we.Session, "error", err)
 	}
 }
 
 // tailFromLeader reads the session's tail through the stream leader, bounded by AttemptTimeout
 // like a write attempt (ctx, the writer's, has no deadline of its own).
-func (p *Publisher) tailFromLeader(ctx context.Context, id string) (jetstream.Tail, error) {
+func (p *Publisher) tailFromLeader(ctx context.Context, id string) (store.Tail, error) {
 	tctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
 	return p.store.GetTailFromLeader(tctx, id)

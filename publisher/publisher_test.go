@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
@@ -57,7 +58,7 @@ func TestCreateTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p2.Create(ctx, header("dup"))
-	if !errors.Is(err, ErrSessionExists) || !errors.Is(err, jetstream.ErrSessionExists) {
+	if !errors.Is(err, ErrSessionExists) || !errors.Is(err, store.ErrSessionExists) {
 		t.Fatalf("second Create: %v, want ErrSessionExists wrapping jetstream.ErrSessionExists", err)
 	}
 	if !strings.Contains(err.Error(), `"dup"`) {
@@ -141,7 +142,7 @@ func TestAppendFlushDurable(t *testing.T) {
 }
 
 func tokenOf(t *testing.T, id string) string {
-	tok, err := jetstream.Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestTwoWritersConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wa.Flush(ctx)
-	if !errors.Is(err, ErrConflict) || !errors.Is(err, jetstream.ErrConflict) {
+	if !errors.Is(err, ErrConflict) || !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("A Flush: %v, want ErrConflict", err)
 	}
 	we := mustAs[*WriteError](t, err)
@@ -595,7 +596,7 @@ func TestOpenRefusals(t *testing.T) {
 	p := e.publisher(t, "w1", clk)
 
 	_, err := p.Open(ctx, "nobody")
-	if !errors.Is(err, jetstream.ErrSessionNotFound) {
+	if !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("Open of an unknown session: %v, want ErrSessionNotFound", err)
 	}
 	// Same id can be retried after a failed Open (the reservation is released).
@@ -608,7 +609,7 @@ func TestOpenRefusals(t *testing.T) {
 		ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`),
 		ev(t, `{"type":"user/message","seq":1,"time":2,"data":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}`),
 	}
-	if _, err := e.store.Append(ctx, "broken", 0, bad, jetstream.WithMsgID("raw.1")); err != nil {
+	if _, err := e.store.Append(ctx, "broken", 0, bad, store.WithMsgID("raw.1")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Open(ctx, "broken")
@@ -638,7 +639,7 @@ func TestFailureNeverAnEvent(t *testing.T) {
 			<-gate
 		}
 	}
-	sub, err := e.connect(t).SubscribeSync(jetstream.ErrorsPrefix + ".>")
+	sub, err := e.connect(t).SubscribeSync(wire.ErrorsPrefix + ".>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +692,7 @@ func TestFailureNeverAnEvent(t *testing.T) {
 	if err := json.Unmarshal(msg.Data, &report); err != nil {
 		t.Fatal(err)
 	}
-	if msg.Subject != jetstream.ErrorsPrefix+"."+tokenOf(t, "flaky") || report.Type != "agent/error" ||
+	if msg.Subject != wire.ErrorsPrefix+"."+tokenOf(t, "flaky") || report.Type != "agent/error" ||
 		report.Session != "flaky" || report.FirstSeq != 3 || report.LastSeq != 4 || report.Error == "" ||
 		report.Time != clk.Now().UnixMilli() {
 		t.Fatalf("report on %s: %+v", msg.Subject, report)
@@ -803,15 +804,15 @@ func TestErrorsChannelDropsOldest(t *testing.T) {
 
 func TestOwnTail(t *testing.T) {
 	cases := []struct {
-		tail jetstream.Tail
+		tail store.Tail
 		want bool
 	}{
-		{jetstream.Tail{LastMsgID: "w.t.3", NextSeq: 6}, true},
-		{jetstream.Tail{LastMsgID: "w.t.3", NextSeq: 7}, false},  // not ending at our last seq
-		{jetstream.Tail{LastMsgID: "w.t.31", NextSeq: 6}, false}, // another record's id
-		{jetstream.Tail{LastMsgID: "w.t.3.2", NextSeq: 6}, true}, // split-part suffix
-		{jetstream.Tail{LastMsgID: "x.t.3", NextSeq: 6}, false},
-		{jetstream.Tail{LastMsgID: "", NextSeq: 6}, false},
+		{store.Tail{LastMsgID: "w.t.3", NextSeq: 6}, true},
+		{store.Tail{LastMsgID: "w.t.3", NextSeq: 7}, false},  // not ending at our last seq
+		{store.Tail{LastMsgID: "w.t.31", NextSeq: 6}, false}, // another record's id
+		{store.Tail{LastMsgID: "w.t.3.2", NextSeq: 6}, true}, // split-part suffix
+		{store.Tail{LastMsgID: "x.t.3", NextSeq: 6}, false},
+		{store.Tail{LastMsgID: "", NextSeq: 6}, false},
 	}
 	for _, c := range cases {
 		if got := ownTail(c.tail, "w.t.3", 5); got != c.want {
@@ -832,7 +833,7 @@ func TestTransient(t *testing.T) {
 		{&njs.APIError{Code: 429, ErrorCode: 10167}, true},
 		{&njs.APIError{Code: 409, ErrorCode: 10158}, true},
 		{&njs.APIError{Code: 400, ErrorCode: 10054}, false},
-		{fmt.Errorf("x: %w", jetstream.ErrConflict), false},
+		{fmt.Errorf("x: %w", store.ErrConflict), false},
 		{errors.New("other"), false},
 	} {
 		if got := transient(c.err); got != c.want {
@@ -849,7 +850,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	evs := fixtureEvents(t, 2)
 	// The first try was stored but its ack was lost; the retry carries the same Nats-Msg-Id.
 	msgID := p.msgID(tokenOf(t, "lost"), "inc", 0)
-	first, err := e.store.Append(ctx, "lost", 0, evs, jetstream.WithMsgID(msgID))
+	first, err := e.store.Append(ctx, "lost", 0, evs, store.WithMsgID(msgID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // bigToolResult is the fixture's tool/result (seq 5) with a text of n bytes.
@@ -54,7 +55,7 @@ func TestLargeToolResultInOneWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := e.records(t, "big")
-	if len(recs) != 1 || recs[0].header.Get(jetstream.HeaderFormat) != jetstream.RecordFormatBlobs {
+	if len(recs) != 1 || recs[0].header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs {
 		t.Fatalf("%d records (first: %v), want one record of format 2", len(recs), recs[0].header)
 	}
 	rest := fixtureEvents(t, 9)[6:]
@@ -89,7 +90,7 @@ func TestOversizedEventRefusedAtAppend(t *testing.T) {
 	big := ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"pad":"`+strings.Repeat("x", 2<<20)+`"}}`)
 	err = w.Append(big)
 	var se *session.Error
-	if !errors.Is(err, jetstream.ErrEventTooLarge) || !errors.As(err, &se) || se.Rule != session.RuleEventTooLarge ||
+	if !errors.Is(err, store.ErrEventTooLarge) || !errors.As(err, &se) || se.Rule != session.RuleEventTooLarge ||
 		!strings.Contains(err.Error(), "2097152 bytes") || !strings.Contains(err.Error(), `session "big" seq 0`) {
 		t.Fatalf("Append of an oversized event: %v; want ErrEventTooLarge naming the session, seq, rule and limit", err)
 	}

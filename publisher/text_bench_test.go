@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // BenchmarkAppendText measures Writer.Append (validation and admission, no write) for event data
@@ -22,7 +22,7 @@ func BenchmarkAppendText(b *testing.B) {
 		{"toolcall-8k-lone-surrogate", "tool/call", `{"turn":1,"step":1,"callId":"c1","name":"bash","arguments":"` + long + `\ud83d"}`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			p, err := New(&jetstream.Store{}, nil, Options{WriterID: "bench", MaxPendingBytes: -1})
+			p, err := New(&store.Store{}, nil, Options{WriterID: "bench", MaxPendingBytes: -1})
 			if err != nil {
 				b.Fatal(err)
 			}

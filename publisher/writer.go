@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -42,7 +42,7 @@ type Writer struct {
 	lastMsgID     string           // Nats-Msg-Id of that record ("" when there is none)
 	lastFirstSeq  int64            // first seq of that record
 	validGen      uint64           // connGen when the tail was last known to be lastStreamSeq (staleGen: check it at the next write)
-	lease         jetstream.Lease  // this writer's lease value
+	lease         store.Lease      // this writer's lease value
 	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
 	releasing     chan struct{}    // closed when the lease release a fence started is done (nil: none)
 	renewFailing  time.Time        // when lease renewals started failing (zero: they succeed)

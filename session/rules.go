@@ -59,7 +59,7 @@ const (
 	RuleEnvelopeSourceEventSeqs Rule = "envelope-sourceEventSeqs" // sourceEventSeqs is not valid JSON
 )
 
-// Rules of the record codec (package jetstream): one JetStream message holds 1..K events.
+// Rules of the record codec (package wire): one JetStream message holds 1..K events.
 const (
 	RuleRecordEmpty    Rule = "record-empty"    // a record must carry at least one event
 	RuleRecordSeq      Rule = "record-seq"      // events of a record have consecutive seqs from Agentlog-First-Seq

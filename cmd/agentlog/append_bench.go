@@ -16,9 +16,9 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -155,12 +155,12 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		return res, err
 	}
 	defer cleanup()
-	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"}, "agentlog-bench", ajs.Config{})
+	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"}, "agentlog-bench", store.Config{})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	js := store.JS
+	js := st.JS
 
 	// The same events for both phases (generated before any timing).
 	events := make([][]session.Event, o.Sessions)
@@ -177,7 +177,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 	for r := range o.Rounds {
 		if o.Skip != "baseline" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (b) raw async publishing, %d sessions x %d events...\n", r+1, o.Rounds, o.Sessions, o.Events)
-			el, stored, err := benchBaseline(ctx, nc, js, store, events, o.MaxPending)
+			el, stored, err := benchBaseline(ctx, nc, js, st, events, o.MaxPending)
 			if err != nil {
 				return res, fmt.Errorf("baseline: %w", err)
 			}
@@ -190,7 +190,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		if o.Skip != "publisher" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (a) agentlog publisher, %d sessions x %d events, window %s...\n", r+1, o.Rounds, o.Sessions, o.Events, o.Window)
 			var pr benchAppendResult
-			if err := benchPublisher(ctx, nc, store, o, r, events, &pr); err != nil {
+			if err := benchPublisher(ctx, nc, st, o, r, events, &pr); err != nil {
 				return res, fmt.Errorf("publisher: %w", err)
 			}
 			pub = append(pub, pr)
@@ -224,8 +224,8 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 // the publisher encodes it) with PublishMsgAsync, one goroutine per session, into
 // AGENTLOG_BENCH_RAW (AGENTLOG's config under another name and subject), and waits for every ack.
 // It returns the wall time and the stream's stored bytes.
-func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, store *ajs.Store, events [][]session.Event, maxPending int) (time.Duration, uint64, error) {
-	cfg := store.Stream.CachedInfo().Config
+func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *store.Store, events [][]session.Event, maxPending int) (time.Duration, uint64, error) {
+	cfg := st.Stream.CachedInfo().Config
 	cfg.Name = "AGENTLOG_BENCH_RAW"
 	cfg.Subjects = []string{"agentlog_bench_raw.>"}
 	cfg.Description = "agentlog bench append: the raw async publishing baseline"
@@ -292,12 +292,12 @@ func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, stor
 
 // benchPublisher creates every session (untimed), then Appends all events of all sessions
 // concurrently and Flushes each session at its end.
-func benchPublisher(ctx context.Context, nc *nats.Conn, store *ajs.Store, o benchAppendOptions, round int, events [][]session.Event, res *benchAppendResult) error {
-	before, err := store.Stream.Info(ctx)
+func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o benchAppendOptions, round int, events [][]session.Event, res *benchAppendResult) error {
+	before, err := st.Stream.Info(ctx)
 	if err != nil {
 		return err
 	}
-	p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: "bench", Logger: benchLogger})
+	p, err := publisher.New(st, nc, publisher.Options{Window: o.Window, WriterID: "bench", Logger: benchLogger})
 	if err != nil {
 		return err
 	}
@@ -398,7 +398,7 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, store *ajs.Store, o benc
 	res.FlushP99Ms = ms(flushes[min(len(flushes)-1, len(flushes)*99/100)])
 	res.FlushMaxMs = ms(flushes[len(flushes)-1])
 
-	after, err := store.Stream.Info(ctx)
+	after, err := st.Stream.Info(ctx)
 	if err != nil {
 		return err
 	}

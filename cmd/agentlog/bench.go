@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -69,7 +69,7 @@ var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{L
 
 // benchServer starts an embedded nats-server with opts, connects to it as name and provisions cfg;
 // stop closes the connection and shuts the server down.
-func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, cfg ajs.Config) (nc *nats.Conn, store *ajs.Store, stop func(), err error) {
+func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, cfg store.Config) (nc *nats.Conn, st *store.Store, stop func(), err error) {
 	srv, err := natsdev.RunServer(opts)
 	if err != nil {
 		return nil, nil, nil, err
@@ -80,12 +80,12 @@ func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, c
 		stopServer()
 		return nil, nil, nil, err
 	}
-	if store, err = ajs.Provision(ctx, js, cfg); err != nil {
+	if st, err = store.Provision(ctx, js, cfg); err != nil {
 		nc.Close()
 		stopServer()
 		return nil, nil, nil, fmt.Errorf("provision: %w", err)
 	}
-	return nc, store, func() { nc.Close(); stopServer() }, nil
+	return nc, st, func() { nc.Close(); stopServer() }, nil
 }
 
 // startCPUProfile starts a CPU profile written to path (none when path is ""); stop ends it and

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/spf13/cobra"
 )
 
@@ -61,8 +61,8 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 	}
 	defer s.Close()
 	p.line("agentlog demo: embedded nats-server at %s, data in %s", s.url, dir)
-	p.line("streams %s and %s, KV buckets %s, %s, %s and %s, 1 projector, 1 forker", ajs.StreamName, ajs.ErrorsStream,
-		ajs.SessionsBucket, ajs.ProjectionsBucket, ajs.WritersBucket, projector.MembersBucket)
+	p.line("streams %s and %s, KV buckets %s, %s, %s and %s, 1 projector, 1 forker", wire.StreamName, wire.ErrorsStream,
+		wire.SessionsBucket, wire.ProjectionsBucket, wire.WritersBucket, projector.MembersBucket)
 
 	type imported struct {
 		h      session.Header

@@ -20,8 +20,8 @@ import (
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -150,7 +150,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, ServerName: "agentlog-bench"}, "agentlog-bench", ajs.Config{})
+	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, ServerName: "agentlog-bench"}, "agentlog-bench", store.Config{})
 	if err != nil {
 		return res, err
 	}
@@ -162,30 +162,30 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	res.Events = len(events)
 	const src = "bench-src"
 	fmt.Fprintf(logw, "bench: storing the source (%d events)...\n", len(events))
-	if err := store.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
+	if err := st.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
 		return res, err
 	}
 	var last uint64
-	before, err := store.Stream.Info(ctx)
+	before, err := st.Stream.Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	for i := 0; i < len(events); i += o.RecordEvents {
-		r, err := store.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
+		r, err := st.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
 		if err != nil {
 			return res, fmt.Errorf("storing the source: %w", err)
 		}
 		last = r.StreamSeq
 		res.SourceRecords++
 	}
-	after, err := store.Stream.Info(ctx)
+	after, err := st.Stream.Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.SourceBytes = after.State.Bytes - before.State.Bytes
 	events = nil
 
-	f := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	f := forker.New(st, nc, forker.Options{Logger: benchLogger})
 	if err := f.Start(ctx); err != nil {
 		return res, err
 	}
@@ -208,7 +208,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 		debug.FreeOSMemory() // so that the peak RSS counts what the phase needs, not free heap
 		rss0, reset := resetPeakRSS()
 		t, c := time.Now(), processCPU()
-		if err := benchRawCopy(ctx, store, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
+		if err := benchRawCopy(ctx, st, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
 			return res, fmt.Errorf("baseline: %w", err)
 		}
 		bases, baseCPU = append(bases, ms(time.Since(t))), append(baseCPU, ms(processCPU()-c))
@@ -230,7 +230,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 			res.ForkPeakRSSGrowthBytes = peakRSS() - rss0
 		}
 		if r == 0 {
-			n, err := store.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
+			n, err := st.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
 			if err != nil || n == 0 {
 				return res, fmt.Errorf("reading the child back: %v", err)
 			}
@@ -249,25 +249,25 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 // benchRawCopy is the fork's raw work: read every record of session src with an ordered consumer
 // and publish its bytes (data and Agentlog-* headers) once to the subject of session dst, async,
 // then wait for every ack.
-func benchRawCopy(ctx context.Context, store *ajs.Store, src, dst string) error {
-	subject, err := store.Subject(src)
+func benchRawCopy(ctx context.Context, st *store.Store, src, dst string) error {
+	subject, err := st.Subject(src)
 	if err != nil {
 		return err
 	}
-	to, err := store.Subject(dst)
+	to, err := st.Subject(dst)
 	if err != nil {
 		return err
 	}
-	cons, err := store.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return err
 	}
-	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(store.MaxMsgSize)))
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize)))
 	if err != nil {
 		return err
 	}
 	defer iter.Stop()
-	js := store.JS
+	js := st.JS
 	for {
 		m, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {

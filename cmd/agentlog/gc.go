@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/spf13/cobra"
 )
 
@@ -19,12 +20,12 @@ stored record references, of sessions without a live writer. An append stores an
 blob before its record, so a writer killed between the two (or a retry whose first try was stored)
 leaves one behind. It also purges the chunks of uploads that stored no object (a failed or killed
 upload) once older than --grace. Blobs of committed records are never removed (agentlog rm removes those with their
-session). --grace must leave time for an append in progress: at least ` + ajs.MinBlobGrace.String() + `. It prints what it
+session). --grace must leave time for an append in progress: at least ` + store.MinBlobGrace.String() + `. It prints what it
 kept and removed (--json: one JSON object).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if grace < ajs.MinBlobGrace {
-				return &usageError{fmt.Errorf("--grace %s is below %s: an append in progress could lose its blob", grace, ajs.MinBlobGrace)}
+			if grace < store.MinBlobGrace {
+				return &usageError{fmt.Errorf("--grace %s is below %s: an append in progress could lose its blob", grace, store.MinBlobGrace)}
 			}
 			nc, store, err := g.connect(cmd.Context(), "agentlog-gc")
 			if err != nil {
@@ -40,7 +41,7 @@ kept and removed (--json: one JSON object).`,
 			if asJSON {
 				return writeJSON(g.stdout, c, false)
 			}
-			fmt.Fprintf(g.stdout, "%s: %d blobs, %d removed (orphans older than %s)\n", ajs.BlobsBucket, c.Blobs, len(c.Removed), grace)
+			fmt.Fprintf(g.stdout, "%s: %d blobs, %d removed (orphans older than %s)\n", wire.BlobsBucket, c.Blobs, len(c.Removed), grace)
 			fmt.Fprintf(g.stdout, "  kept: %d referenced by a record, %d younger than the grace, %d of a live writer, %d not agentlog's\n", c.Used, c.Young, c.Live, c.Foreign)
 			for _, name := range c.Removed {
 				fmt.Fprintf(g.stdout, "  removed %s\n", name)
@@ -51,7 +52,7 @@ kept and removed (--json: one JSON object).`,
 			return nil
 		},
 	}
-	c.Flags().DurationVar(&grace, "grace", ajs.DefaultBlobGrace, "remove only orphans older than this")
+	c.Flags().DurationVar(&grace, "grace", store.DefaultBlobGrace, "remove only orphans older than this")
 	c.Flags().BoolVar(&asJSON, "json", false, `print {"blobs","young","live","used","foreign","removed","sessions","partialYoung","partialRemoved"}`)
 	return c
 }

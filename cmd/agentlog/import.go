@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/shellquote"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -286,9 +286,9 @@ func (c *streamCheck) lookup(seq int64) (session.Event, error) {
 }
 
 // importLog is importStream over events held in memory (the demo's); it returns the number written.
-func importLog(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, events []session.Event) (int64, error) {
+func importLog(ctx context.Context, st *store.Store, nc *nats.Conn, h session.Header, events []session.Event) (int64, error) {
 	i := 0
-	res, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
+	res, err := importStream(ctx, st, nc, h, func() (session.Event, error) {
 		if i == len(events) {
 			return session.Event{}, io.EOF
 		}
@@ -308,9 +308,9 @@ type imported struct {
 
 // existsErr is an import's refusal of an id that exists (cause): it says what the session holds
 // and, as an earlier import may have stopped part-way, how to start over.
-func existsErr(ctx context.Context, store *ajs.Store, id string, fileEvents int64, cause error) error {
+func existsErr(ctx context.Context, st *store.Store, id string, fileEvents int64, cause error) error {
 	holds := "no events"
-	if t, err := store.GetTailFromLeader(ctx, id); err != nil {
+	if t, err := st.GetTailFromLeader(ctx, id); err != nil {
 		holds = fmt.Sprintf("events that cannot be read (%v)", err)
 	} else if t.NextSeq > 0 {
 		holds = fmt.Sprintf("%d events (last seq %d)", t.NextSeq, t.NextSeq-1)
@@ -325,8 +325,8 @@ func existsErr(ctx context.Context, store *ajs.Store, id string, fileEvents int6
 // importPendingBytes are pending, the import waits for them (Flush). The log must have been
 // validated (validateLog). If anything fails, the writer is aborted and what the session holds is
 // removed (rollbackImport), so the import can simply be retried.
-func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (res imported, err error) {
-	pub, err := publisher.New(store, nc, publisher.Options{
+func importStream(ctx context.Context, st *store.Store, nc *nats.Conn, h session.Header, next func() (session.Event, error)) (res imported, err error) {
+	pub, err := publisher.New(st, nc, publisher.Options{
 		Window:          importWindow,
 		MaxPendingBytes: importPendingBytes,
 		AttemptTimeout:  2 * time.Minute,
@@ -337,7 +337,7 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 	if err != nil {
 		return res, err
 	}
-	if err := refuseOrphanRecords(ctx, store, h.ID); err != nil {
+	if err := refuseOrphanRecords(ctx, st, h.ID); err != nil {
 		return res, err
 	}
 	w, err := pub.Create(ctx, h)
@@ -359,7 +359,7 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 			}
 		}
 		if err != nil {
-			return imported{}, rollbackImport(ctx, store, w, h.ID, err)
+			return imported{}, rollbackImport(ctx, st, w, h.ID, err)
 		}
 		if n := w.SanitizedStrings(); n > res.repaired {
 			if res.repaired == 0 {
@@ -370,7 +370,7 @@ func importStream(ctx context.Context, store *ajs.Store, nc *nats.Conn, h sessio
 		res.events++
 	}
 	if err := w.Close(ctx); err != nil {
-		return imported{}, rollbackImport(ctx, store, w, h.ID, err)
+		return imported{}, rollbackImport(ctx, st, w, h.ID, err)
 	}
 	return res, nil
 }
@@ -387,11 +387,11 @@ const (
 // by a writer that died between its first record and its check, or by an rm that stopped
 // half-way): creating the metadata would succeed and the first write then conflict, leaving the
 // id with metadata as well. Nothing is written.
-func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error {
-	if _, err := store.GetSession(ctx, id); !errors.Is(err, ajs.ErrSessionNotFound) {
+func refuseOrphanRecords(ctx context.Context, st *store.Store, id string) error {
+	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
 		return nil // it exists (Create refuses it) or cannot be read (Create says why)
 	}
-	tail, err := store.GetTailFromLeader(ctx, id)
+	tail, err := st.GetTailFromLeader(ctx, id)
 	if err == nil && tail.LastStreamSeq == 0 {
 		return nil
 	}
@@ -409,7 +409,7 @@ func refuseOrphanRecords(ctx context.Context, store *ajs.Store, id string) error
 // agentlog rm does), so that the import can be retried. The removal outlives ctx (an interrupt,
 // --timeout), not a permission refusal of the command (credentials that may not remove). It
 // returns the cause with what the store now holds (cause names the session).
-func rollbackImport(ctx context.Context, store *ajs.Store, w *publisher.Writer, id string, cause error) error {
+func rollbackImport(ctx context.Context, st *store.Store, w *publisher.Writer, id string, cause error) error {
 	w.Abort()
 	rctx, refused := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
@@ -420,7 +420,7 @@ func rollbackImport(ctx context.Context, store *ajs.Store, w *publisher.Writer, 
 	defer stop()
 	rctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
-	rm, err := store.RemoveSession(rctx, id)
+	rm, err := st.RemoveSession(rctx, id)
 	if err != nil && errors.Is(context.Cause(rctx), nats.ErrPermissionViolation) {
 		return fmt.Errorf("%w; these credentials may not remove what it wrote (`agentlog rm %s` with the operator's removes it)", cause, shellquote.Quote(id))
 	}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -51,9 +51,9 @@ func lagEvent(seq int64, pad string) session.Event {
 // same writers append at load x that rate for dur, and each, every second, flushes (the
 // append is then acknowledged) and asks the query service for its messages with minSeq = the
 // last seq flushed: the lag is the time from the flush's return to the answer.
-func benchLagUnderLoad(ctx context.Context, store *ajs.Store, nc *nats.Conn, sessions, size int, load float64, dur time.Duration, logw io.Writer) (lagResult, error) {
+func benchLagUnderLoad(ctx context.Context, st *store.Store, nc *nats.Conn, sessions, size int, load float64, dur time.Duration, logw io.Writer) (lagResult, error) {
 	var res lagResult
-	p, err := publisher.New(store, nc, publisher.Options{WriterID: "bench-lag", Logger: benchLogger})
+	p, err := publisher.New(st, nc, publisher.Options{WriterID: "bench-lag", Logger: benchLogger})
 	if err != nil {
 		return res, err
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/obs"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -181,7 +181,7 @@ func TestProjectorReadiness(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	store, err := ajs.Provision(ctx, js, ajs.Config{})
+	st, err := store.Provision(ctx, js, store.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +195,8 @@ func TestProjectorReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	store, _ = ajs.Open(ctx, js)
-	if _, err := store.Append(ctx, "counted", 0, []session.Event{note(0), note(1)}); err != nil {
+	st, _ = store.Open(ctx, js)
+	if _, err := st.Append(ctx, "counted", 0, []session.Event{note(0), note(1)}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)

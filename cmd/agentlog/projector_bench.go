@@ -17,9 +17,10 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -140,12 +141,12 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	nc, store, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir}, "agentlog-bench-project", ajs.Config{Partitions: o.Partitions})
+	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir}, "agentlog-bench-project", store.Config{Partitions: o.Partitions})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	js := store.JS
+	js := st.JS
 
 	// Pre-fill: every session in records of o.Batch events.
 	fmt.Fprintf(logw, "bench project: writing %d sessions x %d events...\n", o.Sessions, o.Events)
@@ -167,7 +168,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 				id := fmt.Sprintf("bench-%05d", s)
 				// Metadata as a publisher's Create writes it (a fold reads it for lineage, and
 				// a session without it costs a tail read to tell it from a removed one).
-				if err := store.CreateSession(ctx, session.Header{ID: id, CreatedAt: t0}); err != nil {
+				if err := st.CreateSession(ctx, session.Header{ID: id, CreatedAt: t0}); err != nil {
 					errs <- err
 					return
 				}
@@ -175,7 +176,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 				n := 0
 				for len(evs) > 0 {
 					k := min(o.Batch, len(evs))
-					r, err := store.Append(ctx, id, tail, evs[:k])
+					r, err := st.Append(ctx, id, tail, evs[:k])
 					if err != nil {
 						errs <- err
 						return
@@ -214,17 +215,17 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	}()
 	for r := range o.Rounds {
 		fmt.Fprintf(logw, "bench project: round %d/%d\n", r+1, o.Rounds)
-		base, err := benchOrdered(ctx, store, res.Events, false)
+		base, err := benchOrdered(ctx, st, res.Events, false)
 		if err != nil {
 			return res, err
 		}
 		bases = append(bases, base)
-		bd, err := benchOrdered(ctx, store, res.Events, true)
+		bd, err := benchOrdered(ctx, st, res.Events, true)
 		if err != nil {
 			return res, err
 		}
 		baseDecodes = append(baseDecodes, bd)
-		bp, err := benchPartitioned(ctx, store, res.Events)
+		bp, err := benchPartitioned(ctx, st, res.Events)
 		if err != nil {
 			return res, err
 		}
@@ -235,7 +236,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 			if err != nil {
 				return res, err
 			}
-			if err := resetProjections(ctx, js, store); err != nil {
+			if err := resetProjections(ctx, js, st); err != nil {
 				return res, err
 			}
 		}
@@ -243,7 +244,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		if r == o.Rounds-1 {
 			profile = o.CPUProfile // the last round's fold phase
 		}
-		start, fold, folded, p, err := benchFold(ctx, store, nc, js, res.Events, profile)
+		start, fold, folded, p, err := benchFold(ctx, st, nc, js, res.Events, profile)
 		if err != nil {
 			return res, err
 		}
@@ -277,7 +278,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 	// projector running); append acknowledged (a Flush returned) -> the query service answers
 	// minSeq.
 	if o.LagLoad > 0 {
-		lr, err := benchLagUnderLoad(ctx, store, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
+		lr, err := benchLagUnderLoad(ctx, st, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
 		if err != nil {
 			return res, fmt.Errorf("lag phase: %w", err)
 		}
@@ -294,7 +295,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 // start inside Start, so a few may be folded before it returns), and the running projector, which
 // the caller stops; on an error the projector is stopped here. With profile set, the fold (not
 // the start) is written to that CPU profile.
-func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (startT, foldT time.Duration, folded int64, _ *projector.Projector, err error) {
+func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (startT, foldT time.Duration, folded int64, _ *projector.Projector, err error) {
 	var f *os.File
 	if profile != "" {
 		if f, err = os.Create(profile); err != nil {
@@ -302,7 +303,7 @@ func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.J
 		}
 		defer f.Close()
 	}
-	p := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return 0, 0, 0, nil, err
@@ -320,7 +321,7 @@ func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.J
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := waitFolded(ctx, store, p, int64(want)); err != nil {
+	if err := waitFolded(ctx, st, p, int64(want)); err != nil {
 		return 0, 0, 0, nil, err
 	}
 	return startT, time.Since(t1), p.Applied() - before, p, nil
@@ -328,13 +329,13 @@ func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.J
 
 // resetProjections removes what a bench projector left: its partition consumers and every stored
 // projection state, so that the next round folds the whole stream again.
-func resetProjections(ctx context.Context, js natsjs.JetStream, store *ajs.Store) error {
-	for part := 0; part < store.Partitions; part++ {
-		if err := store.Stream.DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+func resetProjections(ctx context.Context, js natsjs.JetStream, st *store.Store) error {
+	for part := 0; part < st.Partitions; part++ {
+		if err := st.Stream.DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
 			return fmt.Errorf("bench project: deleting consumer %s: %w", projector.PartitionConsumer(part), err)
 		}
 	}
-	kvs, err := js.Stream(ctx, "KV_"+ajs.ProjectionsBucket)
+	kvs, err := js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
 	if err != nil {
 		return fmt.Errorf("bench project: projections bucket: %w", err)
 	}
@@ -346,15 +347,15 @@ func resetProjections(ctx context.Context, js natsjs.JetStream, store *ajs.Store
 
 // benchPartitioned reads the whole stream with one ordered consumer per partition at once, each
 // decoding its records, until want events were read in all, and returns the time it took.
-func benchPartitioned(ctx context.Context, store *ajs.Store, want int) (time.Duration, error) {
+func benchPartitioned(ctx context.Context, st *store.Store, want int) (time.Duration, error) {
 	start := time.Now()
 	var read atomic.Int64
 	var wg sync.WaitGroup
 	all, done := context.WithCancel(ctx) // cancelled once every event was read
 	defer done()
-	errs := make(chan error, store.Partitions)
-	for part := 0; part < store.Partitions; part++ {
-		oc, err := store.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{ajs.PartitionSubject(part)}})
+	errs := make(chan error, st.Partitions)
+	for part := 0; part < st.Partitions; part++ {
+		oc, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.PartitionSubject(part)}})
 		if err != nil {
 			return 0, err
 		}
@@ -376,7 +377,7 @@ func benchPartitioned(ctx context.Context, store *ajs.Store, want int) (time.Dur
 					errs <- err
 					return
 				}
-				evs, err := ajs.DecodeRecord(m.Headers(), m.Data())
+				evs, err := wire.DecodeRecord(m.Headers(), m.Data())
 				if err != nil {
 					errs <- err
 					return
@@ -398,9 +399,9 @@ func benchPartitioned(ctx context.Context, store *ajs.Store, want int) (time.Dur
 
 // benchOrdered reads the whole stream with an ordered consumer until want events were read, and
 // returns the time it took.
-func benchOrdered(ctx context.Context, store *ajs.Store, want int, decode bool) (time.Duration, error) {
+func benchOrdered(ctx context.Context, st *store.Store, want int, decode bool) (time.Duration, error) {
 	start := time.Now()
-	oc, err := store.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{ajs.SubjectPrefix + ".>"}})
+	oc, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.SubjectPrefix + ".>"}})
 	if err != nil {
 		return 0, err
 	}
@@ -416,16 +417,16 @@ func benchOrdered(ctx context.Context, store *ajs.Store, want int, decode bool) 
 			return 0, err
 		}
 		if decode {
-			evs, err := ajs.DecodeRecord(m.Headers(), m.Data())
+			evs, err := wire.DecodeRecord(m.Headers(), m.Data())
 			if err != nil {
 				return 0, err
 			}
 			read += len(evs)
 			continue
 		}
-		n, err := strconv.Atoi(m.Headers().Get(ajs.HeaderCount))
+		n, err := strconv.Atoi(m.Headers().Get(wire.HeaderCount))
 		if err != nil || n < 1 {
-			return 0, fmt.Errorf("record without a valid %s header", ajs.HeaderCount)
+			return 0, fmt.Errorf("record without a valid %s header", wire.HeaderCount)
 		}
 		read += n
 	}

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
@@ -99,19 +100,19 @@ type rebuildResult struct {
 }
 
 // checkSessionsExist refuses ids that name no session: neither metadata nor records.
-func checkSessionsExist(ctx context.Context, store *ajs.Store, ids []string) error {
+func checkSessionsExist(ctx context.Context, st *store.Store, ids []string) error {
 	for _, id := range ids {
-		if _, err := ajs.Token(id); err != nil {
+		if _, err := wire.Token(id); err != nil {
 			return err
 		}
-		_, err := store.GetSession(ctx, id)
+		_, err := st.GetSession(ctx, id)
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, ajs.ErrSessionNotFound) {
+		if !errors.Is(err, store.ErrSessionNotFound) {
 			return err
 		}
-		if t, terr := store.GetTail(ctx, id); terr != nil || t.NextSeq == 0 {
+		if t, terr := st.GetTail(ctx, id); terr != nil || t.NextSeq == 0 {
 			return fmt.Errorf("session %q not found (no metadata, no records): nothing was rebuilt", id)
 		}
 	}

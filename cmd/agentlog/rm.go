@@ -8,7 +8,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/shellquote"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/spf13/cobra"
 )
 
@@ -26,7 +27,7 @@ JSON object). An id with nothing stored is refused (exit 1). An rm that failed h
 by running it again.`,
 		Args: idArgs("one session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := ajs.Token(args[0]); err != nil {
+			if _, err := wire.Token(args[0]); err != nil {
 				return &exitError{code: 1, err: err}
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
@@ -43,7 +44,7 @@ by running it again.`,
 			rm, err := c.Remove(ctx, args[0])
 			if r := g.refusal(); err != nil && r != nil {
 				state := "it stopped part-way: the session reads as not found until rm is run again with the operator's credentials"
-				if errors.Is(err, ajs.ErrRemoveNotStarted) {
+				if errors.Is(err, store.ErrRemoveNotStarted) {
 					state = "nothing was changed"
 				}
 				return fmt.Errorf("rm %s: removing a session needs the tenant's operator role (it purges the session's subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellquote.Quote(args[0]), state, r)

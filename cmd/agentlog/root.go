@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -153,9 +154,9 @@ func (g *globals) natsOptions(name string) []nats.Option {
 // addMaxEventBytesFlag gives a command that writes events the flag --max-event-bytes, which
 // connect applies to the Store it returns.
 func (g *globals) addMaxEventBytesFlag(c *cobra.Command) {
-	g.maxEventBytes = ajs.DefaultMaxEventBytes
+	g.maxEventBytes = store.DefaultMaxEventBytes
 	c.Flags().Var((*positiveBytes)(&g.maxEventBytes), "max-event-bytes",
-		"refuse an event whose JSON line is larger than this many bytes (events larger than one record are stored in the Object Store bucket "+ajs.BlobsBucket+")")
+		"refuse an event whose JSON line is larger than this many bytes (events larger than one record are stored in the Object Store bucket "+wire.BlobsBucket+")")
 }
 
 // positiveBytes is an int64 flag value that must be > 0.
@@ -173,38 +174,38 @@ func (b *positiveBytes) Set(v string) error {
 }
 
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
-func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.Store, error) {
+func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.Store, error) {
 	nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := ajs.Open(ctx, js)
+	st, err := store.Open(ctx, js)
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, ajs.ErrNotProvisioned) {
+		if errors.Is(err, store.ErrNotProvisioned) {
 			return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
 		}
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
 	}
-	store.MaxEventBytes = g.maxEventBytes
-	return nc, store, nil
+	st.MaxEventBytes = g.maxEventBytes
+	return nc, st, nil
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog
 // is not provisioned there, it says so once on logger and retries with backoff (250 ms to 5 s)
 // until it succeeds or ctx ends. An incompatible stream or bucket is returned at once.
-func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, *ajs.Store, error) {
+func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, *store.Store, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	waiting := false
 	for {
-		nc, store, err := g.connect(ctx, name)
+		nc, st, err := g.connect(ctx, name)
 		if err == nil {
 			if waiting {
 				logger.Info("agentlog: NATS reached and agentlog provisioned there; starting", "url", g.natsURL)
 			}
-			return nc, store, nil
+			return nc, st, nil
 		}
-		if errors.Is(err, ajs.ErrIncompatible) || connectionFailedForGood(err) || ctx.Err() != nil {
+		if errors.Is(err, store.ErrIncompatible) || connectionFailedForGood(err) || ctx.Err() != nil {
 			return nil, nil, err
 		}
 		if !waiting {

@@ -24,9 +24,10 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -224,7 +225,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	if err != nil {
 		return f, err
 	}
-	store, err := ajs.Provision(ctx, js, ajs.Config{})
+	st, err := store.Provision(ctx, js, store.Config{})
 	if err != nil {
 		return f, fmt.Errorf("provision: %w", err)
 	}
@@ -239,10 +240,10 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	tails := make([]uint64, n)
 	start := time.Now()
 	if err := forEach(ctx, n, o.Workers, func(i int) error {
-		if err := store.CreateSession(ctx, session.Header{ID: id(i), CreatedAt: t0}); err != nil {
+		if err := st.CreateSession(ctx, session.Header{ID: id(i), CreatedAt: t0}); err != nil {
 			return err
 		}
-		r, err := store.Append(ctx, id(i), 0, evs[:o.Events])
+		r, err := st.Append(ctx, id(i), 0, evs[:o.Events])
 		tails[i] = r.StreamSeq
 		return err
 	}); err != nil {
@@ -261,7 +262,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	if err := forEach(ctx, len(sample), o.Workers, func(k int) error {
 		i := sample[k]
 		for r := 1; r <= o.Records; r++ {
-			res, err := store.Append(ctx, id(i), tails[i], evs[r*o.Events:(r+1)*o.Events])
+			res, err := st.Append(ctx, id(i), tails[i], evs[r*o.Events:(r+1)*o.Events])
 			if err != nil {
 				return err
 			}
@@ -285,14 +286,14 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	total := int64(n*o.Events + len(sample)*o.Records*o.Events)
 	debug.FreeOSMemory()
 	rss0 := procRSS(os.Getpid())
-	p := projector.New(store, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
+	p := projector.New(st, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
 	start = time.Now()
 	if err := p.Start(ctx); err != nil {
 		return f, err
 	}
 	defer p.Stop()
 	f.ProjectorStartMs = ms(time.Since(start))
-	if err := waitFolded(ctx, store, p, total); err != nil {
+	if err := waitFolded(ctx, st, p, total); err != nil {
 		return f, err
 	}
 	f.ProjectorCatchUpMs = ms(time.Since(start))
@@ -374,11 +375,11 @@ func forEach(ctx context.Context, n, workers int, fn func(i int) error) error {
 
 // waitFolded waits until p has folded total events and every partition consumer has nothing
 // pending or unacknowledged.
-func waitFolded(ctx context.Context, store *ajs.Store, p *projector.Projector, total int64) error {
+func waitFolded(ctx context.Context, st *store.Store, p *projector.Projector, total int64) error {
 	for {
 		done := p.Applied() >= total
-		for part := 0; part < store.Partitions && done; part++ {
-			c, err := store.JS.Consumer(ctx, ajs.StreamName, projector.PartitionConsumer(part))
+		for part := 0; part < st.Partitions && done; part++ {
+			c, err := st.JS.Consumer(ctx, wire.StreamName, projector.PartitionConsumer(part))
 			if err != nil {
 				return err
 			}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -121,7 +122,7 @@ credentials use the global account, as before. --http serves the server's monito
 }
 
 func newProvisionCmd(g *globals) *cobra.Command {
-	var cfg ajs.Config
+	var cfg store.Config
 	c := &cobra.Command{
 		Use:   "provision [--partitions N] [--replicas R]",
 		Short: "Create the agentlog stream and KV buckets on a NATS cluster (idempotent)",
@@ -130,8 +131,8 @@ agentlog_sessions and agentlog_projections KV buckets, and checks what exists. I
 setting, to run against an existing config it cannot use. The partition count is fixed at creation.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Partitions < 1 || cfg.Partitions > ajs.MaxPartitions {
-				return &usageError{fmt.Errorf("--partitions must be 1..%d, got %d", ajs.MaxPartitions, cfg.Partitions)}
+			if cfg.Partitions < 1 || cfg.Partitions > wire.MaxPartitions {
+				return &usageError{fmt.Errorf("--partitions must be 1..%d, got %d", wire.MaxPartitions, cfg.Partitions)}
 			}
 			if cfg.Replicas < 1 || cfg.Replicas > 5 {
 				return &usageError{fmt.Errorf("--replicas must be 1..5, got %d", cfg.Replicas)}
@@ -143,16 +144,16 @@ setting, to run against an existing config it cannot use. The partition count is
 				return err
 			}
 			defer nc.Close()
-			store, err := ajs.Provision(ctx, js, cfg)
+			st, err := store.Provision(ctx, js, cfg)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions) and %s, KV buckets %s and %s\n",
-				g.natsURL, ajs.StreamName, store.Partitions, ajs.ErrorsStream, ajs.SessionsBucket, ajs.ProjectionsBucket)
+				g.natsURL, wire.StreamName, st.Partitions, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
 			return nil
 		},
 	}
-	c.Flags().IntVar(&cfg.Partitions, "partitions", ajs.DefaultPartitions, "partition count of a new stream (fixed at creation)")
+	c.Flags().IntVar(&cfg.Partitions, "partitions", wire.DefaultPartitions, "partition count of a new stream (fixed at creation)")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and buckets (3 in production)")
 	return c
 }
@@ -188,8 +189,8 @@ waited for.`,
 			if queryCacheMiB < 0 || queryCacheMiB > 1<<20 {
 				return &usageError{fmt.Errorf("--query-cache-mib must be 0..%d (1 TiB), got %d", 1<<20, queryCacheMiB)}
 			}
-			if blobGrace < ajs.MinBlobGrace {
-				return &usageError{fmt.Errorf("--blob-grace %s is below %s: an append in progress could lose its blob", blobGrace, ajs.MinBlobGrace)}
+			if blobGrace < store.MinBlobGrace {
+				return &usageError{fmt.Errorf("--blob-grace %s is below %s: an append in progress could lose its blob", blobGrace, store.MinBlobGrace)}
 			}
 			queryCache := queryCacheMiB << 20
 			if queryCache == 0 {
@@ -220,8 +221,8 @@ waited for.`,
 	c.Flags().Int64Var(&queryCacheMiB, "query-cache-mib", projector.DefaultQueryCacheBytes>>20,
 		"MiB of user, assistant and tool-result events kept so that a messages query reads only the records appended since the session's last query (0: read the whole log each time)")
 	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
-		"how often the instance owning partition 0 removes orphan blobs of "+ajs.BlobsBucket+" (as agentlog gc does; negative: never)")
-	c.Flags().DurationVar(&blobGrace, "blob-grace", ajs.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
+		"how often the instance owning partition 0 removes orphan blobs of "+wire.BlobsBucket+" (as agentlog gc does; negative: never)")
+	c.Flags().DurationVar(&blobGrace, "blob-grace", store.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
@@ -257,7 +258,7 @@ func newForkerCmd(g *globals) *cobra.Command {
 
 // startService starts a service process's metrics server (not ready until connected) and its
 // connection, waiting for NATS. On error nothing is left open.
-func (g *globals) startService(ctx context.Context, metricsAddr, name string) (*slog.Logger, *observer, *nats.Conn, *ajs.Store, error) {
+func (g *globals) startService(ctx context.Context, metricsAddr, name string) (*slog.Logger, *observer, *nats.Conn, *store.Store, error) {
 	logger := slog.New(slog.NewTextHandler(g.stderr, nil))
 	ob, err := startObserver(metricsAddr, g.stdout)
 	if err != nil {

@@ -10,8 +10,9 @@ import (
 	"os"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -44,7 +45,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 
 // printEvents writes session id as dsh JSONL to out, a record at a time as it is read (memory
 // bounded by one record, or with Pack by one run of chunks), never the whole log.
-func printEvents(ctx context.Context, c *client.Client, store *ajs.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
+func printEvents(ctx context.Context, c *client.Client, st *store.Store, id string, out io.Writer, opts session.WriteOptions, withHeader bool) error {
 	hp, err := eventsHeader(ctx, c, id)
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func printEvents(ctx context.Context, c *client.Client, store *ajs.Store, id str
 			return err
 		}
 	}
-	last, err := store.ReadRecords(ctx, id, func(_ uint64, events []session.Event) error {
+	last, err := st.ReadRecords(ctx, id, func(_ uint64, events []session.Event) error {
 		return jw.Write(events...)
 	})
 	if err != nil {
@@ -117,9 +118,9 @@ writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projecti
 }
 
 // queryMessages asks the projector for id's messages, waiting for minSeq (-2: the current tail).
-func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id string, minSeq int64) ([]json.RawMessage, error) {
+func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id string, minSeq int64) ([]json.RawMessage, error) {
 	if minSeq == -2 {
-		tail, err := store.GetTail(ctx, id)
+		tail, err := st.GetTail(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -136,8 +137,8 @@ func queryMessages(ctx context.Context, store *ajs.Store, nc *nats.Conn, id stri
 	reply, err := c.Messages(ctx, id, opts...)
 	if errors.Is(err, client.ErrNotFound) {
 		// A session that exists but has no events has no projection yet: its history is empty.
-		if _, herr := store.GetSession(ctx, id); herr == nil {
-			if tail, terr := store.GetTail(ctx, id); terr == nil && tail.NextSeq == 0 {
+		if _, herr := st.GetSession(ctx, id); herr == nil {
+			if tail, terr := st.GetTail(ctx, id); terr == nil && tail.NextSeq == 0 {
 				return []json.RawMessage{}, nil
 			}
 		}
@@ -182,7 +183,7 @@ and prints the reference's code and exact text on stderr, e.g.
 				ids = append(ids, child) // without --child the forker picks one
 			}
 			for _, id := range ids {
-				if _, err := ajs.Token(id); err != nil {
+				if _, err := wire.Token(id); err != nil {
 					return &exitError{code: 1, err: err}
 				}
 			}

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -191,12 +191,12 @@ func TestSessionsScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, _ := ajs.Token(id)
-		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: "$KV." + ajs.SessionsBucket + "." + tok, Data: val,
-			Header: nats.Header{ajs.IncarnationHeader: []string{ajs.NewIncarnation()}}}, natsjs.WithStallWait(time.Minute)); err != nil {
+		tok, _ := wire.Token(id)
+		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Data: val,
+			Header: nats.Header{wire.IncarnationHeader: []string{wire.NewIncarnation()}}}, natsjs.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		hdr, body, err := ajs.EncodeRecord(id, opsEvents())
+		hdr, body, err := wire.EncodeRecord(id, opsEvents())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +37,7 @@ type stackOptions struct {
 type stack struct {
 	srv        *server.Server
 	nc         *nats.Conn
-	store      *ajs.Store
+	store      *store.Store
 	projectors []*projector.Projector
 	forkers    []*forker.Forker
 	url        string
@@ -75,7 +75,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		return nil, err
 	}
 	s.nc = nc
-	if s.store, err = ajs.Provision(ctx, js, ajs.Config{}); err != nil {
+	if s.store, err = store.Provision(ctx, js, store.Config{}); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 	s.store.MaxEventBytes = o.MaxEventBytes

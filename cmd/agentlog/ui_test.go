@@ -27,8 +27,8 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
@@ -377,7 +377,7 @@ func TestUISecurity(t *testing.T) {
 	if code, _, errOut := runCLI(ctx, s.url, "messages", "stopped"); code != 0 {
 		t.Fatal(errOut)
 	}
-	errSubj, _ := ajs.ErrorsSubject("stopped")
+	errSubj, _ := wire.ErrorsSubject("stopped")
 	report := `{"type":"agent/error","session":"stopped","firstSeq":5,"lastSeq":6,"error":"write <b>failed</b>","time":1785000000009,"writerId":"w1","fenced":true}`
 	js, err := natsjs.New(s.nc)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -25,7 +25,7 @@ type versionInfo struct {
 
 func buildVersion() versionInfo {
 	v := versionInfo{Module: "github.com/agentlog/agentlog", Version: "(unknown)", Go: runtime.Version(),
-		NATSServer: server.VERSION, NATSClient: nats.Version, RecordFormat: ajs.RecordFormat, SessionFormat: 0}
+		NATSServer: server.VERSION, NATSClient: nats.Version, RecordFormat: wire.RecordFormat, SessionFormat: 0}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Module, v.Version = bi.Main.Path, bi.Main.Version
 		dirty := false

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -52,7 +53,7 @@ func roleServer(t *testing.T) (string, *violationLog) {
 	dir := t.TempDir()
 	var users []string
 	for _, r := range []Role{Agent, Projector, Operator} {
-		p, err := RolePermissions(r, ajs.DefaultPartitions)
+		p, err := RolePermissions(r, wire.DefaultPartitions)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,15 +139,15 @@ func TestAgentBlobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, opJS := dialRole(t, url, Operator)
-	if _, err := ajs.Provision(ctx, opJS, ajs.Config{}); err != nil {
+	if _, err := store.Provision(ctx, opJS, store.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	agentNC, agentJS := dialRole(t, url, Agent)
-	store, err := ajs.Open(ctx, agentJS)
+	st, err := store.Open(ctx, agentJS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(store, agentNC, publisher.Options{RetryBudget: time.Second})
+	pub, err := publisher.New(st, agentNC, publisher.Options{RetryBudget: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,18 +160,18 @@ func TestAgentBlobs(t *testing.T) {
 	}
 
 	// The agent purges the blob bucket: refused, the other session's blob stays.
-	blobs, err := agentJS.Stream(ctx, "OBJ_"+ajs.BlobsBucket)
+	blobs, err := agentJS.Stream(ctx, "OBJ_"+wire.BlobsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 	err = blobs.Purge(pctx)
 	pcancel()
-	if v := viols.since(0); err == nil || len(v) != 1 || !strings.Contains(v[0], "STREAM.PURGE.OBJ_"+ajs.BlobsBucket) {
+	if v := viols.since(0); err == nil || len(v) != 1 || !strings.Contains(v[0], "STREAM.PURGE.OBJ_"+wire.BlobsBucket) {
 		t.Fatalf("the agent purged agentlog_blobs: %v; violations %v, want the purge's", err, v)
 	}
 	readBack := func(who string) {
-		got, _, err := store.Read(ctx, "victim")
+		got, _, err := st.Read(ctx, "victim")
 		if err != nil || len(got) != 2 || string(got[1].Data) != string(victim[1].Data) {
 			t.Fatalf("%s: reading the victim's blob back: %d events, %v", who, len(got), err)
 		}
@@ -178,7 +179,7 @@ func TestAgentBlobs(t *testing.T) {
 	readBack("after the agent's purge")
 
 	// A full bucket refuses uploads part-way.
-	opBlobs, err := opJS.Stream(ctx, "OBJ_"+ajs.BlobsBucket)
+	opBlobs, err := opJS.Stream(ctx, "OBJ_"+wire.BlobsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestAgentBlobs(t *testing.T) {
 
 	// The projector's GC purges the partial uploads' chunks, with its own permissions.
 	_, projJS := dialRole(t, url, Projector)
-	pstore, err := ajs.Open(ctx, projJS)
+	pstore, err := store.Open(ctx, projJS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestAgentBlobs(t *testing.T) {
 	if v := viols.since(1); len(v) > 0 {
 		t.Fatalf("the projector's CollectBlobs was refused: %v", v)
 	}
-	info, err := opBlobs.Info(ctx, natsjs.WithSubjectFilter("$O."+ajs.BlobsBucket+".C.>"))
+	info, err := opBlobs.Info(ctx, natsjs.WithSubjectFilter("$O."+wire.BlobsBucket+".C.>"))
 	if err != nil || len(info.State.Subjects) != 1 {
 		t.Fatalf("chunk subjects after the GC: %v, %v; want the victim's only", info.State.Subjects, err)
 	}

@@ -24,7 +24,7 @@ import (
 )
 
 // Options configure Generate. Zero values: Host 127.0.0.1, Port and HTTPPort free loopback ports
-// picked now, Partitions jetstream.DefaultPartitions, MaxFileStore 1 GiB and MaxMemStore 64 MiB
+// picked now, Partitions wire.DefaultPartitions, MaxFileStore 1 GiB and MaxMemStore 64 MiB
 // per tenant.
 type Options struct {
 	Dir        string   // required: everything is written under it

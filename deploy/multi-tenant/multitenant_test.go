@@ -17,7 +17,8 @@ import (
 	"time"
 
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -262,17 +263,17 @@ func TestMultiTenant(t *testing.T) {
 		js, _ := natsjs.New(viewer)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		subj, _ := ajs.SessionSubject("s2", d.Partitions)
+		subj, _ := wire.SessionSubject("s2", d.Partitions)
 		live, err := viewer.SubscribeSync(subj)
 		if err != nil {
 			t.Fatal(err)
 		}
 		viewer.Flush()
-		store, err := ajs.Open(ctx, js)
+		sto, err := store.Open(ctx, js)
 		if err != nil {
-			t.Fatalf("viewer: jetstream.Open: %v", err)
+			t.Fatalf("viewer: store.Open: %v", err)
 		}
-		w, err := store.Projections.Watch(ctx, "messages.s1")
+		w, err := sto.Projections.Watch(ctx, "messages.s1")
 		if err != nil {
 			t.Fatalf("viewer: watch messages.s1: %v", err)
 		}
@@ -374,8 +375,8 @@ func attacks(t *testing.T, d *deployment, a, b string) {
 	for _, role := range []multitenant.Role{multitenant.Agent, multitenant.Operator} {
 		nc := d.conn(t, d.Identity(a, role), "attack-"+string(role))
 		js, _ := natsjs.New(nc)
-		subj, _ := ajs.SessionSubject("b-secret", d.Partitions)
-		tok, _ := ajs.Token("b-secret")
+		subj, _ := wire.SessionSubject("b-secret", d.Partitions)
+		tok, _ := wire.Token("b-secret")
 
 		// The fork service, asked with the tenant in the payload: the tenant is the connection's.
 		for _, req := range []string{
@@ -406,13 +407,13 @@ func attacks(t *testing.T, d *deployment, a, b string) {
 		}
 
 		// KV reads of B's metadata and projections.
-		for _, kvName := range []string{ajs.SessionsBucket, ajs.ProjectionsBucket} {
+		for _, kvName := range []string{wire.SessionsBucket, wire.ProjectionsBucket} {
 			kv, err := js.KeyValue(ctx, kvName)
 			if err != nil {
 				t.Fatalf("%s: %s: %v", role, kvName, err)
 			}
 			key := tok
-			if kvName == ajs.ProjectionsBucket {
+			if kvName == wire.ProjectionsBucket {
 				key = "messages." + tok
 			}
 			// The operator's get finds nothing; the agent may not even ask (no direct get of
@@ -451,8 +452,8 @@ func attacks(t *testing.T, d *deployment, a, b string) {
 	{
 		nc := d.conn(t, d.Identity(a, multitenant.Agent), "attack-write")
 		js, _ := natsjs.New(nc)
-		subj, _ := ajs.SessionSubject("b-secret", d.Partitions)
-		tok, _ := ajs.Token("b-secret")
+		subj, _ := wire.SessionSubject("b-secret", d.Partitions)
+		tok, _ := wire.Token("b-secret")
 		h := nats.Header{}
 		h.Set("Agentlog-Session", tok)
 		h.Set("Agentlog-First-Seq", "3")
@@ -540,7 +541,7 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	d.importLog(t, "A_AGENT_ARGS", smallLog("blob-victim", big))
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	blobs, err := js.Stream(ctx, "OBJ_"+ajs.BlobsBucket)
+	blobs, err := js.Stream(ctx, "OBJ_"+wire.BlobsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +595,7 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	kv, _ := natsjs.New(nc)
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := ajs.Open(ctx, kv)
+	st, err := store.Open(ctx, kv)
 	if err != nil {
 		t.Fatal(err)
 	}

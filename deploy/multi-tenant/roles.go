@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // Role is one of the identities of a tenant. Its permissions apply inside the tenant's own NATS
@@ -37,11 +37,11 @@ type Permissions struct {
 type Entry struct{ Subject, Why string }
 
 const (
-	sessionsKV    = "KV_" + ajs.SessionsBucket
-	projectionsKV = "KV_" + ajs.ProjectionsBucket
-	writersKV     = "KV_" + ajs.WritersBucket
+	sessionsKV    = "KV_" + wire.SessionsBucket
+	projectionsKV = "KV_" + wire.ProjectionsBucket
+	writersKV     = "KV_" + wire.WritersBucket
 	membersKV     = "KV_" + projector.MembersBucket
-	blobsObj      = "OBJ_" + ajs.BlobsBucket
+	blobsObj      = "OBJ_" + wire.BlobsBucket
 )
 
 func e(subject, why string) Entry { return Entry{subject, why} }
@@ -49,12 +49,12 @@ func e(subject, why string) Entry { return Entry{subject, why} }
 // api is an entry for $JS.API.<rest>.
 func api(rest, why string) Entry { return Entry{"$JS.API." + rest, why} }
 
-// Entries every role that attaches to the store (jetstream.Open) needs: it checks every stream and
+// Entries every role that attaches to the store (store.Open) needs: it checks every stream and
 // bucket, and reads replies on its inbox.
 func openEntries() []Entry {
 	var out []Entry
-	for _, s := range []string{ajs.StreamName, ajs.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj} {
-		out = append(out, api("STREAM.INFO."+s, "jetstream.Open checks the stream's or bucket's settings"))
+	for _, s := range []string{wire.StreamName, wire.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj} {
+		out = append(out, api("STREAM.INFO."+s, "store.Open checks the stream's or bucket's settings"))
 	}
 	return out
 }
@@ -86,7 +86,7 @@ var (
 	// No STREAM.PURGE of the bucket: its filter is in the payload, so it would purge any
 	// session's blobs. A failed put leaves its chunks to the projector's blob GC.
 	blobWrite = []Entry{
-		e("$O."+ajs.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes; a failed upload's chunks are left to the projector's blob GC"),
+		e("$O."+wire.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes; a failed upload's chunks are left to the projector's blob GC"),
 	}
 	// The listing (client.Sessions: sessions, status, id prefixes and completion).
 	listing = []Entry{
@@ -102,7 +102,7 @@ var (
 func projectorConsumers(partitions int) []Entry {
 	var out []Entry
 	for p := 0; p < partitions; p++ {
-		name := ajs.StreamName + "." + projector.PartitionConsumer(p)
+		name := wire.StreamName + "." + projector.PartitionConsumer(p)
 		out = append(out,
 			api("CONSUMER.*."+name, "the projector's partition consumer: info, pull, delete, create without a filter"),
 			api("CONSUMER.CREATE."+name+".>", "the projector's partition consumer: create or update with a filter"))
@@ -118,10 +118,10 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 	case Agent:
 		return Permissions{
 			Publish: concat([]Entry{
-				e(ajs.SubjectPrefix+".>", "the records it appends: guarded JetStream publishes, acked on its inbox"),
-				e(ajs.ErrorsPrefix+".>", "the publisher's error reports (AGENTLOG_ERRORS)"),
-				e("$KV."+ajs.SessionsBucket+".>", "session metadata: the KV create that claims a new session's id"),
-				e("$KV."+ajs.WritersBucket+".>", "its writer lease: create, renew, release (KV agentlog_writers)"),
+				e(wire.SubjectPrefix+".>", "the records it appends: guarded JetStream publishes, acked on its inbox"),
+				e(wire.ErrorsPrefix+".>", "the publisher's error reports (AGENTLOG_ERRORS)"),
+				e("$KV."+wire.SessionsBucket+".>", "session metadata: the KV create that claims a new session's id"),
+				e("$KV."+wire.WritersBucket+".>", "its writer lease: create, renew, release (KV agentlog_writers)"),
 				e("agentlog.fork", "the fork service"),
 				e("agentlog.query.>", "the query service (messages, projection, snapshot, surface)"),
 				api("INFO", "the account's limits and usage: the TypeScript backend's jetstreamManager reads them when it connects"),
@@ -143,15 +143,15 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				watchCreate, watchFC, watchDelete,
 			}, blobRead, listing, openEntries()),
 			Subscribe: []Entry{inbox,
-				e(ajs.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
+				e(wire.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
 	case Projector:
 		return Permissions{
 			Publish: concat([]Entry{
-				e("$KV."+ajs.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap"),
+				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap"),
 				e("$KV."+projector.MembersBucket+".>", "its instance lease in agentlog_projector_members"),
-				e("$JS.ACK."+ajs.StreamName+".>", "acks of its partition consumers"),
+				e("$JS.ACK."+wire.StreamName+".>", "acks of its partition consumers"),
 				api("INFO", "nats.go reads the account's limits before it creates a KV bucket (the members bucket)"),
 				api("STREAM.INFO."+membersKV, "the members bucket's settings"),
 				api("STREAM.CREATE."+membersKV, "creates the members bucket, again when it was lost"),
@@ -171,7 +171,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
 				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
 				watchCreate, watchFC, watchDelete,
-				e("$O."+ajs.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
+				e("$O."+wire.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
 				api("STREAM.PURGE."+blobsObj, "removes orphan blobs and the chunks of failed uploads: purges their chunks"),
 				api("DIRECT.GET."+writersKV+".>", "the orphan collector leaves the sessions of live writers alone"),
 			}, blobRead, openEntries()),
@@ -181,8 +181,8 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 	case Forker:
 		return Permissions{
 			Publish: concat([]Entry{
-				e(ajs.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
-				e("$KV."+ajs.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
+				e(wire.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
+				e("$KV."+wire.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
 				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (PurgeThrough)"),
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),

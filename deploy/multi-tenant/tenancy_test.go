@@ -23,10 +23,11 @@ import (
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -143,7 +144,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	type tenant struct {
 		nc    *nats.Conn
-		store *ajs.Store
+		store *store.Store
 		proj  *projector.Projector
 		fork  *forker.Forker
 	}
@@ -155,19 +156,19 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, err := ajs.Provision(ctx, js, ajs.Config{Partitions: partitions})
+		st, err := store.Provision(ctx, js, store.Config{Partitions: partitions})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := projector.New(store, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		p := projector.New(st, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f := forker.New(store, nc, forker.Options{Logger: quiet})
+		f := forker.New(st, nc, forker.Options{Logger: quiet})
 		if err := f.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		tenants[i] = tenant{nc, store, p, f}
+		tenants[i] = tenant{nc, st, p, f}
 	}
 	time.Sleep(time.Second)
 	servicesMiB := rssMiB(t, os.Getpid()) - rssBefore
@@ -254,7 +255,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		for {
 			nc, js, err := natsdev.Connect(url, nats.UserInfo(fmt.Sprintf("t%d", i), "pw"))
 			if err == nil {
-				_, err = js.Stream(ctx, ajs.StreamName)
+				_, err = js.Stream(ctx, wire.StreamName)
 				nc.Close()
 			}
 			if err == nil {

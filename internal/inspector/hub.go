@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -34,7 +34,7 @@ func startHub(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*hub, error
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, ajs.SessionsBucket)
+	kv, err := js.KeyValue(ctx, wire.SessionsBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func startHub(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*hub, error
 		for ctx.Err() == nil {
 			w, err := kv.WatchAll(ctx, natsjs.UpdatesOnly(), natsjs.IgnoreDeletes())
 			if err != nil {
-				log.Warn("inspector: watch of KV bucket "+ajs.SessionsBucket+" failed; retrying", "err", err)
+				log.Warn("inspector: watch of KV bucket "+wire.SessionsBucket+" failed; retrying", "err", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(2 * time.Second):
@@ -69,7 +69,7 @@ func (h *hub) pump(ctx context.Context, w natsjs.KeyWatcher) {
 			if e == nil || e.Operation() != natsjs.KeyValuePut {
 				continue
 			}
-			id, err := ajs.IDFromToken(strings.TrimSpace(e.Key()))
+			id, err := wire.IDFromToken(strings.TrimSpace(e.Key()))
 			if err != nil {
 				continue
 			}

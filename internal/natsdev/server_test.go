@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -57,7 +57,7 @@ func TestRunServer(t *testing.T) {
 	if nc.MaxPayload() != 512<<10 {
 		t.Errorf("max payload %d", nc.MaxPayload())
 	}
-	s, err := ajs.Provision(testCtx(t), js, ajs.Config{})
+	s, err := store.Provision(testCtx(t), js, store.Config{})
 	if err != nil || s.MaxMsgSize != 512<<10 {
 		t.Fatalf("Provision on the embedded server: %+v, %v", s, err)
 	}
@@ -78,7 +78,7 @@ func TestRunServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc2.Close()
-	s2, err := ajs.Open(testCtx(t), js2)
+	s2, err := store.Open(testCtx(t), js2)
 	if err != nil {
 		t.Fatal(err)
 	}

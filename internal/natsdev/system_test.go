@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -26,7 +26,7 @@ func TestSystemAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ajs.Provision(testCtx(t), js, ajs.Config{})
+	s, err := store.Provision(testCtx(t), js, store.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestSystemAccount(t *testing.T) {
 	if _, err := nc.Request("$SYS.REQ.SERVER.PING", nil, 500*time.Millisecond); err == nil {
 		t.Error("a client without credentials reached the system account")
 	}
-	s, err = ajs.Open(testCtx(t), js)
+	s, err = store.Open(testCtx(t), js)
 	if err != nil {
 		t.Fatal(err)
 	}

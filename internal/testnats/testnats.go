@@ -11,7 +11,8 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testserver"
-	ajs "github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,48 +21,48 @@ import (
 type Env struct {
 	URL   string // the server's client URL
 	NC    *nats.Conn
-	Store *ajs.Store
+	Store *store.Store
 }
 
 // Start runs an embedded server in t.TempDir(), connects to it as t.Name(), and provisions agentlog
 // with cfg (zero values: the defaults). Everything is stopped at cleanup; failures end the test.
-func Start(t testing.TB, cfg ajs.Config) *Env {
+func Start(t testing.TB, cfg store.Config) *Env {
 	t.Helper()
 	return StartWith(t, natsdev.ServerOptions{}, cfg)
 }
 
 // StartWith is Start with server options (DataDir defaults to t.TempDir()), e.g. a small
 // MaxPayload.
-func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg ajs.Config) *Env {
+func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg store.Config) *Env {
 	t.Helper()
 	url, nc, js := testserver.Start(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := ajs.Provision(ctx, js, cfg)
+	st, err := store.Provision(ctx, js, cfg)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
-	return &Env{URL: url, NC: nc, Store: store}
+	return &Env{URL: url, NC: nc, Store: st}
 }
 
 // MarkRemoving leaves session id as an agentlog rm killed after its first step leaves it: its
-// agentlog_sessions entry rewritten, same value, with ajs.DeletingHeader (revision-guarded, as
+// agentlog_sessions entry rewritten, same value, with wire.DeletingHeader (revision-guarded, as
 // RemoveSession marks it), its records, projections and lease untouched. Failures end the test.
-func MarkRemoving(t testing.TB, store *ajs.Store, id string) {
+func MarkRemoving(t testing.TB, st *store.Store, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tok, err := ajs.Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := store.Sessions.Get(ctx, tok)
+	entry, err := st.Sessions.Get(ctx, tok)
 	if err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
-	mark := &nats.Msg{Subject: "$KV." + ajs.SessionsBucket + "." + tok, Data: entry.Value(),
-		Header: nats.Header{ajs.DeletingHeader: []string{"1"}}}
-	if _, err := store.JS.PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
+	mark := &nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Data: entry.Value(),
+		Header: nats.Header{wire.DeletingHeader: []string{"1"}}}
+	if _, err := st.JS.PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
 }

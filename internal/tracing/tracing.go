@@ -11,7 +11,7 @@ package tracing
 import (
 	"context"
 
-	"github.com/agentlog/agentlog/jetstream"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -97,9 +97,9 @@ func Extract(h nats.Header) trace.SpanContext {
 
 // RecordOpts are the store options of a record write: its Nats-Msg-Id and, when ctx carries a
 // valid span context, the trace context headers (no extra allocation when it does not).
-func RecordOpts(ctx context.Context, msgID string) []jetstream.AppendOpt {
+func RecordOpts(ctx context.Context, msgID string) []store.AppendOpt {
 	if kv := Headers(ctx); kv != nil {
-		return []jetstream.AppendOpt{jetstream.WithMsgID(msgID), jetstream.WithHeaders(kv...)}
+		return []store.AppendOpt{store.WithMsgID(msgID), store.WithHeaders(kv...)}
 	}
-	return []jetstream.AppendOpt{jetstream.WithMsgID(msgID)}
+	return []store.AppendOpt{store.WithMsgID(msgID)}
 }

@@ -1,4 +1,4 @@
-package jetstream
+package wire
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Errorf("headers %v, want exactly %v", h, want)
 	}
 	for k, v := range want {
-		if got := h.Values(k); len(got) != 1 || got[0] != v {
+		if got := h[k]; len(got) != 1 || got[0] != v {
 			t.Errorf("header %s = %v, want %q", k, got, v)
 		}
 	}
@@ -206,10 +206,10 @@ func FuzzDecodeRecordBlobs(f *testing.F) {
 		}
 		lines := strings.Split(body, "\n")
 		for _, b := range bl {
-			if b.index < 0 || b.index >= n || lines[b.index] != "" || evs[b.index].Seq != b.ref.Seq {
+			if b.Index < 0 || b.Index >= n || lines[b.Index] != "" || evs[b.Index].Seq != b.Ref.Seq {
 				t.Fatalf("blob %+v: not an empty line of its seq", b)
 			}
-			if v := b.ref.headerValue(); !slices.Contains(h.Values(HeaderBlob), v) {
+			if v := b.Ref.HeaderValue(); !slices.Contains(h.Values(HeaderBlob), v) {
 				t.Fatalf("blob value %q is not one of the headers", v)
 			}
 		}

@@ -1,15 +1,25 @@
-package jetstream
+package wire
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/textproto"
 	"strconv"
 
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
 )
+
+// Header is a message's headers as nats.go holds them (nats.Header is map[string][]string, so
+// either converts to the other). Keys are case-sensitive; a key may have several values.
+type Header = map[string][]string
+
+// headerGet is the first value of key ("" when none), as nats.Header.Get.
+func headerGet(h Header, key string) string {
+	if vs := h[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
 
 // Record headers. A record is one JetStream message holding 1..K consecutive events
 // of one session, one compact JSON event per line (lines joined by "\n", no trailing newline).
@@ -30,16 +40,16 @@ const (
 // Agentlog-Format: 1; never any Nats-* header (a fork must not copy control headers).
 // Errors are *session.Error naming the session, the seq and the rule (RuleRecord*), or Token's
 // error for a bad id.
-func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error) {
+func EncodeRecord(id string, events []session.Event) (Header, []byte, error) {
 	tok, err := Token(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	_, body, err := encodeLines(id, events, false)
+	_, body, err := EncodeLines(id, events, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	return recordHeader(tok, events[0].Seq, len(events)), body, nil
+	return RecordHeader(tok, events[0].Seq, len(events)), body, nil
 }
 
 // DecodeRecord decodes a record's headers and body, checking the count and seq headers.
@@ -51,18 +61,20 @@ func EncodeRecord(id string, events []session.Event) (nats.Header, []byte, error
 // are *session.Error naming the session, the seq and the rule (RuleRecord*).
 //
 // A record of format 2 that holds offloaded events (HeaderBlob) is refused here (rule record-blob):
-// read it with Store.DecodeRecord, which fetches them.
-func DecodeRecord(h nats.Header, body []byte) ([]session.Event, error) {
-	id, evs, _, blobs, err := decodeRecord(h, body, 0)
-	if err == nil && len(blobs) > 0 {
-		return nil, recordErr(id, blobs[0].ref.Seq, 0, session.RuleRecordBlob,
-			"the record holds %d offloaded events (Agentlog-Format %s): read it through a Store (Store.DecodeRecord), which fetches them from %s", len(blobs), RecordFormatBlobs, BlobsBucket)
+// read it with store.Store.DecodeRecord, which fetches them.
+func DecodeRecord(h Header, body []byte) ([]session.Event, error) {
+	rec, err := DecodeRecordAt(h, body, 0)
+	if err == nil && len(rec.Blobs) > 0 {
+		return nil, RecordError(rec.ID, rec.Blobs[0].Ref.Seq, 0, session.RuleRecordBlob,
+			"the record holds %d offloaded events (Agentlog-Format %s): read it through a Store (Store.DecodeRecord), which fetches them from %s", len(rec.Blobs), RecordFormatBlobs, BlobsBucket)
 	}
-	return evs, err
+	return rec.Events, err
 }
 
-// recordErr builds a codec error. streamSeq 0 means "not stored yet / unknown".
-func recordErr(id string, seq int64, streamSeq uint64, rule session.Rule, format string, args ...any) *session.Error {
+// RecordError builds a codec error: a *session.Error naming session id, seq (-1: none) and rule,
+// the reason formatted from format and args. streamSeq 0 means "not stored yet / unknown";
+// another value is named ("record at stream seq N: ...").
+func RecordError(id string, seq int64, streamSeq uint64, rule session.Rule, format string, args ...any) *session.Error {
 	why := fmt.Sprintf(format, args...)
 	if streamSeq > 0 {
 		why = fmt.Sprintf("record at stream seq %d: %s", streamSeq, why)
@@ -70,14 +82,14 @@ func recordErr(id string, seq int64, streamSeq uint64, rule session.Rule, format
 	return session.NewError(id, seq, 0, rule, why)
 }
 
-// encodeLines checks that events are non-empty and consecutive and encodes each once, as one
+// EncodeLines checks that events are non-empty and consecutive and encodes each once, as one
 // compact JSON line, into body (the lines joined by "\n"); lines are the lines, aliasing body.
 // With trusted, the events' raw JSON fields are known valid (the caller validated them with
 // session.Surface.Apply) and compact ones are copied without being scanned again; otherwise every
 // field is validated (session.Event.MarshalJSON).
-func encodeLines(id string, events []session.Event, trusted bool) (lines [][]byte, body []byte, err error) {
+func EncodeLines(id string, events []session.Event, trusted bool) (lines [][]byte, body []byte, err error) {
 	if len(events) == 0 {
-		return nil, nil, recordErr(id, -1, 0, session.RuleRecordEmpty, "no events to encode")
+		return nil, nil, RecordError(id, -1, 0, session.RuleRecordEmpty, "no events to encode")
 	}
 	size := 0
 	for i := range events {
@@ -89,13 +101,13 @@ func encodeLines(id string, events []session.Event, trusted bool) (lines [][]byt
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq < 0 {
-			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "seq is negative")
+			return nil, nil, RecordError(id, ev.Seq, 0, session.RuleRecordSeq, "seq is negative")
 		}
 		if i > 0 && ev.Seq != events[i-1].Seq+1 {
-			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
+			return nil, nil, RecordError(id, ev.Seq, 0, session.RuleRecordSeq, "follows seq %d in the same record; seqs must be consecutive", events[i-1].Seq)
 		}
 		if ev.Type == "" {
-			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "event has an empty type")
+			return nil, nil, RecordError(id, ev.Seq, 0, session.RuleRecordEvent, "event has an empty type")
 		}
 		if i > 0 {
 			body = append(body, '\n')
@@ -111,7 +123,7 @@ func encodeLines(id string, events []session.Event, trusted bool) (lines [][]byt
 			}
 		}
 		if err != nil {
-			return nil, nil, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+			return nil, nil, RecordError(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 		}
 		ends[i] = len(body)
 	}
@@ -124,21 +136,11 @@ func encodeLines(id string, events []session.Event, trusted bool) (lines [][]byt
 	return lines, body, nil
 }
 
-// marshalCompact encodes v as compact JSON without HTML escaping and without a trailing newline.
-func marshalCompact(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// recordHeader returns a record's headers, in a map with room for the two an append adds
-// (the guard and the msg id) without growing.
-func recordHeader(token string, firstSeq int64, count int) nats.Header {
-	h := make(nats.Header, 6)
+// RecordHeader returns the headers of a record of count events from firstSeq of the session whose
+// token is token (Agentlog-Session, -First-Seq, -Count, -Format 1), in a map with room for the two
+// an append adds (the guard and the msg id) without growing.
+func RecordHeader(token string, firstSeq int64, count int) Header {
+	h := make(Header, 6)
 	h[HeaderSession] = []string{token}
 	h[HeaderFirstSeq] = []string{strconv.FormatInt(firstSeq, 10)}
 	h[HeaderCount] = []string{strconv.Itoa(count)}
@@ -148,18 +150,18 @@ func recordHeader(token string, firstSeq int64, count int) nats.Header {
 
 // RecordLastSeq is the seq of a record's last event, from its headers (Agentlog-First-Seq +
 // Agentlog-Count - 1), for a reader of headers only; ok is false when they are malformed.
-func RecordLastSeq(h nats.Header) (last int64, ok bool) {
-	first, err1 := strconv.ParseInt(h.Get(HeaderFirstSeq), 10, 64)
-	count, err2 := strconv.ParseInt(h.Get(HeaderCount), 10, 64)
+func RecordLastSeq(h Header) (last int64, ok bool) {
+	first, err1 := strconv.ParseInt(headerGet(h, HeaderFirstSeq), 10, 64)
+	count, err2 := strconv.ParseInt(headerGet(h, HeaderCount), 10, 64)
 	if err1 != nil || err2 != nil || first < 0 || count < 1 {
 		return 0, false
 	}
 	return first + count - 1, true
 }
 
-// headerWireSize is the number of bytes nats.go writes for h (mirrors nats.Msg.headerSize): the
+// HeaderWireSize is the number of bytes nats.go writes for h (mirrors nats.Msg.headerSize): the
 // stream's max message size and the server's max payload count headers plus body.
-func headerWireSize(h nats.Header) int {
+func HeaderWireSize(h Header) int {
 	if len(h) == 0 {
 		return 0
 	}
@@ -173,37 +175,50 @@ func headerWireSize(h nats.Header) int {
 }
 
 // singleHeader returns the only value of key, or an error naming the rule.
-func singleHeader(h nats.Header, key, id string, streamSeq uint64) (string, error) {
-	vs := h.Values(key)
+func singleHeader(h Header, key, id string, streamSeq uint64) (string, error) {
+	vs := h[key]
 	switch len(vs) {
 	case 0:
-		return "", recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is missing", key)
+		return "", RecordError(id, -1, streamSeq, session.RuleRecordHeader, "header %s is missing", key)
 	case 1:
 		return vs[0], nil
 	default:
-		return "", recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s has %d values, want 1", key, len(vs))
+		return "", RecordError(id, -1, streamSeq, session.RuleRecordHeader, "header %s has %d values, want 1", key, len(vs))
 	}
 }
 
-// decodeRecord decodes a record. streamSeq (0 when unknown) is named in errors. It returns the
-// session id from the Agentlog-Session header, the copy of body the events alias, and the
-// offloaded events of a format 2 record (their events are left zero; Store.resolve fills them in,
-// and their lines in the copy are empty).
-func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, []blobLine, error) {
+// Record is a decoded record.
+type Record struct {
+	ID     string          // the session, from the Agentlog-Session header
+	Events []session.Event // its events; an offloaded one holds only its Seq
+	Body   []byte          // the copy of the body the events alias (offloaded events' lines are empty)
+	Blobs  []BlobLine      // the offloaded events of a format 2 record, in seq order
+}
+
+// DecodeRecordAt is DecodeRecord for a record stored at stream seq streamSeq (0 when unknown),
+// which errors name. A format 2 record is decoded too: its offloaded events are left with only
+// their seq and listed in Record.Blobs, for the caller to fetch (store.Store.DecodeRecord does).
+func DecodeRecordAt(h Header, body []byte, streamSeq uint64) (Record, error) {
+	id, evs, copied, blobs, err := decodeRecord(h, body, streamSeq)
+	return Record{ID: id, Events: evs, Body: copied, Blobs: blobs}, err
+}
+
+// decodeRecord decodes a record (DecodeRecordAt).
+func decodeRecord(h Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, []BlobLine, error) {
 	id := "?"
 	tok, err := singleHeader(h, HeaderSession, id, streamSeq)
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
 	if id, err = IDFromToken(tok); err != nil {
-		return "", nil, nil, nil, recordErr(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
+		return "", nil, nil, nil, RecordError(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
 	}
 	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
 	if err != nil {
 		return id, nil, nil, nil, err
 	}
 	if format != RecordFormat && format != RecordFormatBlobs {
-		return id, nil, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
+		return id, nil, nil, nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
@@ -211,7 +226,7 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 	}
 	first, perr := strconv.ParseInt(fs, 10, 64)
 	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
-		return id, nil, nil, nil, recordErr(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+		return id, nil, nil, nil, RecordError(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
 	}
 	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
 	if err != nil {
@@ -219,7 +234,7 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 	}
 	count, perr := strconv.Atoi(cs)
 	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
-		return id, nil, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+		return id, nil, nil, nil, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
 	}
 	blobs, err := recordBlobLines(h, id, format, first, count, streamSeq)
 	if err != nil {
@@ -230,7 +245,7 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		nlines = bytes.Count(body, []byte{'\n'}) + 1
 	}
 	if nlines != count {
-		return id, nil, nil, nil, recordErr(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+		return id, nil, nil, nil, RecordError(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
 	events := make([]session.Event, 0, count)
 	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
@@ -242,8 +257,8 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
 			line, rest = rest[:j], rest[j+1:]
 		}
-		if len(line) == 0 && next < len(blobs) && blobs[next].ref.Seq == want {
-			blobs[next].index = i
+		if len(line) == 0 && next < len(blobs) && blobs[next].Ref.Seq == want {
+			blobs[next].Index = i
 			next++
 			events = append(events, session.Event{Seq: want})
 			continue
@@ -256,45 +271,45 @@ func decodeRecord(h nats.Header, body []byte, streamSeq uint64) (string, []sessi
 			if se, ok := err.(*session.Error); ok { // it names the session and seq we name: say them once
 				why = "(" + string(se.Rule) + ") " + se.Reason
 			}
-			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
+			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
 		}
 		if ev.Type == "" || ev.Time == "" {
-			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
 		}
 		if ev.Seq != want {
-			return id, nil, nil, nil, recordErr(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
+			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
 		}
 		events = append(events, ev)
 	}
 	if next != len(blobs) {
-		return id, nil, nil, nil, recordErr(id, blobs[next].ref.Seq, streamSeq, session.RuleRecordBlob, "header %s names seq %d, but its line is not empty", HeaderBlob, blobs[next].ref.Seq)
+		return id, nil, nil, nil, RecordError(id, blobs[next].Ref.Seq, streamSeq, session.RuleRecordBlob, "header %s names seq %d, but its line is not empty", HeaderBlob, blobs[next].Ref.Seq)
 	}
 	return id, events, copied, blobs, nil
 }
 
 // recordBlobLines parses the HeaderBlob values of a record (format 2 only; a format 1 record may
 // have none): canonical, in ascending seq order, each within the record's seqs.
-func recordBlobLines(h nats.Header, id, format string, first int64, count int, streamSeq uint64) ([]blobLine, error) {
-	vs := h.Values(HeaderBlob)
+func recordBlobLines(h Header, id, format string, first int64, count int, streamSeq uint64) ([]BlobLine, error) {
+	vs := h[HeaderBlob]
 	if len(vs) == 0 {
 		if format == RecordFormatBlobs {
-			return nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q but the record names no %s (format %q holds offloaded events)", HeaderFormat, format, HeaderBlob, RecordFormatBlobs)
+			return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q but the record names no %s (format %q holds offloaded events)", HeaderFormat, format, HeaderBlob, RecordFormatBlobs)
 		}
 		return nil, nil
 	}
 	if format != RecordFormatBlobs {
-		return nil, recordErr(id, -1, streamSeq, session.RuleRecordFormat, "header %s is present in a record of format %q (offloaded events need format %q)", HeaderBlob, format, RecordFormatBlobs)
+		return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is present in a record of format %q (offloaded events need format %q)", HeaderBlob, format, RecordFormatBlobs)
 	}
-	blobs := make([]blobLine, len(vs))
+	blobs := make([]BlobLine, len(vs))
 	for i, v := range vs {
 		ref, ok := parseBlobRef(v)
 		if !ok {
-			return nil, recordErr(id, first, streamSeq, session.RuleRecordHeader, "header %s value %q, want \"<seq> <size> <sha256 hex> <id>\"", HeaderBlob, v)
+			return nil, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s value %q, want \"<seq> <size> <sha256 hex> <id>\"", HeaderBlob, v)
 		}
-		if ref.Seq < first || ref.Seq >= first+int64(count) || (i > 0 && ref.Seq <= blobs[i-1].ref.Seq) {
-			return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordHeader, "header %s names seq %d, out of order or outside the record's seqs %d..%d", HeaderBlob, ref.Seq, first, first+int64(count)-1)
+		if ref.Seq < first || ref.Seq >= first+int64(count) || (i > 0 && ref.Seq <= blobs[i-1].Ref.Seq) {
+			return nil, RecordError(id, ref.Seq, streamSeq, session.RuleRecordHeader, "header %s names seq %d, out of order or outside the record's seqs %d..%d", HeaderBlob, ref.Seq, first, first+int64(count)-1)
 		}
-		blobs[i] = blobLine{index: -1, ref: ref}
+		blobs[i] = BlobLine{Index: -1, Ref: ref}
 	}
 	return blobs, nil
 }

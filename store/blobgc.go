@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,7 +16,7 @@ import (
 // reference, read with a headers-only ordered consumer (no body, no blob is fetched). Records
 // stored after the read began may be missed.
 func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]bool, error) {
-	id, err := IDFromToken(tok)
+	id, err := wire.IDFromToken(tok)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +53,8 @@ func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]boo
 		if err != nil {
 			return nil, fmt.Errorf("session %q: read its record headers: %w", id, err)
 		}
-		for _, ref := range RecordBlobs(msg.Headers()) {
-			names[BlobName(tok, ref)] = true
+		for _, ref := range wire.RecordBlobs(msg.Headers()) {
+			names[wire.BlobName(tok, ref)] = true
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
@@ -71,7 +72,7 @@ func (s *Store) deleteBlobs(ctx context.Context, names []string) (int, error) {
 	n := 0
 	for _, name := range names {
 		if err := s.Blobs.Delete(ctx, name); err != nil && !errors.Is(err, natsjs.ErrObjectNotFound) {
-			return n, fmt.Errorf("delete blob %s from %s: %w", name, BlobsBucket, err)
+			return n, fmt.Errorf("delete blob %s from %s: %w", name, wire.BlobsBucket, err)
 		}
 		n++
 	}
@@ -127,15 +128,15 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 	// The chunks first, then the objects: a put that completes in between is seen with its object.
 	st, err := s.JS.Stream(ctx, blobsStream)
 	if err != nil {
-		return c, fmt.Errorf("look up the stream of %s: %w", BlobsBucket, err)
+		return c, fmt.Errorf("look up the stream of %s: %w", wire.BlobsBucket, err)
 	}
 	info, err := st.Info(ctx, natsjs.WithSubjectFilter(blobChunksPrefix+">"))
 	if err != nil {
-		return c, fmt.Errorf("list the chunks of %s: %w", BlobsBucket, err)
+		return c, fmt.Errorf("list the chunks of %s: %w", wire.BlobsBucket, err)
 	}
 	objs, err := s.Blobs.List(ctx)
 	if err != nil && !errors.Is(err, natsjs.ErrNoObjectsFound) {
-		return c, fmt.Errorf("list %s: %w", BlobsBucket, err)
+		return c, fmt.Errorf("list %s: %w", wire.BlobsBucket, err)
 	}
 	c.Blobs = len(objs)
 	cutoff := time.Now().Add(-grace)
@@ -148,7 +149,7 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 	}
 	byToken := map[string][]string{}
 	for _, o := range objs {
-		tok, _, ok := ParseBlobName(o.Name)
+		tok, _, ok := wire.ParseBlobName(o.Name)
 		switch {
 		case !ok:
 			c.Foreign++
@@ -165,7 +166,7 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 	sort.Strings(toks)
 	for _, tok := range toks {
 		names := byToken[tok]
-		id, _ := IDFromToken(tok)
+		id, _ := wire.IDFromToken(tok)
 		// A live writer may be between its blobs and its record: leave its session alone.
 		if _, _, err := s.GetLease(ctx, id); err == nil {
 			c.Live += len(names)
@@ -213,14 +214,14 @@ func (s *Store) collectPartial(ctx context.Context, st natsjs.Stream, subjects m
 			continue // purged meanwhile
 		}
 		if err != nil {
-			return fmt.Errorf("the last chunk of partial upload %s in %s: %w", n, BlobsBucket, err)
+			return fmt.Errorf("the last chunk of partial upload %s in %s: %w", n, wire.BlobsBucket, err)
 		}
 		if !last.Time.Before(cutoff) {
 			c.PartialYoung++
 			continue
 		}
 		if err := st.Purge(ctx, natsjs.WithPurgeSubject(blobChunksPrefix+n)); err != nil {
-			return fmt.Errorf("purge the chunks of partial upload %s from %s: %w", n, BlobsBucket, err)
+			return fmt.Errorf("purge the chunks of partial upload %s from %s: %w", n, wire.BlobsBucket, err)
 		}
 		c.PartialRemoved = append(c.PartialRemoved, n)
 	}

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// WritersBucket holds one writer lease per session being written: key Token(id), value a Lease
-// (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer stops
-// renewing it.
-const WritersBucket = "agentlog_writers"
+// wire.WritersBucket holds one writer lease per session being written: key wire.Token(id), value
+// a Lease (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer
+// stops renewing it.
 
 // WritersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
 // LimitMarkerTTL, which also enables per-key TTLs).
@@ -69,18 +69,18 @@ func (e *LeaseHeldError) Error() string {
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
 // leaseSubject is the KV subject of the session's lease key.
-func leaseSubject(tok string) string { return "$KV." + WritersBucket + "." + tok }
+func leaseSubject(tok string) string { return "$KV." + wire.WritersBucket + "." + tok }
 
 // AcquireLease takes the writer lease of session id with TTL ttl (at least MinLeaseTTL) and returns
 // its revision. A live lease of another writer is a *LeaseHeldError unless takeover, which
 // overwrites it. l.Session is set to id and l.TTLMillis to ttl.
 func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.Duration, takeover bool) (uint64, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return 0, err
 	}
 	if s.Writers == nil {
-		return 0, fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, WritersBucket)
+		return 0, fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, wire.WritersBucket)
 	}
 	if ttl < MinLeaseTTL {
 		return 0, fmt.Errorf("session %q: lease TTL %s, want at least %s", id, ttl, MinLeaseTTL)
@@ -95,7 +95,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 		return rev, nil
 	}
 	if !errors.Is(err, natsjs.ErrKeyExists) {
-		return 0, fmt.Errorf("session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+		return 0, fmt.Errorf("session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, wire.WritersBucket, err)
 	}
 	holder, _, gerr := s.GetLease(ctx, id)
 	if errors.Is(gerr, ErrNoLease) {
@@ -114,7 +114,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 // RenewLease rewrites the lease at revision rev with a fresh TTL and returns the new revision. A
 // lease that is no longer at rev (expired, taken over) is a wrapped ErrLeaseLost.
 func (s *Store) RenewLease(ctx context.Context, id string, rev uint64, l Lease, ttl time.Duration) (uint64, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return 0, err
 	}
@@ -134,9 +134,9 @@ func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl ti
 	if err != nil {
 		var apiErr *natsjs.APIError
 		if rev != nil && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
-			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, WritersBucket, *rev)
+			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, wire.WritersBucket, *rev)
 		}
-		return 0, fmt.Errorf("write the writer lease (key %s in KV bucket %s): %w", tok, WritersBucket, err)
+		return 0, fmt.Errorf("write the writer lease (key %s in KV bucket %s): %w", tok, wire.WritersBucket, err)
 	}
 	return ack.Sequence, nil
 }
@@ -144,7 +144,7 @@ func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl ti
 // GetLease reads the live lease of session id and its revision; no live lease is a wrapped
 // ErrNoLease.
 func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return Lease{}, 0, err
 	}
@@ -153,7 +153,7 @@ func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) 
 		return Lease{}, 0, fmt.Errorf("%w: session %q", ErrNoLease, id)
 	}
 	if err != nil {
-		return Lease{}, 0, fmt.Errorf("session %q: read the writer lease (key %s in KV bucket %s): %w", id, tok, WritersBucket, err)
+		return Lease{}, 0, fmt.Errorf("session %q: read the writer lease (key %s in KV bucket %s): %w", id, tok, wire.WritersBucket, err)
 	}
 	var l Lease
 	if err := json.Unmarshal(e.Value(), &l); err != nil {
@@ -165,7 +165,7 @@ func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) 
 // ReleaseLease deletes the lease of session id if it is still at revision rev; a lease that moved
 // on (expired, taken over) is left alone and is not an error.
 func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
 		(errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)) {
 		return nil
 	}
-	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, WritersBucket, strconv.FormatUint(rev, 10), err)
+	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, wire.WritersBucket, strconv.FormatUint(rev, 10), err)
 }
 
 // EnsureWritersBucket creates agentlog_writers again when it is missing (lost with a server's
@@ -193,7 +193,7 @@ func (s *Store) EnsureWritersBucket(ctx context.Context) error {
 // replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
 func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {
 	return ensureKV(ctx, js, natsjs.KeyValueConfig{
-		Bucket:         WritersBucket,
+		Bucket:         wire.WritersBucket,
 		Description:    "agentlog writer leases (one per session being written, per-key TTL)",
 		History:        1,
 		Storage:        natsjs.FileStorage,
@@ -202,9 +202,9 @@ func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int)
 	}, func(c natsjs.StreamConfig) error {
 		switch {
 		case !c.AllowMsgTTL:
-			return incompatible("KV bucket "+WritersBucket, "allow_msg_ttl (per-key lease TTLs)", false, true)
+			return incompatible("KV bucket "+wire.WritersBucket, "allow_msg_ttl (per-key lease TTLs)", false, true)
 		case c.Sealed:
-			return incompatible("KV bucket "+WritersBucket, "sealed", true, false)
+			return incompatible("KV bucket "+wire.WritersBucket, "sealed", true, false)
 		}
 		return nil
 	})

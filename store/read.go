@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -108,7 +109,7 @@ func (s *Store) leaderNextMsg(ctx context.Context, subject string, seq uint64) (
 // leaderGet sends one STREAM.MSG.GET request to AGENTLOG (natsjs.ErrMsgNotFound when no message
 // matches).
 func (s *Store) leaderGet(ctx context.Context, request map[string]any) (*natsjs.RawStreamMsg, error) {
-	return s.leaderGetFrom(ctx, StreamName, request)
+	return s.leaderGetFrom(ctx, wire.StreamName, request)
 }
 
 // leaderGetFrom is leaderGet on the stream named stream.
@@ -245,7 +246,7 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 			return err
 		}
 		if evs[0].Seq != nextSeq {
-			return recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
+			return wire.RecordError(id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
 				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
 		}
 		if err := fn(streamSeq, evs, copied); err != nil {
@@ -325,17 +326,22 @@ func (s *Store) decodeStored(ctx context.Context, id string, h nats.Header, body
 // decodeStoredBody is decodeStored that also returns the copy of body the events alias (the
 // lines of offloaded events in it are empty).
 func (s *Store) decodeStoredBody(ctx context.Context, id string, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, []byte, error) {
-	recID, evs, copied, blobs, err := decodeRecord(h, body, streamSeq)
+	rec, err := wire.DecodeRecordAt(h, body, streamSeq)
 	if err != nil {
 		return nil, nil, err
 	}
-	if recID != id {
-		return nil, nil, recordErr(id, evs[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", recID)
+	if rec.ID != id {
+		return nil, nil, wire.RecordError(id, rec.Events[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", rec.ID)
 	}
-	if withBlobs && len(blobs) > 0 {
-		if err := s.resolve(ctx, id, h, evs, blobs, streamSeq); err != nil {
+	if withBlobs && len(rec.Blobs) > 0 {
+		if err := s.resolve(ctx, id, h, rec.Events, rec.Blobs, streamSeq); err != nil {
 			return nil, nil, err
 		}
 	}
-	return evs, copied, nil
+	return rec.Events, rec.Body, nil
+}
+
+// Subject returns agentlog.session.<partition>.<token> for id.
+func (s *Store) Subject(id string) (string, error) {
+	return wire.SessionSubject(id, s.Partitions)
 }

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 func TestCreateAndGetSession(t *testing.T) {
@@ -51,7 +52,7 @@ func TestTokensAreKVKeys(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
 	for _, id := range []string{"plain", "a.b", "x_y", "sp ace", "*>", "日本", "-lead", strings.Repeat("é", 128)} {
-		tok, err := Token(id)
+		tok, err := wire.Token(id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
@@ -54,7 +55,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 	if s.Blobs != nil {
 		return s.checkMaxEventBytes(id, ev)
 	}
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func encodedSizeOver(id string, ev session.Event, limit int64) (int64, error) {
 	}
 	line, err := ev.AppendJSON(nil)
 	if err != nil {
-		return 0, recordErr(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+		return 0, wire.RecordError(id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 	}
 	return int64(len(line)), nil
 }
@@ -116,14 +117,14 @@ const traceHeaderRoom = len("traceparent: \r\n") + 55 + len("tracestate: \r\n") 
 func eventWorstHeaderBytes(tokLen int, seq int64) int {
 	size := len("NATS/1.0\r\n") + len("\r\n")
 	add := func(key string, valueLen int) { size += len(key) + valueLen + 4 }
-	add(HeaderSession, tokLen)
-	add(HeaderFirstSeq, len(strconv.FormatInt(seq, 10)))
-	add(HeaderCount, 1)
-	add(HeaderFormat, len(RecordFormat))
+	add(wire.HeaderSession, tokLen)
+	add(wire.HeaderFirstSeq, len(strconv.FormatInt(seq, 10)))
+	add(wire.HeaderCount, 1)
+	add(wire.HeaderFormat, len(wire.RecordFormat))
 	add(natsjs.ExpectedLastSubjSeqHeader, len(strconv.FormatUint(^uint64(0), 10)))
-	add(natsjs.MsgIDHeader, 64+2*tokLen+20+MaxIncarnationBytes+1)
+	add(natsjs.MsgIDHeader, 64+2*tokLen+20+wire.MaxIncarnationBytes+1)
 	add(jetstreamext.BatchIDHeader, 22) // a nuid
-	add(jetstreamext.BatchSeqHeader, len(strconv.Itoa(MaxBatchRecords)))
+	add(jetstreamext.BatchSeqHeader, len(strconv.Itoa(wire.MaxBatchRecords)))
 	add(jetstreamext.BatchCommitHeader, 1)
 	return size
 }

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -292,7 +293,7 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, body, _ := EncodeRecord("gap", evs(3, 4, "b"))
+	h, body, _ := wire.EncodeRecord("gap", evs(3, 4, "b"))
 	bad := publishRaw(t, s, "gap", h, body)
 	_, _, err = s.Read(ctx, "gap")
 	var se *session.Error
@@ -302,14 +303,14 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	}
 
 	// A first record not at seq 0.
-	h, body, _ = EncodeRecord("late", evs(1, 2, "b"))
+	h, body, _ = wire.EncodeRecord("late", evs(1, 2, "b"))
 	publishRaw(t, s, "late", h, body)
 	if _, _, err := s.Read(ctx, "late"); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 1 {
 		t.Fatalf("Read of a log starting at seq 1: %v", err)
 	}
 
 	// A record that does not decode.
-	h, _, _ = EncodeRecord("corrupt", evs(0, 2, "b"))
+	h, _, _ = wire.EncodeRecord("corrupt", evs(0, 2, "b"))
 	bad = publishRaw(t, s, "corrupt", h, []byte("not json\nat all"))
 	_, _, err = s.Read(ctx, "corrupt")
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordEvent || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) {
@@ -320,7 +321,7 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	}
 
 	// A record of another session stored under this subject.
-	h, body, _ = EncodeRecord("someone-else", evs(0, 1, "b"))
+	h, body, _ = wire.EncodeRecord("someone-else", evs(0, 1, "b"))
 	publishRaw(t, s, "mine", h, body)
 	if _, _, err := s.Read(ctx, "mine"); !errors.As(err, &se) || se.Rule != session.RuleRecordSession {
 		t.Fatalf("Read of a foreign record: %v", err)
@@ -367,7 +368,7 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		size := headerWireSize(m.Header) + len(m.Data)
+		size := wire.HeaderWireSize(m.Header) + len(m.Data)
 		if len(m.Data) > limit || !strings.HasPrefix(m.Header.Get(natsjs.MsgIDHeader), "w1") {
 			t.Errorf("record at %d: %d bytes (headers and body %d), msg id %q", ss, len(m.Data), size, m.Header.Get(natsjs.MsgIDHeader))
 		}

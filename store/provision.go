@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"cmp"
@@ -9,30 +9,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// Names of what Provision creates (ARCHITECTURE.md, "Where state lives").
+// The defaults Provision applies (the names it creates are wire's: wire.StreamName, ...).
 const (
-	StreamName        = "AGENTLOG"
-	SubjectPrefix     = "agentlog.session" // agentlog.session.<partition>.<token>
-	SessionsBucket    = "agentlog_sessions"
-	ProjectionsBucket = "agentlog_projections"
-	ErrorsStream      = "AGENTLOG_ERRORS"
-	ErrorsPrefix      = "agentlog.errors" // agentlog.errors.<token>
-	DefaultPartitions = 16
-)
-
-// Stream metadata keys written at creation and read by Open, and the defaults Provision applies.
-const (
-	MetaPartitions = "agentlog.partitions" // partition count, decimal; fixed at creation
-	MetaFormat     = "agentlog.format"     // record format of the stream: StoreFormat
-	StoreFormat    = "1"
-
 	DefaultReplicas        = 1
 	DefaultMaxMsgSize      = int32(1 << 20) // bytes (1 MiB), headers plus body of one record
 	DefaultDuplicateWindow = 2 * time.Minute
-	MaxPartitions          = 1 << 16
 
 	// Limits of the AGENTLOG_ERRORS stream (agent/error reports, kept for inspection only).
 	ErrorsMaxAge            = 7 * 24 * time.Hour
@@ -88,7 +73,7 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 		return nil, err
 	}
 
-	stream, err := ensureStream(ctx, js, StreamName, w.sessionStreamConfig(), func(c natsjs.StreamConfig) error {
+	stream, err := ensureStream(ctx, js, wire.StreamName, w.sessionStreamConfig(), func(c natsjs.StreamConfig) error {
 		_, err := checkSessionStream(c, w)
 		return err
 	})
@@ -100,15 +85,15 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 		return nil, err
 	}
 
-	sessions, err := ensureBucket(ctx, js, SessionsBucket, w, "agentlog session metadata (header per session token)")
+	sessions, err := ensureBucket(ctx, js, wire.SessionsBucket, w, "agentlog session metadata (header per session token)")
 	if err != nil {
 		return nil, err
 	}
-	projections, err := ensureBucket(ctx, js, ProjectionsBucket, w, "agentlog projection states and checkpoints (<unit>.<token>)")
+	projections, err := ensureBucket(ctx, js, wire.ProjectionsBucket, w, "agentlog projection states and checkpoints (<unit>.<token>)")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ensureStream(ctx, js, ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
+	if _, err := ensureStream(ctx, js, wire.ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
 	return newStore(ctx, js, stream, found, sessions, projections)
@@ -126,7 +111,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	stream, err := openStream(ctx, js, StreamName)
+	stream, err := openStream(ctx, js, wire.StreamName)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +120,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		return nil, err
 	}
 	kvs := make([]natsjs.KeyValue, 2)
-	for i, bucket := range []string{SessionsBucket, ProjectionsBucket} {
+	for i, bucket := range []string{wire.SessionsBucket, wire.ProjectionsBucket} {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			if errors.Is(err, natsjs.ErrBucketNotFound) {
@@ -148,7 +133,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		}
 		kvs[i] = kv
 	}
-	es, err := openStream(ctx, js, ErrorsStream)
+	es, err := openStream(ctx, js, wire.ErrorsStream)
 	if err != nil {
 		return nil, err
 	}
@@ -221,8 +206,8 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 		return w, errors.New("provision: the connection has no server max payload yet (not connected?)")
 	}
 	switch {
-	case cfg.Partitions < 0 || cfg.Partitions > MaxPartitions:
-		return w, fmt.Errorf("provision: partitions %d, want 1..%d (0 for the default %d)", cfg.Partitions, MaxPartitions, DefaultPartitions)
+	case cfg.Partitions < 0 || cfg.Partitions > wire.MaxPartitions:
+		return w, fmt.Errorf("provision: partitions %d, want 1..%d (0 for the default %d)", cfg.Partitions, wire.MaxPartitions, wire.DefaultPartitions)
 	case cfg.Replicas < 0 || cfg.Replicas > 5:
 		return w, fmt.Errorf("provision: replicas %d, want 1..5 (0 for the default %d)", cfg.Replicas, DefaultReplicas)
 	case cfg.MaxMsgSize < 0:
@@ -234,7 +219,7 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 	case cfg.DuplicateWindow < 0:
 		return w, fmt.Errorf("provision: duplicate window %s, want > 0 (0 for the default %s)", cfg.DuplicateWindow, DefaultDuplicateWindow)
 	}
-	w.partitions = cmp.Or(w.partitions, DefaultPartitions)
+	w.partitions = cmp.Or(w.partitions, wire.DefaultPartitions)
 	w.replicas = cmp.Or(w.replicas, DefaultReplicas)
 	if w.maxMsgSize == 0 {
 		w.maxMsgSize = int32(min(int64(DefaultMaxMsgSize), w.maxPayload))
@@ -247,7 +232,7 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 const minMaxMsgSize = 1024
 
 func (w want) sessionStreamConfig() natsjs.StreamConfig {
-	c := w.streamConfig(StreamName, SubjectPrefix, "agentlog session logs: one subject per session, one record (1..K events) per message")
+	c := w.streamConfig(wire.StreamName, wire.SubjectPrefix, "agentlog session logs: one subject per session, one record (1..K events) per message")
 	c.MaxBytes, c.MaxMsgsPerSubject = -1, -1
 	c.MaxMsgSize = w.maxMsgSize
 	c.Duplicates = w.dupWindow
@@ -255,12 +240,12 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.DenyPurge = false // RemoveSession purges a session's subject
 	c.Compression = natsjs.S2Compression
 	c.AllowAtomicPublish = true
-	c.Metadata = map[string]string{MetaPartitions: strconv.Itoa(w.partitions), MetaFormat: StoreFormat}
+	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}
 	return c
 }
 
 func (w want) errorsStreamConfig() natsjs.StreamConfig {
-	c := w.streamConfig(ErrorsStream, ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
+	c := w.streamConfig(wire.ErrorsStream, wire.ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
 	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = ErrorsMaxBytes, ErrorsMaxAge, ErrorsMaxMsgsPerSubject
 	return c
 }
@@ -295,9 +280,9 @@ func incompatible(what, setting string, found, wanted any) error {
 
 // checkSessionStream validates an existing AGENTLOG config against w.
 func checkSessionStream(c natsjs.StreamConfig, w want) (foundStream, error) {
-	what := "stream " + StreamName
+	what := "stream " + wire.StreamName
 	var f foundStream
-	wantSubj := []string{SubjectPrefix + ".>"}
+	wantSubj := []string{wire.SubjectPrefix + ".>"}
 	switch {
 	case !slices.Equal(c.Subjects, wantSubj):
 		return f, incompatible(what, "subjects", c.Subjects, wantSubj)
@@ -328,16 +313,16 @@ func checkSessionStream(c natsjs.StreamConfig, w want) (foundStream, error) {
 	case c.SubjectTransform != nil:
 		return f, incompatible(what, "subject_transform", c.SubjectTransform.Source+" -> "+c.SubjectTransform.Destination, "none")
 	}
-	ps, ok := c.Metadata[MetaPartitions]
+	ps, ok := c.Metadata[wire.MetaPartitions]
 	n, err := strconv.Atoi(ps)
-	if !ok || err != nil || n < 1 || n > MaxPartitions || strconv.Itoa(n) != ps {
-		return f, incompatible(what, "metadata "+MetaPartitions, strconv.Quote(ps), fmt.Sprintf("a partition count 1..%d", MaxPartitions))
+	if !ok || err != nil || n < 1 || n > wire.MaxPartitions || strconv.Itoa(n) != ps {
+		return f, incompatible(what, "metadata "+wire.MetaPartitions, strconv.Quote(ps), fmt.Sprintf("a partition count 1..%d", wire.MaxPartitions))
 	}
 	if w.explicitPartitions && n != w.partitions {
-		return f, incompatible(what, "metadata "+MetaPartitions+" (fixed at creation)", n, w.partitions)
+		return f, incompatible(what, "metadata "+wire.MetaPartitions+" (fixed at creation)", n, w.partitions)
 	}
-	if got := c.Metadata[MetaFormat]; got != StoreFormat {
-		return f, incompatible(what, "metadata "+MetaFormat, strconv.Quote(got), strconv.Quote(StoreFormat))
+	if got := c.Metadata[wire.MetaFormat]; got != wire.StoreFormat {
+		return f, incompatible(what, "metadata "+wire.MetaFormat, strconv.Quote(got), strconv.Quote(wire.StoreFormat))
 	}
 	if w.explicitReplicas && c.Replicas != w.replicas {
 		return f, incompatible(what, "replicas", c.Replicas, w.replicas)
@@ -361,8 +346,8 @@ func checkSessionStream(c natsjs.StreamConfig, w want) (foundStream, error) {
 }
 
 func checkErrorsStream(c natsjs.StreamConfig) error {
-	what := "stream " + ErrorsStream
-	wantSubj := []string{ErrorsPrefix + ".>"}
+	what := "stream " + wire.ErrorsStream
+	wantSubj := []string{wire.ErrorsPrefix + ".>"}
 	switch {
 	case !slices.Equal(c.Subjects, wantSubj):
 		return incompatible(what, "subjects", c.Subjects, wantSubj)
@@ -454,7 +439,7 @@ func (w want) bucketCheck(bucket string) func(natsjs.StreamConfig) error {
 		switch {
 		case c.Storage != natsjs.FileStorage:
 			return incompatible(what, "storage", c.Storage, natsjs.FileStorage)
-		case bucket == SessionsBucket && c.MaxAge != 0:
+		case bucket == wire.SessionsBucket && c.MaxAge != 0:
 			return incompatible(what, "ttl (would expire session metadata)", c.MaxAge, "0 (none)")
 		case w.explicitReplicas && c.Replicas != w.replicas:
 			return incompatible(what, "replicas", c.Replicas, w.replicas)

@@ -1,10 +1,9 @@
-package jetstream
+package store
 
 import (
 	"context"
 
 	"github.com/agentlog/agentlog/session"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -12,16 +11,12 @@ import (
 var (
 	_ func(context.Context, jetstream.JetStream, Config) (*Store, error)                                 = Provision
 	_ func(context.Context, jetstream.JetStream) (*Store, error)                                         = Open
-	_ func(string) (string, error)                                                                       = Token
-	_ func(string) (string, error)                                                                       = IDFromToken
 	_ func(*Store, string) (string, error)                                                               = (*Store).Subject
 	_ func(*Store, context.Context, string) (Tail, error)                                                = (*Store).GetTail
 	_ func(*Store, context.Context, string, uint64, []session.Event, ...AppendOpt) (AppendResult, error) = (*Store).Append
 	_ func(*Store, context.Context, string) ([]session.Event, uint64, error)                             = (*Store).Read
 	_ func(*Store, context.Context, session.Header, ...CreateOpt) error                                  = (*Store).CreateSession
 	_ func(*Store, context.Context, string) (session.Header, error)                                      = (*Store).GetSession
-	_ func(string, []session.Event) (nats.Header, []byte, error)                                         = EncodeRecord
-	_ func(nats.Header, []byte) ([]session.Event, error)                                                 = DecodeRecord
 	_ error                                                                                              = ErrConflict
 	_ error                                                                                              = ErrSessionExists
 	_ error                                                                                              = ErrSessionNotFound
@@ -29,7 +24,5 @@ var (
 	_                                                                                                    = Config{Partitions: 0, Replicas: 0, MaxMsgSize: int32(0), DuplicateWindow: 0}
 	_                                                                                                    = Tail{LastStreamSeq: uint64(0), NextSeq: int64(0), LastEvents: []session.Event(nil), LastMsgID: ""}
 	_                                                                                                    = AppendResult{StreamSeq: uint64(0), Duplicate: false}
-	_                                                                                                    = [7]string{StreamName, SubjectPrefix, SessionsBucket, ProjectionsBucket, ErrorsStream, ErrorsPrefix, ""}
-	_ int                                                                                                = DefaultPartitions
 	_ func(string) AppendOpt                                                                             = WithMsgID
 )

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -34,7 +35,7 @@ func TestHelperAppendKilledAfterBlob(t *testing.T) {
 	if _, err := s.AcquireLease(ctx, "killed", Lease{Writer: "helper", PID: os.Getpid()}, MinLeaseTTL, false); err != nil {
 		t.Fatal(err)
 	}
-	testHookBlobsWritten = func(string, []BlobRef) {
+	testHookBlobsWritten = func(string, []wire.BlobRef) {
 		if err := os.WriteFile(os.Getenv("AGENTLOG_TEST_KILL_MARK"), nil, 0o600); err != nil {
 			t.Error(err)
 		}

@@ -1,33 +1,26 @@
-package jetstream
+package store
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
-// Offloaded events (docs/PROTOCOL.md §4.1). An event whose encoded line does not fit in one record
-// is stored as an object of the Object Store bucket BlobsBucket; its record (format
-// RecordFormatBlobs) carries an empty line in its place and one HeaderBlob value naming it.
+// The Object Store layout of BlobsBucket (ADR-20), and the timing of offloaded events.
 const (
-	BlobsBucket       = "agentlog_blobs"
-	blobsStream       = "OBJ_" + BlobsBucket
-	blobChunksPrefix  = "$O." + BlobsBucket + ".C." // + the object's nuid: its chunks
-	HeaderBlob        = "Agentlog-Blob"             // one value per offloaded event: "<seq> <size> <sha256 hex> <id>"
-	RecordFormatBlobs = "2"                         // Agentlog-Format of a record that holds offloaded events
+	blobsStream      = "OBJ_" + wire.BlobsBucket
+	blobChunksPrefix = "$O." + wire.BlobsBucket + ".C." // + the object's nuid: its chunks
 
 	// BlobMaxAgeAtPublish: an append publishes its record only while the blobs it wrote are younger
 	// than this; an attempt that took longer (a paused process) writes them again first. With
@@ -40,113 +33,35 @@ const (
 	MinBlobGrace = 2 * BlobMaxAgeAtPublish
 )
 
-// BlobRef names an offloaded event: its seq, the size of its encoded line in bytes, the line's
-// SHA-256, and the unique id (a nuid) of the object that holds it, BlobName(token, ref) in
-// BlobsBucket. Each write of a blob makes a new object, so no object is ever overwritten.
-type BlobRef struct {
-	Seq    int64
-	Size   int64
-	SHA256 [sha256.Size]byte
-	ID     string
-}
-
-// BlobName is the object name of ref in session token's namespace: "<token>/<seq>/<id>".
-func BlobName(token string, ref BlobRef) string {
-	return token + "/" + strconv.FormatInt(ref.Seq, 10) + "/" + ref.ID
-}
-
-// headerValue is ref's HeaderBlob value: "<seq> <size> <sha256 hex> <id>".
-func (ref BlobRef) headerValue() string {
-	return strconv.FormatInt(ref.Seq, 10) + " " + strconv.FormatInt(ref.Size, 10) + " " + hex.EncodeToString(ref.SHA256[:]) + " " + ref.ID
-}
-
-// blobHeaderBytes is what one HeaderBlob value adds to a record's headers on the wire.
-func (ref BlobRef) blobHeaderBytes() int { return len(HeaderBlob) + len(ref.headerValue()) + 4 }
-
-// validBlobID: 1..64 bytes of [0-9A-Za-z].
-func validBlobID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return false
-		}
-	}
-	return true
-}
-
-// parseBlobRef parses a HeaderBlob value; ok is false when it is not canonical.
-func parseBlobRef(v string) (BlobRef, bool) {
-	f := strings.Split(v, " ")
-	if len(f) != 4 {
-		return BlobRef{}, false
-	}
-	seq, err1 := strconv.ParseInt(f[0], 10, 64)
-	size, err2 := strconv.ParseInt(f[1], 10, 64)
-	sum, err3 := hex.DecodeString(f[2])
-	if err1 != nil || err2 != nil || err3 != nil || seq < 0 || size < 1 || len(sum) != sha256.Size || !validBlobID(f[3]) ||
-		strconv.FormatInt(seq, 10) != f[0] || strconv.FormatInt(size, 10) != f[1] || hex.EncodeToString(sum) != f[2] {
-		return BlobRef{}, false
-	}
-	ref := BlobRef{Seq: seq, Size: size, ID: f[3]}
-	copy(ref.SHA256[:], sum)
-	return ref, true
-}
-
-// ParseBlobName splits an object name of BlobsBucket into the session token and the ref's seq
-// and id (Size and SHA256 are left zero); ok is false for a name agentlog did not make.
-func ParseBlobName(name string) (token string, ref BlobRef, ok bool) {
-	f := strings.Split(name, "/")
-	if len(f) != 3 {
-		return "", BlobRef{}, false
-	}
-	if _, err := IDFromToken(f[0]); err != nil {
-		return "", BlobRef{}, false
-	}
-	seq, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || seq < 0 || strconv.FormatInt(seq, 10) != f[1] || !validBlobID(f[2]) {
-		return "", BlobRef{}, false
-	}
-	return f[0], BlobRef{Seq: seq, ID: f[2]}, true
-}
-
-// blobLine is an offloaded event of a decoded record: its index among the record's events.
-type blobLine struct {
-	index int
-	ref   BlobRef
-}
-
 // testHookBlobsWritten, when set (tests only), runs after an append's blobs are stored and before
 // its record is published.
-var testHookBlobsWritten func(id string, refs []BlobRef)
+var testHookBlobsWritten func(id string, refs []wire.BlobRef)
 
 // offload stores lines[i] for each i in idx as new blobs of session id (token tok) and returns
 // their refs, in idx's order, and when the first was written. Its caller (offloadLarge) checked
 // the cap of every line first, so nothing is stored for an append that is refused.
-func (s *Store) offload(ctx context.Context, id, tok string, events []session.Event, lines [][]byte, idx []int) ([]blobLine, time.Time, error) {
+func (s *Store) offload(ctx context.Context, id, tok string, events []session.Event, lines [][]byte, idx []int) ([]wire.BlobLine, time.Time, error) {
 	if s.Blobs == nil {
 		i := idx[0]
 		return nil, time.Time{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded, more than one record holds (max message size %d bytes), and the store has no %s bucket to offload it to",
-			id, events[i].Seq, ErrEventTooLarge, len(lines[i]), s.MaxMsgSize, BlobsBucket)
+			id, events[i].Seq, ErrEventTooLarge, len(lines[i]), s.MaxMsgSize, wire.BlobsBucket)
 	}
 	start := time.Now()
-	out := make([]blobLine, len(idx))
+	out := make([]wire.BlobLine, len(idx))
 	for k, i := range idx {
-		ref := BlobRef{Seq: events[i].Seq, Size: int64(len(lines[i])), ID: nuid.Next()}
-		name := BlobName(tok, ref)
+		ref := wire.BlobRef{Seq: events[i].Seq, Size: int64(len(lines[i])), ID: nuid.Next()}
+		name := wire.BlobName(tok, ref)
 		sum, err := s.putBlob(ctx, name, lines[i])
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("session %q seq %d: store the event's %d bytes as blob %s in %s: %w", id, ref.Seq, ref.Size, name, BlobsBucket, err)
+			return nil, time.Time{}, fmt.Errorf("session %q seq %d: store the event's %d bytes as blob %s in %s: %w", id, ref.Seq, ref.Size, name, wire.BlobsBucket, err)
 		}
 		ref.SHA256 = sum
-		out[k] = blobLine{index: i, ref: ref}
+		out[k] = wire.BlobLine{Index: i, Ref: ref}
 	}
 	if testHookBlobsWritten != nil {
-		refs := make([]BlobRef, len(out))
+		refs := make([]wire.BlobRef, len(out))
 		for k, b := range out {
-			refs[k] = b.ref
+			refs[k] = b.Ref
 		}
 		testHookBlobsWritten(id, refs)
 	}
@@ -214,14 +129,14 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 	h.Sum(sum[:0])
 	info := natsjs.ObjectInfo{
 		ObjectMeta: natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(chunk)}},
-		Bucket:     BlobsBucket, NUID: obj, Size: uint64(len(data)), Chunks: uint32(chunks), ModTime: time.Now().UTC(), // as Put writes it; readers take the server's time
+		Bucket:     wire.BlobsBucket, NUID: obj, Size: uint64(len(data)), Chunks: uint32(chunks), ModTime: time.Now().UTC(), // as Put writes it; readers take the server's time
 		Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
 	}
 	body, err := json.Marshal(info)
 	if err != nil {
 		return sum, err
 	}
-	m := &nats.Msg{Subject: "$O." + BlobsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)), Header: nats.Header{}, Data: body}
+	m := &nats.Msg{Subject: "$O." + wire.BlobsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)), Header: nats.Header{}, Data: body}
 	m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		return sum, err
@@ -242,43 +157,43 @@ func (s *Store) blobChunkSize() uint32 {
 // fetchBlob reads ref's line and checks its size and digest. A blob that is missing or differs is
 // a *session.Error (rule record-blob) naming the session, the seq and the stream seq; a failure to
 // reach the bucket is a plain error (transient).
-func (s *Store) fetchBlob(ctx context.Context, id, tok string, ref BlobRef, streamSeq uint64) ([]byte, error) {
-	name := BlobName(tok, ref)
+func (s *Store) fetchBlob(ctx context.Context, id, tok string, ref wire.BlobRef, streamSeq uint64) ([]byte, error) {
+	name := wire.BlobName(tok, ref)
 	if s.Blobs == nil {
-		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event is offloaded to blob %s, but the store has no %s bucket", name, BlobsBucket)
+		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event is offloaded to blob %s, but the store has no %s bucket", name, wire.BlobsBucket)
 	}
 	b, err := s.Blobs.GetBytes(ctx, name)
 	switch {
 	case errors.Is(err, natsjs.ErrObjectNotFound):
-		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is missing from %s", name, BlobsBucket)
+		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is missing from %s", name, wire.BlobsBucket)
 	case errors.Is(err, natsjs.ErrDigestMismatch):
-		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is corrupt (its chunks do not match its digest)", name, BlobsBucket)
+		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is corrupt (its chunks do not match its digest)", name, wire.BlobsBucket)
 	case err != nil:
-		return nil, fmt.Errorf("session %q seq %d: read blob %s from %s: %w", id, ref.Seq, name, BlobsBucket, err)
+		return nil, fmt.Errorf("session %q seq %d: read blob %s from %s: %w", id, ref.Seq, name, wire.BlobsBucket, err)
 	}
 	if int64(len(b)) != ref.Size || sha256.Sum256(b) != ref.SHA256 {
-		return nil, recordErr(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is %d bytes with another digest than its record names (%d bytes)", name, BlobsBucket, len(b), ref.Size)
+		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s in %s is %d bytes with another digest than its record names (%d bytes)", name, wire.BlobsBucket, len(b), ref.Size)
 	}
 	return b, nil
 }
 
 // resolve fills in the offloaded events of a decoded record of session id from their blobs.
-func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []session.Event, blobs []blobLine, streamSeq uint64) error {
-	tok := h.Get(HeaderSession)
+func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []session.Event, blobs []wire.BlobLine, streamSeq uint64) error {
+	tok := h.Get(wire.HeaderSession)
 	for _, b := range blobs {
-		line, err := s.fetchBlob(ctx, id, tok, b.ref, streamSeq)
+		line, err := s.fetchBlob(ctx, id, tok, b.Ref, streamSeq)
 		if err != nil {
 			return err
 		}
 		ev, err := session.DecodeEventLine(line, id)
-		if err != nil || ev.Type == "" || ev.Time == "" || ev.Seq != b.ref.Seq || bytes.IndexByte(line, '\n') >= 0 {
+		if err != nil || ev.Type == "" || ev.Time == "" || ev.Seq != b.Ref.Seq || bytes.IndexByte(line, '\n') >= 0 {
 			why := "lacks one of type, seq, time, data, or has another seq"
 			if err != nil {
 				why = err.Error()
 			}
-			return recordErr(id, b.ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is not the event: %s", BlobName(tok, b.ref), why)
+			return wire.RecordError(id, b.Ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is not the event: %s", wire.BlobName(tok, b.Ref), why)
 		}
-		evs[b.index] = ev
+		evs[b.Index] = ev
 	}
 	return nil
 }
@@ -288,55 +203,43 @@ func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []ses
 // (rule record-blob) for a blob that is missing or differs, a plain error when the bucket cannot be
 // reached (transient: try again).
 func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Event, error) {
-	id, evs, _, blobs, err := decodeRecord(h, body, 0)
-	if err != nil || len(blobs) == 0 {
-		return evs, err
+	rec, err := wire.DecodeRecordAt(h, body, 0)
+	if err != nil || len(rec.Blobs) == 0 {
+		return rec.Events, err
 	}
-	if err := s.resolve(ctx, id, h, evs, blobs, 0); err != nil {
+	if err := s.resolve(ctx, rec.ID, h, rec.Events, rec.Blobs, 0); err != nil {
 		return nil, err
 	}
-	return evs, nil
-}
-
-// RecordBlobs returns the blobs a record's headers name (none for a format 1 record), for a
-// headers-only reader. A malformed HeaderBlob value is skipped.
-func RecordBlobs(h nats.Header) []BlobRef {
-	var out []BlobRef
-	for _, v := range h.Values(HeaderBlob) {
-		if ref, ok := parseBlobRef(v); ok {
-			out = append(out, ref)
-		}
-	}
-	return out
+	return rec.Events, nil
 }
 
 // ensureBlobsBucket returns the Object Store bucket agentlog_blobs, creating it when missing (file
 // storage, S2 compression, the stream's replicas, no TTL or size limit). An existing one is checked,
 // never changed: file storage, no TTL (it would expire events), not sealed.
 func ensureBlobsBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.ObjectStore, error) {
-	obs, err := js.ObjectStore(ctx, BlobsBucket)
+	obs, err := js.ObjectStore(ctx, wire.BlobsBucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, natsjs.ObjectStoreConfig{
-			Bucket:      BlobsBucket,
+			Bucket:      wire.BlobsBucket,
 			Description: "agentlog offloaded events: <token>/<seq>/<sha256>, the event's line, for events larger than one record",
 			Storage:     natsjs.FileStorage,
 			Replicas:    replicas,
 			Compression: true,
 		})
 		if errors.Is(err, natsjs.ErrBucketExists) {
-			obs, err = js.ObjectStore(ctx, BlobsBucket)
+			obs, err = js.ObjectStore(ctx, wire.BlobsBucket)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("create Object Store bucket %s: %w", BlobsBucket, err)
+			return nil, fmt.Errorf("create Object Store bucket %s: %w", wire.BlobsBucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("look up Object Store bucket %s: %w", BlobsBucket, err)
+		return nil, fmt.Errorf("look up Object Store bucket %s: %w", wire.BlobsBucket, err)
 	}
 	st, err := js.Stream(ctx, blobsStream)
 	if err != nil {
-		return nil, fmt.Errorf("look up the stream of Object Store bucket %s: %w", BlobsBucket, err)
+		return nil, fmt.Errorf("look up the stream of Object Store bucket %s: %w", wire.BlobsBucket, err)
 	}
-	what := "Object Store bucket " + BlobsBucket
+	what := "Object Store bucket " + wire.BlobsBucket
 	switch c := st.CachedInfo().Config; {
 	case c.Storage != natsjs.FileStorage:
 		return nil, incompatible(what, "storage", c.Storage, natsjs.FileStorage)

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 func TestWriterLease(t *testing.T) {
@@ -87,7 +88,7 @@ func TestOpenCreatesWritersBucket(t *testing.T) {
 	if _, err := Provision(ctx, js, Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteKeyValue(ctx, WritersBucket); err != nil {
+	if err := js.DeleteKeyValue(ctx, wire.WritersBucket); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Open(ctx, js)
@@ -110,7 +111,7 @@ func TestSessionIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, err := s.GetSessionInfo(ctx, "re")
-	if err != nil || CheckIncarnation(first.Incarnation) != nil {
+	if err != nil || wire.CheckIncarnation(first.Incarnation) != nil {
 		t.Fatalf("GetSessionInfo = %+v, %v; want an incarnation", first, err)
 	}
 	// The value stays the dsh header line: the incarnation is only in the entry's headers.

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -25,10 +26,6 @@ const (
 	ErrCodeWrongLastSequenceConstant = 10164 // guarded publish while the subject has a message in flight (R>1)
 	errCodeBatchDuplicateMsgID       = 10201 // an atomic batch contains an already stored Nats-Msg-Id
 )
-
-// MaxBatchRecords is the most records one split Append may need: nats-server's default limit on
-// the messages of one atomic batch (ADR-50).
-const MaxBatchRecords = 1000
 
 // AppendResult reports a committed record.
 type AppendResult struct {
@@ -99,7 +96,7 @@ func (s *Store) startAppend(id string, opts []AppendOpt) (subject, tok string, o
 	if subject, err = s.Subject(id); err != nil {
 		return "", "", o, err
 	}
-	tok, _ = Token(id)
+	tok, _ = wire.Token(id)
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return "", "", o, fmt.Errorf("append to session %q: %w", id, err)
@@ -133,12 +130,12 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		return AppendResult{}, err
 	}
 	msgID := o.msgID
-	lines, body, err := encodeLines(id, events, true)
+	lines, body, err := wire.EncodeLines(id, events, true)
 	if err != nil {
 		return AppendResult{}, err
 	}
 	if expectedLastStreamSeq == 0 && events[0].Seq != 0 {
-		return AppendResult{}, recordErr(id, events[0].Seq, 0, session.RuleRecordContinue,
+		return AppendResult{}, wire.RecordError(id, events[0].Seq, 0, session.RuleRecordContinue,
 			"the first record of a session (expected last stream seq 0) must start at seq 0")
 	}
 	limit, err := s.recordLimit(id)
@@ -148,7 +145,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 
 	// A line no record of this window could hold is offloaded to a blob first (ARCHITECTURE.md,
 	// "Large events"); its record then carries an empty line and a HeaderBlob value.
-	var blobs []blobLine
+	var blobs []wire.BlobLine
 	var written time.Time
 	if lines, blobs, written, err = s.offloadLarge(ctx, id, tok, expectedLastStreamSeq, &o, events, lines, limit); err != nil {
 		return AppendResult{}, err
@@ -162,7 +159,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	}
 
 	// One record when it fits.
-	h := recordHeader(tok, events[0].Seq, len(events))
+	h := nats.Header(wire.RecordHeader(tok, events[0].Seq, len(events)))
 	h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expectedLastStreamSeq, 10))
 	if msgID != "" {
 		h.Set(natsjs.MsgIDHeader, msgID)
@@ -172,7 +169,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		setBlobHeaders(h, blobs)
 		body = bytes.Join(lines, []byte{'\n'}) // the offloaded lines left empty
 	}
-	if headerWireSize(h)+len(body) <= limit {
+	if wire.HeaderWireSize(h)+len(body) <= limit {
 		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
 		if err != nil {
 			return s.appendErr(ctx, id, subject, expectedLastStreamSeq, msgID, err)
@@ -186,7 +183,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 // the inline limit of this window (what the worst-case record of its split holds) as a blob. It
 // returns the lines with those left empty, and the blobs. The usual window has none: then it only
 // measures the lines.
-func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, limit int) ([][]byte, []blobLine, time.Time, error) {
+func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, limit int) ([][]byte, []wire.BlobLine, time.Time, error) {
 	longest := 0
 	for _, l := range lines {
 		longest = max(longest, len(l))
@@ -213,28 +210,28 @@ func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint6
 	}
 	lines = append([][]byte(nil), lines...)
 	for _, b := range blobs {
-		lines[b.index] = nil
+		lines[b.Index] = nil
 	}
 	return lines, blobs, written, nil
 }
 
 // encodedAgain puts back the lines offloadLarge left empty for blobs (encoding their events again).
-func encodedAgain(lines [][]byte, blobs []blobLine, events []session.Event) [][]byte {
+func encodedAgain(lines [][]byte, blobs []wire.BlobLine, events []session.Event) [][]byte {
 	out := append([][]byte(nil), lines...)
 	for _, b := range blobs {
-		out[b.index], _ = events[b.index].AppendJSON(nil) // encoded once already: cannot fail
+		out[b.Index], _ = events[b.Index].AppendJSON(nil) // encoded once already: cannot fail
 	}
 	return out
 }
 
 // setBlobHeaders marks h as a record of format 2 naming blobs (nothing when there are none).
-func setBlobHeaders(h nats.Header, blobs []blobLine) {
+func setBlobHeaders(h nats.Header, blobs []wire.BlobLine) {
 	if len(blobs) == 0 {
 		return
 	}
-	h.Set(HeaderFormat, RecordFormatBlobs)
+	h.Set(wire.HeaderFormat, wire.RecordFormatBlobs)
 	for _, b := range blobs {
-		h.Add(HeaderBlob, b.ref.headerValue())
+		h.Add(wire.HeaderBlob, b.Ref.HeaderValue())
 	}
 }
 
@@ -246,10 +243,10 @@ func splitWorstHeaderBytes(tokLen int, lastSeq int64, n int, expected uint64, ms
 	size := len("NATS/1.0\r\n") + len("\r\n") + extra
 	add := func(key string, valueLen int) { size += len(key) + valueLen + 4 }
 	nLen := decimalLen(uint64(n))
-	add(HeaderSession, tokLen)
-	add(HeaderFirstSeq, decimalLen(uint64(max(lastSeq, 0))))
-	add(HeaderCount, nLen)
-	add(HeaderFormat, len(RecordFormat))
+	add(wire.HeaderSession, tokLen)
+	add(wire.HeaderFirstSeq, decimalLen(uint64(max(lastSeq, 0))))
+	add(wire.HeaderCount, nLen)
+	add(wire.HeaderFormat, len(wire.RecordFormat))
 	add(natsjs.ExpectedLastSubjSeqHeader, decimalLen(expected))
 	if msgIDLen > 0 {
 		add(natsjs.MsgIDHeader, msgIDLen+1+nLen) // partMsgID: "<id>~<k>"
@@ -272,15 +269,15 @@ func decimalLen(v uint64) int {
 
 // appendSplit cuts lines into records within limit and commits them as one atomic batch. A blob's
 // line is empty; its HeaderBlob value goes into the record that holds its seq.
-func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, blobs []blobLine, limit int) (AppendResult, error) {
+func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, blobs []wire.BlobLine, limit int) (AppendResult, error) {
 	msgID := o.msgID
 	// Worst-case headers of any part: every number takes at most as many digits as its largest
 	// possible value, plus the batch headers that jetstreamext adds.
 	n := len(events)
 	budget := limit - splitWorstHeaderBytes(len(tok), events[n-1].Seq, n, expected, len(msgID), o.extraBytes()) // bytes of body per record
-	blobAt := make(map[int]BlobRef, len(blobs))
+	blobAt := make(map[int]wire.BlobRef, len(blobs))
 	for _, b := range blobs {
-		blobAt[b.index] = b.ref
+		blobAt[b.Index] = b.Ref
 	}
 
 	type part struct{ from, to int } // events[from:to]
@@ -289,7 +286,7 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	for i, line := range lines {
 		cost := len(line) // a blob's line is empty, and its header value counts instead
 		if ref, ok := blobAt[i]; ok {
-			cost = ref.blobHeaderBytes()
+			cost = ref.HeaderBytes()
 		}
 		if cost > budget {
 			return AppendResult{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded (plus %d bytes of record headers), the max message size is %d bytes",
@@ -310,9 +307,9 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 		// Cannot happen (the whole record did not fit), but never publish an unguarded shape.
 		return AppendResult{}, fmt.Errorf("session %q seq %d: record of %d events does not fit in %d bytes but did not split", id, events[0].Seq, n, limit)
 	}
-	if len(parts) > MaxBatchRecords {
+	if len(parts) > wire.MaxBatchRecords {
 		return AppendResult{}, fmt.Errorf("session %q seq %d..%d: the window needs %d records of at most %d bytes, more than the %d an atomic batch may hold; append fewer events at a time",
-			id, events[0].Seq, events[n-1].Seq, len(parts), limit, MaxBatchRecords)
+			id, events[0].Seq, events[n-1].Seq, len(parts), limit, wire.MaxBatchRecords)
 	}
 
 	bp, err := jetstreamext.NewBatchPublisher(s.JS)
@@ -321,10 +318,10 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 	}
 	var lastMsg *nats.Msg
 	for k, p := range parts {
-		h := recordHeader(tok, events[p.from].Seq, p.to-p.from)
+		h := nats.Header(wire.RecordHeader(tok, events[p.from].Seq, p.to-p.from))
 		for i := p.from; i < p.to; i++ {
 			if ref, ok := blobAt[i]; ok {
-				setBlobHeaders(h, []blobLine{{index: i, ref: ref}})
+				setBlobHeaders(h, []wire.BlobLine{{Index: i, Ref: ref}})
 			}
 		}
 		if k == 0 {
@@ -404,11 +401,11 @@ type StreamAppend struct {
 	cur      []byte // body of the record being filled
 	curFirst int64
 	curCount int
-	curBlobs []blobLine // the offloaded events of the record being filled
-	curBlobH int        // the header bytes their HeaderBlob values take
-	held     *nats.Msg  // the last full record, not sent yet (the commit must be the last one)
-	spare    []byte     // the buffer of the record sent last, for the next one
-	parts    int        // records sealed so far
+	curBlobs []wire.BlobLine // the offloaded events of the record being filled
+	curBlobH int             // the header bytes their HeaderBlob values take
+	held     *nats.Msg       // the last full record, not sent yet (the commit must be the last one)
+	spare    []byte          // the buffer of the record sent last, for the next one
+	parts    int             // records sealed so far
 	bp       jetstreamext.BatchPublisher
 	line     []byte
 	closed   bool
@@ -433,17 +430,17 @@ func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...App
 	}
 	// Worst-case headers of any record: seqs, counts and part numbers at their largest, plus the
 	// batch headers jetstreamext adds.
-	worst := recordHeader(tok, 1<<62, limit)
+	worst := nats.Header(wire.RecordHeader(tok, 1<<62, limit))
 	worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
 	if o.msgID != "" {
-		worst.Set(natsjs.MsgIDHeader, partMsgID(o.msgID, MaxBatchRecords))
+		worst.Set(natsjs.MsgIDHeader, partMsgID(o.msgID, wire.MaxBatchRecords))
 	}
 	worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22)) // a nuid
-	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
+	worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(wire.MaxBatchRecords))
 	worst.Set(jetstreamext.BatchCommitHeader, "1")
 	o.setExtra(worst)
 	a := &StreamAppend{s: s, id: id, tok: tok, subject: subject, expected: expectedLastStreamSeq, msgID: o.msgID, opts: o,
-		budget: limit - headerWireSize(worst), next: -1}
+		budget: limit - wire.HeaderWireSize(worst), next: -1}
 	if expectedLastStreamSeq == 0 {
 		a.next = 0
 	}
@@ -459,7 +456,7 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 	line, err := ev.AppendJSON(a.line[:0])
 	if err != nil {
 		a.Discard()
-		return recordErr(a.id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
+		return wire.RecordError(a.id, ev.Seq, 0, session.RuleRecordEvent, "cannot encode event: %v", err)
 	}
 	a.line = line
 	return a.AddLine(ctx, ev.Seq, line)
@@ -476,16 +473,16 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 	if (a.next >= 0 && seq != a.next) || seq < 0 {
 		a.Discard()
 		if a.next == 0 {
-			return recordErr(a.id, seq, 0, session.RuleRecordContinue,
+			return wire.RecordError(a.id, seq, 0, session.RuleRecordContinue,
 				"the first record of a session (expected last stream seq 0) must start at seq 0")
 		}
-		return recordErr(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
+		return wire.RecordError(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
 	}
 	if maxEvent := a.s.maxEventBytes(); int64(len(line)) > maxEvent {
 		a.Discard()
 		return tooLargeErr(a.id, seq, int64(len(line)), maxEvent)
 	}
-	var blob *blobLine
+	var blob *wire.BlobLine
 	need := len(line) // what the line takes of the record's budget
 	if len(line) > a.budget {
 		// No record holds it: offload it (as Append does), and the record carries an empty line
@@ -496,7 +493,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 			return err
 		}
 		blob = &bl[0]
-		need = blob.ref.blobHeaderBytes()
+		need = blob.Ref.HeaderBytes()
 	}
 	if a.curCount > 0 && len(a.cur)+a.curBlobH+1+need > a.budget {
 		if err := a.seal(ctx); err != nil {
@@ -509,7 +506,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 		a.cur = append(a.cur, '\n')
 	}
 	if blob != nil {
-		blob.index = a.curCount
+		blob.Index = a.curCount
 		a.curBlobs, a.curBlobH = append(a.curBlobs, *blob), a.curBlobH+need
 	} else {
 		a.cur = append(a.cur, line...)
@@ -528,12 +525,12 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 		}
 	}
 	a.parts++
-	if a.parts > MaxBatchRecords {
+	if a.parts > wire.MaxBatchRecords {
 		a.Discard()
 		return fmt.Errorf("session %q seq %d: the append needs more than %d records of at most %d bytes, more than an atomic batch may hold",
-			a.id, a.curFirst, MaxBatchRecords, a.s.MaxMsgSize)
+			a.id, a.curFirst, wire.MaxBatchRecords, a.s.MaxMsgSize)
 	}
-	h := recordHeader(a.tok, a.curFirst, a.curCount)
+	h := nats.Header(wire.RecordHeader(a.tok, a.curFirst, a.curCount))
 	a.opts.setExtra(h)
 	setBlobHeaders(h, a.curBlobs)
 	a.curBlobs, a.curBlobH = nil, 0
@@ -581,7 +578,7 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 	}
 	if a.curCount == 0 && a.held == nil {
 		a.Discard()
-		return AppendResult{}, recordErr(a.id, -1, 0, session.RuleRecordEmpty, "no events to encode")
+		return AppendResult{}, wire.RecordError(a.id, -1, 0, session.RuleRecordEmpty, "no events to encode")
 	}
 	if a.curCount > 0 {
 		if err := a.seal(ctx); err != nil {

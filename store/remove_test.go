@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // TestRemoveSession removes every piece of a session (records, metadata, projection keys, lease,
@@ -17,7 +18,7 @@ func TestRemoveSession(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
 	id, other := "rm.me é", "rm.me"
-	tok, _ := Token(id)
+	tok, _ := wire.Token(id)
 	for _, x := range []string{id, other} {
 		if err := s.CreateSession(ctx, session.Header{ID: x, CreatedAt: 1}); err != nil {
 			t.Fatal(err)
@@ -29,13 +30,13 @@ func TestRemoveSession(t *testing.T) {
 		if _, err := s.Append(ctx, x, r.StreamSeq, evs(3, 5, "b")); err != nil {
 			t.Fatal(err)
 		}
-		xt, _ := Token(x)
+		xt, _ := wire.Token(x)
 		for _, unit := range []string{"messages", "turns"} {
 			if _, err := s.Projections.Put(ctx, unit+"."+xt, []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.JS.Publish(ctx, ErrorsPrefix+"."+xt, []byte(`{"type":"agent/error"}`)); err != nil {
+		if _, err := s.JS.Publish(ctx, wire.ErrorsPrefix+"."+xt, []byte(`{"type":"agent/error"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,7 +73,7 @@ func TestRemoveSession(t *testing.T) {
 	if evs, _, err := s.Read(ctx, other); err != nil || len(evs) != 5 {
 		t.Fatalf("other session: %d events, %v", len(evs), err)
 	}
-	otok, _ := Token(other)
+	otok, _ := wire.Token(other)
 	if keys, _ := s.projectionKeys(ctx, otok); len(keys) != 2 {
 		t.Fatalf("other session's projection keys: %v", keys)
 	}

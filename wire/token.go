@@ -1,4 +1,4 @@
-package jetstream
+package wire
 
 import (
 	"bytes"
@@ -90,11 +90,6 @@ func SessionSubject(id string, partitions int) (string, error) {
 		return "", err
 	}
 	return SubjectPrefix + "." + strconv.Itoa(Partition(tok, partitions)) + "." + tok, nil
-}
-
-// Subject returns agentlog.session.<partition>.<token> for id.
-func (s *Store) Subject(id string) (string, error) {
-	return SessionSubject(id, s.Partitions)
 }
 
 // PartitionSubject returns the filter subject agentlog.session.<p>.* that selects every session of

@@ -1,7 +1,9 @@
-package jetstream
+package store
 
 import (
 	"errors"
+	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,13 +108,13 @@ func TestStreamAppend(t *testing.T) {
 func TestEventWorstHeaderBytes(t *testing.T) {
 	for _, tok := range []string{"a", "a_2Eb", strings.Repeat("x", 700)} {
 		for _, seq := range []int64{0, 9, 12345, 1 << 53} {
-			worst := recordHeader(tok, seq, 1)
+			worst := nats.Header(wire.RecordHeader(tok, seq, 1))
 			worst.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(^uint64(0), 10))
-			worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20+MaxIncarnationBytes+1))
+			worst.Set(natsjs.MsgIDHeader, strings.Repeat("x", 64+2*len(tok)+20+wire.MaxIncarnationBytes+1))
 			worst.Set(jetstreamext.BatchIDHeader, strings.Repeat("x", 22))
-			worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(MaxBatchRecords))
+			worst.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(wire.MaxBatchRecords))
 			worst.Set(jetstreamext.BatchCommitHeader, "1")
-			if got, want := eventWorstHeaderBytes(len(tok), seq), headerWireSize(worst); got != want {
+			if got, want := eventWorstHeaderBytes(len(tok), seq), wire.HeaderWireSize(worst); got != want {
 				t.Fatalf("token of %d bytes, seq %d: %d, want %d", len(tok), seq, got, want)
 			}
 		}

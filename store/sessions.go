@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"fmt"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // ErrSessionExists is returned (wrapped) by CreateSession for an id already in agentlog_sessions.
@@ -18,32 +18,6 @@ var ErrSessionExists = errors.New("session already exists")
 
 // ErrSessionNotFound is returned (wrapped) when a session has no metadata.
 var ErrSessionNotFound = errors.New("session not found")
-
-// IncarnationHeader is the message header of a session's agentlog_sessions entry that holds its
-// incarnation, a random id given at create. A session deleted and created again under the same id
-// gets a new one. An entry without it is legacy (incarnation "").
-const IncarnationHeader = "Agentlog-Incarnation"
-
-// MaxIncarnationBytes is the longest incarnation: 1..32 bytes of [A-Za-z0-9_-].
-const MaxIncarnationBytes = 32
-
-// NewIncarnation returns a fresh random incarnation (a nuid, 22 bytes).
-func NewIncarnation() string { return nuid.Next() }
-
-// CheckIncarnation refuses an incarnation that is empty, longer than MaxIncarnationBytes or holds
-// a byte outside [A-Za-z0-9_-] (it goes into Nats-Msg-Id values).
-func CheckIncarnation(inc string) error {
-	if inc == "" || len(inc) > MaxIncarnationBytes {
-		return fmt.Errorf("incarnation %q: want 1..%d bytes", inc, MaxIncarnationBytes)
-	}
-	for i := 0; i < len(inc); i++ {
-		c := inc[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("incarnation %q: byte %q is not in [A-Za-z0-9_-]", inc, c)
-		}
-	}
-	return nil
-}
 
 // CreateOpt is an option of Store.CreateSession.
 type CreateOpt func(*createOpts) error
@@ -54,7 +28,7 @@ type createOpts struct{ incarnation string }
 // fresh NewIncarnation.
 func WithIncarnation(inc string) CreateOpt {
 	return func(o *createOpts) error {
-		if err := CheckIncarnation(inc); err != nil {
+		if err := wire.CheckIncarnation(inc); err != nil {
 			return err
 		}
 		o.incarnation = inc
@@ -71,7 +45,7 @@ func WithIncarnation(inc string) CreateOpt {
 // default NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
 // ErrSessionExists naming the id; nothing is changed.
 func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...CreateOpt) error {
-	tok, err := Token(h.ID)
+	tok, err := wire.Token(h.ID)
 	if err != nil {
 		return err
 	}
@@ -82,7 +56,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 		}
 	}
 	if o.incarnation == "" {
-		o.incarnation = NewIncarnation()
+		o.incarnation = wire.NewIncarnation()
 	}
 	val, err := headerValue(h)
 	if err != nil {
@@ -90,28 +64,28 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	}
 	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
 	// (re-create after DeleteSession) the delete marker that is the key's last entry.
-	subject := "$KV." + SessionsBucket + "." + tok
+	subject := "$KV." + wire.SessionsBucket + "." + tok
 	expect := uint64(0)
 	for try := 0; ; try++ {
-		m := &nats.Msg{Subject: subject, Header: nats.Header{IncarnationHeader: []string{o.incarnation}}, Data: val}
+		m := &nats.Msg{Subject: subject, Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
 		_, err = s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
 		var apiErr *natsjs.APIError
 		if err == nil || try > 0 || !errors.As(err, &apiErr) ||
 			(apiErr.ErrorCode != ErrCodeWrongLastSequence && apiErr.ErrorCode != ErrCodeWrongLastSequenceConstant) {
 			break
 		}
-		last, gerr := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": subject})
+		last, gerr := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": subject})
 		if gerr != nil || !kvDeleted(last.Header) {
-			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, SessionsBucket)
+			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, wire.SessionsBucket)
 		}
 		expect = last.Sequence
 	}
 	if err != nil {
 		var apiErr *natsjs.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
-			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, SessionsBucket)
+			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, wire.SessionsBucket)
 		}
-		return fmt.Errorf("create session %q (key %s in KV bucket %s): %w", h.ID, tok, SessionsBucket, err)
+		return fmt.Errorf("create session %q (key %s in KV bucket %s): %w", h.ID, tok, wire.SessionsBucket, err)
 	}
 	return nil
 }
@@ -146,34 +120,34 @@ type SessionInfo struct {
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
 func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": "$KV." + SessionsBucket + "." + tok})
+	e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": "$KV." + wire.SessionsBucket + "." + tok})
 	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
-		return SessionInfo{}, fmt.Errorf("read session %q: %w (no key %s in KV bucket %s)", id, ErrSessionNotFound, tok, SessionsBucket)
+		return SessionInfo{}, fmt.Errorf("read session %q: %w (no key %s in KV bucket %s)", id, ErrSessionNotFound, tok, wire.SessionsBucket)
 	}
-	if err == nil && e.Header.Get(DeletingHeader) != "" {
+	if err == nil && e.Header.Get(wire.DeletingHeader) != "" {
 		// Its records may still be there: callers that accept a log without metadata (a fork's
 		// source) tell this case apart by ErrSessionDeleted.
 		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; `agentlog rm` finishes it)",
-			id, ErrSessionNotFound, ErrSessionDeleted, tok, SessionsBucket, DeletingHeader)
+			id, ErrSessionNotFound, ErrSessionDeleted, tok, wire.SessionsBucket, wire.DeletingHeader)
 	}
 	if err != nil {
-		return SessionInfo{}, fmt.Errorf("read session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return SessionInfo{}, fmt.Errorf("read session %q (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
 	}
 	var h session.Header
 	if err := json.Unmarshal(e.Data, &h); err != nil {
-		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, SessionsBucket, err)
+		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s does not decode: %w", id, tok, wire.SessionsBucket, err)
 	}
 	if h.ID != id {
-		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s names session %q", id, tok, SessionsBucket, h.ID)
+		return SessionInfo{}, fmt.Errorf("session %q: the header at key %s in KV bucket %s names session %q", id, tok, wire.SessionsBucket, h.ID)
 	}
 	if h.Raw == nil {
 		h.Raw = append(json.RawMessage(nil), e.Data...)
 	}
-	return SessionInfo{Header: h, Incarnation: e.Header.Get(IncarnationHeader), Revision: e.Sequence}, nil
+	return SessionInfo{Header: h, Incarnation: e.Header.Get(wire.IncarnationHeader), Revision: e.Sequence}, nil
 }
 
 // headerValue renders h as its dsh JSONL header line (without the newline), the KV value of a session.
@@ -201,7 +175,7 @@ var ErrSessionHasEvents = errors.New("session has events")
 // events is refused with a wrapped ErrSessionHasEvents (RemoveSession deletes a whole session).
 // Deleting a session without metadata is not an error.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return err
 	}
@@ -213,7 +187,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return fmt.Errorf("delete session %q: %w: it holds %d events; its metadata is kept", id, ErrSessionHasEvents, tail.NextSeq)
 	}
 	if err := s.Sessions.Delete(ctx, tok); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
-		return fmt.Errorf("delete session %q (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return fmt.Errorf("delete session %q (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
 	}
 	return nil
 }

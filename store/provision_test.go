@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"errors"
@@ -8,14 +8,15 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/testserver"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	if s.Partitions != DefaultPartitions || s.MaxMsgSize != DefaultMaxMsgSize {
-		t.Errorf("store partitions %d max msg size %d, want %d and %d", s.Partitions, s.MaxMsgSize, DefaultPartitions, DefaultMaxMsgSize)
+	if s.Partitions != wire.DefaultPartitions || s.MaxMsgSize != DefaultMaxMsgSize {
+		t.Errorf("store partitions %d max msg size %d, want %d and %d", s.Partitions, s.MaxMsgSize, wire.DefaultPartitions, DefaultMaxMsgSize)
 	}
 	info, err := s.Stream.Info(ctx)
 	if err != nil {
@@ -25,10 +26,10 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 	if len(c.Subjects) != 1 || c.Subjects[0] != "agentlog.session.>" || c.Storage != natsjs.FileStorage ||
 		c.Compression != natsjs.S2Compression || !c.AllowDirect || !c.DenyDelete || !c.AllowAtomicPublish ||
 		c.Duplicates != 2*time.Minute || c.MaxMsgSize != 1<<20 || c.Replicas != 1 || c.Retention != natsjs.LimitsPolicy ||
-		c.Metadata[MetaPartitions] != "16" || c.Metadata[MetaFormat] != "1" {
+		c.Metadata[wire.MetaPartitions] != "16" || c.Metadata[wire.MetaFormat] != "1" {
 		t.Errorf("AGENTLOG config not as designed: %+v", c)
 	}
-	for _, b := range []string{SessionsBucket, ProjectionsBucket} {
+	for _, b := range []string{wire.SessionsBucket, wire.ProjectionsBucket} {
 		st, err := s.JS.Stream(ctx, "KV_"+b)
 		if err != nil {
 			t.Fatal(err)
@@ -37,7 +38,7 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 			t.Errorf("bucket %s config: storage %v history %d replicas %d", b, bc.Storage, bc.MaxMsgsPerSubject, bc.Replicas)
 		}
 	}
-	es, err := s.JS.Stream(ctx, ErrorsStream)
+	es, err := s.JS.Stream(ctx, wire.ErrorsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +50,8 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 func TestProvisionIdempotentAndOpen(t *testing.T) {
 	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
-	if _, err := Open(ctx, js); !errors.Is(err, ErrNotProvisioned) || !strings.Contains(err.Error(), StreamName) {
-		t.Fatalf("Open before Provision: %v, want ErrNotProvisioned naming %s", err, StreamName)
+	if _, err := Open(ctx, js); !errors.Is(err, ErrNotProvisioned) || !strings.Contains(err.Error(), wire.StreamName) {
+		t.Fatalf("Open before Provision: %v, want ErrNotProvisioned naming %s", err, wire.StreamName)
 	}
 	cfg := Config{Partitions: 8, MaxMsgSize: 64 << 10, DuplicateWindow: time.Minute}
 	s1, err := Provision(ctx, js, cfg)
@@ -97,7 +98,7 @@ func TestProvisionIdempotentAndOpen(t *testing.T) {
 		{Config{DuplicateWindow: 2 * time.Minute}, "duplicate_window"},
 	} {
 		_, err := Provision(ctx, js, c.cfg)
-		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), StreamName) {
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), wire.StreamName) {
 			t.Errorf("Provision(%+v): %v, want ErrIncompatible naming %s", c.cfg, err, c.setting)
 		}
 	}
@@ -109,9 +110,9 @@ func TestProvisionIdempotentAndOpen(t *testing.T) {
 func TestProvisionRefusesUnusableStream(t *testing.T) {
 	base := func() natsjs.StreamConfig {
 		return natsjs.StreamConfig{
-			Name: StreamName, Subjects: []string{"agentlog.session.>"}, Storage: natsjs.FileStorage,
+			Name: wire.StreamName, Subjects: []string{"agentlog.session.>"}, Storage: natsjs.FileStorage,
 			DenyDelete: true, AllowAtomicPublish: true, AllowDirect: true,
-			Metadata: map[string]string{MetaPartitions: "16", MetaFormat: "1"},
+			Metadata: map[string]string{wire.MetaPartitions: "16", wire.MetaFormat: "1"},
 		}
 	}
 	cases := []struct {
@@ -127,9 +128,9 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 		{"max age", func(c *natsjs.StreamConfig) { c.MaxAge = time.Hour }, "max_age"},
 		{"per subject limit", func(c *natsjs.StreamConfig) { c.MaxMsgsPerSubject = 10 }, "max_msgs_per_subject"},
 		{"work queue", func(c *natsjs.StreamConfig) { c.Retention = natsjs.WorkQueuePolicy }, "retention"},
-		{"no partitions", func(c *natsjs.StreamConfig) { delete(c.Metadata, MetaPartitions) }, MetaPartitions},
-		{"bad partitions", func(c *natsjs.StreamConfig) { c.Metadata[MetaPartitions] = "0" }, MetaPartitions},
-		{"other format", func(c *natsjs.StreamConfig) { c.Metadata[MetaFormat] = "2" }, MetaFormat},
+		{"no partitions", func(c *natsjs.StreamConfig) { delete(c.Metadata, wire.MetaPartitions) }, wire.MetaPartitions},
+		{"bad partitions", func(c *natsjs.StreamConfig) { c.Metadata[wire.MetaPartitions] = "0" }, wire.MetaPartitions},
+		{"other format", func(c *natsjs.StreamConfig) { c.Metadata[wire.MetaFormat] = "2" }, wire.MetaFormat},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -147,24 +148,24 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), "stream "+StreamName) {
-				t.Fatalf("Provision over %s: %v, want ErrIncompatible naming stream %s and %s", c.name, err, StreamName, c.setting)
+			if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.setting) || !strings.Contains(err.Error(), "stream "+wire.StreamName) {
+				t.Fatalf("Provision over %s: %v, want ErrIncompatible naming stream %s and %s", c.name, err, wire.StreamName, c.setting)
 			}
 			if _, err := Open(ctx, js); !errors.Is(err, ErrIncompatible) {
 				t.Errorf("Open over %s: %v, want ErrIncompatible", c.name, err)
 			}
 			// Never silently updated: the user's stream is as they made it.
-			st, err := js.Stream(ctx, StreamName)
+			st, err := js.Stream(ctx, wire.StreamName)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := st.CachedInfo().Config
 			if got.Storage != sc.Storage || got.DenyDelete != sc.DenyDelete || len(got.Subjects) != len(sc.Subjects) ||
-				got.Metadata[MetaPartitions] != sc.Metadata[MetaPartitions] || got.MaxAge != sc.MaxAge {
+				got.Metadata[wire.MetaPartitions] != sc.Metadata[wire.MetaPartitions] || got.MaxAge != sc.MaxAge {
 				t.Errorf("stream changed by a refused Provision: %+v", got)
 			}
 			// And nothing else was created after the refusal.
-			if _, err := js.KeyValue(ctx, SessionsBucket); !errors.Is(err, natsjs.ErrBucketNotFound) {
+			if _, err := js.KeyValue(ctx, wire.SessionsBucket); !errors.Is(err, natsjs.ErrBucketNotFound) {
 				t.Errorf("bucket created after a refusal: %v", err)
 			}
 		})
@@ -174,11 +175,11 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 func TestProvisionRefusesUnusableBucket(t *testing.T) {
 	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
-	if _, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: SessionsBucket, Storage: natsjs.MemoryStorage}); err != nil {
+	if _, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: wire.SessionsBucket, Storage: natsjs.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Provision(ctx, js, Config{})
-	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "KV bucket "+SessionsBucket) || !strings.Contains(err.Error(), "storage") {
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "KV bucket "+wire.SessionsBucket) || !strings.Contains(err.Error(), "storage") {
 		t.Fatalf("Provision over a memory sessions bucket: %v", err)
 	}
 }
@@ -190,7 +191,7 @@ func TestProvisionRefusesOverlappingStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Provision(ctx, js, Config{})
-	if err == nil || !strings.Contains(err.Error(), "create stream "+StreamName) {
+	if err == nil || !strings.Contains(err.Error(), "create stream "+wire.StreamName) {
 		t.Fatalf("Provision with an overlapping stream: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -16,10 +17,6 @@ import (
 // ErrSessionDeleted is returned (wrapped) when a session was removed (RemoveSession), or is being
 // removed, under a writer: its metadata is gone, marked for removal, or another incarnation's.
 var ErrSessionDeleted = errors.New("session deleted")
-
-// DeletingHeader marks a session's agentlog_sessions entry while RemoveSession removes it (value:
-// Unix ms). GetSessionInfo treats a marked entry as not found; CreateSession still sees it as taken.
-const DeletingHeader = "Agentlog-Deleting"
 
 // RemoveLeaseTTL is the TTL of the writer lease RemoveSession holds while it runs.
 const RemoveLeaseTTL = time.Minute
@@ -61,13 +58,13 @@ type Removed struct {
 // An id with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with DenyPurge is
 // refused before anything changes.
 func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return Removed{}, err
 	}
 	rm := Removed{Session: id, Projections: []string{}}
 	if s.Stream.CachedInfo().Config.DenyPurge {
-		return rm, fmt.Errorf("remove session %q: stream %s denies purges (deny_purge)", id, StreamName)
+		return rm, fmt.Errorf("remove session %q: stream %s denies purges (deny_purge)", id, wire.StreamName)
 	}
 	fail := func(what string, err error) (Removed, error) {
 		return rm, fmt.Errorf("remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
@@ -75,23 +72,23 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	// 0. A purge of the subject that removes nothing (below stream seq 1): credentials without the
 	// right to purge are refused here, before anything is changed.
 	subject, _ := s.Subject(id)
-	if _, err := s.purge(ctx, StreamName, subject, 1); err != nil {
+	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
 		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
 	}
 
 	// 1. Mark the metadata.
-	metaSubj := "$KV." + SessionsBucket + "." + tok
+	metaSubj := "$KV." + wire.SessionsBucket + "." + tok
 	var markRev uint64
 	for try := 0; ; try++ {
-		e, err := s.leaderGetFrom(ctx, "KV_"+SessionsBucket, map[string]any{"last_by_subj": metaSubj})
+		e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": metaSubj})
 		if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
 			break
 		}
 		if err != nil {
 			return fail("read the metadata", err)
 		}
-		rm.Incarnation = e.Header.Get(IncarnationHeader)
-		if e.Header.Get(DeletingHeader) != "" {
+		rm.Incarnation = e.Header.Get(wire.IncarnationHeader)
+		if e.Header.Get(wire.DeletingHeader) != "" {
 			markRev = e.Sequence // an earlier removal stopped half-way
 			break
 		}
@@ -102,7 +99,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		if try < 3 && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
 			continue // changed meanwhile: read it again
 		}
-		return rm, fmt.Errorf("remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, SessionsBucket, err)
+		return rm, fmt.Errorf("remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
 	}
 
 	if markRev == 0 {
@@ -133,7 +130,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		return fail("delete the blobs", err)
 	}
 	rm.Events = s.lastSeqFromHeaders(ctx, subject) + 1
-	if rm.Records, err = s.purge(ctx, StreamName, subject, 0); err != nil {
+	if rm.Records, err = s.purge(ctx, wire.StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
 	}
 
@@ -151,7 +148,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	}
 
 	// 5. The error reports.
-	if rm.ErrorReports, err = s.purge(ctx, ErrorsStream, ErrorsPrefix+"."+tok, 0); err != nil {
+	if rm.ErrorReports, err = s.purge(ctx, wire.ErrorsStream, wire.ErrorsPrefix+"."+tok, 0); err != nil {
 		return fail("purge the error reports", err)
 	}
 
@@ -173,11 +170,11 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 // markDeleting rewrites the metadata entry of token tok at revision rev with DeletingHeader, and
 // returns its new revision.
 func (s *Store) markDeleting(ctx context.Context, tok string, value []byte, rev uint64, inc string) (uint64, error) {
-	h := nats.Header{DeletingHeader: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)}}
+	h := nats.Header{wire.DeletingHeader: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)}}
 	if inc != "" {
-		h.Set(IncarnationHeader, inc)
+		h.Set(wire.IncarnationHeader, inc)
 	}
-	m := &nats.Msg{Subject: "$KV." + SessionsBucket + "." + tok, Header: h, Data: value}
+	m := &nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Header: h, Data: value}
 	ack, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, err
@@ -193,7 +190,7 @@ func (s *Store) PurgeThrough(ctx context.Context, id string, lastStreamSeq uint6
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.purge(ctx, StreamName, subject, lastStreamSeq+1)
+	n, err := s.purge(ctx, wire.StreamName, subject, lastStreamSeq+1)
 	if err != nil {
 		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", id, lastStreamSeq, err)
 	}
@@ -219,7 +216,7 @@ func (s *Store) CheckCurrent(ctx context.Context, id, inc string) error {
 // returns the keys it found. A projector calls it for a session it finds removed (no metadata, no
 // records), so that no state of it is kept.
 func (s *Store) PurgeProjections(ctx context.Context, id string) ([]string, error) {
-	tok, err := Token(id)
+	tok, err := wire.Token(id)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +234,7 @@ func (s *Store) purgeProjections(ctx context.Context, tok string) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.purge(ctx, "KV_"+ProjectionsBucket, "$KV."+ProjectionsBucket+".*."+tok, 0); err != nil {
+	if _, err := s.purge(ctx, "KV_"+wire.ProjectionsBucket, "$KV."+wire.ProjectionsBucket+".*."+tok, 0); err != nil {
 		return nil, err
 	}
 	return keys, nil
@@ -290,7 +287,7 @@ func (s *Store) anythingStored(ctx context.Context, id, tok string) (bool, error
 	if keys, err := s.projectionKeys(ctx, tok); err != nil || len(keys) > 0 {
 		return true, err
 	}
-	_, err := s.leaderGetFrom(ctx, ErrorsStream, map[string]any{"last_by_subj": ErrorsPrefix + "." + tok})
+	_, err := s.leaderGetFrom(ctx, wire.ErrorsStream, map[string]any{"last_by_subj": wire.ErrorsPrefix + "." + tok})
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -321,7 +318,7 @@ func (s *Store) lastSeqFromHeaders(ctx context.Context, subject string) int64 {
 	if err != nil {
 		return -1
 	}
-	last, ok := RecordLastSeq(m.Header)
+	last, ok := wire.RecordLastSeq(m.Header)
 	if !ok {
 		return -1
 	}
@@ -332,6 +329,6 @@ func (s *Store) lastSeqFromHeaders(ctx context.Context, subject string) int64 {
 type notFoundError struct{ id, detail string }
 
 func (e *notFoundError) Error() string {
-	return fmt.Sprintf("session %s not found (%s)", QuoteID(e.id), e.detail)
+	return fmt.Sprintf("session %s not found (%s)", wire.QuoteID(e.id), e.detail)
 }
 func (e *notFoundError) Unwrap() error { return ErrSessionNotFound }

@@ -1,4 +1,4 @@
-package jetstream
+package store
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -90,14 +91,14 @@ func TestOffloadRoundTrip(t *testing.T) {
 	}
 	sameEvents(t, got, window)
 	recs := rawRecords(t, s, "big")
-	if len(recs) != 1 || recs[0].Header.Get(HeaderFormat) != RecordFormatBlobs || len(recs[0].Header.Values(HeaderBlob)) != 2 {
+	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs || len(recs[0].Header.Values(wire.HeaderBlob)) != 2 {
 		t.Fatalf("stored %d records, first headers %v; want one format 2 record naming 2 blobs", len(recs), recs[0].Header)
 	}
-	if refs := RecordBlobs(recs[0].Header); len(refs) != 2 || refs[0].Seq != 3 || refs[0].Size != 50_000 || refs[1].Seq != 6 {
+	if refs := wire.RecordBlobs(recs[0].Header); len(refs) != 2 || refs[0].Seq != 3 || refs[0].Size != 50_000 || refs[1].Seq != 6 {
 		t.Fatalf("RecordBlobs: %+v", refs)
 	}
 	// The package-level decoder cannot fetch: it refuses rather than serve a placeholder.
-	if _, err := DecodeRecord(recs[0].Header, recs[0].Data); !errors.Is(err, &session.Error{Rule: session.RuleRecordBlob}) {
+	if _, err := wire.DecodeRecord(recs[0].Header, recs[0].Data); !errors.Is(err, &session.Error{Rule: session.RuleRecordBlob}) {
 		t.Fatalf("DecodeRecord of a record with blobs: %v", err)
 	}
 	evs2, err := s.DecodeRecord(ctx, recs[0].Header, recs[0].Data)
@@ -144,7 +145,7 @@ func TestOffloadAtTheRecordLimit(t *testing.T) {
 	const limit = 4096
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
-	tok, _ := Token("edge")
+	tok, _ := wire.Token("edge")
 	// The record limit of a one-event window with this msg id: the largest line stored inline.
 	inline := limit - splitWorstHeaderBytes(len(tok), 0, 1, 0, len("w.edge.0"), 0)
 	at := sizedEvent(t, 0, inline)
@@ -153,7 +154,7 @@ func TestOffloadAtTheRecordLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := rawRecords(t, s, "edge")
-	if len(recs) != 1 || recs[0].Header.Get(HeaderFormat) != RecordFormat || !bytes.Equal(recs[0].Data, lineOf(t, at)) {
+	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormat || !bytes.Equal(recs[0].Data, lineOf(t, at)) {
 		t.Fatalf("an event at the record limit (%d bytes) was not stored inline: %v", inline, recs[0].Header)
 	}
 	if _, err := s.Append(ctx, "edge2", 0, []session.Event{over}, WithMsgID("w.edge.1")); err != nil {
@@ -164,7 +165,7 @@ func TestOffloadAtTheRecordLimit(t *testing.T) {
 		info, _ := s.Stream.Info(ctx)
 		t.Fatalf("no records of edge2: %+v", info.State)
 	}
-	if len(recs) != 1 || recs[0].Header.Get(HeaderFormat) != RecordFormatBlobs || len(recs[0].Data) != 0 {
+	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs || len(recs[0].Data) != 0 {
 		t.Fatalf("an event one byte over the record limit was not offloaded: %v, %d body bytes", recs[0].Header, len(recs[0].Data))
 	}
 	for id, want := range map[string]session.Event{"edge": at, "edge2": over} {
@@ -209,9 +210,9 @@ func TestOffloadedBlobMissingOrCorrupt(t *testing.T) {
 	if _, err := s.Append(ctx, "c", 0, window); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := Token("c")
-	ref := RecordBlobs(rawRecords(t, s, "c")[0].Header)[0]
-	name := BlobName(tok, ref)
+	tok, _ := wire.Token("c")
+	ref := wire.RecordBlobs(rawRecords(t, s, "c")[0].Header)[0]
+	name := wire.BlobName(tok, ref)
 	// Other bytes of the same length under the blob's name: refused, never served.
 	bad := bytes.Repeat([]byte{'z'}, int(ref.Size))
 	if _, err := s.Blobs.PutBytes(ctx, name, bad); err != nil {

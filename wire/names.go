@@ -1,0 +1,65 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/nats-io/nuid"
+)
+
+// Names of what `agentlog provision` creates (docs/PROTOCOL.md §2; ARCHITECTURE.md, "Where state
+// lives").
+const (
+	StreamName        = "AGENTLOG"
+	SubjectPrefix     = "agentlog.session" // agentlog.session.<partition>.<token>
+	SessionsBucket    = "agentlog_sessions"
+	ProjectionsBucket = "agentlog_projections"
+	WritersBucket     = "agentlog_writers" // writer leases: key Token(id), one per session being written
+	BlobsBucket       = "agentlog_blobs"   // Object Store bucket of offloaded events (docs/PROTOCOL.md §4.1)
+	ErrorsStream      = "AGENTLOG_ERRORS"
+	ErrorsPrefix      = "agentlog.errors" // agentlog.errors.<token>
+)
+
+// Stream metadata keys of AGENTLOG, written at creation, and the partition counts.
+const (
+	MetaPartitions    = "agentlog.partitions" // partition count, decimal; fixed at creation
+	MetaFormat        = "agentlog.format"     // record format of the stream: StoreFormat
+	StoreFormat       = "1"
+	DefaultPartitions = 16
+	MaxPartitions     = 1 << 16
+)
+
+// MaxBatchRecords is the most records one split append may need: nats-server's default limit on
+// the messages of one atomic batch (ADR-50).
+const MaxBatchRecords = 1000
+
+// Headers of a session's agentlog_sessions entry.
+const (
+	// IncarnationHeader holds the session's incarnation, a random id given at create. A session
+	// deleted and created again under the same id gets a new one. An entry without it is legacy
+	// (incarnation "").
+	IncarnationHeader = "Agentlog-Incarnation"
+	// DeletingHeader marks the entry while the session is being removed (value: Unix ms). A marked
+	// entry is read as not found, and its id cannot be created again.
+	DeletingHeader = "Agentlog-Deleting"
+)
+
+// MaxIncarnationBytes is the longest incarnation: 1..32 bytes of [A-Za-z0-9_-].
+const MaxIncarnationBytes = 32
+
+// NewIncarnation returns a fresh random incarnation (a nuid, 22 bytes).
+func NewIncarnation() string { return nuid.Next() }
+
+// CheckIncarnation refuses an incarnation that is empty, longer than MaxIncarnationBytes or holds
+// a byte outside [A-Za-z0-9_-] (it goes into Nats-Msg-Id values).
+func CheckIncarnation(inc string) error {
+	if inc == "" || len(inc) > MaxIncarnationBytes {
+		return fmt.Errorf("incarnation %q: want 1..%d bytes", inc, MaxIncarnationBytes)
+	}
+	for i := 0; i < len(inc); i++ {
+		c := inc[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("incarnation %q: byte %q is not in [A-Za-z0-9_-]", inc, c)
+		}
+	}
+	return nil
+}
