@@ -1,125 +1,39 @@
+// Command writer is the fault tests' publisher process (integration_test builds it and runs it
+// beside `agentlog dev`): a real publisher that writes the deterministic events of one session and
+// reports on stdout what the publisher acknowledged, so that a test can kill it with SIGKILL
+// mid-window and check the log afterwards. It is test support, not part of the agentlog binary.
+//
+// Exit status: 0 when every event was written and the publisher closed, 1 when a write or the
+// connection failed (the error on stderr), 2 on a usage error.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/agentlog/agentlog/internal/sessiontest"
-	"github.com/agentlog/agentlog/publisher"
-	"github.com/agentlog/agentlog/session"
-	"github.com/spf13/cobra"
+	"os"
+	"os/signal"
+	"syscall"
 )
 
-// benchWriterOptions are the flags of the hidden `agentlog bench writer`.
-type benchWriterOptions struct {
-	Session    string
-	Events     int
-	Size       int
-	Window     time.Duration
-	Batch      int
-	FlushEvery int
-	Pause      time.Duration
-	T0         int64
-	WriterID   string
-	LeaseTTL   time.Duration
-	Takeover   bool
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	c := newWriterCmd(os.Stdout)
+	c.SetArgs(os.Args[1:])
+	err := c.ExecuteContext(ctx)
+	stop()
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "writer:", err)
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "writer:", err)
+		os.Exit(1)
+	}
 }
 
-// newBenchWriterCmd is a hidden command used by the fault tests (integration_test): a real
-// publisher process that writes the deterministic bench events of one session and reports on
-// stdout what the publisher acknowledged, so that it can be killed with SIGKILL mid-window and
-// the log checked afterwards.
-//
-// Protocol (one line each, stdout, flushed as written):
-//
-//	ready <nextSeq>    the session is created (or already existed and was resumed) and the writer is at nextSeq
-//	appended <n>       Append returned for every seq < n (admitted, not yet durable)
-//	durable <n>        Flush returned: every seq < n is durable
-//	done <n>           Close returned with n events written
-//
-// The events are sessiontest.ChunkTurn(0, --events, --size, --t0) (an open turn of assistant/chunk
-// events until the last two), so the caller can rebuild them exactly. Only the create-or-resume branch
-// differs: when the session already exists it is opened (resume: closers + end-seed) and the
-// events continue from its next seq with the same generator's tail shifted to that seq. A session
-// whose writer is live is refused unless --takeover.
-func newBenchWriterCmd(g *globals) *cobra.Command {
-	o := benchWriterOptions{}
-	c := &cobra.Command{
-		Use:    "writer --session ID",
-		Short:  "A publisher process for fault tests (hidden)",
-		Hidden: true,
-		Args:   exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Session == "" || o.Events < 1 || o.Batch < 1 || o.FlushEvery < 1 {
-				return &usageError{errors.New("--session, --events >= 1, --batch >= 1, --flush-every >= 1 are required")}
-			}
-			ctx := cmd.Context()
-			nc, store, err := g.connect(ctx, "agentlog-bench-writer")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			events, err := sessiontest.ChunkTurn(0, o.Events, o.Size, o.T0)
-			if err != nil {
-				return err
-			}
-			p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID, LeaseTTL: o.LeaseTTL})
-			if err != nil {
-				return &usageError{err} // --window or --writer-id
-			}
-			w, err := p.Create(ctx, session.Header{ID: o.Session, CreatedAt: o.T0})
-			if errors.Is(err, publisher.ErrSessionExists) {
-				var opts []publisher.OpenOption
-				if o.Takeover {
-					opts = append(opts, publisher.Takeover())
-				}
-				w, err = p.Open(ctx, o.Session, opts...)
-			}
-			if err != nil {
-				return err
-			}
-			out := g.stdout
-			next := w.NextSeq()
-			fmt.Fprintf(out, "ready %d\n", next)
-			round := 0
-			for i := int(next); i < len(events); {
-				for k := 0; k < o.Batch && i < len(events); k, i = k+1, i+1 {
-					ev := events[i]
-					ev.Seq = int64(i)
-					if err := w.Append(ev); err != nil {
-						return err
-					}
-					if o.Pause > 0 {
-						time.Sleep(o.Pause)
-					}
-				}
-				fmt.Fprintf(out, "appended %d\n", i)
-				round++
-				if round%o.FlushEvery == 0 {
-					if err := w.Flush(ctx); err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "durable %d\n", i)
-				}
-			}
-			if err := p.Close(ctx); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "done %d\n", w.DurableSeq())
-			return nil
-		},
-	}
-	c.Flags().StringVar(&o.Session, "session", "", "session id")
-	c.Flags().IntVar(&o.Events, "events", 1000, "events to write in total")
-	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event")
-	c.Flags().DurationVar(&o.Window, "window", publisher.DefaultWindow, "batching window")
-	c.Flags().IntVar(&o.Batch, "batch", 10, "events appended per round")
-	c.Flags().IntVar(&o.FlushEvery, "flush-every", 2, "Flush after every this many rounds")
-	c.Flags().DurationVar(&o.Pause, "pause", time.Millisecond, "sleep after each Append")
-	c.Flags().Int64Var(&o.T0, "t0", 1785000000000, "time of seq 0, Unix ms")
-	c.Flags().StringVar(&o.WriterID, "writer-id", "", "publisher WriterID (default a nuid)")
-	c.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", publisher.DefaultLeaseTTL, "TTL of the writer's lease on the session (at least 1s)")
-	c.Flags().BoolVar(&o.Takeover, "takeover", false, "when resuming an existing session, take it over from a live writer (fencing it)")
-	return c
-}
+// usageError marks a command-line mistake (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
