@@ -264,7 +264,7 @@ func newBenchScaleServerCmd(g *globals) *cobra.Command {
 		Use:    "scale-server --data DIR",
 		Hidden: true,
 		Args:   exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(*cobra.Command, []string) error {
 			return bench.ScaleServer(dir, profile, g.stdout)
 		},
 	}
