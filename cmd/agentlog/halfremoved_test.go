@@ -29,14 +29,14 @@ func TestHalfRemovedSession(t *testing.T) {
 {"type":"turn/start","seq":0,"time":1785000000001,"data":{"turn":1,"trigger":{"kind":"message"}}}
 {"type":"user/message","seq":1,"time":1785000000002,"data":{"id":"m1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"surfaceOp":"append"}
 `
-		if code, _, errOut := runCLIStdin(ctx, s.url, log, "import", "-"); code != 0 {
+		if code, _, errOut := runCLIStdin(ctx, s.URL(), log, "import", "-"); code != 0 {
 			t.Fatalf("import %s: exit %d: %s", id, code, errOut)
 		}
-		if code, _, errOut := runCLI(ctx, s.url, "messages", id); code != 0 { // its projection is stored
+		if code, _, errOut := runCLI(ctx, s.URL(), "messages", id); code != 0 { // its projection is stored
 			t.Fatalf("messages %s: exit %d: %s", id, code, errOut)
 		}
 	}
-	testnats.MarkRemoving(t, s.store, "hr")
+	testnats.MarkRemoving(t, s.Store(), "hr")
 	const want = `session "hr" is being removed (an earlier agentlog rm stopped part-way): run agentlog rm hr to finish`
 
 	// The CLI: each read fails (exit 1), prints nothing on stdout and says why on stderr.
@@ -44,18 +44,18 @@ func TestHalfRemovedSession(t *testing.T) {
 		{"status", "hr"}, {"events", "hr"}, {"events", "hr", "--tail", "1"}, {"events", "hr", "--no-header"},
 		{"messages", "hr"}, {"messages", "hr", "--min-seq", "-1"}, {"messages", "hr", "--watch"},
 	} {
-		code, out, errOut := runCLI(ctx, s.url, args...)
+		code, out, errOut := runCLI(ctx, s.URL(), args...)
 		if code != 1 || out != "" || !strings.Contains(errOut, want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", args, code, out, errOut, want)
 		}
 	}
-	code, out, errOut := runCLI(ctx, s.url, "sessions")
+	code, out, errOut := runCLI(ctx, s.URL(), "sessions")
 	if code != 0 || strings.Contains(out, `"hr"`) || !strings.Contains(out, "hr-kept") {
 		t.Errorf("sessions: exit %d: %s%s; want hr-kept listed and hr left out", code, out, errOut)
 	}
 
 	// The client: every read of it is ErrNotFound and ErrRemoving, with the same text.
-	c, err := client.New(s.nc)
+	c, err := client.New(s.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestHalfRemovedSession(t *testing.T) {
 	}
 
 	// The inspector's pages answer 404 with the same text.
-	ins, err := inspector.New(s.nc, inspector.Options{})
+	ins, err := inspector.New(s.Conn(), inspector.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestHalfRemovedSession(t *testing.T) {
 	}
 
 	// rm finishes the removal; then it is a plain not-found.
-	if code, out, errOut := runCLI(ctx, s.url, "rm", "hr"); code != 0 {
+	if code, out, errOut := runCLI(ctx, s.URL(), "rm", "hr"); code != 0 {
 		t.Fatalf("rm: exit %d: %s%s", code, out, errOut)
 	}
 	// (The CLI would now resolve "hr" as a prefix of hr-kept.)

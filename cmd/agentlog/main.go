@@ -20,14 +20,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/agentlog/agentlog/internal/tracing"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// Traces: off unless OTEL_TRACES_EXPORTER names an exporter (deploy/README.md, "Traces").
-	shutdown, err := tracing.Setup(ctx, traceServiceName(os.Args[1:]))
+	shutdown, err := setupTraces(ctx, traceServiceName(os.Args[1:]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentlog:", err)
 		os.Exit(2)

@@ -77,7 +77,7 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 			el := time.Since(start)
 			if asJSON {
 				return writeJSON(g.stdout, rebuildResult{Unit: unit, Sessions: res.Sessions, Stopped: res.Stopped, Empty: res.Empty,
-					ElapsedMs: ms(el)}, false)
+					ElapsedMs: float64(el.Microseconds()) / 1000}, false)
 			}
 			fmt.Fprintf(g.stdout, "rebuilt %s: %d session(s) (%d stopped by a rule their log breaks), %d without events, in %s\n",
 				unit, res.Sessions, res.Stopped, res.Empty, el.Round(time.Millisecond))

@@ -90,7 +90,7 @@ Quick start:
 		markOffline(newInspectCmd(g)),
 		markOffline(newDemoCmd(g)),
 		withUnitCompletion(newRebuildCmd(g)),
-		markOffline(newBenchCmd(g)), // its own embedded server, except the hidden writer
+		markOffline(newBenchCmd(g)), // its own embedded server
 		newSessionsCmd(g),
 		newStatusCmd(g),
 		markOffline(newVersionCmd(g)),
