@@ -195,9 +195,21 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	if v.Error == nil || v.Error.Seq != 2 || v.Error.Rule != session.RuleUnitApply || !strings.Contains(v.Error.Message, "refusing rm") || v.AsOfSeq != 1 {
 		t.Fatalf("stored poison value of bad: %s", raw)
 	}
-	snap, err := ReadSnapshot(ctx(t), e.store, reg, "good")
-	if err != nil {
-		t.Fatal(err)
+	// "good" is folded in its own time (another partition, maybe): wait for it, and for its
+	// poison and tools values, which a checkpoint writes one after the other.
+	e.waitStored("good", func(p Projection) bool { return p.AsOfSeq == 2 })
+	var snap client.SnapshotReply
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if snap, err = ReadSnapshot(ctx(t), e.store, reg, "good"); err != nil {
+			t.Fatal(err)
+		}
+		if snap.Units["poison"].AsOfSeq == 2 && snap.Units["tools"].AsOfSeq == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the units of good never reached seq 2: %+v", snap.Units)
+		}
 	}
 	if u := snap.Units["poison"]; u.Error != nil || string(u.View) != "2" {
 		t.Fatalf("poison unit of good: %+v %s", u, u.View)
