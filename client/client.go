@@ -296,9 +296,11 @@ func (c *Client) Snapshot(ctx context.Context, id string, opts ...Option) (Snaps
 	return r, nil
 }
 
-// Fork asks the fork service to start req.Child from a prefix of req.Source. A refusal is an
-// *Error with the reference's code and exact text (ErrOpenTurn, ErrInvalidBoundary, ErrNotFound,
-// ErrExists, ErrInvalidSeed). Options: Timeout (default 30 s when ctx has no deadline).
+// Fork asks the fork service to start req.Child from a prefix of req.Source (with req.Then after
+// its seed, on ForkThenSubject). A refusal is an *Error with the reference's code and exact text
+// (ErrOpenTurn, ErrInvalidBoundary, ErrNotFound, ErrExists, ErrInvalidSeed); a Then event that
+// breaks a rule is ErrBadRequest naming its seq and rule, and nothing is created. Options: Timeout
+// (default 30 s when ctx has no deadline).
 func (c *Client) Fork(ctx context.Context, req ForkRequest, opts ...Option) (ForkResult, error) {
 	o, err := c.callOptions(ForkService, req.Source, opts)
 	if err != nil {
@@ -320,8 +322,16 @@ func (c *Client) Fork(ctx context.Context, req ForkRequest, opts ...Option) (For
 	if err != nil {
 		return ForkResult{}, &Error{Service: ForkService, Code: CodeBadRequest, Session: req.Source, Err: err, Description: describe(ForkService, req.Source)}
 	}
-	body, err := c.request(ctx, ForkService, ForkSubject, req.Source, data)
+	subject := ForkSubject
+	if len(req.Then) > 0 {
+		subject = ForkThenSubject
+	}
+	body, err := c.request(ctx, ForkService, subject, req.Source, data)
 	if err != nil {
+		var ce *Error
+		if subject == ForkThenSubject && errors.As(err, &ce) && ce.Code == CodeUnavailable && errors.Is(err, nats.ErrNoResponders) {
+			ce.Description = fmt.Sprintf("no forker serves %s (a fork with then-events needs a forker of this version; older ones serve %s only): nothing was created", ForkThenSubject, ForkSubject)
+		}
 		return ForkResult{}, err
 	}
 	var res ForkResult

@@ -34,13 +34,16 @@ type StoppedUnit struct {
 // turn as of the messages unit's asOfSeq (nil: none, or no messages state yet), every stored
 // unit (sorted by name), the stopped ones, and its fork children (sorted).
 type Status struct {
-	ID            string        `json:"id"`
-	CreatedAt     int64         `json:"createdAt"`
-	LastSeq       int64         `json:"lastSeq"`
-	Events        int64         `json:"events"`
-	OpenTurn      *int64        `json:"openTurn"`
-	ParentSession *string       `json:"parentSession"`
-	SeedLength    *int64        `json:"seedLength"`
+	ID            string  `json:"id"`
+	CreatedAt     int64   `json:"createdAt"`
+	LastSeq       int64   `json:"lastSeq"`
+	Events        int64   `json:"events"`
+	OpenTurn      *int64  `json:"openTurn"`
+	ParentSession *string `json:"parentSession"`
+	SeedLength    *int64  `json:"seedLength"`
+	// ParentRemoved: the parent session has no metadata any more (agentlog rm); the fork keeps
+	// its own copy of the seed.
+	ParentRemoved bool          `json:"parentRemoved,omitempty"`
 	Children      []string      `json:"children"`
 	Units         []UnitStatus  `json:"units"`
 	Stopped       []StoppedUnit `json:"stopped"`
@@ -118,10 +121,13 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	parentFound := false
 	for _, m := range all {
 		if m.parent == id {
 			s.Children = append(s.Children, m.id)
 		}
+		parentFound = parentFound || (h.ParentSession != "" && m.id == h.ParentSession)
 	}
+	s.ParentRemoved = h.ParentSession != "" && !parentFound
 	return s, nil
 }

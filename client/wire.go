@@ -14,8 +14,9 @@ const (
 	ProjectionSubject = "agentlog.query.projection" // one unit's view: ProjectionReply
 	SnapshotSubject   = "agentlog.query.snapshot"   // every unit's view at one asOfSeq: SnapshotReply
 
-	ForkService = "agentlog-fork"
-	ForkSubject = "agentlog.fork" // ForkRequest in, ForkResult out
+	ForkService     = "agentlog-fork"
+	ForkSubject     = "agentlog.fork"      // ForkRequest in, ForkResult out
+	ForkThenSubject = "agentlog.fork.then" // a ForkRequest with Then (forkers that predate it do not serve it)
 )
 
 // Query waits for minSeq, in milliseconds: the default when a request gives no timeoutMs, and the
@@ -120,16 +121,37 @@ type ProjectionReply struct {
 
 // ForkRequest is a fork request: the source session, the boundary (the last source seq to copy,
 // inclusive; nil = the source's last event) and the child id (empty = a fresh unique id).
+//
+// Then (edit-then-fork) lists events the child gets after its end-seed marker, in the same write
+// as the seed, so that the child never exists without them: dsh event objects whose "seq" and
+// "time" may be left out (the next seq, the fork's time), checked against the child's log with
+// the log's rules before anything is written. A request with Then goes to ForkThenSubject
+// (Client.Fork does that), so that a forker too old to know it answers "no responders" rather than
+// fork without them.
 type ForkRequest struct {
-	Source   string `json:"source"`
-	Boundary *int64 `json:"boundary,omitempty"`
-	Child    string `json:"child,omitempty"`
+	Source   string            `json:"source"`
+	Boundary *int64            `json:"boundary,omitempty"`
+	Child    string            `json:"child,omitempty"`
+	Then     []json.RawMessage `json:"then,omitempty"`
 }
 
 // ForkResult is a committed fork: the child id, the seed length (events copied, without the
-// end-seed marker) and the parent session id.
+// end-seed marker) and the parent session id; Then, for a request with Then, says where its
+// events went.
 type ForkResult struct {
-	Child         string `json:"child"`
-	SeedLength    int    `json:"seedLength"`
-	ParentSession string `json:"parentSession"`
+	Child         string      `json:"child"`
+	SeedLength    int         `json:"seedLength"`
+	ParentSession string      `json:"parentSession"`
+	Then          *ThenResult `json:"then,omitempty"`
+	// CwdDropped is the source's cwd when it was left out of the child's header: a cwd that
+	// is not an absolute path, which dsh cannot restore (session.CwdRestorable).
+	CwdDropped string `json:"cwdDropped,omitempty"`
+}
+
+// ThenResult is where a fork wrote its request's Then events: Events of them, seqs FirstSeq to
+// LastSeq of the child.
+type ThenResult struct {
+	Events   int   `json:"events"`
+	FirstSeq int64 `json:"firstSeq"`
+	LastSeq  int64 `json:"lastSeq"`
 }

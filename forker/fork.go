@@ -142,7 +142,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 	}
 	defer app.Discard()
-	seed, ferr, err := f.streamSeed(ctx, req.Source, req.Boundary, last, tail.LastStreamSeq, app)
+	seed, seedLookup, ferr, err := f.streamSeed(ctx, req.Source, req.Boundary, last, tail.LastStreamSeq, app)
 	if err != nil {
 		return client.ForkResult{}, err
 	}
@@ -161,16 +161,36 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	nowMs := f.now().UnixMilli()
 	events := seed.Len()
-	if end, ok := seed.EndSeed(nowMs); ok {
+	end, hasEnd := seed.EndSeed(nowMs)
+	// The then-events are checked against the child's log as it will be (seed, end-seed) before
+	// anything of the child is written; they go into the same record or atomic batch.
+	then, thenRes, err := checkThen(child, seed, end, hasEnd, req.Then, nowMs, seedLookup)
+	if err != nil {
+		return client.ForkResult{}, err
+	}
+	if hasEnd {
 		if err := app.Add(ctx, &end); err != nil {
+			return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
+		}
+		events++
+	}
+	for i := range then {
+		if err := app.Add(ctx, &then[i]); err != nil {
 			return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 		}
 		events++
 	}
 	seedLength := int64(seed.Len())
 	hdr := session.Header{Version: 0, ID: child, CreatedAt: nowMs, ParentSession: req.Source, SeedLength: &seedLength}
+	var cwdDropped string
 	if srcHdr != nil && srcHdr.Cwd != "" {
-		hdr.Cwd = srcHdr.Cwd
+		if session.CwdRestorable(srcHdr.Cwd) {
+			hdr.Cwd = srcHdr.Cwd
+		} else {
+			// dsh could not restore a child with a relative cwd (the recorded sessions'
+			// "{{cwd}}/workspace"): the child has none, and the result says so.
+			cwdDropped = srcHdr.Cwd
+		}
 	}
 
 	// Step 4: the KV create claims the child id.
@@ -193,8 +213,8 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		if err := f.childRemoved(ctx, req.Source, child, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
 		}
-		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events)
-		return client.ForkResult{Child: child, SeedLength: seed.Len(), ParentSession: req.Source}, nil
+		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events, "then", len(then))
+		return client.ForkResult{Child: child, SeedLength: seed.Len(), ParentSession: req.Source, Then: thenRes, CwdDropped: cwdDropped}, nil
 	}
 	if errors.Is(err, store.ErrOutcomeUnknown) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
@@ -220,7 +240,7 @@ var errSeedRead = errors.New("read up to the fork boundary")
 // record at stream seq lastStreamSeq) and passes each seed event, validated, to app. ferr is the
 // refusal of the boundary or of the seed (the read goes on to the boundary after a seed refusal,
 // since OPEN_TURN comes first); err a failure to read the source or to write the child.
-func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
+func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, lookupSeed session.Lookup, ferr *session.ForkError, err error) {
 	// Where each record of the source starts, for the rare lookup of a tool/result replace's
 	// target (one entry per record, not per event).
 	var firsts []int64
@@ -250,11 +270,11 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 	}
 	seed, ferr = session.NewSeedStream(source, boundary, last, lookup)
 	if ferr != nil {
-		return nil, ferr, nil
+		return nil, nil, ferr, nil
 	}
 	b := seed.Boundary()
 	if b < 0 {
-		return seed, seed.Finish(), nil
+		return seed, lookup, seed.Finish(), nil
 	}
 	var werr error // a failure to write the child
 	_, err = f.store.ReadRecordBodies(ctx, source, func(streamSeq uint64, evs []session.Event, body []byte) error {
@@ -296,11 +316,60 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 	})
 	switch {
 	case werr != nil:
-		return nil, nil, fmt.Errorf("forker: writing the child's record: %w", werr)
+		return nil, nil, nil, fmt.Errorf("forker: writing the child's record: %w", werr)
 	case err != nil && !errors.Is(err, errSeedRead):
-		return nil, nil, readSourceErr(err)
+		return nil, nil, nil, readSourceErr(err)
 	}
-	return seed, seed.Finish(), nil
+	return seed, lookup, seed.Finish(), nil
+}
+
+// MaxThenEvents bounds the then-events of one fork request (edit-then-fork: typically one
+// replacement user message; the request's size is bounded by the connection's max payload too).
+const MaxThenEvents = 10000
+
+// checkThen decodes a fork's then-events (raw event objects; seq and time may be left out) as the
+// events after the child's seed and end-seed marker (end, when hasEnd), and checks each with the
+// log's rules (session.Surface.Apply, the publisher's), against the seed's fold. A refusal is a
+// bad request naming the child, the seq and the rule; nothing has been written then.
+func checkThen(child string, seed *session.SeedStream, end session.Event, hasEnd bool, raw []json.RawMessage, nowMs int64, seedLookup session.Lookup) ([]session.Event, *client.ThenResult, error) {
+	if len(raw) == 0 {
+		return nil, nil, nil
+	}
+	if len(raw) > MaxThenEvents {
+		return nil, nil, &requestError{fmt.Sprintf("bad request: %d then-events, at most %d", len(raw), MaxThenEvents)}
+	}
+	surf := seed.Surface()
+	next := int64(seed.Len())
+	if hasEnd {
+		if err := surf.Apply(child, end, nil); err != nil {
+			return nil, nil, fmt.Errorf("forker: the child's end-seed marker: %w", err)
+		}
+		next++
+	}
+	evs := make([]session.Event, 0, len(raw))
+	byNode := map[int64]int{} // then-event seq -> index, for a tool/result replace of one of them
+	lookup := func(seq int64) (session.Event, error) {
+		if i, ok := byNode[seq]; ok {
+			return evs[i], nil
+		}
+		if seq < int64(seed.Len()) && seedLookup != nil {
+			return seedLookup(seq)
+		}
+		return session.Event{}, fmt.Errorf("seq %d is not a surface node of the child", seq)
+	}
+	for i, r := range raw {
+		ev, err := session.DecodeNextEvent(r, child, next, nowMs)
+		if err == nil {
+			err = surf.Apply(child, ev, lookup)
+		}
+		if err != nil {
+			return nil, nil, &requestError{fmt.Sprintf("bad request: then-event %d of %d refused, nothing was written: %v", i+1, len(raw), err)}
+		}
+		byNode[ev.Seq] = len(evs)
+		evs = append(evs, ev)
+		next++
+	}
+	return evs, &client.ThenResult{Events: len(evs), FirstSeq: evs[0].Seq, LastSeq: evs[len(evs)-1].Seq}, nil
 }
 
 // readSourceErr maps a failure to read the source's log: a record that breaks a rule is a

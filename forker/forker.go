@@ -19,8 +19,9 @@ import (
 // The fork micro service's version and endpoint name (its name and subject are
 // client.ForkService and client.ForkSubject).
 const (
-	ServiceVersion = "0.1.0"
+	ServiceVersion = "0.2.0"
 	Endpoint       = "fork"
+	ThenEndpoint   = "fork-then" // a fork with then-events, on client.ForkThenSubject (since 0.2.0)
 )
 
 // Options configure a Forker. Logger defaults to slog.Default(); Now (the clock that stamps the
@@ -101,6 +102,12 @@ func (f *Forker) Start(ctx context.Context) error {
 	if err := svc.AddEndpoint(Endpoint, micro.HandlerFunc(f.serve), micro.WithEndpointSubject(client.ForkSubject)); err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("forker: adding endpoint %s: %w", Endpoint, err)
+	}
+	// Requests with then-events (edit-then-fork) come on their own subject, so that a forker
+	// that predates them is never asked to fork without them (the client gets no responders).
+	if err := svc.AddEndpoint(ThenEndpoint, micro.HandlerFunc(f.serve), micro.WithEndpointSubject(client.ForkThenSubject)); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("forker: adding endpoint %s: %w", ThenEndpoint, err)
 	}
 	f.svc, f.started = svc, true
 	f.status = f.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)

@@ -58,7 +58,7 @@ type wireRequest struct {
 func parseRequest(data []byte) (client.ForkRequest, error) {
 	var w wireRequest
 	if err := json.Unmarshal(data, &w); err != nil {
-		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?}: %v", err)}
+		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: not a JSON object {\"source\", \"boundary\"?, \"child\"?, \"then\"?}: %v", err)}
 	}
 	// Before the decoded ids: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
 	if err := wire.CheckRawIDFields(data, "source", "child"); err != nil {
@@ -70,7 +70,12 @@ func parseRequest(data []byte) (client.ForkRequest, error) {
 	if len(w.Source) > wire.MaxSessionIDBytes {
 		return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: source: %v", checkSource(w.Source))}
 	}
-	r := client.ForkRequest{Source: w.Source, Child: w.Child}
+	r := client.ForkRequest{Source: w.Source, Child: w.Child, Then: w.Then}
+	for i, ev := range w.Then {
+		if t := bytes.TrimSpace(ev); len(t) == 0 || t[0] != '{' {
+			return client.ForkRequest{}, &requestError{fmt.Sprintf("bad request: then[%d] is not a JSON event object", i)}
+		}
+	}
 	raw := bytes.TrimSpace(w.Boundary)
 	if len(raw) == 0 || string(raw) == "null" {
 		return r, nil

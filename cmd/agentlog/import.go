@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/shellquote"
@@ -31,10 +33,10 @@ type importResult struct {
 }
 
 func newImportCmd(g *globals) *cobra.Command {
-	var id string
-	var asJSON bool
+	var id, cwd string
+	var asJSON, idFromFilename bool
 	c := &cobra.Command{
-		Use:   "import FILE|- [--session ID] [--json]",
+		Use:   "import FILE|DIR|- [--session ID] [--cwd DIR] [--json]",
 		Short: "Append a dsh JSONL session log to a new session through the publisher",
 		Long: `import reads a dsh JSONL log (optional header line, events, packed chunk rows) from FILE, or from
 stdin with -, and validates the whole log first: a log that breaks a rule is refused with the seq and
@@ -44,76 +46,196 @@ read, at most 8 MiB pending, so that a log of any length is imported in bounded 
 append fails part-way, what was written is removed again (as agentlog rm does) and the import can be
 retried. The session id defaults to the one in the log's header; importing onto an existing session is
 refused, saying what it holds (after an import that stopped part-way: agentlog rm ID, then import
-again). Ill-formed UTF-8 in event data becomes U+FFFD, as the reference reads the file; a warning on
-stderr counts the strings and names the first seq. A progress bar goes to stderr when it is a
-terminal. --json prints {"session","events","lastSeq","repairedStrings","firstRepairedSeq"?}.`,
-		Args: exactArgs(1, "one FILE argument (- for stdin)"),
+again). A header id that is a template placeholder ("{{sessionId}}", as in 21 of the recorded dsh
+sessions) is refused: pass --session ID. Ill-formed UTF-8 in event data becomes U+FFFD, as the
+reference reads the file; a warning on stderr counts the strings and names the first seq. A progress
+bar goes to stderr when it is a terminal. --json prints
+{"session","events","lastSeq","repairedStrings","firstRepairedSeq"?}.
+
+dsh restores a session only when its header's cwd is an absolute path: import warns on one that is not
+(the recorded sessions carry "{{cwd}}/workspace"), and --cwd DIR sets the cwd (made absolute).
+
+A directory imports each *.jsonl file in it, in name order, one after the other, and reports each on
+its own line (--json: one JSON line per file, with "file" and, for a file that failed, "error"); the
+others are skipped, saying how many. --session cannot name several sessions: --id-from-filename takes
+each session id from its file's name (without .jsonl). It exits 1 when any file failed.`,
+		Args: exactArgs(1, "one FILE or DIR argument (- for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("session") && blankID(id) {
 				return &usageError{errors.New("--session must not be blank (leave it out to use the log header's id)")}
 			}
-			path, cleanup, v, err := validateImportSource(args[0], g.stdin, id)
-			if err != nil {
-				return err
+			if cmd.Flags().Changed("cwd") {
+				if strings.TrimSpace(cwd) == "" {
+					return &usageError{errors.New("--cwd must not be blank")}
+				}
+				abs, err := filepath.Abs(cwd)
+				if err != nil {
+					return &usageError{fmt.Errorf("--cwd %s: %w", cwd, err)}
+				}
+				cwd = abs
 			}
-			defer cleanup()
-			h, n := v.header, v.events
-			ctx, cancel := g.withTimeout(cmd.Context())
+			var files []string
+			dir := false
+			if fi, err := os.Stat(args[0]); args[0] != "-" && err == nil && fi.IsDir() {
+				dir = true
+				if id != "" {
+					return &usageError{fmt.Errorf("%s is a directory: --session names one session; use --id-from-filename, or import the files one by one", args[0])}
+				}
+				all, err := os.ReadDir(args[0])
+				if err != nil {
+					return err
+				}
+				skipped := 0
+				for _, e := range all {
+					if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".jsonl") {
+						files = append(files, filepath.Join(args[0], e.Name()))
+					} else {
+						skipped++
+					}
+				}
+				if skipped > 0 {
+					fmt.Fprintf(g.stderr, "agentlog: import %s: %s, skipping %d entries that are not *.jsonl files\n", args[0], plural(int64(len(files)), "*.jsonl file"), skipped)
+				}
+				if len(files) == 0 {
+					return fmt.Errorf("import %s: the directory holds no *.jsonl file", args[0])
+				}
+			} else {
+				if idFromFilename && args[0] == "-" {
+					return &usageError{errors.New("--id-from-filename needs a FILE or DIR, not stdin")}
+				}
+				files = []string{args[0]}
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			nc, store, err := g.connect(ctx, "agentlog-import")
+			cctx, ccancel := g.withTimeout(ctx)
+			nc, store, err := g.connect(cctx, "agentlog-import")
+			ccancel()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			// The largest event is checked against --max-event-bytes before anything is written
-			// (one larger than a record is offloaded to agentlog_blobs; one over the cap never stored).
-			if err := store.CheckEventSize(h.ID, v.largest); err != nil {
-				return fmt.Errorf("%s: refused: %w; nothing was written", args[0], err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			bar := newProgressBar(g.stderr, n, "import "+h.ID, "events")
-			jr := session.NewJSONLReader(f, h.ID)
-			res, err := importStream(ctx, store, nc, h, func() (session.Event, error) {
-				ev, err := jr.Next()
-				if err == nil && bar != nil {
-					_ = bar.Add(1)
+			failed := 0
+			for _, f := range files {
+				fid := id
+				if idFromFilename {
+					fid = strings.TrimSuffix(filepath.Base(f), ".jsonl")
 				}
-				return ev, err
-			})
-			if bar != nil {
-				_ = bar.Finish()
-			}
-			if errors.Is(err, publisher.ErrSessionExists) {
-				return existsErr(ctx, store, h.ID, n, err)
-			}
-			if err != nil {
-				return err
-			}
-			out := importResult{Session: h.ID, Events: res.events, LastSeq: res.events - 1, RepairedStrings: res.repaired}
-			if res.repaired > 0 {
-				out.FirstRepairedSeq = &res.firstRepaired
-				strs := "strings"
-				if res.repaired == 1 {
-					strs = "string"
+				fctx, fcancel := g.withTimeout(ctx) // --timeout bounds each file
+				out, err := importFile(fctx, g, nc, store, f, fid, cwd)
+				fcancel()
+				if !dir {
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(g.stdout, out, false)
+					}
+					fmt.Fprintf(g.stdout, "imported %d events into session %q\n", out.Events, out.Session)
+					return nil
 				}
-				fmt.Fprintf(g.stderr, "agentlog: warning: session %q: ill-formed UTF-8 in %d %s of event data became U+FFFD, the first at seq %d (as the reference reads the file: session/DEPARTURES.md 11)\n",
-					h.ID, res.repaired, strs, res.firstRepaired)
+				if err != nil {
+					failed++
+					if ctx.Err() != nil {
+						return err
+					}
+				}
+				if asJSON {
+					line := struct {
+						File string `json:"file"`
+						importResult
+						Error string `json:"error,omitempty"`
+					}{File: f, importResult: out}
+					if err != nil {
+						line.Error = err.Error()
+					}
+					if werr := writeJSON(g.stdout, line, false); werr != nil {
+						return werr
+					}
+				} else if err != nil {
+					fmt.Fprintf(g.stdout, "%s: failed: %s\n", f, strings.TrimPrefix(err.Error(), f+": "))
+				} else {
+					fmt.Fprintf(g.stdout, "%s: imported %d events into session %q\n", f, out.Events, out.Session)
+				}
 			}
-			if asJSON {
-				return writeJSON(g.stdout, out, false)
+			if failed > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("import %s: %d of %d files failed (above); the others were imported", args[0], failed, len(files))}
 			}
-			fmt.Fprintf(g.stdout, "imported %d events into session %q\n", res.events, h.ID)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&id, "session", "", "session id (default: the log header's id)")
+	c.Flags().StringVar(&cwd, "cwd", "", "set the session header's cwd to `DIR` (made absolute; dsh restores only an absolute cwd)")
+	c.Flags().BoolVar(&idFromFilename, "id-from-filename", false, "take the session id from the file's name without .jsonl (for a directory of logs)")
 	c.Flags().BoolVar(&asJSON, "json", false, `print {"session","events","lastSeq","repairedStrings","firstRepairedSeq"?}`)
 	g.addMaxEventBytesFlag(c)
 	return c
+}
+
+// importFile imports the log at arg (a file, or - for stdin) as a new session: id, when set,
+// replaces the header's id, and cwd, when set, its cwd. Warnings (repaired text, a cwd dsh cannot
+// restore) go to stderr.
+func importFile(ctx context.Context, g *globals, nc *nats.Conn, st *store.Store, arg, id, cwd string) (importResult, error) {
+	path, cleanup, v, err := validateImportSource(arg, g.stdin, id)
+	if err != nil {
+		return importResult{}, err
+	}
+	defer cleanup()
+	h, n := v.header, v.events
+	if id == "" && placeholderID(h.ID) {
+		return importResult{}, fmt.Errorf("%s: refused, nothing written: the header's id %q is a template placeholder, not a session id: pass --session ID (for a directory, --id-from-filename)", arg, h.ID)
+	}
+	if cwd != "" {
+		h.Cwd, h.Raw = cwd, nil
+	}
+	// The largest event is checked against --max-event-bytes before anything is written
+	// (one larger than a record is offloaded to agentlog_blobs; one over the cap never stored).
+	if err := st.CheckEventSize(h.ID, v.largest); err != nil {
+		return importResult{}, fmt.Errorf("%s: refused: %w; nothing was written", arg, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return importResult{}, err
+	}
+	defer f.Close()
+	bar := newProgressBar(g.stderr, n, "import "+h.ID, "events")
+	jr := session.NewJSONLReader(f, h.ID)
+	res, err := importStream(ctx, st, nc, h, func() (session.Event, error) {
+		ev, err := jr.Next()
+		if err == nil && bar != nil {
+			_ = bar.Add(1)
+		}
+		return ev, err
+	})
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if errors.Is(err, publisher.ErrSessionExists) {
+		return importResult{}, existsErr(ctx, st, h.ID, n, err)
+	}
+	if err != nil {
+		return importResult{}, err
+	}
+	out := importResult{Session: h.ID, Events: res.events, LastSeq: res.events - 1, RepairedStrings: res.repaired}
+	if res.repaired > 0 {
+		out.FirstRepairedSeq = &res.firstRepaired
+		strs := "strings"
+		if res.repaired == 1 {
+			strs = "string"
+		}
+		fmt.Fprintf(g.stderr, "agentlog: warning: session %q: ill-formed UTF-8 in %d %s of event data became U+FFFD, the first at seq %d (as the reference reads the file: session/DEPARTURES.md 11)\n",
+			h.ID, res.repaired, strs, res.firstRepaired)
+	}
+	if !session.CwdRestorable(h.Cwd) {
+		fmt.Fprintf(g.stderr, "agentlog: warning: session %q: the header's cwd %q is not an absolute path, so dsh cannot restore the session (nor a fork of it); import --cwd DIR sets one\n", h.ID, h.Cwd)
+	}
+	return out, nil
+}
+
+// placeholderID reports whether a header id is a template placeholder such as "{{sessionId}}"
+// (the recorded dsh sessions' headers carry one), not a session id meant to be used.
+func placeholderID(id string) bool {
+	i := strings.Index(id, "{{")
+	return i >= 0 && strings.Contains(id[i:], "}}")
 }
 
 // validateImportSource validates the log at arg (a path, or - for stdin, which is spooled to a
@@ -127,9 +249,6 @@ func validateImportSource(arg string, stdin io.Reader, idOverride string) (path 
 			return "", cleanup, v, err
 		}
 		defer f.Close()
-		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			return "", cleanup, v, fmt.Errorf("%s is a directory: import takes one dsh JSONL file (or - for stdin)", arg)
-		}
 		v, err = validateLog(f, arg, idOverride)
 		return arg, cleanup, v, err
 	}
@@ -449,8 +568,8 @@ func newProgressBar(w io.Writer, total int64, desc, items string) *progressbar.P
 		progressbar.OptionClearOnFinish())
 }
 
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+// isTerminal reports whether f (an io.Reader or io.Writer) is a terminal.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
 }

@@ -82,9 +82,12 @@ Quick start:
 		markService(newProjectorCmd(g)),
 		markService(newForkerCmd(g)),
 		newImportCmd(g),
+		withIDCompletion(g, newAppendCmd(g)), // a write takes the exact id, no prefix
 		withEventsFollow(g, newEventsCmd(g)),
+		withIDResolution(g, newShowCmd(g)),
 		withMessagesWatch(g, newMessagesCmd(g)),
 		withIDResolution(g, newForkCmd(g)),
+		withIDResolution(g, newForksCmd(g)),
 		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
 		newGCCmd(g),
 		markOffline(newInspectCmd(g)),

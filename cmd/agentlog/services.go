@@ -129,7 +129,10 @@ func newProvisionCmd(g *globals) *cobra.Command {
 		Short: "Create the agentlog stream and KV buckets on a NATS cluster (idempotent)",
 		Long: `provision creates what is missing of the AGENTLOG stream, the AGENTLOG_ERRORS stream and the
 agentlog_sessions and agentlog_projections KV buckets, and checks what exists. It refuses, naming the
-setting, to run against an existing config it cannot use. The partition count is fixed at creation.`,
+setting, to run against an existing config it cannot use. The partition count is fixed at creation.
+--partitions and --replicas apply to what it creates (defaults 16 and 1); run again on a provisioned
+cluster without them, it keeps what exists (an R3 cluster stays R3), and with them it checks that
+what exists has them.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Partitions < 1 || cfg.Partitions > wire.MaxPartitions {
@@ -137,6 +140,14 @@ setting, to run against an existing config it cannot use. The partition count is
 			}
 			if cfg.Replicas < 1 || cfg.Replicas > 5 {
 				return &usageError{fmt.Errorf("--replicas must be 1..5, got %d", cfg.Replicas)}
+			}
+			// A setting not given is not asked for: store.Provision then applies its default to
+			// what it creates and keeps what exists (0 means "not given" there).
+			if !cmd.Flags().Changed("partitions") {
+				cfg.Partitions = 0
+			}
+			if !cmd.Flags().Changed("replicas") {
+				cfg.Replicas = 0
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
@@ -149,13 +160,14 @@ setting, to run against an existing config it cannot use. The partition count is
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions) and %s, KV buckets %s and %s\n",
-				g.natsURL, wire.StreamName, st.Partitions, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
+			replicas := st.Stream.CachedInfo().Config.Replicas
+			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas) and %s, KV buckets %s and %s\n",
+				g.natsURL, wire.StreamName, st.Partitions, replicas, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
 			return nil
 		},
 	}
-	c.Flags().IntVar(&cfg.Partitions, "partitions", wire.DefaultPartitions, "partition count of a new stream (fixed at creation)")
-	c.Flags().IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and buckets (3 in production)")
+	c.Flags().IntVar(&cfg.Partitions, "partitions", wire.DefaultPartitions, "partition count of a new stream (fixed at creation; not given: an existing stream's is kept)")
+	c.Flags().IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and buckets it creates (3 in production; not given: existing ones keep theirs)")
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
@@ -125,6 +126,24 @@ func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id strin
 			return nil, err
 		}
 		minSeq = tail.NextSeq - 1
+	} else if minSeq >= 0 {
+		// A seq the log does not hold would be waited for until the timeout: refuse it at once,
+		// naming the end, as events --from-seq does (the leader's tail: a write acked before this
+		// read is in it).
+		tail, err := st.GetTailFromLeader(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if last := tail.NextSeq - 1; minSeq > last {
+			end := fmt.Sprintf("its last seq is %d", last)
+			if last < 0 {
+				end = "it has no events yet"
+			}
+			if _, herr := st.GetSession(ctx, id); errors.Is(herr, store.ErrSessionNotFound) && last < 0 {
+				return nil, fmt.Errorf("session %q not found", id)
+			}
+			return nil, fmt.Errorf("session %q: --min-seq %d is past the end of the log: %s (messages waits only for a seq the log holds)", id, minSeq, end)
+		}
 	}
 	c, err := client.New(nc)
 	if err != nil {
@@ -165,14 +184,25 @@ func writeJSON(w io.Writer, v any, pretty bool) error {
 
 func newForkCmd(g *globals) *cobra.Command {
 	var at int64
-	var child string
+	var child, then string
+	var asJSON bool
 	c := &cobra.Command{
-		Use:   "fork ID [--at SEQ] [--child ID]",
+		Use:   "fork ID [--at SEQ] [--child ID] [--then FILE|-] [--json]",
 		Short: "Start a new session from a prefix of ID (through the fork service)",
 		Long: `fork copies events 0..SEQ (default: the last event) of session ID to a new session and appends a
-session/end-seed marker. It prints {"child":…,"seedLength":…,"parentSession":…}. A refused fork exits 1
-and prints the reference's code and exact text on stderr, e.g.
-  OPEN_TURN: fork boundary 2 in session "parent" ends inside open turn 1`,
+session/end-seed marker. It prints what it did in words:
+  forked session "parent" at seq 41 into "child": 42 events copied (seed length 42), then the end-seed marker
+and with --json one object {"child","seedLength","parentSession","then"?}. SEQ must end a turn (agentlog
+forks ID lists the boundaries). A refused fork exits 1 and prints the reference's code and exact text on
+stderr, e.g.
+  OPEN_TURN: fork boundary 2 in session "parent" ends inside open turn 1
+
+--then FILE (- for stdin) appends dsh JSONL events to the child after its end-seed marker, in the same
+write as the seed: the child appears with them or not at all (edit-then-fork, e.g. a replacement user
+message). An event without "seq" gets the next one (the first is seed length + 1), one with a seq must
+carry exactly that one; "time" defaults to now. The events are checked against the child's log as it
+will be (the log's rules, as append checks them): a refused one names its seq and rule, and no child is
+created.`,
 		Args: idArgs("one source session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("child") && blankID(child) {
@@ -187,6 +217,17 @@ and prints the reference's code and exact text on stderr, e.g.
 					return &exitError{code: 1, err: err}
 				}
 			}
+			req := client.ForkRequest{Source: args[0], Child: child}
+			if cmd.Flags().Changed("at") {
+				req.Boundary = &at
+			}
+			if cmd.Flags().Changed("then") {
+				evs, err := readThenEvents(then, g.stdin)
+				if err != nil {
+					return err
+				}
+				req.Then = evs
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			nc, _, err := g.connect(ctx, "agentlog-fork")
@@ -194,10 +235,6 @@ and prints the reference's code and exact text on stderr, e.g.
 				return err
 			}
 			defer nc.Close()
-			req := client.ForkRequest{Source: args[0], Child: child}
-			if cmd.Flags().Changed("at") {
-				req.Boundary = &at
-			}
 			c, err := client.New(nc)
 			if err != nil {
 				return err
@@ -206,13 +243,39 @@ and prints the reference's code and exact text on stderr, e.g.
 			if err != nil {
 				return forkExit(err, req.Source)
 			}
-			return writeJSON(g.stdout, res, false)
+			if asJSON {
+				return writeJSON(g.stdout, res, false)
+			}
+			printForked(g, res)
+			return nil
 		},
 	}
-	c.Flags().Int64Var(&at, "at", 0, "fork boundary: the last source seq to copy (inclusive; default: the last event)")
+	c.Flags().Int64Var(&at, "at", 0, "fork boundary: the last source seq to copy (inclusive; default: the last event); it must end a turn (agentlog forks ID lists them)")
 	c.Flags().StringVar(&child, "child", "", "child session id (default: a fresh unique id)")
+	c.Flags().StringVar(&then, "then", "", "append the dsh JSONL events of `FILE` (- for stdin) to the child after its seed, in the same write (edit-then-fork)")
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"child","seedLength","parentSession","then"?}`)
 	return c
 }
+
+// printForked prints a committed fork for a human, and a note when the child's header left out
+// the source's cwd.
+func printForked(g *globals, res client.ForkResult) {
+	at := "an empty seed"
+	if res.SeedLength > 0 {
+		at = fmt.Sprintf("seq %d", res.SeedLength-1)
+	}
+	fmt.Fprintf(g.stdout, "forked session %s at %s into %s (seed length %d)", quoteID(res.ParentSession), at, quoteID(res.Child), res.SeedLength)
+	if t := res.Then; t != nil && t.Events > 0 {
+		fmt.Fprintf(g.stdout, ", then %d --then events (seqs %d..%d)", t.Events, t.FirstSeq, t.LastSeq)
+	}
+	fmt.Fprintln(g.stdout)
+	if res.CwdDropped != "" {
+		fmt.Fprintf(g.stderr, "agentlog: note: the child has no cwd: the source's %s is not an absolute path, which dsh cannot restore (agentlog import --cwd DIR sets one)\n", quoteID(res.CwdDropped))
+	}
+}
+
+// quoteID quotes a session id for a line of text, as errors do.
+func quoteID(id string) string { return strconv.Quote(id) }
 
 // forkExit turns a fork refusal into exit status 1 with "CODE: text" on stderr (INVALID_SEED for a
 // seed-validation refusal, which the reference raises without a code of its own). The reference's
@@ -237,9 +300,11 @@ func newInspectCmd(g *globals) *cobra.Command {
 		Short: "Judge a dsh JSONL log offline, printing the same fields as the conformance oracle",
 		Long: `inspect reads a dsh JSONL log from FILE, or from stdin (no argument, or -), and prints one JSON
 object: ok, error, acceptedEvents, events, nodes, replaceGeneration, messages, transcript, openTurn,
-repair and forks — the fields of ../shared/conformance/oracle.mjs. With --all-forks it tries every fork
-boundary (omitted, every seq, one past the end, and -1). It needs no server. It exits 0 whether or not
-the log is accepted (1 when FILE cannot be read).`,
+repair and forks — the fields of ../shared/conformance/oracle.mjs, byte for byte as it prints them. With
+--all-forks it tries every fork boundary (omitted, every seq, one past the end, and -1). It needs no
+server. Exit status: 0 when the log is accepted (and for empty input, as the oracle); 1 when it is
+refused (ok:false: the same JSON on stdout, and the reason on stderr) or FILE cannot be read. The
+oracle itself exits 0 either way: compare the JSON, not the exit status.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return &usageError{fmt.Errorf("%s takes at most one FILE argument (got %d)", c.CommandPath(), len(args))}
@@ -263,8 +328,13 @@ the log is accepted (1 when FILE cannot be read).`,
 			if err != nil {
 				return fmt.Errorf("inspect: encode result: %w", err)
 			}
-			_, err = fmt.Fprintf(g.stdout, "%s\n", b)
-			return err
+			if _, err := fmt.Fprintf(g.stdout, "%s\n", b); err != nil {
+				return err
+			}
+			if !res.OK {
+				return &exitError{code: 1, err: fmt.Errorf("inspect: the log is refused: %s", res.Error)}
+			}
+			return nil
 		},
 	}
 	c.Flags().BoolVar(&allForks, "all-forks", false, "try every fork boundary, not only the omitted one")

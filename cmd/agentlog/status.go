@@ -16,10 +16,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show a session's state: last seq, open turn, lineage, children, each projection unit's lag",
 		Long: `status shows a session's last seq, its open turn (as the messages unit last folded it, with the
 seq it is as of: "3 (as of seq 120 of 130: the projection lags)"), its
-parent and seed length, its fork children, and for each stored projection unit its asOfSeq and lag
+parent and seed length (the parent marked "(removed)" once agentlog rm removed it), its fork children, and for each stored projection unit its asOfSeq and lag
 (last seq - asOfSeq), with the session, seq, unit and rule of stopped units. ID may be a unique prefix.
 Finding the children reads every session's header (a pass over agentlog_sessions). --json prints one
-object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLength","children",
+object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLength","parentRemoved"?,"children",
 "units":[{"unit","stateVersion","asOfSeq","lag","error"?}],"stopped":[{"session","seq","unit","rule","message"}]}.`,
 		Args:              idArgs("one session ID"),
 		ValidArgsFunction: g.completeSessionIDs,
@@ -50,6 +50,9 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 			parent := "-"
 			if s.ParentSession != nil {
 				parent = termSafe(*s.ParentSession)
+				if s.ParentRemoved {
+					parent += " (removed)"
+				}
 			}
 			if s.SeedLength != nil {
 				parent += fmt.Sprintf(" (seed length %d)", *s.SeedLength)
