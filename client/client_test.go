@@ -51,11 +51,17 @@ func stack(t *testing.T) *nats.Conn {
 	t.Helper()
 	te := testnats.Start(t, ajs.Config{Partitions: 2})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet})
+	p, err := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	f := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	f, err := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if opts.Logger == nil {
 		opts.Logger = logger
 	}
-	p := New(store, nc, opts)
+	p := mustNew(e.t, store, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
@@ -121,7 +121,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(e.t), Key(tok))
+	ent, err := e.store.Projections.Get(ctx(e.t), UnitKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatalf("projection of %q: %v", id, err)
 	}
@@ -136,7 +136,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
 	tok, _ := ajs.Token(id)
-	w, err := e.store.Projections.Watch(ctx(e.t), Key(tok))
+	w, err := e.store.Projections.Watch(ctx(e.t), UnitKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -210,4 +210,14 @@ func lowerStateLimit(t *testing.T, n int64) {
 	old := maxStateBytes
 	maxStateBytes = func(jetstream.JetStream) int64 { return n }
 	t.Cleanup(func() { maxStateBytes = old })
+}
+
+// mustNew is New for a test: Options it refuses fail the test.
+func mustNew(t testing.TB, store *ajs.Store, nc *nats.Conn, opts Options) *Projector {
+	t.Helper()
+	p, err := New(store, nc, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
 }

@@ -27,7 +27,7 @@ func (e *env) startProjectorWith(name string, reg *Registry) *Projector {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := New(store, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
+	p := mustNew(e.t, store, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatal(err)
 	}

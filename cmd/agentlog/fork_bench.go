@@ -185,7 +185,10 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	res.SourceBytes = after.State.Bytes - before.State.Bytes
 	events = nil
 
-	f := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	f, err := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	if err != nil {
+		return res, err
+	}
 	if err := f.Start(ctx); err != nil {
 		return res, err
 	}

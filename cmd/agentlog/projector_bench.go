@@ -302,7 +302,10 @@ func benchFold(ctx context.Context, store *ajs.Store, nc *nats.Conn, js natsjs.J
 		}
 		defer f.Close()
 	}
-	p := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := projector.New(store, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return 0, 0, 0, nil, err

@@ -159,11 +159,17 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := projector.New(store, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		p, err := projector.New(store, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f := forker.New(store, nc, forker.Options{Logger: quiet})
+		f, err := forker.New(store, nc, forker.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
