@@ -179,7 +179,7 @@ func (f *Forker) serve(req micro.Request) {
 		if code == client.CodeInternal {
 			f.logger.Error("fork failed", "err", err)
 		}
-		_ = req.Error(string(code), desc, nil)
+		_ = req.Error(string(code), desc, errorBody(err))
 		f.metrics.answered(start, code)
 		endForkSpan(span, res, code, desc)
 		return

@@ -25,7 +25,7 @@ func replyErr(code client.Code, format string, a ...any) error {
 }
 
 // wireError maps a handler's error about session id to a reply's code and description: a
-// *queryError's own; a session being removed (errSessionRemoving) CodeNotFound, described by
+// *queryError's own; a session being removed (errSessionRemoving) CodeRemoving, described by
 // client.RemovingText; one with neither metadata nor records (errSessionGone) and ErrNoProjection
 // CodeNotFound; anything else CodeInternal, with the error's text (which names the session).
 func wireError(id string, err error) (client.Code, string) {
@@ -34,7 +34,7 @@ func wireError(id string, err error) (client.Code, string) {
 	case errors.As(err, &qe):
 		return qe.code, qe.desc
 	case errors.Is(err, errSessionRemoving):
-		return client.CodeNotFound, client.RemovingText(id)
+		return client.CodeRemoving, client.RemovingText(id)
 	case errors.Is(err, errSessionGone):
 		return client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", id)
 	case errors.Is(err, ErrNoProjection):

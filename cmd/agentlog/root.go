@@ -181,10 +181,7 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *ajs.St
 	store, err := ajs.Open(ctx, js)
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, ajs.ErrNotProvisioned) {
-			return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
-		}
-		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
+		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
 	store.MaxEventBytes = g.maxEventBytes
 	return nc, store, nil
@@ -209,7 +206,7 @@ func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Log
 		}
 		if !waiting {
 			waiting = true
-			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", err)
+			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", withHint(err))
 		}
 		select {
 		case <-ctx.Done():
