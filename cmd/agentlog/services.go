@@ -215,9 +215,12 @@ waited for.`,
 			}
 			defer ob.Close()
 			defer nc.Close()
-			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
+			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
 				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
+			if err != nil {
+				return err
+			}
 			ob.register(p.Collector())
 			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
@@ -253,7 +256,10 @@ func newForkerCmd(g *globals) *cobra.Command {
 			}
 			defer ob.Close()
 			defer nc.Close()
-			f := forker.New(store, nc, forker.Options{Logger: logger})
+			f, err := forker.New(store, nc, forker.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
 			ob.register(f.Collector())
 			ob.setReady(f.Ready)
 			if err := f.Start(cmd.Context()); err != nil {

@@ -144,7 +144,10 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 	res.SourceBytes = after.State.Bytes - before.State.Bytes
 	events = nil
 
-	f := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	f, err := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	if err != nil {
+		return res, err
+	}
 	if err := f.Start(ctx); err != nil {
 		return res, err
 	}

@@ -273,7 +273,10 @@ func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.Je
 		}
 		defer f.Close()
 	}
-	p := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return 0, 0, 0, nil, err

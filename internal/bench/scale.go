@@ -232,7 +232,10 @@ func benchScaleRun(ctx context.Context, o ScaleOptions, n int, dir, profile stri
 	total := int64(n*o.Events + len(sample)*o.Records*o.Events)
 	debug.FreeOSMemory()
 	rss0 := procRSS(os.Getpid())
-	p := projector.New(st, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
+	if err != nil {
+		return f, err
+	}
 	start = time.Now()
 	if err := p.Start(ctx); err != nil {
 		return f, err

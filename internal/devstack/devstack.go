@@ -95,14 +95,20 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	s.store.MaxEventBytes = o.MaxEventBytes
 	for i := 0; i < o.Projectors; i++ {
-		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		p, err := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("projector %d: %w", i+1, err)
+		}
 		if err := p.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start projector %d: %w", i+1, err)
 		}
 		s.projectors = append(s.projectors, p)
 	}
 	for i := 0; i < o.Forkers; i++ {
-		f := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		f, err := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("forker %d: %w", i+1, err)
+		}
 		if err := f.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start forker %d: %w", i+1, err)
 		}
