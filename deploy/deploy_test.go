@@ -3,10 +3,12 @@ package deploy
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -133,21 +135,33 @@ func TestClusterRunsR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster; skipped with -short")
 	}
-	opts := make([]*server.Options, 3)
+	// The ports are chosen on the command line, as deploy/README.md shows (the flags override the
+	// file): nats-server -c nN.conf -p PORT -m HTTP --cluster nats://127.0.0.1:RPORT --routes ...
+	clientPort, route := make([]int, 3), make([]int, 3)
 	routes := ""
-	for i, f := range clusterFiles {
-		o := load(t, f)
-		o.Port, o.Cluster.Port = freePort(t), freePort(t)
-		o.StoreDir, o.JetStreamMaxStore = filepath.Join(t.TempDir(), o.ServerName), 1<<30
-		opts[i] = o
+	for i := range clusterFiles {
+		clientPort[i], route[i] = freePort(t), freePort(t)
 		if i > 0 {
 			routes += ","
 		}
-		routes += fmt.Sprintf("nats-route://127.0.0.1:%d", o.Cluster.Port)
+		routes += fmt.Sprintf("nats-route://127.0.0.1:%d", route[i])
+	}
+	opts := make([]*server.Options, 3)
+	for i, f := range clusterFiles {
+		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
+		o, err := server.ConfigureOptions(fs, []string{"-c", f, "-p", strconv.Itoa(clientPort[i]), "-m", strconv.Itoa(freePort(t)),
+			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", route[i]), "--routes", routes}, nil, nil, nil)
+		if err != nil {
+			t.Fatalf("nats-server -c %s with port flags: %v", f, err)
+		}
+		if o.Port != clientPort[i] || o.Cluster.Port != route[i] || len(o.Routes) != 3 {
+			t.Fatalf("%s: the flags did not override the file: port %d cluster %d routes %v", f, o.Port, o.Cluster.Port, o.Routes)
+		}
+		o.StoreDir, o.JetStreamMaxStore = filepath.Join(t.TempDir(), o.ServerName), 1<<30
+		opts[i] = o
 	}
 	var urls string
 	for i, o := range opts {
-		o.Routes = server.RoutesFromStr(routes)
 		srv := start(t, o)
 		if i > 0 {
 			urls += ","

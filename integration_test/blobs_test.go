@@ -37,7 +37,7 @@ func TestLargeEventsEndToEnd(t *testing.T) {
 		t.Fatalf("messages: %d, want the 20 imported texts", len(got))
 	}
 	var fork struct{ Child string }
-	if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "fork", id, "--child", kid)), &fork); err != nil || fork.Child != kid {
+	if err := json.Unmarshal([]byte(mustAgentlog(t, nil, "fork", id, "--child", kid, "--json")), &fork); err != nil || fork.Child != kid {
 		t.Fatalf("fork: %+v, %v", fork, err)
 	}
 	var rm struct{ Blobs int }

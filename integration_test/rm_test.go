@@ -108,7 +108,7 @@ func TestRmThenRecreate(t *testing.T) {
 		t.Fatalf("messages of the re-created session: %q, want %q", got, newTexts)
 	}
 	out := mustAgentlog(t, nil, "rm", id)
-	for _, want := range []string{`removed session "` + id + `"`, "records:       1 (5 events)", "metadata:      removed", "writer lease:  none", "error reports: 0"} {
+	for _, want := range []string{`removed session "` + id + `"`, "log:           5 events (1 record)", "metadata:      removed", "writer lease:  none", "error reports: 0"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rm output lacks %q:\n%s", want, out)
 		}

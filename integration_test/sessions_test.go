@@ -148,7 +148,7 @@ func TestForkExample(t *testing.T) {
 	check := func(t *testing.T, args []string, child string, wantEvents, wantSeed, wantMsgs int) {
 		t.Helper()
 		child = parent + "/" + child
-		out := mustAgentlog(t, nil, append([]string{"fork", parent, "--child", child}, args...)...)
+		out := mustAgentlog(t, nil, append([]string{"fork", parent, "--child", child, "--json"}, args...)...)
 		var fo forkOut
 		if err := json.Unmarshal([]byte(out), &fo); err != nil {
 			t.Fatalf("fork output %q: %v", out, err)

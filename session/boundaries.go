@@ -30,7 +30,7 @@ const ForkBoundaryTextRunes = 200
 // turn). Feed it every event with Add, then read Boundaries.
 type BoundaryScan struct {
 	out      []ForkBoundary
-	open     bool  // inside a turn (a turn/start with no turn/end yet)
+	open     bool // inside a turn (a turn/start with no turn/end yet)
 	turn     int64
 	userSeq  int64
 	userText string

@@ -31,6 +31,10 @@ type connFlags struct {
 	tlsCA, tlsCert, tlsKey             string
 
 	opts []nats.Option // built by resolve, added by globals.natsOptions
+
+	contextFlag string            // --context NAME
+	noContext   bool              // resolve reads no context (context save)
+	contextVals map[string]string // the active context's settings, by flag name (resolve)
 }
 
 func (f *connFlags) settings(g *globals) []connSetting {
@@ -58,7 +62,7 @@ func (f *connFlags) settings(g *globals) []connSetting {
 
 // connFlagNames are the persistent flags that only matter to commands that dial NATS; offline
 // commands hide them in their help (hideConnFlags).
-var connFlagNames = []string{"nats", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "timeout"}
+var connFlagNames = []string{"nats", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "context", "timeout"}
 
 // addConnFlags registers the connection flags on root's persistent flags. Their values are taken from
 // the environment in resolve, not here, so that --help shows no secret as a default.
@@ -73,12 +77,21 @@ func (f *connFlags) addConnFlags(g *globals, fs *pflag.FlagSet) {
 // conflict is a usage error; files are read when a connection is made, and a bad one fails it,
 // naming the flag and the file.
 //
-// Precedence: the URL and each TLS setting come from its flag, else AGENTLOG_NATS_X, else NATS_X.
-// The credentials (creds, nkey, user/password, token, user info in the URL) come as a whole from the
-// first of these three levels that sets any of them, so a NATS_USER in the environment never mixes
+// Precedence: the URL and each TLS setting come from its flag, else AGENTLOG_NATS_X, else NATS_X,
+// else the active context (--context, AGENTLOG_CONTEXT or the selected one: contexts.go). The
+// credentials (creds, nkey, user/password, token, user info in the URL) come as a whole from the
+// first of these four levels that sets any of them, so a NATS_USER in the environment never mixes
 // with a --creds on the command line; two kinds at one level are refused.
 func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 	settings := f.settings(g)
+	f.contextVals = nil
+	if !f.noContext {
+		_, c, err := activeContext(f.contextFlag)
+		if err != nil {
+			return err
+		}
+		f.contextVals = c.Settings
+	}
 	isAuth := func(s connSetting) bool {
 		switch s.flag {
 		case "creds", "nkey", "user", "password", "token":
@@ -86,11 +99,12 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		}
 		return false
 	}
-	// The credentials' level and the URL's: 0 flags, 1 AGENTLOG_NATS_*, 2 NATS_*, 3 the default.
+	// The credentials' level and the URL's: 0 flags, 1 AGENTLOG_NATS_*, 2 NATS_*, 3 the context,
+	// 4 the default.
 	authLevel, urlLevel := -1, 0
-	for level := 0; level < 3 && authLevel < 0; level++ {
+	for level := 0; level < 4 && authLevel < 0; level++ {
 		for _, s := range settings {
-			if isAuth(s) && s.lookup(fs, level) != "" {
+			if isAuth(s) && f.lookup(s, fs, level) != "" {
 				authLevel = level
 			}
 		}
@@ -104,19 +118,19 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 		}
 		if isAuth(s) {
 			if authLevel > 0 {
-				*s.dst = s.lookup(fs, authLevel)
+				*s.dst = f.lookup(s, fs, authLevel)
 			}
 			continue
 		}
-		for level := 1; level < 3 && *s.dst == ""; level++ {
-			*s.dst = s.lookup(fs, level)
+		for level := 1; level < 4 && *s.dst == ""; level++ {
+			*s.dst = f.lookup(s, fs, level)
 			if s.flag == "nats" && *s.dst != "" {
 				urlLevel = level
 			}
 		}
 	}
 	if g.natsURL == "" {
-		g.natsURL, urlLevel = DefaultNATSURL, 3
+		g.natsURL, urlLevel = DefaultNATSURL, 4
 	}
 	stripped, ui, err := splitUserInfo(g.natsURL)
 	if err != nil {
@@ -194,8 +208,9 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 	return nil
 }
 
-// lookup returns the setting at level 0 (its flag, when given), 1 (AGENTLOG_NATS_*) or 2 (NATS_*).
-func (s connSetting) lookup(fs *pflag.FlagSet, level int) string {
+// lookup returns setting s at level 0 (its flag, when given), 1 (AGENTLOG_NATS_*), 2 (NATS_*) or
+// 3 (the active context).
+func (f *connFlags) lookup(s connSetting, fs *pflag.FlagSet, level int) string {
 	switch level {
 	case 0:
 		if fs.Changed(s.flag) {
@@ -204,8 +219,10 @@ func (s connSetting) lookup(fs *pflag.FlagSet, level int) string {
 		return ""
 	case 1:
 		return os.Getenv(s.env)
-	default:
+	case 2:
 		return os.Getenv(s.natsEnv)
+	default:
+		return f.contextVals[s.flag]
 	}
 }
 

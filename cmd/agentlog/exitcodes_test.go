@@ -89,11 +89,14 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"bench", "memory", "--events", "1"}, want: 2},
 		{args: []string{"completion", "badshell"}, want: 2, says: `unknown shell "badshell": want one of bash, fish, powershell, zsh`},
 		{args: []string{"completion"}, want: 2, says: "takes a shell"},
+		{args: []string{"show", "x1", "--output", "yaml"}, want: 2},
+		{args: []string{"append"}, want: 2},
+		{args: []string{"forks"}, want: 2},
+		{args: []string{"context", "save"}, want: 2},
 		// refusals and failures
 		{args: []string{"events", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"messages", "nosuch"}, want: 1},
-		{args: []string{"events", "nosuch", "--follow"}, want: 1, says: "not found"}, // refused at once, not followed until it appears
-		{args: []string{"messages", "nosuch", "--watch"}, want: 1, says: "not found"},
+		// (events --follow and messages --watch of an unknown id wait for it: TestFollowWaitsForSession)
 		{args: []string{"status", "nosuch"}, want: 1},
 		{args: []string{"fork", "nosuch"}, want: 1, says: "SESSION_NOT_FOUND"},
 		{args: []string{"fork", "x1", "--at", "100000"}, want: 1, says: `(fork of session "x1")`}, // INVALID_BOUNDARY: the reference's text does not name it
@@ -102,12 +105,18 @@ func TestExitCodesAndStreams(t *testing.T) {
 		{args: []string{"import", file, "--session", "x1"}, want: 1, says: fmt.Sprintf(`publisher: create session "x1": session already exists: it holds %d events (last seq %d) (this log has %d); nothing was written. If an earlier import of it stopped part-way, `+"`agentlog rm x1`"+` then a new import replaces it`, len(events), len(events)-1, len(events))},
 		{args: []string{"import", bad, "--session", "x2"}, want: 1, says: "seq"},
 		{args: []string{"import", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
-		{args: []string{"import", t.TempDir()}, want: 1, says: "is a directory: import takes one dsh JSONL file"},
+		{args: []string{"import", t.TempDir()}, want: 1, says: "the directory holds no *.jsonl file"},
+		{args: []string{"inspect"}, stdin: `{"type":"turn/start","seq":1,"time":1,"data":{"turn":1}}`, want: 1, says: "the log is refused"},
+		{args: []string{"append", "nosuch", file}, want: 1, says: `session "nosuch" not found`},
+		{args: []string{"forks", "nosuch"}, want: 1, says: "not found"},
+		{args: []string{"show", "nosuch"}, want: 1, says: "not found"},
 		{args: []string{"inspect", filepath.Join(t.TempDir(), "missing.jsonl")}, want: 1},
 		// ok
 		{args: []string{"sessions"}, want: 0, says: ""},
 		{args: []string{"status", "x1"}, want: 0},
 		{args: []string{"messages", "x1"}, want: 0},
+		{args: []string{"show", "x1"}, want: 0},
+		{args: []string{"forks", "x1"}, want: 0},
 		{args: []string{"version"}, want: 0},
 		{args: []string{"completion", "bash"}, want: 0},
 		{args: []string{"completion", "zsh"}, want: 0},

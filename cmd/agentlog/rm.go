@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ the same and asks for confirmation; --yes skips the question (scripts and pipes 
 			if err != nil {
 				return err
 			}
-			ask := !yes && !dryRun && isTerminal(g.stdin) && isTerminal(g.stderr)
+			ask := !yes && !dryRun && askTerminal(g.stdin) && askTerminal(g.stderr)
 			var plan rmPlan
 			if dryRun || ask {
 				if plan, err = planRemove(ctx, c, id); err != nil {
@@ -95,6 +96,9 @@ the same and asks for confirmation; --yes skips the question (scripts and pipes 
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
 	return c
 }
+
+// askTerminal reports whether rm may ask on f (a terminal); a test replaces it.
+var askTerminal = isTerminal
 
 // rmPlan is what rm would remove (rm --dry-run): the session's state ("stored", "being removed"
 // for an rm that stopped part-way, "records without metadata"), its events, its projection units
@@ -187,6 +191,7 @@ func printRemoved(g *globals, rm client.Removed, children []string) {
 		unit, _, _ := strings.Cut(k, ".") // <unit>.<token>
 		units = append(units, unit)
 	}
+	sort.Strings(units)
 	fmt.Fprintf(w, "  projections:   %s\n", unitsText(units))
 	if l := rm.Lease; l != nil {
 		fmt.Fprintf(w, "  writer lease:  writer %q (host %s, pid %d, since %s), fenced\n", l.Writer, l.Host, l.PID,

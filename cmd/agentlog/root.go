@@ -60,9 +60,10 @@ Quick start:
 		SilenceErrors: true,
 	}
 	g.conn.addConnFlags(g, root.PersistentFlags())
+	root.PersistentFlags().StringVar(&g.conn.contextFlag, "context", "", "use the saved connection settings `NAME` below flags and environment variables (agentlog context; env "+contextEnv+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline for one command's requests to NATS")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if isOffline(c) || strings.HasPrefix(c.Name(), cobra.ShellCompRequestCmd) {
+		if isOffline(c) || isContextCmd(c) || strings.HasPrefix(c.Name(), cobra.ShellCompRequestCmd) {
 			return nil // shell completion parses its flags later and resolves them itself
 		}
 		if g.timeout <= 0 {
@@ -99,6 +100,7 @@ Quick start:
 		markOffline(newVersionCmd(g)),
 		markOffline(newDevCmd(g)), // its own embedded server
 		newUICmd(g),
+		newContextCmd(g),
 	)
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()

@@ -343,7 +343,8 @@ func (r *showRenderer) describe(n *showNode, end bool) []seg {
 		}
 	}
 	text := oneLine(n.Text)
-	out := func(s ...seg) []seg { return append(s, marks...) }
+	// The marks follow the label, so that cutting the text to the width never hides them.
+	out := func(s ...seg) []seg { return append(append(s[:1:1], marks...), s[1:]...) }
 	switch n.Kind {
 	case "turn":
 		if end {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ type deployment struct {
 	*multitenant.Deployment
 	bin string            // DIR/bin/agentlog
 	env map[string]string // NATS_URL, A_AGENT_ARGS, ... as DIR/env defines them
+	cfg string            // XDG_CONFIG_HOME of up.sh and the CLI: where its agentlog contexts are
 }
 
 // up runs up.sh into a temporary directory, for real, and stops it with DIR/down.sh at cleanup.
@@ -41,8 +43,9 @@ func up(t *testing.T) *deployment {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	cfg := t.TempDir() // up.sh's agentlog contexts go here, not in the user's configuration
 	cmd := exec.CommandContext(ctx, "sh", "up.sh", dir)
-	cmd.Env = append(os.Environ(), "AGENTLOG_MT_TENANTS=A,B")
+	cmd.Env = append(os.Environ(), "AGENTLOG_MT_TENANTS=A,B", "XDG_CONFIG_HOME="+cfg)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t.Cleanup(func() {
@@ -67,7 +70,7 @@ func up(t *testing.T) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &deployment{Deployment: &multitenant.Deployment{}, bin: filepath.Join(dir, "bin", "agentlog"), env: map[string]string{}}
+	d := &deployment{Deployment: &multitenant.Deployment{}, bin: filepath.Join(dir, "bin", "agentlog"), env: map[string]string{}, cfg: cfg}
 	if err := json.Unmarshal(b, d.Deployment); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +115,10 @@ func (d *deployment) cli(t *testing.T, stdin, args string, cmdArgs ...string) (i
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.bin, all...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "NATS_URL=" + d.env["NATS_URL"]}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "XDG_CONFIG_HOME=" + d.cfg}
+	if args != "" {
+		cmd.Env = append(cmd.Env, "NATS_URL="+d.env["NATS_URL"])
+	}
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -235,7 +241,7 @@ func TestMultiTenant(t *testing.T) {
 		if out := d.ok(t, "", "A_AGENT_ARGS", "events", "s1"); !strings.Contains(out, markerA) {
 			t.Fatalf("A's events of s1: %s", out)
 		}
-		if out := d.ok(t, "", "A_AGENT_ARGS", "fork", "s1", "--child", "s1-fork"); !strings.Contains(out, `"seedLength":3`) {
+		if out := d.ok(t, "", "A_AGENT_ARGS", "fork", "s1", "--child", "s1-fork", "--json"); !strings.Contains(out, `"seedLength":3`) {
 			t.Fatalf("fork: %s", out)
 		}
 		if out := d.ok(t, "", "A_AGENT_ARGS", "messages", "s1-fork"); !strings.Contains(out, markerA) {
@@ -321,6 +327,7 @@ func TestMultiTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("contexts-and-readme", func(t *testing.T) { contextsAndReadme(t, d, a) })
 	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
@@ -693,4 +700,73 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// contextsAndReadme: up.sh wrote one agentlog context per tenant role, each connects as its role
+// with no flag or environment variable (the viewer may read, not remove), and the README's nats
+// CLI line names a role allowed to list the tenant's streams (the agent is not: least privilege).
+func contextsAndReadme(t *testing.T, d *deployment, a string) {
+	out := d.ok(t, "", "", "context", "ls", "--json")
+	var ctxs []struct {
+		Name string `json:"name"`
+		TLS  bool   `json:"tls"`
+	}
+	if err := json.Unmarshal([]byte(out), &ctxs); err != nil {
+		t.Fatalf("context ls --json: %v: %s", err, out)
+	}
+	got := map[string]bool{}
+	for _, c := range ctxs {
+		got[c.Name] = c.TLS
+	}
+	for _, tn := range d.Tenants {
+		for _, r := range multitenant.Roles {
+			name := "mt-" + strings.ToLower(tn) + "-" + string(r)
+			if tls, ok := got[name]; !ok || !tls {
+				t.Fatalf("context %s: found %v, TLS %v; contexts: %s", name, ok, tls, out)
+			}
+		}
+	}
+	info, err := os.Stat(filepath.Join(d.cfg, "agentlog", "context", "mt-"+strings.ToLower(a)+"-agent.json"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("context file: %v, mode %v, want 0600", err, info)
+	}
+	if out := d.ok(t, "", "", "--context", "mt-"+strings.ToLower(a)+"-agent", "sessions"); !strings.Contains(out, "s1") {
+		t.Fatalf("sessions through the agent's context: %s", out)
+	}
+	d.refused(t, "operator role", "", "", "--context", "mt-"+strings.ToLower(a)+"-viewer", "rm", "s1", "--yes")
+
+	// The README's `nats $X_NATS_ARGS stream ls`: X's role may list the streams.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`nats \$([A-Z]+)_([A-Z]+)_NATS_ARGS stream ls`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no `nats $T_ROLE_NATS_ARGS stream ls` line")
+	}
+	id := d.Identity(strings.ToLower(string(m[1])), multitenant.Role(strings.ToLower(string(m[2]))))
+	if id == nil {
+		t.Fatalf("README.md names %s_%s, which is no identity", m[1], m[2])
+	}
+	names := func(id *multitenant.Identity) ([]string, error) {
+		nc := d.conn(t, id, "readme-stream-ls")
+		js, err := natsjs.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		var out []string
+		l := js.StreamNames(ctx)
+		for n := range l.Name() {
+			out = append(out, n)
+		}
+		return out, l.Err()
+	}
+	if got, err := names(id); err != nil || !slices.Contains(got, wire.StreamName) {
+		t.Fatalf("stream ls as %s (the README's): %v, %v", id.Name, got, err)
+	}
+	if _, err := names(d.Identity(strings.ToLower(a), multitenant.Agent)); err == nil {
+		t.Fatalf("stream ls as the agent succeeded: the README may name the agent")
+	}
 }

@@ -5,8 +5,9 @@
 # generator into DIR/bin, writes the configuration (gen: a test CA, tenants A and B as NATS accounts,
 # five roles each), starts nats-server on free loopback ports, provisions each tenant as its
 # operator, starts a projector and a forker per tenant, each as its own role, and waits until every
-# service is ready. Then it writes DIR/env and DIR/down.sh and exits 0. On a failure it stops what
-# it started, prints the reason and the log to look at, and exits 1.
+# service is ready. Then it writes DIR/env, DIR/down.sh and one agentlog context per tenant role
+# (mt-<tenant>-<role>, unless AGENTLOG_MT_CONTEXTS=0) and exits 0. On a failure it stops what it
+# started, prints the reason and the log to look at, and exits 1.
 #
 #   . DIR/env; agentlog $A_AGENT_ARGS import FILE --session s1; DIR/down.sh
 set -eu
@@ -127,5 +128,20 @@ for t in $TENANTS; do
 	done
 done
 
+# One agentlog context per tenant role (agentlog context ls; --context mt-a-agent), in the user's
+# configuration directory (XDG_CONFIG_HOME/agentlog, else ~/.config/agentlog); AGENTLOG_MT_CONTEXTS=0
+# writes none. A context of the same name (an earlier deployment's) is replaced.
+CONTEXTS=""
+if [ "${AGENTLOG_MT_CONTEXTS:-1}" != 0 ]; then
+	for t in $TENANTS; do
+		for r in agent projector forker operator viewer; do
+			(. "$DIR/tenants/$t/$r.env" && "$BIN/agentlog" context save "mt-$t-$r" --description "$DIR: tenant $t, role $r") \
+				>>"$LOGS/contexts.log" 2>&1 || fail "saving the agentlog context mt-$t-$r failed (see $LOGS/contexts.log)"
+			CONTEXTS="$CONTEXTS mt-$t-$r"
+		done
+	done
+fi
+
 mv "$DIR/env.next" "$DIR/env"
 echo "up.sh: ready. . $DIR/env, then e.g. $BIN/agentlog \$A_AGENT_ARGS sessions; stop with $DIR/down.sh"
+[ -z "$CONTEXTS" ] || echo "up.sh: agentlog contexts, one per tenant role:$CONTEXTS (e.g. $BIN/agentlog --context mt-a-agent sessions)"

@@ -273,7 +273,7 @@ describe('forks', () => {
     await ctx.sessions.flush(session)
     void r
     const child = uniqueId('go-fork')
-    const out = JSON.parse(await agentlog('fork', parent, '--at', '5', '--child', child))
+    const out = JSON.parse(await agentlog('fork', parent, '--at', '5', '--child', child, '--json'))
     expect(out).toMatchObject({ child, seedLength: 6, parentSession: parent })
     const stored = await backend.loadStored(SessionId(child))
     expect(stored?.meta).toMatchObject({ id: child, parentSession: parent, seedLength: 6 })
