@@ -123,6 +123,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e("$KV."+wire.SessionsBucket+".>", "session metadata: the KV create that claims a new session's id"),
 				e("$KV."+wire.WritersBucket+".>", "its writer lease: create, renew, release (KV agentlog_writers)"),
 				e("agentlog.fork", "the fork service"),
+				e("agentlog.fork.then", "the fork service: a fork with then-events (edit-then-fork)"),
 				e("agentlog.query.>", "the query service (messages, projection, snapshot, surface)"),
 				api("INFO", "the account's limits and usage: the TypeScript backend's jetstreamManager reads them when it connects"),
 				tailGet, leaderGet, metaGet,
@@ -188,7 +189,8 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
 				logConsumer, logNext, logDelete,
 			}, blobRead, blobWrite, openEntries()),
-			Subscribe:      []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"), srvDiscovery},
+			Subscribe: []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"),
+				e("agentlog.fork.then", "serves forks with then-events (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil
 	case Operator:
