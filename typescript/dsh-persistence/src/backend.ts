@@ -11,6 +11,7 @@ import {
 import type { NatsConnection } from '@nats-io/transport-node'
 import { ConfigSchema, parseConfig, type Config } from './config.js'
 import { EncodedLines } from './encoder.js'
+import { AgentlogMetrics } from './metrics.js'
 import { listStored, readEvents, readHead } from './read.js'
 import { Store } from './store.js'
 import { token, type WireEvent } from './wire.js'
@@ -36,6 +37,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   private readonly writer: Writer
   private readonly coordinator: PersistenceCoordinator<never>
   private closed = false
+  /** The opt-in Prometheus metrics (config.metrics), under the Go publisher's names; undefined when off. */
+  readonly metrics?: AgentlogMetrics
+  private pendingEvents = 0
+  private pendingBytes = 0
 
   constructor(ctx: Context, config: Config) {
     super(ctx)
@@ -43,6 +48,14 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const settings = parseConfig(config)
     this.writerId = settings.writerId
     this.writer = new Writer(settings.writerId, settings.maxEventBytes, settings.leaseTtlMs)
+    if (config.metrics !== undefined && config.metrics !== false) {
+      this.metrics = new AgentlogMetrics(config.metrics === true ? {} : config.metrics, {
+        pending: () => ({ events: this.pendingEvents, bytes: this.pendingBytes }),
+        writers: () => this.writer.leases.count(),
+      })
+      this.writer.metrics = this.metrics
+      this.metrics.address()?.catch(() => {}) // reported by Service.init
+    }
     this.ready = Store.open(config, settings)
     this.ready.catch(() => {})
     // The coordinator's constructor may call loadStored for live sessions: every primitive awaits
@@ -56,6 +69,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   /** Startup: `await ctx.plugin(...)` fails with the connection error, if any. */
   async [Service.init](): Promise<void> {
     await this.ready
+    await this.metrics?.address()
   }
 
   /** The NATS connection, once connected (for tools and tests). */
@@ -141,6 +155,10 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     // refuses what JSON.stringify cannot encode, naming the session, seq and type.
     const lines = EncodedLines.of(meta.id, events as readonly WireEvent[])
     let acked = false
+    let bytes = 0
+    for (let i = 0; i < events.length; i++) bytes += lines.bytes(i)
+    this.pendingEvents += events.length
+    this.pendingBytes += bytes
     try {
       const s = await this.ready
       if (this.closed) {
@@ -149,6 +167,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
       await this.writer.append(s, meta, events as readonly WireEvent[], isMaterialized, lines)
       acked = true
     } finally {
+      this.pendingEvents -= events.length
+      this.pendingBytes -= bytes
       lines.release(acked)
     }
   }
@@ -163,6 +183,7 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     if (this.closed) return
     this.closed = true
     this.writer.leases.stop()
+    await this.metrics?.close()
     const s = await this.ready.catch(() => undefined)
     if (s !== undefined && !s.nc.isClosed()) {
       await this.writer.leases.release(s)

@@ -10,6 +10,7 @@ import {
 import {
   credsAuthenticator, nkeyAuthenticator, nuid, type Authenticator, type NodeConnectionOptions,
 } from '@nats-io/transport-node'
+import type { MetricsConfig } from './metrics.js'
 import {
   BLOBS_BUCKET, DEFAULT_MAX_EVENT_BYTES, ERRORS_PREFIX, ERRORS_STREAM, SESSIONS_BUCKET, STREAM_NAME, SUBJECT_PREFIX,
   WRITERS_BUCKET,
@@ -97,6 +98,13 @@ export interface Config {
    * defaults: sessions written under other names are invisible to `agentlog` commands.
    */
   names?: NamesConfig
+  /**
+   * Prometheus metrics of the writes, under the Go publisher's names (agentlog_publisher_*): off
+   * unless set. `{ listen: '127.0.0.1:9464' }` serves them at /metrics; `{ defaultRegistry: true }`
+   * puts them on prom-client's default registry; `true` keeps them on the plugin's own registry
+   * (`backend.metrics.registry`).
+   */
+  metrics?: boolean | MetricsConfig
 }
 
 export const ConfigSchema: z<Config> = z.object({
@@ -117,6 +125,7 @@ export const ConfigSchema: z<Config> = z.object({
   maxEventBytes: z.number().step(1).min(1),
   provision: z.union([z.boolean(), z.object({ partitions: z.number(), maxMsgSize: z.number(), replicas: z.number() })]),
   names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string(), blobsBucket: z.string() }),
+  metrics: z.union([z.boolean(), z.object({ listen: z.string(), defaultRegistry: z.boolean() })]),
 })
 
 /** A config with its defaults applied and checked. */

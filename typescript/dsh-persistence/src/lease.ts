@@ -24,6 +24,11 @@ export class Leases {
   /** Leases of writer writerId, of ttlMs (used only with a store that has a writers bucket). */
   constructor(private readonly writerId: string, private readonly ttlMs: number) {}
 
+  /** The number of sessions whose lease this writer holds. */
+  count(): number {
+    return this.held.size
+  }
+
   private value(id: string, since: number): string {
     return JSON.stringify({ session: id, writer: this.writerId, host: HOSTNAME, pid: process.pid, since, ttlMs: this.ttlMs })
   }

@@ -11,6 +11,7 @@ import { BLOB_MAX_AGE_AT_PUBLISH_MS, offload, type Offloaded } from './blobs.js'
 import type { EncodedLines } from './encoder.js'
 import { AgentlogConflictError, isBatchDuplicateMsgId, isWrongLastSequence } from './errors.js'
 import { Leases } from './lease.js'
+import { fieldBytes, type AgentlogMetrics } from './metrics.js'
 import type { Store, Tail } from './store.js'
 import {
   AgentlogWireError, HEADER_BLOB, HEADER_EXPECTED_LAST_SUBJECT_SEQ, HEADER_FORMAT, HEADER_INCARNATION, HEADER_MSG_ID,
@@ -24,6 +25,8 @@ export class Writer {
   /** Each session's incarnation (its metadata entry's Agentlog-Incarnation header; "" for legacy). */
   private readonly incarnations = new Map<string, string>()
   readonly leases: Leases
+  /** The opt-in metrics (config.metrics), or undefined. */
+  metrics?: AgentlogMetrics
 
   /** writerId prefixes the Nats-Msg-Id values; maxEventBytes caps one event's line; leaseTtlMs > 0 takes leases. */
   constructor(private readonly writerId: string, private readonly maxEventBytes: number, leaseTtlMs: number) {
@@ -57,6 +60,7 @@ export class Writer {
     const first = events[0]!.seq
     const last = events[events.length - 1]!.seq
     const tok = token(id)
+    const started = Date.now()
     try {
       let tail: Tail
       if (!isMaterialized) {
@@ -81,8 +85,14 @@ export class Writer {
         throw new AgentlogConflictError(id, first, last, tail.streamSeq,
           `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
       }
-      await this.write(s, id, tok, tail.streamSeq, events, lines)
+      const records = await this.write(s, id, tok, tail.streamSeq, events, lines)
+      if (this.metrics !== undefined) {
+        let bytes = 0
+        for (let i = 0; i < events.length; i++) bytes += fieldBytes(lines.bytes(i), events[i]!)
+        this.metrics.wrote(events.length, records, bytes, started)
+      }
     } catch (err) {
+      this.metrics?.failed(err)
       this.report(s, id, tok, first, last, err as Error)
       throw err
     }
@@ -139,10 +149,12 @@ export class Writer {
 
   /**
    * Write events as one guarded record (or an atomic batch of records when too big), and resolve
-   * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5).
+   * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5). It returns the
+   * number of records this call published (for the metrics).
    */
-  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: EncodedLines): Promise<void> {
+  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: EncodedLines): Promise<number> {
     const subject = s.subject(tok)
+    let records = 0
     for (;;) {
       const first = events[0]!.seq
       const last = events[events.length - 1]!.seq
@@ -150,6 +162,7 @@ export class Writer {
       let ack: PubAck
       try {
         ack = await this.publish(s, id, tok, subject, guard, msgId, events, lines)
+        records += (ack as PubAck & { records?: number }).records ?? 1
       } catch (err) {
         if (!isWrongLastSequence(err) && !isBatchDuplicateMsgId(err)) {
           if (err instanceof AgentlogWireError || err instanceof AgentlogConflictError) throw err
@@ -188,10 +201,10 @@ export class Writer {
           lines = lines.from(stored)
           continue
         }
-        return
+        return records
       }
       this.tails.set(id, { streamSeq: ack.seq, nextSeq: last + 1, msgId })
-      return
+      return records
     }
   }
 
@@ -243,7 +256,7 @@ export class Writer {
     }
     const rl = record(parts.length - 1)
     const ack = await batch.commit(subject, rl.data, { headers: rl.headers })
-    return { stream: ack.stream, seq: ack.seq, duplicate: false } as PubAck
+    return { stream: ack.stream, seq: ack.seq, duplicate: false, records: parts.length } as PubAck
   }
 
   /** Publish an agent/error report (best effort; never a session event). */
