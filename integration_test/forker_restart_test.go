@@ -22,7 +22,7 @@ func forkUntil(t *testing.T, url, src string, limit time.Duration, logs *proc) t
 	t.Helper()
 	start := time.Now()
 	for {
-		r := runAt(t, url, nil, "--timeout", "2s", "fork", src)
+		r := runAt(t, url, nil, "--timeout", "2s", "fork", src, "--json")
 		if r.code == 0 {
 			var res struct {
 				Child      string `json:"child"`

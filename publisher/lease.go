@@ -203,6 +203,9 @@ func (w *Writer) renewLease() {
 		return
 	}
 	if err != nil {
+		if w.closed || w.ctx.Err() != nil {
+			return // cut short by Close or Abort: not a failure to report
+		}
 		if w.renewFailing.IsZero() {
 			w.renewFailing = time.Now()
 			w.p.log.Warn("agentlog publisher: cannot renew the writer lease; retrying (logged once until it is renewed)", "session", w.id, "error", err)
