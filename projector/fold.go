@@ -492,8 +492,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 			case ack := <-pw.fut.Ok():
 				pw.u.rev, pw.u.written = ack.Sequence, true
 			case perr := <-pw.fut.Err():
-				var apiErr *jetstream.APIError
-				if errors.As(perr, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+				if store.IsWrongLastSequence(perr) {
 					if !conflicted[pw.ss] {
 						conflicted[pw.ss] = true
 						conflicts = append(conflicts, pw.ss)

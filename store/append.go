@@ -17,15 +17,8 @@ import (
 )
 
 // ErrConflict is returned (wrapped) when the Nats-Expected-Last-Subject-Sequence guard fails
-// (JetStream error 10071, or 10164 on replicated streams).
+// (IsWrongLastSequence: JetStream error 10071, or 10164 on replicated streams).
 var ErrConflict = errors.New("the session's last record is not the expected one (guard conflict)")
-
-// JetStream API error codes that Append maps to ErrConflict.
-const (
-	ErrCodeWrongLastSequence         = 10071 // Nats-Expected-Last-Subject-Sequence mismatch
-	ErrCodeWrongLastSequenceConstant = 10164 // guarded publish while the subject has a message in flight (R>1)
-	errCodeBatchDuplicateMsgID       = 10201 // an atomic batch contains an already stored Nats-Msg-Id
-)
 
 // AppendResult reports a committed record.
 type AppendResult struct {
@@ -362,10 +355,8 @@ func partMsgID(msgID string, k int) string { return msgID + "~" + strconv.Itoa(k
 // record carries msgID, that is reported as Duplicate with its stream seq (a retry must either
 // dedupe or find its own record at the tail).
 func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint64, msgID string, err error) (AppendResult, error) {
-	var apiErr *natsjs.APIError
-	isAPI := errors.As(err, &apiErr)
-	conflict := isAPI && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)
-	dupInBatch := isAPI && apiErr.ErrorCode == errCodeBatchDuplicateMsgID
+	conflict := IsWrongLastSequence(err)
+	dupInBatch := isBatchDuplicateMsgID(err)
 	if msgID != "" && (conflict || dupInBatch) {
 		last, gerr := s.leaderLastMsg(ctx, subject) // not a direct get: a stale tail would misjudge
 		if gerr == nil && last.Header.Get(natsjs.MsgIDHeader) == msgID {

@@ -72,7 +72,7 @@ func TestAppendGuardStale(t *testing.T) {
 		t.Fatalf("stale writer: %v, want ErrConflict naming session and expected seq %d", err, r1.StreamSeq)
 	}
 	var apiErr *natsjs.APIError
-	if !errors.As(err, &apiErr) || apiErr.ErrorCode != ErrCodeWrongLastSequence {
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != natsjs.JSErrCodeStreamWrongLastSequence || !IsWrongLastSequence(err) {
 		t.Errorf("conflict does not carry the JetStream error 10071: %v", err)
 	}
 	tail, err := s.GetTail(ctx, "sess")

@@ -95,8 +95,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		if markRev, err = s.markDeleting(ctx, tok, e.Data, e.Sequence, rm.Incarnation); err == nil {
 			break
 		}
-		var apiErr *natsjs.APIError
-		if try < 3 && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if try < 3 && IsWrongLastSequence(err) {
 			continue // changed meanwhile: read it again
 		}
 		return rm, fmt.Errorf("remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)

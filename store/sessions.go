@@ -69,9 +69,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	for try := 0; ; try++ {
 		m := &nats.Msg{Subject: subject, Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
 		_, err = s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
-		var apiErr *natsjs.APIError
-		if err == nil || try > 0 || !errors.As(err, &apiErr) ||
-			(apiErr.ErrorCode != ErrCodeWrongLastSequence && apiErr.ErrorCode != ErrCodeWrongLastSequenceConstant) {
+		if err == nil || try > 0 || !IsWrongLastSequence(err) {
 			break
 		}
 		last, gerr := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": subject})
@@ -81,8 +79,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 		expect = last.Sequence
 	}
 	if err != nil {
-		var apiErr *natsjs.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if IsWrongLastSequence(err) {
 			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, wire.SessionsBucket)
 		}
 		return fmt.Errorf("create session %q (key %s in KV bucket %s): %w", h.ID, tok, wire.SessionsBucket, err)

@@ -132,8 +132,7 @@ func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl ti
 	}
 	ack, err := s.JS.PublishMsg(ctx, m, opts...)
 	if err != nil {
-		var apiErr *natsjs.APIError
-		if rev != nil && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if rev != nil && IsWrongLastSequence(err) {
 			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, wire.WritersBucket, *rev)
 		}
 		return 0, fmt.Errorf("write the writer lease (key %s in KV bucket %s): %w", tok, wire.WritersBucket, err)
@@ -170,9 +169,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
 		return err
 	}
 	err = s.Writers.Delete(ctx, tok, natsjs.LastRevision(rev))
-	var apiErr *natsjs.APIError
-	if err == nil || errors.Is(err, natsjs.ErrKeyNotFound) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)) {
+	if err == nil || errors.Is(err, natsjs.ErrKeyNotFound) || IsWrongLastSequence(err) {
 		return nil
 	}
 	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, wire.WritersBucket, strconv.FormatUint(rev, 10), err)
