@@ -201,17 +201,18 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if _, err := wire.Token(idOrPrefix); err != nil {
+	ss, err := st.Session(idOrPrefix)
+	if err != nil {
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
 	}
-	_, err = st.GetSessionInfo(ctx, idOrPrefix)
+	_, err = ss.Info(ctx)
 	if err == nil || errors.Is(err, store.ErrSessionDeleted) {
 		return idOrPrefix, nil // with metadata, or being removed (the command reports it)
 	}
 	if !errors.Is(err, store.ErrSessionNotFound) {
 		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
 	}
-	if t, err := st.GetTail(ctx, idOrPrefix); err == nil && t.NextSeq > 0 {
+	if t, err := ss.Tail(ctx); err == nil && t.NextSeq > 0 {
 		return idOrPrefix, nil // a log without metadata
 	}
 	ids, err := c.SessionIDs(ctx, idOrPrefix, 22)
@@ -250,14 +251,17 @@ func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	return st, nil
 }
 
-// sessionStore checks session id (ErrBadRequest) and opens the store; it returns id's token.
-func (c *Client) sessionStore(ctx context.Context, id string) (*store.Store, string, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return nil, "", &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
-	}
+// session opens the store and returns session id's handle; an invalid id is ErrBadRequest.
+func (c *Client) session(ctx context.Context, id string) (*store.Session, error) {
 	st, err := c.openStore(ctx)
-	return st, tok, err
+	if err != nil {
+		return nil, err
+	}
+	ss, err := st.Session(id)
+	if err != nil {
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	return ss, nil
 }
 
 // notFoundError is ErrNotFound for session id, which has no metadata.
@@ -269,8 +273,9 @@ func notFoundError(id string) *Error {
 // false when it has none. A session being removed (its entry marked by an agentlog rm that
 // stopped part-way, whatever else is left of it) is removingError, so no read serves it; a failed
 // read is ErrInternal.
-func lookup(ctx context.Context, st *store.Store, id string) (info store.SessionInfo, found bool, err error) {
-	info, err = st.GetSessionInfo(ctx, id)
+func lookup(ctx context.Context, ss *store.Session) (info store.SessionInfo, found bool, err error) {
+	id := ss.ID()
+	info, err = ss.Info(ctx)
 	switch {
 	case errors.Is(err, store.ErrSessionDeleted):
 		return info, false, removingError(id)
@@ -311,7 +316,7 @@ const sessionsKeyPrefix = "$KV." + wire.SessionsBucket + "."
 // the sessions sorted by id.
 func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
-	err := scanStream(ctx, st.JS, "KV_"+wire.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
+	err := scanStream(ctx, st.JetStream(), "KV_"+wire.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
 		out = make([]meta, 0, n)
 	}, func(m streamMsg) error {
 		if deleted(m.Headers()) || m.Headers().Get(wire.DeletingHeader) != "" {
@@ -509,7 +514,7 @@ type lastRecord struct{ seq, at int64 }
 // times slower, the server scanning the stream once per filter.)
 func scanLastSeqs(ctx context.Context, st *store.Store) (map[string]lastRecord, error) {
 	var out map[string]lastRecord
-	err := scanStream(ctx, st.JS, wire.StreamName, wire.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
+	err := scanStream(ctx, st.JetStream(), wire.StreamName, wire.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
 		out = make(map[string]lastRecord, n)
 	}, func(m streamMsg) error {
 		if last, ok := wire.RecordLastSeq(m.Headers()); ok {
@@ -535,13 +540,9 @@ func getLastSeqs(ctx context.Context, st *store.Store, rows []meta) (map[string]
 	out := map[string]lastRecord{}
 	subjects := make([]string, 0, len(rows))
 	for _, m := range rows {
-		subj, err := st.Subject(m.id)
-		if err != nil {
-			return nil, &Error{Code: CodeInternal, Session: m.id, Description: "subject", Err: err}
-		}
-		subjects = append(subjects, subj)
+		subjects = append(subjects, wire.TokenSubject(m.token, st.Partitions()))
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JS, wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JetStream(), wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
 	if err == nil {
 		for m, merr := range msgs {
 			if merr != nil {

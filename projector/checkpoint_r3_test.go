@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -109,7 +110,7 @@ func TestCheckpointConflictR3(t *testing.T) {
 	// Two connections, as two projector processes have.
 	js := make([]*store.Store, 2)
 	for i := range js {
-		_, j, err := natsdev.Connect(st.JS.Conn().ConnectedUrl(), nats.Name("projector-"+strconv.Itoa(i)))
+		_, j, err := natsdev.Connect(st.JetStream().Conn().ConnectedUrl(), nats.Name("projector-"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,7 @@ func TestCheckpointConflictR3(t *testing.T) {
 	const rounds = 12
 	for round := range rounds {
 		ev := userMsg(int64(round), fmt.Sprintf("m%d", round), fmt.Sprintf("round %d", round))
-		res, err := st.Append(c, id, last, []session.Event{ev})
+		res, err := storetest.Session(st, id).Append(c, last, []session.Event{ev})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestCheckpointConflictR3(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				conflicts[i], errs[i] = writeSessions(c, js[i].JS, []*sessState{copies[i]})
+				conflicts[i], errs[i] = writeSessions(c, js[i].JetStream(), []*sessState{copies[i]})
 			}()
 		}
 		close(start)
@@ -166,7 +167,7 @@ func TestCheckpointConflictR3(t *testing.T) {
 		}
 	}
 	// What is stored is a state of the whole log.
-	e, err := js[0].Projections.Get(c, UnitKey(UnitMessages, tok))
+	e, err := storetest.ProjectionsKV(js[0]).Get(c, wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		t.Fatal(err)
 	}

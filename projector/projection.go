@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // Unit is the key of the projection unit this package maintains: its states live in the
@@ -31,7 +32,7 @@ type ProjectionError = client.ProjectionError
 type Projection = client.Projection
 
 // Key returns the agentlog_projections key of a session token: "messages.<token>".
-func Key(token string) string { return Unit + "." + token }
+func Key(token string) string { return wire.ProjectionKey(Unit, token) }
 
 // newProjection is the projection of a session with no event applied.
 func newProjection() Projection {

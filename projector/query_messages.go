@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // answerMessages serves client.MessagesSubject: the stored projection's nodes, and their messages
@@ -165,6 +166,11 @@ func smallestPage(reply client.MessagesReply) int64 {
 // q's deadline. It has answered (false) when the log breaks a rule, cannot be read, or does not
 // reach minSeq in time.
 func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projection, map[int64]session.Event, map[int64]uint64, bool) {
+	sh, err := p.store.Session(q.Session)
+	if err != nil {
+		r.fail(client.CodeBadRequest, err.Error())
+		return Projection{}, nil, nil, false
+	}
 	deadline := q.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
@@ -184,7 +190,7 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 	}
 	if q.waits() {
 		for {
-			tail, err := p.store.GetTail(dctx, q.Session)
+			tail, err := sh.Tail(dctx)
 			if err == nil && tail.NextSeq-1 >= *q.MinSeq {
 				break
 			}
@@ -212,14 +218,14 @@ func (p *Projector) foldLog(ctx context.Context, r responder, q query) (Projecti
 	}
 	surf := session.NewSurface()
 	var refused error
-	_, err := p.store.ReadRecords(ctx, q.Session, func(streamSeq uint64, evs []session.Event) error {
-		for _, ev := range evs {
+	_, err = sh.Records(ctx, func(rec store.Record) error {
+		for _, ev := range rec.Events {
 			if err := surf.Apply(q.Session, ev, byseq); err != nil {
 				refused = err
 				return err
 			}
 			if session.SurfaceEligible(ev.Type) {
-				kept[ev.Seq], at[ev.Seq] = owned(ev), streamSeq
+				kept[ev.Seq], at[ev.Seq] = owned(ev), rec.StreamSeq
 			}
 		}
 		return nil

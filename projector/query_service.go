@@ -251,8 +251,13 @@ func (q query) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
 // readNow reads the stored projection once.
 func (p *Projector) readNow(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, readStatus) {
+	sh, err := p.store.Session(q.Session)
+	if err != nil {
+		r.fail(client.CodeBadRequest, err.Error())
+		return Projection{}, nil, answered
+	}
 	key := Key(token)
-	e, err := p.store.Projections.Get(ctx, key)
+	e, err := sh.ProjectionEntry(ctx, Unit)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
@@ -338,7 +343,11 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 	timeoutMs := q.timeoutMs()
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
-	w, err := p.store.Projections.Watch(wctx, key)
+	var w jetstream.KeyWatcher
+	sh, err := p.store.Session(q.Session)
+	if err == nil {
+		w, err = sh.WatchProjection(wctx, Unit)
+	}
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
 		r.fail(client.CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs))

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -24,23 +23,7 @@ type RebuildResult struct {
 
 // ListSessions returns the ids of every session with metadata in agentlog_sessions, sorted.
 func ListSessions(ctx context.Context, st *store.Store) ([]string, error) {
-	keys, err := st.Sessions.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing sessions (KV bucket %s): %w", wire.SessionsBucket, err)
-	}
-	var ids []string
-	for k := range keys.Keys() {
-		id, err := wire.IDFromToken(k)
-		if err != nil {
-			continue // not a session key
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return st.SessionIDs(ctx)
 }
 
 // Rebuild recomputes unit's state of each session in ids (nil: every session, ListSessions) from
@@ -89,19 +72,20 @@ func Rebuild(ctx context.Context, st *store.Store, reg *Registry, unit string, i
 
 // rebuildOne folds defs (the gate, then the unit) over one session's log and writes the last one.
 func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
-	token, err := wire.Token(id)
+	sh, err := st.Session(id)
 	if err != nil {
 		return false, false, err // names the id
 	}
+	token := sh.Token()
 	d := defs[len(defs)-1]
-	key := UnitKey(d.Key, token)
+	key := wire.ProjectionKey(d.Key, token)
 	h, inc, _, err := sessionMeta(ctx, st, id)
 	if err != nil {
 		return false, false, err
 	}
 	for attempt := 0; attempt < casRetries; attempt++ {
 		var rev uint64
-		e, gerr := st.Projections.Get(ctx, key)
+		e, gerr := sh.ProjectionEntry(ctx, d.Key)
 		switch {
 		case gerr == nil:
 			rev = e.Revision()
@@ -122,9 +106,9 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 		if !d.gate && u.err == nil {
 			// The projector stops a session for good when its stored gate state outgrew KV (even
 			// if a later compaction shrank the surface): the rebuilt unit stops with it.
-			ge, gerr := st.Projections.Get(ctx, UnitKey(defs[0].Key, token))
+			ge, gerr := sh.ProjectionEntry(ctx, defs[0].Key)
 			if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-				return false, false, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
+				return false, false, fmt.Errorf("session %q: reading %s: %w", id, wire.ProjectionKey(defs[0].Key, token), gerr)
 			}
 			var gv storedValue
 			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == session.RuleStateTooLarge {
@@ -137,7 +121,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			// The gate is not written here, so writeSessions would not see that its state is too
 			// large to store: the projector has stopped the session there; stop the unit too.
 			if b, err := g.encode(ss.position()); err == nil {
-				if limit := maxStateBytes(st.JS); limit > 0 && int64(len(b)) > limit {
+				if limit := maxStateBytes(st.JetStream()); limit > 0 && int64(len(b)) > limit {
 					stopTooLarge(ss, g, len(b), limit)
 				}
 			}
@@ -146,7 +130,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			o.written = true // only the rebuilt unit is written
 		}
 		u.written = false
-		conflicts, werr := writeSessions(ctx, st.JS, []*sessState{ss})
+		conflicts, werr := writeSessions(ctx, st.JetStream(), []*sessState{ss})
 		if werr != nil {
 			return false, false, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
 		}

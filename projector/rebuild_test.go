@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -69,11 +70,11 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 	}
 	// The query service wrote the rebuilt state back.
 	tok, _ := wire.Token("idle")
-	info, err := e.store.GetSessionInfo(ctx(t), "idle")
+	info, err := storetest.Session(e.store, "idle").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey("counter", tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey("counter", tok))
 	if err != nil || string(ent.Value()) != `{"stateVersion":2,"asOfSeq":4,"log":{"incarnation":"`+info.Incarnation+`","streamSeq":2},"state":10}` {
 		t.Fatalf("idle: stored %s %v", ent.Value(), err)
 	}
@@ -96,11 +97,11 @@ func TestRebuildCommand(t *testing.T) {
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
 	tok, _ := wire.Token("b")
 	e.waitFor(func() bool {
-		ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
 		return err == nil && json.Valid(ent.Value()) && string(ent.Value()) != "" && ent != nil &&
 			func() bool { var v storedValue; _ = json.Unmarshal(ent.Value(), &v); return v.AsOfSeq == 11 }()
 	})
-	if _, err := e.store.Projections.Put(ctx(t), UnitKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Put(ctx(t), wire.ProjectionKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()

@@ -26,7 +26,7 @@ type AppendResult struct {
 	Duplicate bool   // the server deduplicated it by Nats-Msg-Id: an earlier try was stored
 }
 
-// AppendOpt is an option of Store.Append.
+// AppendOpt is an option of Session.Append and Session.BeginAppend.
 type AppendOpt func(*appendOpts) error
 
 type appendOpts struct {
@@ -83,31 +83,26 @@ func WithMsgID(id string) AppendOpt {
 	}
 }
 
-// startAppend resolves what an append to session id writes to: its subject, its token and the
-// options opts. Errors name the session.
-func (s *Store) startAppend(id string, opts []AppendOpt) (subject, tok string, o appendOpts, err error) {
-	if subject, err = s.Subject(id); err != nil {
-		return "", "", o, err
-	}
-	tok, _ = wire.Token(id)
+// appendOptions applies opts of an append to the session. Errors name the session.
+func (ss *Session) appendOptions(opts []AppendOpt) (o appendOpts, err error) {
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return "", "", o, fmt.Errorf("append to session %q: %w", id, err)
+			return o, fmt.Errorf("append to session %q: %w", ss.id, err)
 		}
 	}
-	return subject, tok, o, nil
+	return o, nil
 }
 
 // recordLimit is the store's max record size, bytes; an error naming session id for a Store that
 // has none (not from Provision or Open).
 func (s *Store) recordLimit(id string) (int, error) {
-	if s.MaxMsgSize <= 0 {
+	if s.maxMsgSize <= 0 {
 		return 0, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
 	}
-	return int(s.MaxMsgSize), nil
+	return int(s.maxMsgSize), nil
 }
 
-// Append writes events (consecutive seqs of session id) as one record guarded with
+// Append writes events (consecutive seqs of the session) as one record guarded with
 // expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
 // new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
 // MaxBatchRecords records committed as one atomic batch. An event too large for any record is
@@ -117,8 +112,9 @@ func (s *Store) recordLimit(id string) (int, error) {
 // written), ErrEventTooLarge (over MaxEventBytes; nothing written), a *session.Error (codec), a
 // failure to store a blob (no record written). The events must already be valid;
 // ARCHITECTURE.md ("An append", "Large events") has the details.
-func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
-	subject, tok, o, err := s.startAppend(id, opts)
+func (ss *Session) Append(ctx context.Context, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
+	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
+	o, err := ss.appendOptions(opts)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -163,7 +159,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		body = bytes.Join(lines, []byte{'\n'}) // the offloaded lines left empty
 	}
 	if wire.HeaderWireSize(h)+len(body) <= limit {
-		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
+		ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
 		if err != nil {
 			return s.appendErr(ctx, id, subject, expectedLastStreamSeq, msgID, err)
 		}
@@ -182,12 +178,12 @@ func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint6
 		longest = max(longest, len(l))
 	}
 	inline := limit - splitWorstHeaderBytes(len(tok), events[len(events)-1].Seq, len(events), expected, len(o.msgID), o.extraBytes())
-	if longest <= inline && int64(longest) <= s.maxEventBytes() {
+	if longest <= inline && int64(longest) <= s.MaxEventBytes() {
 		return lines, nil, time.Time{}, nil
 	}
 	var idx []int
 	for i, l := range lines {
-		if maxEvent := s.maxEventBytes(); int64(len(l)) > maxEvent {
+		if maxEvent := s.MaxEventBytes(); int64(len(l)) > maxEvent {
 			return nil, nil, time.Time{}, tooLargeErr(id, events[i].Seq, int64(len(l)), maxEvent)
 		}
 		if len(l) > inline {
@@ -305,7 +301,7 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 			id, events[0].Seq, events[n-1].Seq, len(parts), limit, wire.MaxBatchRecords)
 	}
 
-	bp, err := jetstreamext.NewBatchPublisher(s.JS)
+	bp, err := jetstreamext.NewBatchPublisher(s.js)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("session %q: start atomic batch: %w", id, err)
 	}
@@ -377,7 +373,7 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 // the store's MaxMsgSize, without holding the run: it keeps the record being filled and the one
 // before it. One record is published as Append publishes one; several are one atomic batch
 // (ADR-50), sent as they fill and committed by Commit, so that nothing is visible before the
-// commit and the whole run is visible after it. Get one from Store.BeginAppend; it is not safe for
+// commit and the whole run is visible after it. Get one from Session.BeginAppend; it is not safe for
 // concurrent use.
 type StreamAppend struct {
 	s        *Store
@@ -406,12 +402,13 @@ type StreamAppend struct {
 // it bounds what is buffered between the writer and the server to a few records.
 const streamAppendAckEvery = 4
 
-// BeginAppend starts a StreamAppend of session id's events after the record at stream seq
+// BeginAppend starts a StreamAppend of the session's events after the record at stream seq
 // expectedLastStreamSeq (0 for a new session, whose first event must be seq 0), with the options
 // of Append (WithMsgID: the last record carries the id, the others "<id>~<k>", as a split Append).
-// Errors name the session: a bad id or option, or a store without a max message size.
-func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...AppendOpt) (*StreamAppend, error) {
-	subject, tok, o, err := s.startAppend(id, opts)
+// Errors name the session: a bad option, or a store without a max message size.
+func (ss *Session) BeginAppend(expectedLastStreamSeq uint64, opts ...AppendOpt) (*StreamAppend, error) {
+	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
+	o, err := ss.appendOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +451,7 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 }
 
 // AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
-// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained. A line no
+// stored record's body (Record.Body), copied as is. line is not retained. A line no
 // record holds is offloaded to BlobsBucket first; one over the store's MaxEventBytes is refused
 // (ErrEventTooLarge, rule event-too-large).
 func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
@@ -469,7 +466,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 		}
 		return wire.RecordError(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
 	}
-	if maxEvent := a.s.maxEventBytes(); int64(len(line)) > maxEvent {
+	if maxEvent := a.s.MaxEventBytes(); int64(len(line)) > maxEvent {
 		a.Discard()
 		return tooLargeErr(a.id, seq, int64(len(line)), maxEvent)
 	}
@@ -519,7 +516,7 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	if a.parts > wire.MaxBatchRecords {
 		a.Discard()
 		return fmt.Errorf("session %q seq %d: the append needs more than %d records of at most %d bytes, more than an atomic batch may hold",
-			a.id, a.curFirst, wire.MaxBatchRecords, a.s.MaxMsgSize)
+			a.id, a.curFirst, wire.MaxBatchRecords, a.s.maxMsgSize)
 	}
 	h := nats.Header(wire.RecordHeader(a.tok, a.curFirst, a.curCount))
 	a.opts.setExtra(h)
@@ -538,8 +535,8 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 // send adds m to the atomic batch (started by the first record sent), with its part msg id.
 func (a *StreamAppend) send(ctx context.Context, m *nats.Msg) error {
 	if a.bp == nil {
-		bp, err := jetstreamext.NewBatchPublisher(a.s.JS, jetstreamext.BatchFlowControl{
-			AckFirst: true, AckEvery: streamAppendAckEvery, AckTimeout: a.s.JS.Options().DefaultTimeout})
+		bp, err := jetstreamext.NewBatchPublisher(a.s.js, jetstreamext.BatchFlowControl{
+			AckFirst: true, AckEvery: streamAppendAckEvery, AckTimeout: a.s.js.Options().DefaultTimeout})
 		if err != nil {
 			a.Discard()
 			return fmt.Errorf("session %q: start atomic batch: %w", a.id, err)
@@ -601,7 +598,7 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 // retried with the same id (deduplicated, or found at the tail, when an earlier try was stored)
 // for up to 30 s, then reported as a wrapped ErrOutcomeUnknown.
 func (s *Store) publishRetrying(ctx context.Context, id, subject string, expected uint64, msgID string, m *nats.Msg) (AppendResult, error) {
-	ack, err := s.JS.PublishMsg(ctx, m)
+	ack, err := s.js.PublishMsg(ctx, m)
 	if err == nil {
 		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	}
@@ -613,7 +610,7 @@ func (s *Store) publishRetrying(ctx context.Context, id, subject string, expecte
 	defer cancel()
 	for attempt := 0; attempt < 5 && wctx.Err() == nil; attempt++ {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		ack, perr := s.JS.PublishMsg(wctx, m)
+		ack, perr := s.js.PublishMsg(wctx, m)
 		if perr == nil {
 			return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 		}

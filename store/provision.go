@@ -46,22 +46,6 @@ type Config struct {
 	DuplicateWindow time.Duration
 }
 
-// Store is a provisioned agentlog on one JetStream account. Get one from Provision or Open. It holds
-// no mutable state of its own and is safe for concurrent use.
-type Store struct {
-	JS          natsjs.JetStream
-	Stream      natsjs.Stream
-	Sessions    natsjs.KeyValue
-	Projections natsjs.KeyValue
-	Writers     natsjs.KeyValue    // agentlog_writers: writer leases
-	Blobs       natsjs.ObjectStore // agentlog_blobs: offloaded events (nil: events over a record are refused)
-	Partitions  int
-	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
-	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
-	// copy of the Store (it is read, never written, by the Store's methods).
-	MaxEventBytes int64
-}
-
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
 // agentlog_writers KV buckets and the AGENTLOG_ERRORS stream where missing, and checks them where
 // they exist: one it cannot use is a wrapped ErrIncompatible naming the setting, and is never
@@ -169,14 +153,14 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		return nil, err
 	}
 	return &Store{
-		JS:          js,
-		Stream:      stream,
-		Sessions:    sessions,
-		Projections: projections,
-		Writers:     writers,
-		Blobs:       blobs,
-		Partitions:  found.partitions,
-		MaxMsgSize:  found.maxMsgSize,
+		js:          js,
+		stream:      stream,
+		sessions:    sessions,
+		projections: projections,
+		writers:     writers,
+		blobs:       blobs,
+		partitions:  found.partitions,
+		maxMsgSize:  found.maxMsgSize,
 	}, nil
 }
 
@@ -237,7 +221,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.MaxMsgSize = w.maxMsgSize
 	c.Duplicates = w.dupWindow
 	c.DenyDelete = true
-	c.DenyPurge = false // RemoveSession purges a session's subject
+	c.DenyPurge = false // Session.Remove purges a session's subject
 	c.Compression = natsjs.S2Compression
 	c.AllowAtomicPublish = true
 	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}

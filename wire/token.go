@@ -89,7 +89,13 @@ func SessionSubject(id string, partitions int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return SubjectPrefix + "." + strconv.Itoa(Partition(tok, partitions)) + "." + tok, nil
+	return TokenSubject(tok, partitions), nil
+}
+
+// TokenSubject returns agentlog.session.<partition>.<token> for a subject token (as Token makes
+// it; not checked) with the given partition count.
+func TokenSubject(token string, partitions int) string {
+	return SubjectPrefix + "." + strconv.Itoa(Partition(token, partitions)) + "." + token
 }
 
 // PartitionSubject returns the filter subject agentlog.session.<p>.* that selects every session of

@@ -160,7 +160,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		return res, err
 	}
 	defer stop()
-	js := st.JS
+	js := st.JetStream()
 
 	// The same events for both phases (generated before any timing).
 	events := make([][]session.Event, o.Sessions)
@@ -225,7 +225,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 // AGENTLOG_BENCH_RAW (AGENTLOG's config under another name and subject), and waits for every ack.
 // It returns the wall time and the stream's stored bytes.
 func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *store.Store, events [][]session.Event, maxPending int) (time.Duration, uint64, error) {
-	cfg := st.Stream.CachedInfo().Config
+	cfg := st.Stream().CachedInfo().Config
 	cfg.Name = "AGENTLOG_BENCH_RAW"
 	cfg.Subjects = []string{"agentlog_bench_raw.>"}
 	cfg.Description = "agentlog bench append: the raw async publishing baseline"
@@ -293,7 +293,7 @@ func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *
 // benchPublisher creates every session (untimed), then Appends all events of all sessions
 // concurrently and Flushes each session at its end.
 func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o benchAppendOptions, round int, events [][]session.Event, res *benchAppendResult) error {
-	before, err := st.Stream.Info(ctx)
+	before, err := st.Stream().Info(ctx)
 	if err != nil {
 		return err
 	}
@@ -398,7 +398,7 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o bench
 	res.FlushP99Ms = ms(flushes[min(len(flushes)-1, len(flushes)*99/100)])
 	res.FlushMaxMs = ms(flushes[len(flushes)-1])
 
-	after, err := st.Stream.Info(ctx)
+	after, err := st.Stream().Info(ctx)
 	if err != nil {
 		return err
 	}

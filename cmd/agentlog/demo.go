@@ -14,6 +14,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/spf13/cobra"
 )
@@ -107,8 +108,12 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 	if _, err := importLog(ctx, s.store, s.nc, h, events); err != nil {
 		return err
 	}
-	stored, _, err := s.store.Read(ctx, id)
+	ss, err := s.store.Session(id)
 	if err != nil {
+		return err
+	}
+	var stored []session.Event
+	if _, err := ss.Records(ctx, store.Collect(&stored)); err != nil {
 		return err
 	}
 	p.section(fmt.Sprintf("events in the log (%d, read back from stream %s)", len(stored), "AGENTLOG"))

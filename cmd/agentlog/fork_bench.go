@@ -22,6 +22,7 @@ import (
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -166,19 +167,23 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 		return res, err
 	}
 	var last uint64
-	before, err := st.Stream.Info(ctx)
+	before, err := st.Stream().Info(ctx)
+	if err != nil {
+		return res, err
+	}
+	srcSession, err := st.Session(src)
 	if err != nil {
 		return res, err
 	}
 	for i := 0; i < len(events); i += o.RecordEvents {
-		r, err := st.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
+		r, err := srcSession.Append(ctx, last, events[i:min(i+o.RecordEvents, len(events))])
 		if err != nil {
 			return res, fmt.Errorf("storing the source: %w", err)
 		}
 		last = r.StreamSeq
 		res.SourceRecords++
 	}
-	after, err := st.Stream.Info(ctx)
+	after, err := st.Stream().Info(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -230,7 +235,11 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 			res.ForkPeakRSSGrowthBytes = peakRSS() - rss0
 		}
 		if r == 0 {
-			n, err := st.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
+			child, err := st.Session(fr.Child)
+			if err != nil {
+				return res, err
+			}
+			n, err := child.Records(ctx, func(store.Record) error { res.ChildRecords++; return nil })
 			if err != nil || n == 0 {
 				return res, fmt.Errorf("reading the child back: %v", err)
 			}
@@ -250,24 +259,24 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 // and publish its bytes (data and Agentlog-* headers) once to the subject of session dst, async,
 // then wait for every ack.
 func benchRawCopy(ctx context.Context, st *store.Store, src, dst string) error {
-	subject, err := st.Subject(src)
+	subject, err := wire.SessionSubject(src, st.Partitions())
 	if err != nil {
 		return err
 	}
-	to, err := st.Subject(dst)
+	to, err := wire.SessionSubject(dst, st.Partitions())
 	if err != nil {
 		return err
 	}
-	cons, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return err
 	}
-	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize)))
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize())))
 	if err != nil {
 		return err
 	}
 	defer iter.Stop()
-	js := st.JS
+	js := st.JetStream()
 	for {
 		m, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {

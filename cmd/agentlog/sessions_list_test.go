@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -59,7 +60,7 @@ func TestSessionsStatusCLI(t *testing.T) {
 		if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.store.Append(ctx, id, 0, opsEvents()); err != nil {
+		if _, err := storetest.Session(s.store, id).Append(ctx, 0, opsEvents()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +201,7 @@ func TestSessionsScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subj, _ := store.Subject(id)
+		subj, _ := wire.SessionSubject(id, store.Partitions())
 		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: body}, natsjs.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}

@@ -78,7 +78,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if s.store, err = store.Provision(ctx, js, store.Config{}); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
-	s.store.MaxEventBytes = o.MaxEventBytes
+	s.store = s.store.WithMaxEventBytes(o.MaxEventBytes)
 	for i := 0; i < o.Projectors; i++ {
 		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
 		if err := p.Start(ctx); err != nil {

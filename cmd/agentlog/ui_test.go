@@ -27,6 +27,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/chromedp/cdproto/cdp"
@@ -167,7 +168,7 @@ func TestUIBrowser(t *testing.T) {
 	if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.store.Append(ctx, id, 0, uiEvents())
+	res, err := storetest.Session(s.store, id).Append(ctx, 0, uiEvents())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestUIBrowser(t *testing.T) {
 			Data: json.RawMessage(`{"id":"m9","role":"user","content":[{"type":"text","text":"live message 42"}],"source":{"kind":"user"}}`)},
 		{Type: "turn/end", Seq: 16, Time: "1785000000101", Data: json.RawMessage(`{"turn":3,"reason":{"kind":"completed"}}`)},
 	}
-	if _, err := s.store.Append(ctx, id, res.StreamSeq, more); err != nil {
+	if _, err := storetest.Session(s.store, id).Append(ctx, res.StreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
 	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
@@ -371,7 +372,7 @@ func TestUISecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := append(opsEvents(), session.Event{Type: "todo/write", Seq: 4, Time: "1785000000004", Data: json.RawMessage(`{"todos":"not a list"}`)})
-	if _, err := s.store.Append(ctx, "stopped", 0, bad); err != nil {
+	if _, err := storetest.Session(s.store, "stopped").Append(ctx, 0, bad); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, errOut := runCLI(ctx, s.url, "messages", "stopped"); code != 0 {
@@ -520,7 +521,7 @@ func TestUISpeed(t *testing.T) {
 	evs := sessiontest.AgentTurns(10000)
 	var last uint64
 	for i := 0; i < len(evs); i += 500 {
-		res, err := s.store.Append(ctx, id, last, evs[i:min(i+500, len(evs))])
+		res, err := storetest.Session(s.store, id).Append(ctx, last, evs[i:min(i+500, len(evs))])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -655,7 +656,7 @@ func TestUILargeEvent(t *testing.T) {
 	if err := s.store.CreateSession(ctx, session.Header{ID: "huge", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Append(ctx, "huge", 0, events); err != nil {
+	if _, err := storetest.Session(s.store, "huge").Append(ctx, 0, events); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, errOut := runCLI(ctx, s.url, "messages", "huge"); code != 0 {

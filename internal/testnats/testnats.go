@@ -56,13 +56,17 @@ func MarkRemoving(t testing.TB, st *store.Store, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := st.Sessions.Get(ctx, tok)
+	kv, err := st.JetStream().KeyValue(ctx, wire.SessionsBucket)
 	if err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
-	mark := &nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Data: entry.Value(),
+	entry, err := kv.Get(ctx, tok)
+	if err != nil {
+		t.Fatalf("mark session %q: %v", id, err)
+	}
+	mark := &nats.Msg{Subject: wire.KVSubject(wire.SessionsBucket, tok), Data: entry.Value(),
 		Header: nats.Header{wire.DeletingHeader: []string{"1"}}}
-	if _, err := st.JS.PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
+	if _, err := st.JetStream().PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
 }
