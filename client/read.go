@@ -153,23 +153,19 @@ func (c *Client) Header(ctx context.Context, id string) (session.Header, error) 
 // firstSeq, lastSeq, error, time, writerId, fenced?, lost?}). A failed write is reported there,
 // never written as a session event. Errors: ErrBadRequest, ErrInternal.
 func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.RawMessage, error) {
-	subject, err := wire.ErrorsSubject(id)
-	if err != nil || n <= 0 {
-		if err == nil {
-			err = fmt.Errorf("error reports: n %d, want > 0", n)
-		}
-		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	if n <= 0 {
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("error reports: n %d, want > 0", n)}
 	}
-	st, err := c.openStore(ctx)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	var out []json.RawMessage
-	err = scanStream(ctx, st.JetStream(), wire.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
+	err = ss.ErrorReports(ctx, func(report []byte) error {
 		if len(out) == n {
 			out = append(out[:0], out[1:]...)
 		}
-		out = append(out, append(json.RawMessage(nil), m.Data()...))
+		out = append(out, report)
 		return nil
 	})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // sessionMeta returns session id's header and incarnation from its agentlog_sessions entry
-// (store.Store.GetSessionInfo, read from the bucket's leader); inc is "" for a session created
+// (store.Session.Info, read from the bucket's leader); inc is "" for a session created
 // without one. A session without metadata (deleted, or never created) gets a header naming only
 // its id, and known false. Errors are transient.
 func sessionMeta(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known bool, err error) {

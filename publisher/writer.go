@@ -256,7 +256,7 @@ func cloneEvent(ev session.Event) session.Event {
 }
 
 // lookupLocked finds an earlier event for a tool/result replace: in flight or pending first, else
-// in the stored log (store.ReadRecords, stopping at the target's record; the target is durable
+// in the stored log (store.Session.Records, stopping at the target's record; the target is durable
 // then). Called with w.mu held.
 func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 	for _, evs := range [][]session.Event{w.inflight, w.pending} {
@@ -285,7 +285,7 @@ func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 	return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: not in the stored log", w.id, seq)
 }
 
-// errFound stops ReadRecords once lookupLocked has its event.
+// errFound stops Records once lookupLocked has its event.
 var errFound = errors.New("found")
 
 func (w *Writer) openWindowLocked() {

@@ -105,8 +105,8 @@ func (s *Store) recordLimit(id string) (int, error) {
 // Append writes events (consecutive seqs of the session) as one record guarded with
 // expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
 // new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
-// MaxBatchRecords records committed as one atomic batch. An event too large for any record is
-// offloaded first: its line is stored as a blob in BlobsBucket and the record names it (format 2).
+// wire.MaxBatchRecords records committed as one atomic batch. An event too large for any record is
+// offloaded first: its line is stored as a blob in wire.BlobsBucket and the record names it (format 2).
 // With WithMsgID, a retry whose ack was lost reports Duplicate and stores nothing (blobs it wrote
 // again are orphans, for CollectBlobs). Errors: a wrapped ErrConflict (the guard failed; no record
 // written), ErrEventTooLarge (over MaxEventBytes; nothing written), a *session.Error (codec), a
@@ -133,7 +133,7 @@ func (ss *Session) Append(ctx context.Context, expectedLastStreamSeq uint64, eve
 	}
 
 	// A line no record of this window could hold is offloaded to a blob first (ARCHITECTURE.md,
-	// "Large events"); its record then carries an empty line and a HeaderBlob value.
+	// "Large events"); its record then carries an empty line and a wire.HeaderBlob value.
 	var blobs []wire.BlobLine
 	var written time.Time
 	if lines, blobs, written, err = s.offloadLarge(ctx, id, tok, expectedLastStreamSeq, &o, events, lines, limit); err != nil {
@@ -226,7 +226,7 @@ func setBlobHeaders(h nats.Header, blobs []wire.BlobLine) {
 
 // splitWorstHeaderBytes is the wire size of the largest headers any record of a split append of
 // n events ending at seq lastSeq can carry (a msg id of msgIDLen bytes, 0 for none, plus its part
-// suffix, the batch headers jetstreamext adds, and extra bytes of WithHeaders), without HeaderBlob
+// suffix, the batch headers jetstreamext adds, and extra bytes of WithHeaders), without wire.HeaderBlob
 // values. It computes what headerWireSize would count, without building the headers.
 func splitWorstHeaderBytes(tokLen int, lastSeq int64, n int, expected uint64, msgIDLen, extra int) int {
 	size := len("NATS/1.0\r\n") + len("\r\n") + extra
@@ -257,7 +257,7 @@ func decimalLen(v uint64) int {
 }
 
 // appendSplit cuts lines into records within limit and commits them as one atomic batch. A blob's
-// line is empty; its HeaderBlob value goes into the record that holds its seq.
+// line is empty; its wire.HeaderBlob value goes into the record that holds its seq.
 func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, blobs []wire.BlobLine, limit int) (AppendResult, error) {
 	msgID := o.msgID
 	// Worst-case headers of any part: every number takes at most as many digits as its largest
@@ -438,7 +438,7 @@ func (ss *Session) BeginAppend(expectedLastStreamSeq uint64, opts ...AppendOpt) 
 // Add encodes ev (its raw JSON fields already valid, as a decoded record's or a validated event's
 // are) into the run. It may send the record before the one being filled. Errors: a
 // *session.Error (seqs not consecutive, an event that does not encode), a wrapped ErrEventTooLarge,
-// more records than MaxBatchRecords, or the failure to send a batch record; after an error the
+// more records than wire.MaxBatchRecords, or the failure to send a batch record; after an error the
 // StreamAppend is discarded.
 func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 	line, err := ev.AppendJSON(a.line[:0])
@@ -452,7 +452,7 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 
 // AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
 // stored record's body (Record.Body), copied as is. line is not retained. A line no
-// record holds is offloaded to BlobsBucket first; one over the store's MaxEventBytes is refused
+// record holds is offloaded to wire.BlobsBucket first; one over the store's MaxEventBytes is refused
 // (ErrEventTooLarge, rule event-too-large).
 func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
 	if a.closed {
@@ -474,7 +474,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 	need := len(line) // what the line takes of the record's budget
 	if len(line) > a.budget {
 		// No record holds it: offload it (as Append does), and the record carries an empty line
-		// and its HeaderBlob value. The blob is stored before any record naming it is sent.
+		// and its wire.HeaderBlob value. The blob is stored before any record naming it is sent.
 		bl, _, err := a.s.offload(ctx, a.id, a.tok, []session.Event{{Seq: seq}}, [][]byte{line}, []int{0})
 		if err != nil {
 			a.Discard()

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// The Object Store layout of BlobsBucket (ADR-20), and the timing of offloaded events.
+// The Object Store layout of wire.BlobsBucket (ADR-20), and the timing of offloaded events.
 const (
 	blobsStream      = "OBJ_" + wire.BlobsBucket
 	blobChunksPrefix = "$O." + wire.BlobsBucket + ".C." // + the object's nuid: its chunks
@@ -71,7 +71,7 @@ func (s *Store) offload(ctx context.Context, id, tok string, events []session.Ev
 // putWindow is how many chunks of one blob putBlob has in flight at once.
 const putWindow = 32
 
-// putBlob stores data as object name of BlobsBucket, written as the Object Store's Put writes an
+// putBlob stores data as object name of wire.BlobsBucket, written as the Object Store's Put writes an
 // object (ADR-20: the chunks on $O.<bucket>.C.<nuid>, then the object's metadata as a rollup on
 // $O.<bucket>.M.<base64url name>), and returns its SHA-256. Unlike Put, a put that fails does not
 // purge the chunks it stored: that needs STREAM.PURGE on the bucket, whose subject filter is in the
@@ -198,8 +198,8 @@ func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []ses
 	return nil
 }
 
-// DecodeRecord is the package's DecodeRecord that also reads a record's offloaded events from
-// BlobsBucket (checking each one's size and SHA-256). Errors: DecodeRecord's, a *session.Error
+// DecodeRecord is wire.DecodeRecord that also reads a record's offloaded events from
+// wire.BlobsBucket (checking each one's size and SHA-256). Errors: wire.DecodeRecord's, a *session.Error
 // (rule record-blob) for a blob that is missing or differs, a plain error when the bucket cannot be
 // reached (transient: try again).
 func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Event, error) {

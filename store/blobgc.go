@@ -63,7 +63,7 @@ func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]boo
 	}
 }
 
-// deleteBlobs deletes the named blobs of BlobsBucket (one already gone counts as deleted) and
+// deleteBlobs deletes the named blobs of wire.BlobsBucket (one already gone counts as deleted) and
 // returns how many it deleted.
 func (s *Store) deleteBlobs(ctx context.Context, names []string) (int, error) {
 	n := 0

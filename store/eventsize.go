@@ -30,7 +30,7 @@ func (e *eventTooLarge) Unwrap() []error { return []error{e.err, ErrEventTooLarg
 
 func tooLargeErr(id string, seq int64, size, limit int64) error {
 	return &eventTooLarge{session.NewError(id, seq, 0, session.RuleEventTooLarge,
-		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes (--max-event-bytes)", ErrEventTooLarge, size, limit))}
+		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes", ErrEventTooLarge, size, limit))}
 }
 
 // CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's

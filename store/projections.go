@@ -36,18 +36,16 @@ func (ss *Session) WatchProjection(ctx context.Context, unit string, opts ...nat
 // WatchProjections watches every stored projection state of the session (keys *.<token>; the
 // unit is the key's first token), with the options of nats.go's KV Watch.
 func (ss *Session) WatchProjections(ctx context.Context, opts ...natsjs.WatchOpt) (natsjs.KeyWatcher, error) {
-	if err := ss.checkProjections(""); err != nil {
-		return nil, err
+	if ss.s.projections == nil {
+		return nil, ss.noStore()
 	}
 	return ss.s.projections.WatchFiltered(ctx, []string{wire.ProjectionKeysFilter(ss.tok)}, opts...)
 }
 
-// checkProjections refuses a bad unit name (unless "") and a Store without the bucket.
+// checkProjections refuses a bad unit name and a Store without the bucket.
 func (ss *Session) checkProjections(unit string) error {
-	if unit != "" {
-		if err := wire.CheckUnit(unit); err != nil {
-			return fmt.Errorf("session %q: %w", ss.id, err)
-		}
+	if err := wire.CheckUnit(unit); err != nil {
+		return fmt.Errorf("session %q: %w", ss.id, err)
 	}
 	if ss.s.projections == nil {
 		return ss.noStore()

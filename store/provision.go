@@ -20,9 +20,9 @@ const (
 	DefaultDuplicateWindow = 2 * time.Minute
 
 	// Limits of the AGENTLOG_ERRORS stream (agent/error reports, kept for inspection only).
-	ErrorsMaxAge            = 7 * 24 * time.Hour
-	ErrorsMaxMsgsPerSubject = 1000
-	ErrorsMaxBytes          = 256 << 20 // bytes
+	errorsMaxAge            = 7 * 24 * time.Hour
+	errorsMaxMsgsPerSubject = 1000
+	errorsMaxBytes          = 256 << 20 // bytes
 )
 
 // ErrIncompatible is returned (wrapped) when an existing stream or KV bucket has a setting that
@@ -108,7 +108,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			if errors.Is(err, natsjs.ErrBucketNotFound) {
-				return nil, fmt.Errorf("%w: KV bucket %s does not exist (run `agentlog provision`)", ErrNotProvisioned, bucket)
+				return nil, fmt.Errorf("%w: KV bucket %s does not exist", ErrNotProvisioned, bucket)
 			}
 			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
@@ -131,7 +131,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, name)
+		return nil, fmt.Errorf("%w: stream %s does not exist", ErrNotProvisioned, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up stream %s: %w", name, err)
@@ -230,7 +230,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 
 func (w want) errorsStreamConfig() natsjs.StreamConfig {
 	c := w.streamConfig(wire.ErrorsStream, wire.ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
-	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = ErrorsMaxBytes, ErrorsMaxAge, ErrorsMaxMsgsPerSubject
+	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = errorsMaxBytes, errorsMaxAge, errorsMaxMsgsPerSubject
 	return c
 }
 

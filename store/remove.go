@@ -18,11 +18,11 @@ import (
 // removed, under a writer: its metadata is gone, marked for removal, or another incarnation's.
 var ErrSessionDeleted = errors.New("session deleted")
 
-// RemoveLeaseTTL is the TTL of the writer lease Session.Remove holds while it runs.
-const RemoveLeaseTTL = time.Minute
+// removeLeaseTTL is the TTL of the writer lease Session.Remove holds while it runs.
+const removeLeaseTTL = time.Minute
 
-// RemoveWriterID is the writer id of the lease Session.Remove holds.
-const RemoveWriterID = "agentlog-rm"
+// removeWriterID is the writer id of the lease Session.Remove holds.
+const removeWriterID = "agentlog-rm"
 
 // ErrRemoveNotStarted: Session.Remove stopped before it changed anything (its first purge, which
 // removes nothing, failed: credentials without the right to purge, or NATS unreachable).
@@ -113,12 +113,12 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 
 	// 2. Take the writer lease over: a live writer is fenced at its next renewal, and Create/Open
 	// of the id are refused while the removal runs.
-	if l, _, err := ss.Lease(ctx); err == nil && l.Writer != RemoveWriterID {
+	if l, _, err := ss.Lease(ctx); err == nil && l.Writer != removeWriterID {
 		rm.Lease = &l
 	}
-	lease := NewLease(RemoveWriterID)
+	lease := NewLease(removeWriterID)
 	lease.Since = time.Now().UnixMilli()
-	leaseRev, err := ss.AcquireLease(ctx, lease, RemoveLeaseTTL, true)
+	leaseRev, err := ss.AcquireLease(ctx, lease, removeLeaseTTL, true)
 	if err != nil {
 		return fail("take the writer lease", err)
 	}
@@ -166,7 +166,7 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 	return rm, nil
 }
 
-// markDeleting rewrites the metadata entry of token tok at revision rev with DeletingHeader, and
+// markDeleting rewrites the metadata entry of token tok at revision rev with wire.DeletingHeader, and
 // returns its new revision.
 func (s *Store) markDeleting(ctx context.Context, tok string, value []byte, rev uint64, inc string) (uint64, error) {
 	h := nats.Header{wire.DeletingHeader: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)}}

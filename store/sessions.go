@@ -24,8 +24,8 @@ type CreateOpt func(*createOpts) error
 
 type createOpts struct{ incarnation string }
 
-// WithIncarnation gives the new session the incarnation inc (see CheckIncarnation) instead of a
-// fresh NewIncarnation.
+// WithIncarnation gives the new session the incarnation inc (see wire.CheckIncarnation) instead of a
+// fresh wire.NewIncarnation.
 func WithIncarnation(inc string) CreateOpt {
 	return func(o *createOpts) error {
 		if err := wire.CheckIncarnation(inc); err != nil {
@@ -38,11 +38,11 @@ func WithIncarnation(inc string) CreateOpt {
 
 // CreateSession stores the header in agentlog_sessions with a KV create.
 //
-// The key is Token(h.ID); the value is the session's dsh JSONL header line,
+// The key is wire.Token(h.ID); the value is the session's dsh JSONL header line,
 // {"type":"session","version":0,"id":…,"createdAt":…,…}: h.Raw as read from a file (so fields we do
 // not model survive) when it names the same id, else the fields of h in the reference's order. The
-// entry carries the session's incarnation in the message header IncarnationHeader (WithIncarnation,
-// default NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
+// entry carries the session's incarnation in the message header wire.IncarnationHeader (WithIncarnation,
+// default wire.NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
 // ErrSessionExists naming the id; nothing is changed.
 func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...CreateOpt) error {
 	tok, err := wire.Token(h.ID)
@@ -106,7 +106,7 @@ type SessionInfo struct {
 
 // Info reads the session's metadata from the leader of agentlog_sessions.
 //
-// A missing (or deleted, or being removed: DeletingHeader) key is a wrapped ErrSessionNotFound
+// A missing (or deleted, or being removed: wire.DeletingHeader) key is a wrapped ErrSessionNotFound
 // naming the id; one being removed wraps ErrSessionDeleted too. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
@@ -122,7 +122,7 @@ func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
 	if err == nil && e.Header.Get(wire.DeletingHeader) != "" {
 		// Its records may still be there: callers that accept a log without metadata (a fork's
 		// source) tell this case apart by ErrSessionDeleted.
-		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; `agentlog rm` finishes it)",
+		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; removing it again finishes it)",
 			id, ErrSessionNotFound, ErrSessionDeleted, tok, wire.SessionsBucket, wire.DeletingHeader)
 	}
 	if err != nil {

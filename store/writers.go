@@ -18,9 +18,9 @@ import (
 // a Lease (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer
 // stops renewing it.
 
-// WritersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
+// writersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
 // LimitMarkerTTL, which also enables per-key TTLs).
-const WritersMarkerTTL = time.Minute
+const writersMarkerTTL = time.Minute
 
 // MinLeaseTTL is the shortest lease TTL the server accepts (per-message TTLs are whole seconds).
 const MinLeaseTTL = time.Second
@@ -189,7 +189,7 @@ func (s *Store) EnsureWritersBucket(ctx context.Context) error {
 }
 
 // ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
-// replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
+// replicas, per-key TTLs with writersMarkerTTL); an existing one must allow per-message TTLs.
 func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {
 	return ensureKV(ctx, js, natsjs.KeyValueConfig{
 		Bucket:         wire.WritersBucket,
@@ -197,7 +197,7 @@ func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int)
 		History:        1,
 		Storage:        natsjs.FileStorage,
 		Replicas:       replicas,
-		LimitMarkerTTL: WritersMarkerTTL,
+		LimitMarkerTTL: writersMarkerTTL,
 	}, func(c natsjs.StreamConfig) error {
 		switch {
 		case !c.AllowMsgTTL:

@@ -28,14 +28,14 @@ func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // is token: "<unit>.<token>" (docs/PROTOCOL.md §8). A unit name is what CheckUnit accepts.
 func ProjectionKey(unit, token string) string { return unit + "." + token }
 
-// MaxUnitBytes is the longest projection unit name.
-const MaxUnitBytes = 64
+// maxUnitBytes is the longest projection unit name.
+const maxUnitBytes = 64
 
-// CheckUnit refuses a projection unit name that is not 1..MaxUnitBytes bytes of [A-Za-z0-9_-]
+// CheckUnit refuses a projection unit name that is not 1..maxUnitBytes bytes of [A-Za-z0-9_-]
 // (it is the first token of a KV key, so it can hold no '.' or wildcard).
 func CheckUnit(unit string) error {
-	if unit == "" || len(unit) > MaxUnitBytes {
-		return fmt.Errorf("unit %q: want 1..%d characters of [A-Za-z0-9_-]", unit, MaxUnitBytes)
+	if unit == "" || len(unit) > maxUnitBytes {
+		return fmt.Errorf("unit %q: want 1..%d characters of [A-Za-z0-9_-]", unit, maxUnitBytes)
 	}
 	for i := 0; i < len(unit); i++ {
 		if c := unit[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {

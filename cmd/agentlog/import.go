@@ -72,7 +72,7 @@ terminal. --json prints {"session","events","lastSeq","repairedStrings","firstRe
 				return err
 			}
 			if err := ss.CheckEventSize(v.largest); err != nil {
-				return fmt.Errorf("%s: refused: %w; nothing was written", args[0], err)
+				return fmt.Errorf("%s: refused: %w (--max-event-bytes); nothing was written", args[0], err)
 			}
 			f, err := os.Open(path)
 			if err != nil {

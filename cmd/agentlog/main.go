@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/tracing"
+	"github.com/agentlog/agentlog/store"
 )
 
 func main() {
@@ -80,6 +81,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		} else {
 			err = fmt.Errorf("%w; %v", err, r) // it failed on its own: that first, the refusal as detail
 		}
+	}
+	if errors.Is(err, store.ErrNotProvisioned) && !strings.Contains(err.Error(), "agentlog provision") {
+		// The library says what is missing; the command the user runs next is the CLI's to say.
+		err = fmt.Errorf("%w (run `agentlog provision` or `agentlog dev` first)", err)
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

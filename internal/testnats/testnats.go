@@ -47,7 +47,7 @@ func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg store.Config) *Env 
 
 // MarkRemoving leaves session id as an agentlog rm killed after its first step leaves it: its
 // agentlog_sessions entry rewritten, same value, with wire.DeletingHeader (revision-guarded, as
-// RemoveSession marks it), its records, projections and lease untouched. Failures end the test.
+// Session.Remove marks it), its records, projections and lease untouched. Failures end the test.
 func MarkRemoving(t testing.TB, st *store.Store, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
