@@ -415,9 +415,6 @@ func (u *unitState) resetState() {
 	u.enc, u.written = nil, false
 }
 
-// errConflict marks a revision compare-and-swap failure: another writer changed a state.
-var errConflict = errors.New("projection changed under this projector (revision conflict)")
-
 // pendingWrite is one asynchronous compare-and-swap write.
 type pendingWrite struct {
 	ss  *sessState

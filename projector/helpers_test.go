@@ -73,7 +73,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if opts.Logger == nil {
 		opts.Logger = logger
 	}
-	p := New(st, nc, opts)
+	p := mustNew(e.t, st, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
@@ -123,7 +123,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(e.t), Key(tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatalf("projection of %q: %v", id, err)
 	}
@@ -138,7 +138,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
 	tok, _ := wire.Token(id)
-	w, err := storetest.ProjectionsKV(e.store).Watch(ctx(e.t), Key(tok))
+	w, err := storetest.ProjectionsKV(e.store).Watch(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -212,4 +212,14 @@ func lowerStateLimit(t *testing.T, n int64) {
 	old := maxStateBytes
 	maxStateBytes = func(jetstream.JetStream) int64 { return n }
 	t.Cleanup(func() { maxStateBytes = old })
+}
+
+// mustNew is New for a test: Options it refuses fail the test.
+func mustNew(t testing.TB, st *store.Store, nc *nats.Conn, opts Options) *Projector {
+	t.Helper()
+	p, err := New(st, nc, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
 }

@@ -49,7 +49,7 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 		t.Fatalf("Refolds() = %d, want at most 1", n)
 	}
 	now, _ := storetest.Session(e.store, "s1").Info(ctx(t))
-	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), Key(tok))
+	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if now.Incarnation == old.Incarnation || !strings.Contains(string(ent.Value()), `"incarnation":"`+now.Incarnation+`"`) {
 		t.Fatalf("stored %s, incarnation %q (was %q)", ent.Value(), now.Incarnation, old.Incarnation)
 	}
@@ -63,7 +63,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "a"), userMsg(1, "m1", "b")})
 	tok, _ := wire.Token("s1")
 	// A legacy value, and a wrong one: only a refold shows both messages.
-	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), Key(tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), wire.ProjectionKey(UnitMessages, tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
 		t.Fatal(err)
 	}
 	p := e.startProjector("p1")
@@ -71,7 +71,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	if err != nil || len(r.Messages) != 2 {
 		t.Fatalf("messages %+v %v", r, err)
 	}
-	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), Key(tok))
+	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if !strings.Contains(string(ent.Value()), `"log":{"incarnation":`) || p.Refolds() != 0 {
 		t.Fatalf("stored %s, Refolds %d", ent.Value(), p.Refolds())
 	}

@@ -57,7 +57,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	}
 	// The stored value has exactly the documented shape.
 	tok, _ := wire.Token("s1")
-	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), Key(tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	}
 	tok, _ := wire.Token("s1")
 	b, _ := json.Marshal(fromSurface(s))
-	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), Key(tok), b); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), wire.ProjectionKey(UnitMessages, tok), b); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
@@ -290,7 +290,7 @@ func TestQueryWaitsForMinSeq(t *testing.T) {
 		done <- result{r, err}
 	}()
 	// Append only once the query is known to be waiting on the KV key.
-	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
 	select {
 	case res := <-done:
 		t.Fatalf("query answered before seq 8 was written: %+v %v", res.r, res.err)
@@ -356,7 +356,7 @@ func TestStopIsGraceful(t *testing.T) {
 		_, err := queryMessages(ctx(t), e.nc, "s1", 99)
 		done <- err
 	}()
-	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
 	if err := p.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -400,7 +400,7 @@ func TestStaleStateVersionIsRebuilt(t *testing.T) {
 	tok, _ := wire.Token("s1")
 	_, rev := e.stored("s1")
 	stale := `{"stateVersion":0,"asOfSeq":3,"state":{"nodes":[99],"replaceGeneration":7,"transcript":[99],"openTurn":null}}`
-	if _, err := storetest.ProjectionsKV(e.store).Update(ctx(t), Key(tok), []byte(stale), rev); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Update(ctx(t), wire.ProjectionKey(UnitMessages, tok), []byte(stale), rev); err != nil {
 		t.Fatal(err)
 	}
 	e.appendRecord("s1", events[4:11])

@@ -37,7 +37,7 @@ func (p *Publisher) undoIfDeleted(ctx context.Context, ss *store.Session, inc st
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
 	if _, perr := ss.PurgeThrough(pctx, streamSeq); perr != nil {
-		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (remove it with `agentlog rm`): %v", err, streamSeq, perr)
+		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (purging it failed: %v)", err, streamSeq, perr)
 	}
 	return fmt.Errorf("%w; its first record, stream seq %d, was removed again", err, streamSeq)
 }

@@ -122,7 +122,7 @@ func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
 	if err == nil && e.Header.Get(wire.DeletingHeader) != "" {
 		// Its records may still be there: callers that accept a log without metadata (a fork's
 		// source) tell this case apart by ErrSessionDeleted.
-		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; removing it again finishes it)",
+		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way)",
 			id, ErrSessionNotFound, ErrSessionDeleted, tok, wire.SessionsBucket, wire.DeletingHeader)
 	}
 	if err != nil {
