@@ -14,11 +14,11 @@ import (
 // ErrNotFound (neither metadata nor events; ErrRemoving too for a session being removed), and
 // Events' errors.
 func (c *Client) ForkBoundaries(ctx context.Context, id string) ([]session.ForkBoundary, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	_, found, err := lookup(ctx, st, id)
+	_, found, err := lookup(ctx, ss)
 	if err != nil {
 		return nil, err
 	}

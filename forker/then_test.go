@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 )
@@ -50,7 +51,7 @@ func TestForkThenEvents(t *testing.T) {
 		t.Fatalf("child messages: %s", msgs)
 	}
 	records := 0
-	if _, err := e.store.ReadRecords(ctx(t), "kid", func(uint64, []session.Event) error { records++; return nil }); err != nil || records != 1 {
+	if _, err := storetest.Session(e.store, "kid").Records(ctx(t), func(store.Record) error { records++; return nil }); err != nil || records != 1 {
 		t.Fatalf("the child has %d records (%v), want the seed, end-seed and then-events in one", records, err)
 	}
 }
@@ -75,10 +76,10 @@ func TestForkThenRefusedLeavesNothing(t *testing.T) {
 		if name != "not json" && !strings.Contains(ce.Description, `session "`+child+`" seq `) {
 			t.Fatalf("%s: %q does not name the child and the seq", name, ce.Description)
 		}
-		if _, err := e.store.GetSession(ctx(t), child); !errors.Is(err, store.ErrSessionNotFound) {
+		if _, err := storetest.Session(e.store, child).Info(ctx(t)); !errors.Is(err, store.ErrSessionNotFound) {
 			t.Fatalf("%s: the child's metadata: %v", name, err)
 		}
-		if tail, err := e.store.GetTailFromLeader(ctx(t), child); err != nil || tail.LastStreamSeq != 0 {
+		if tail, err := storetest.Session(e.store, child).TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
 			t.Fatalf("%s: the child has records: %+v %v", name, tail, err)
 		}
 	}

@@ -175,12 +175,16 @@ resume's closers). A live writer of the session is refused (its lease is held). 
 // sess with the log's rules, after repairing text as the publisher does. It returns the number of
 // events; a refusal names the line, the seq and the rule, and says nothing was written.
 func checkAppendFile(path, name string, sess *session.Session, st *store.Store, nowMs int64) (int64, error) {
+	ss, err := st.Session(sess.ID())
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	err := eachEventLine(path, func(line []byte, lineNo int) error {
+	err = eachEventLine(path, func(line []byte, lineNo int) error {
 		ev, err := session.DecodeNextEvent(line, sess.ID(), sess.NextSeq(), nowMs)
 		if err == nil {
 			ev.Data, _ = session.SanitizeText(ev.Data, false) // as publisher.Writer.Append does
-			if err = st.CheckEventSize(sess.ID(), ev); err == nil {
+			if err = ss.CheckEventSize(ev); err == nil {
 				err = sess.Append(ev)
 			}
 		}

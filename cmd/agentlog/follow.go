@@ -101,8 +101,12 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 		if err != nil {
 			return err
 		}
+		ss, err := store.Session(args[0])
+		if err != nil {
+			return err
+		}
 		if hp == nil { // a log without metadata is still printed, as without these flags
-			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
+			if t, terr := ss.Tail(hctx); terr != nil || t.NextSeq == 0 {
 				if !q.Follow {
 					return fmt.Errorf("session %q not found", args[0])
 				}
@@ -118,7 +122,7 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 			}
 		}
 		if noneOld {
-			t, err := store.GetTailFromLeader(hctx, args[0])
+			t, err := ss.TailFromLeader(hctx)
 			if err != nil {
 				return err
 			}
@@ -126,7 +130,7 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 		} else if !q.Follow && q.FromSeq > 0 {
 			// Without --follow, a start past the log's end would print the header alone and look
 			// like success: refuse it, naming the end (with --follow it is waited for).
-			t, err := store.GetTailFromLeader(hctx, args[0])
+			t, err := ss.TailFromLeader(hctx)
 			if err != nil {
 				return err
 			}
@@ -210,7 +214,7 @@ func followAll(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer nc.Close()
-	cons, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+	cons, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{wire.SubjectPrefix + ".>"}, DeliverPolicy: natsjs.DeliverNewPolicy})
 	if err != nil {
 		return fmt.Errorf("follow every session: %w", err)
@@ -218,7 +222,7 @@ func followAll(ctx context.Context, g *globals) error {
 	if info := cons.CachedInfo(); info != nil && info.Name != "" {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = st.Stream.DeleteConsumer(dctx, info.Name)
+			_ = st.Stream().DeleteConsumer(dctx, info.Name)
 			cancel()
 		}()
 	}

@@ -160,9 +160,9 @@ what exists has them.`,
 			if err != nil {
 				return err
 			}
-			replicas := st.Stream.CachedInfo().Config.Replicas
+			replicas := st.Stream().CachedInfo().Config.Replicas
 			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas) and %s, KV buckets %s and %s\n",
-				g.natsURL, wire.StreamName, st.Partitions, replicas, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
+				g.natsURL, wire.StreamName, st.Partitions(), replicas, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
 			return nil
 		},
 	}
@@ -226,7 +226,7 @@ waited for.`,
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions, p.Owned())
+			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions(), p.Owned())
 			<-cmd.Context().Done()
 			return p.Stop()
 		},

@@ -17,7 +17,9 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // Tests of the commands of issue 25 (show, forks, append, fork --then, contexts) and of its rough
@@ -269,7 +271,7 @@ func TestFollowWaitsForSession(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "later", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "later", 0, opsEvents()); err != nil {
+	if _, err := storetest.Session(s.Store(), "later").Append(ctx, 0, opsEvents()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "events --follow to print the events", func() bool { return strings.Count(evOut.String(), "\n") == 5 })
@@ -304,7 +306,7 @@ func TestEventsFollowAll(t *testing.T) {
 		if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Store().Append(ctx, id, 0, opsEvents()); err != nil {
+		if _, err := storetest.Session(s.Store(), id).Append(ctx, 0, opsEvents()); err != nil {
 			t.Fatal(err)
 		}
 		if i == 200 {
@@ -315,7 +317,7 @@ func TestEventsFollowAll(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "b", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "b", 0, opsEvents()[:2]); err != nil {
+	if _, err := storetest.Session(s.Store(), "b").Append(ctx, 0, opsEvents()[:2]); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "session b's events", func() bool {
@@ -345,7 +347,7 @@ func TestTailZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := opsEvents()
-	r, err := s.Store().Append(ctx, "t0", 0, evs[:2])
+	r, err := storetest.Session(s.Store(), "t0").Append(ctx, 0, evs[:2])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestTailZero(t *testing.T) {
 	}
 	out, _, stop := startCLI(t, s.URL(), "events", "t0", "--tail", "0", "--follow", "--no-header")
 	time.Sleep(300 * time.Millisecond) // give a wrong implementation the time to print the old events
-	if _, err := s.Store().Append(ctx, "t0", r.StreamSeq, evs[2:]); err != nil {
+	if _, err := storetest.Session(s.Store(), "t0").Append(ctx, r.StreamSeq, evs[2:]); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the new events", func() bool { return strings.Count(out.String(), "\n") == 2 })
@@ -379,7 +381,7 @@ func TestMessagesMinSeqPastEnd(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "m", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "m", 0, opsEvents()); err != nil {
+	if _, err := storetest.Session(s.Store(), "m").Append(ctx, 0, opsEvents()); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI(ctx, s.URL(), "--timeout", "60s", "messages", "m", "--min-seq", "99999")
@@ -546,9 +548,9 @@ func TestForkThen(t *testing.T) {
 	}
 	records := 0
 	var got []session.Event
-	if _, err := s.Store().ReadRecords(ctx, "edited", func(_ uint64, evs []session.Event) error {
+	if _, err := storetest.Session(s.Store(), "edited").Records(ctx, func(r store.Record) error {
 		records++
-		got = append(got, evs...)
+		got = append(got, r.Events...)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
