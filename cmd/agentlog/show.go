@@ -384,6 +384,9 @@ func (r *showRenderer) describe(n *showNode, end bool) []seg {
 		if text == "" && len(n.Calls) == 0 {
 			return out(seg{s: label, paint: r.assistant}, seg{s: " (no text)", paint: r.faint})
 		}
+		if text == "" {
+			return out(seg{s: label, paint: r.assistant})
+		}
 		return out(seg{s: label, paint: r.assistant}, seg{s: " " + text})
 	case "stream":
 		return out(seg{s: "stream (" + plural(int64(n.Chunks), "chunk") + ")", paint: r.assistant}, seg{s: " " + text})
