@@ -745,7 +745,12 @@ func contextsAndReadme(t *testing.T, d *deployment, a string) {
 	if m == nil {
 		t.Fatal("README.md has no `nats $T_ROLE_NATS_ARGS stream ls` line")
 	}
-	id := d.Identity(strings.ToLower(string(m[1])), multitenant.Role(strings.ToLower(string(m[2]))))
+	var id *multitenant.Identity
+	for _, tn := range d.Tenants {
+		if strings.EqualFold(tn, string(m[1])) {
+			id = d.Identity(tn, multitenant.Role(strings.ToLower(string(m[2]))))
+		}
+	}
 	if id == nil {
 		t.Fatalf("README.md names %s_%s, which is no identity", m[1], m[2])
 	}
@@ -767,7 +772,7 @@ func contextsAndReadme(t *testing.T, d *deployment, a string) {
 	if got, err := names(id); err != nil || !slices.Contains(got, wire.StreamName) {
 		t.Fatalf("stream ls as %s (the README's): %v, %v", id.Name, got, err)
 	}
-	if _, err := names(d.Identity(strings.ToLower(a), multitenant.Agent)); err == nil {
+	if _, err := names(d.Identity(a, multitenant.Agent)); err == nil {
 		t.Fatalf("stream ls as the agent succeeded: the README may name the agent")
 	}
 }
