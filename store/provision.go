@@ -55,6 +55,9 @@ type Store struct {
 	Projections natsjs.KeyValue
 	Writers     natsjs.KeyValue    // agentlog_writers: writer leases
 	Blobs       natsjs.ObjectStore // agentlog_blobs: offloaded events (nil: events over a record are refused)
+	Archive     natsjs.Stream      // AGENTLOG_ARCHIVE: archived sessions (nil: not provisioned)
+	Children    natsjs.Stream      // AGENTLOG_CHILDREN: fork lineage by parent
+	Lifecycle   natsjs.KeyValue    // agentlog_lifecycle: the lifecycle policy and legal holds
 	Partitions  int
 	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
 	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
@@ -168,7 +171,14 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	if err != nil {
 		return nil, err
 	}
+	archive, children, lifecycle, err := ensureLifecycle(ctx, js, replicas, found.maxMsgSize)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
+		Archive:     archive,
+		Children:    children,
+		Lifecycle:   lifecycle,
 		JS:          js,
 		Stream:      stream,
 		Sessions:    sessions,

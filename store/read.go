@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/agentlog/agentlog/session"
@@ -174,6 +175,52 @@ func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, e
 	return events, last, nil
 }
 
+// hotReadCheck is how long a read's consumer may deliver nothing before the read checks that the
+// records it waits for are still there (archived under it: ARCHITECTURE.md, "Lifecycle").
+const hotReadCheck = 2 * time.Second
+
+// readCold hands fn the events of session id's archive from seq from on (as records at stream seq
+// 0); a session without an archive has nothing to hand (a session with no events at all).
+func (s *Store) readCold(ctx context.Context, id string, from int64, fn func(streamSeq uint64, events []session.Event, body []byte) error) error {
+	tok, err := wire.Token(id)
+	if err != nil {
+		return err
+	}
+	head, found, err := s.archiveHead(ctx, tok)
+	if err != nil {
+		return fmt.Errorf("read session %q: %w", id, err)
+	}
+	if !found {
+		if from == 0 {
+			return nil
+		}
+		return fmt.Errorf("read session %q: %w: its records from seq %d on are neither hot nor archived", id, ErrLogChanged, from)
+	}
+	if head.Events < from {
+		return fmt.Errorf("read session %q: %w: its archive holds seqs 0..%d, the read is at seq %d", id, ErrLogChanged, head.Events-1, from)
+	}
+	_, err = s.readArchivedRecords(ctx, head, from, fn)
+	return err
+}
+
+// readColdPrefix hands fn the events 0..first-1 of session id, which its archive holds (the hot
+// records start at seq first).
+func (s *Store) readColdPrefix(ctx context.Context, id string, first int64, fn func(streamSeq uint64, events []session.Event, body []byte) error) error {
+	tok, err := wire.Token(id)
+	if err != nil {
+		return err
+	}
+	head, found, err := s.archiveHead(ctx, tok)
+	if err != nil {
+		return fmt.Errorf("read session %q: %w", id, err)
+	}
+	if !found || head.Events != first {
+		return wire.RecordError(id, first, 0, session.RuleRecordContinue, "the hot records start at seq %d but no archive holds seqs 0..%d", first, first-1)
+	}
+	_, err = s.readArchivedRecords(ctx, head, 0, fn)
+	return err
+}
+
 // readBatch bounds the records a Read buffers client-side.
 const readBatch = 256
 
@@ -232,13 +279,28 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	default:
 		target = last.Sequence
 	}
+	fresh := afterStreamSeq == 0 && nextSeq == 0 // a read of the whole log: it may live in cold storage
 	switch {
 	case target < afterStreamSeq:
 		return 0, fmt.Errorf("read session %q: %w: its last record is stream seq %d, below stream seq %d already read", id, ErrLogChanged, target, afterStreamSeq)
+	case target == 0 && fresh:
+		return 0, s.readCold(ctx, id, 0, fn) // archived (or no events at all)
 	case target == afterStreamSeq:
 		return afterStreamSeq, nil // nothing new (or no records at all)
 	}
 	lastStreamSeq := afterStreamSeq
+	// gone is the fallback when the hot records vanish under the read (archived meanwhile: the
+	// archive holds the same events) or start after a cold prefix: the rest is read from the
+	// archive, from the next seq on.
+	gone := func(cause error) (uint64, error) {
+		if !fresh && lastStreamSeq == afterStreamSeq {
+			return 0, cause
+		}
+		if err := s.readCold(ctx, id, nextSeq, fn); err != nil {
+			return 0, errors.Join(cause, err)
+		}
+		return 0, nil
+	}
 	// take checks one record (it must continue the previous one), hands it to fn and moves on.
 	take := func(streamSeq uint64, h nats.Header, body []byte) error {
 		evs, copied, err := s.decodeStoredBody(ctx, id, h, body, streamSeq, true)
@@ -261,8 +323,20 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	// in between is skipped.
 	for range directReadRecords {
 		m, err := s.leaderNextMsg(ctx, subject, lastStreamSeq+1)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return gone(fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w: its records were purged", id, lastStreamSeq, nextSeq, ErrLogChanged))
+		}
 		if err != nil {
 			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+		}
+		if fresh && lastStreamSeq == 0 {
+			if first, err := strconv.ParseInt(m.Header.Get(wire.HeaderFirstSeq), 10, 64); err == nil && first > 0 {
+				// The hot records follow a cold prefix (archived while a writer appended).
+				if err := s.readColdPrefix(ctx, id, first, fn); err != nil {
+					return 0, err
+				}
+				nextSeq = first
+			}
 		}
 		if err := take(m.Sequence, m.Header, m.Data); err != nil {
 			return 0, err
@@ -298,7 +372,18 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	defer iter.Stop()
 
 	for {
-		msg, err := iter.Next(natsjs.NextContext(ctx))
+		nctx, cancel := context.WithTimeout(ctx, hotReadCheck)
+		msg, err := iter.Next(natsjs.NextContext(nctx))
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Nothing delivered for a while: are the records still there?
+			if m, lerr := s.leaderNextMsg(ctx, subject, lastStreamSeq+1); errors.Is(lerr, natsjs.ErrMsgNotFound) {
+				return gone(fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", id, lastStreamSeq, ErrLogChanged))
+			} else if lerr == nil && m.Sequence > target {
+				return gone(fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", id, lastStreamSeq, ErrLogChanged))
+			}
+			continue
+		}
 		if err != nil {
 			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
 		}

@@ -41,7 +41,14 @@ type Removed struct {
 	Lease        *Lease `json:"lease,omitempty"`
 	ErrorReports uint64 `json:"errorReports"` // AGENTLOG_ERRORS messages purged
 	Blobs        int    `json:"blobs"`        // agentlog_blobs objects its records referenced, deleted
+	// Archive counts the AGENTLOG_ARCHIVE messages purged (its archive's head and parts).
+	Archive uint64 `json:"archive"`
 }
+
+// RemoveOpt is an option of RemoveSession.
+type RemoveOpt func(*removeOpts)
+
+type removeOpts struct{ ignoreHold bool }
 
 // RemoveSession deletes session id: its records (AGENTLOG subject) and the blobs they reference
 // (agentlog_blobs), its metadata
@@ -57,7 +64,11 @@ type Removed struct {
 //
 // An id with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with DenyPurge is
 // refused before anything changes.
-func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
+func (s *Store) RemoveSession(ctx context.Context, id string, opts ...RemoveOpt) (Removed, error) {
+	var o removeOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tok, err := wire.Token(id)
 	if err != nil {
 		return Removed{}, err
@@ -74,6 +85,16 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	subject, _ := s.Subject(id)
 	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
 		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
+	}
+
+	// A session under a legal hold is never deleted.
+	if !o.ignoreHold {
+		if h, err := s.GetHold(ctx, id); err == nil {
+			return rm, fmt.Errorf("remove session %q: %w (since %s: %s): release it first (agentlog hold --release)", id, ErrHeld,
+				time.UnixMilli(h.Since).UTC().Format(time.RFC3339), h.Reason)
+		} else if !errors.Is(err, ErrNoHold) {
+			return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
+		}
 	}
 
 	// 1. Mark the metadata.
@@ -130,8 +151,28 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		return fail("delete the blobs", err)
 	}
 	rm.Events = s.lastSeqFromHeaders(ctx, subject) + 1
+	if head, found, err := s.archiveHead(ctx, tok); err == nil && found && rm.Events == 0 {
+		rm.Events = head.Events
+	}
 	if rm.Records, err = s.purge(ctx, wire.StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
+	}
+	// Its archive: the parts, then the head (found again by a removal run again).
+	if s.Archive != nil {
+		n, err := s.purge(ctx, wire.ArchiveStream, wire.ArchivePartsFilter(tok), 0)
+		if err != nil {
+			return fail("purge the archive's parts", err)
+		}
+		m, err := s.purge(ctx, wire.ArchiveStream, wire.ArchiveSubject(tok), 0)
+		if err != nil {
+			return fail("purge the archive", err)
+		}
+		rm.Archive = n + m
+	}
+	if s.Children != nil {
+		if _, err := s.purge(ctx, wire.ChildrenStream, wire.ChildrenPrefix+".*."+tok, 0); err != nil {
+			return fail("purge its lineage link", err)
+		}
 	}
 
 	// 4. The projections, twice: a fold in flight during the purge may have written one since.
@@ -280,6 +321,9 @@ func (s *Store) purge(ctx context.Context, stream, filter string, upTo uint64) (
 func (s *Store) anythingStored(ctx context.Context, id, tok string) (bool, error) {
 	if t, err := s.GetTailFromLeader(ctx, id); err != nil || t.LastStreamSeq > 0 {
 		return true, nil // a record, even one that does not decode
+	}
+	if _, found, err := s.archiveHead(ctx, tok); err != nil || found {
+		return true, nil
 	}
 	if _, _, err := s.GetLease(ctx, id); err == nil {
 		return true, nil

@@ -62,6 +62,13 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	if err != nil {
 		return fmt.Errorf("session %q: encode header: %w", h.ID, err)
 	}
+	// A fork's lineage link first: a child is never without it (a link whose create then fails
+	// names a child of another parent, or none, and readers skip it).
+	if h.ParentSession != "" {
+		if err := s.LinkChild(ctx, h.ParentSession, h.ID); err != nil {
+			return err
+		}
+	}
 	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
 	// (re-create after DeleteSession) the delete marker that is the key's last entry.
 	subject := "$KV." + wire.SessionsBucket + "." + tok
@@ -179,12 +186,12 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	tail, err := s.GetTail(ctx, id)
+	loc, err := s.Locate(ctx, id)
 	if err != nil {
 		return err
 	}
-	if tail.NextSeq > 0 {
-		return fmt.Errorf("delete session %q: %w: it holds %d events; its metadata is kept", id, ErrSessionHasEvents, tail.NextSeq)
+	if n := loc.NextSeq(); n > 0 {
+		return fmt.Errorf("delete session %q: %w: it holds %d events; its metadata is kept", id, ErrSessionHasEvents, n)
 	}
 	if err := s.Sessions.Delete(ctx, tok); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return fmt.Errorf("delete session %q (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)

@@ -1,0 +1,204 @@
+package store
+
+import (
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
+)
+
+// readAll reads session id with Read and returns its events' JSON, one line each.
+func readAll(t *testing.T, s *Store, id string) string {
+	t.Helper()
+	evs, _, err := s.Read(testCtx(t), id)
+	if err != nil {
+		t.Fatalf("Read %q: %v", id, err)
+	}
+	var b strings.Builder
+	for _, e := range evs {
+		line, err := e.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestArchiveRestore archives a session (its hot records and projection keys go, Read serves the
+// same events from the archive), restores it (the hot stream holds the same events again), and
+// archives it again.
+func TestArchiveRestore(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	id := "arch.1 é"
+	tok, _ := wire.Token(id)
+	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Append(ctx, id, 0, evs(0, 3, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, id, r.StreamSeq, evs(3, 7, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Projections.Put(ctx, "messages."+tok, []byte(`{"stateVersion":1,"asOfSeq":6,"state":{"nodes":[],"replaceGeneration":0,"transcript":[],"openTurn":null}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Projections.Put(ctx, "title."+tok, []byte(`{"stateVersion":1,"asOfSeq":3,"state":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, s, id)
+
+	res, err := s.ArchiveSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Archived || res.Events != 7 || res.Records != 2 || res.Projections != 1 || res.Parts != 1 {
+		t.Fatalf("ArchiveSession = %+v", res)
+	}
+	loc, err := s.Locate(ctx, id)
+	if err != nil || loc.State != StateArchived || loc.NextSeq() != 7 || loc.Hot.LastStreamSeq != 0 {
+		t.Fatalf("Locate after archive = %+v, %v", loc, err)
+	}
+	if got := readAll(t, s, id); got != want {
+		t.Fatalf("Read of the archived session:\n%s\nwant\n%s", got, want)
+	}
+	if keys, _ := s.projectionKeys(ctx, tok); len(keys) != 0 {
+		t.Fatalf("projection keys after archive: %v", keys)
+	}
+	a, err := s.ReadArchive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Projections["messages"]; !ok || len(a.Projections) != 1 {
+		t.Fatalf("archived projections: %v", a.Projections)
+	}
+	if again, err := s.ArchiveSession(ctx, id); err != nil || !again.Already {
+		t.Fatalf("archive again = %+v, %v", again, err)
+	}
+	if err := s.DeleteSession(ctx, id); !errors.Is(err, ErrSessionHasEvents) {
+		t.Fatalf("DeleteSession of an archived session: %v", err)
+	}
+
+	rr, err := s.RestoreSession(ctx, id)
+	if err != nil || !rr.Restored || rr.Events != 7 {
+		t.Fatalf("RestoreSession = %+v, %v", rr, err)
+	}
+	if rr2, err := s.RestoreSession(ctx, id); err != nil || !rr2.Already {
+		t.Fatalf("RestoreSession again = %+v, %v", rr2, err)
+	}
+	loc, err = s.Locate(ctx, id)
+	if err != nil || loc.State != StateActive || loc.HotFirstSeq != 0 || loc.ArchiveStale == nil {
+		t.Fatalf("Locate after restore = %+v, %v", loc, err)
+	}
+	if got := readAll(t, s, id); got != want {
+		t.Fatalf("Read of the restored session:\n%s\nwant\n%s", got, want)
+	}
+	if _, err := s.Append(ctx, id, loc.Hot.LastStreamSeq, evs(7, 9, "c")); err != nil {
+		t.Fatal(err)
+	}
+	want = readAll(t, s, id)
+	if res, err := s.ArchiveSession(ctx, id); err != nil || !res.Archived || res.Events != 9 {
+		t.Fatalf("archive after restore = %+v, %v", res, err)
+	}
+	if got := readAll(t, s, id); got != want {
+		t.Fatalf("Read after the second archive:\n%s\nwant\n%s", got, want)
+	}
+
+	rm, err := s.RemoveSession(ctx, id)
+	if err != nil || rm.Archive == 0 || rm.Events != 9 {
+		t.Fatalf("RemoveSession of an archived session = %+v, %v", rm, err)
+	}
+	if _, found, _ := s.archiveHead(ctx, tok); found {
+		t.Fatal("the archive survived rm")
+	}
+	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, s, id); got != "" {
+		t.Fatalf("a re-created session reads %q", got)
+	}
+}
+
+// TestArchiveColdPrefix: records appended after an archive's read are kept hot after the
+// archived prefix, and a read joins both.
+func TestArchiveColdPrefix(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	id := "prefix"
+	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Append(ctx, id, 0, evs(0, 4, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An archive of seqs 0..3, then a writer's record, then the commit of the archive (as a
+	// writer racing it between its read and its purge would do).
+	head, payload := testArchive(t, s, id, 4)
+	if err := s.writeArchive(ctx, &head, payload); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := s.Append(ctx, id, r.StreamSeq, evs(4, 6, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PurgeThrough(ctx, id, r.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	loc, err := s.Locate(ctx, id)
+	if err != nil || loc.State != StateActive || loc.HotFirstSeq != 4 || loc.Archive == nil || loc.NextSeq() != 6 {
+		t.Fatalf("Locate = %+v, %v", loc, err)
+	}
+	got := readAll(t, s, id)
+	if n := strings.Count(got, "\n"); n != 6 {
+		t.Fatalf("Read joined %d events:\n%s", n, got)
+	}
+	// The writer goes on with its guard; a second archive takes the whole log.
+	if _, err := s.Append(ctx, id, r2.StreamSeq, evs(6, 7, "c")); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, s, id)
+	res, err := s.ArchiveSession(ctx, id)
+	if err != nil || !res.Archived || res.Events != 7 {
+		t.Fatalf("ArchiveSession = %+v, %v", res, err)
+	}
+	if got := readAll(t, s, id); got != want {
+		t.Fatalf("after the second archive:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// testArchive builds the archive of session id's first n events as ArchiveSession would.
+func testArchive(t *testing.T, s *Store, id string, n int64) (wire.ArchiveHead, []byte) {
+	t.Helper()
+	ctx := testCtx(t)
+	info, err := s.GetSessionInfo(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := s.Read(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := session.WriteJSONL(&b, &info.Header, all[:n], session.WriteOptions{Pack: true}); err != nil {
+		t.Fatal(err)
+	}
+	jsonl := []byte(b.String())
+	tok, _ := wire.Token(id)
+	head := wire.ArchiveHead{Token: tok, ID: id, Incarnation: info.Incarnation, ArchiveID: "T" + tok, Events: n, JSONLSize: int64(len(jsonl))}
+	head.JSONLSHA256 = sha256Sum(jsonl)
+	payload := encoder().EncodeAll(jsonl, nil)
+	head.JSONLCompressed = int64(len(payload))
+	payload = encoder().EncodeAll([]byte(`{}`), payload)
+	head.ProjectionsCompressed = int64(len(payload)) - head.JSONLCompressed
+	return head, payload
+}
+
+func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }
