@@ -312,8 +312,10 @@ func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 // writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
 // log that breaks a rule is its *session.Error), then writes the crash-repair closers when the
 // last turn is open and a session/end-seed unless the log ends with one, as ONE guarded record,
-// durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
-// wrapped store.ErrSessionNotFound.
+// durable before Open returns (a *WriteError if not). An archived session is first brought back
+// to the hot stream (store.Store.RestoreSession: atomic, idempotent; the lease keeps a second
+// Open out meanwhile). An id with neither metadata nor events is a wrapped
+// store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
 	var o openOptions
 	for _, opt := range opts {
@@ -336,6 +338,15 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
 	w, err := p.open(ctx, id, token)
+	for try := 0; err != nil && try < archiveRaceTries && errors.Is(err, store.ErrConflict); try++ {
+		// An archive of the session committed between the read and the first write (its
+		// lifecycle pass does not see this lease before it reads): the log is whole in the
+		// archive, so open it again, which restores it.
+		if loc, lerr := p.store.Locate(ctx, id); lerr != nil || loc.State != store.StateArchived {
+			break
+		}
+		w, err = p.open(ctx, id, token)
+	}
 	if err != nil {
 		p.releaseLease(id, rev)
 		p.release(id, nil)
@@ -347,6 +358,9 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 	}
 	return w, nil
 }
+
+// archiveRaceTries bounds the Opens again after an archive raced one.
+const archiveRaceTries = 3
 
 // openError wraps err from opening session id: err names the session already (the store's errors
 // and a *session.Error do).
@@ -366,6 +380,16 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	}
 	if err != nil {
 		return nil, openError("read log", err)
+	}
+	if lastStreamSeq == 0 && len(events) > 0 {
+		// Archived: its log lives in cold storage. Bring it back to the hot stream first (a
+		// restore is atomic and idempotent; this Open holds the lease), then read it from there.
+		if _, err := p.store.RestoreSession(ctx, id); err != nil {
+			return nil, openError("restore the archived session", err)
+		}
+		if events, lastStreamSeq, err = p.store.Read(ctx, id); err != nil {
+			return nil, openError("read log", err)
+		}
 	}
 	if len(events) == 0 && !hasMeta {
 		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, store.ErrSessionNotFound)

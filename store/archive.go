@@ -290,6 +290,7 @@ type ArchiveOpt func(*archiveOpts)
 
 type archiveOpts struct {
 	ignoreHold bool
+	pass       bool // a LifecyclePass: it probed the right to purge
 	now        func() time.Time
 	idleSince  time.Time // zero: archive whatever its last activity
 }
@@ -325,9 +326,12 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 		return res, fmt.Errorf("archive session %q: stream %s is not provisioned (run `agentlog provision`)", id, wire.ArchiveStream)
 	}
 	subject, _ := s.Subject(id)
-	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
-		return res, fmt.Errorf("archive session %q: %w: %w", id, ErrRemoveNotStarted, err)
+	if !o.pass {
+		if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
+			return res, fmt.Errorf("archive session %q: %w: %w", id, ErrRemoveNotStarted, err)
+		}
 	}
+	begun := time.Now()
 	info, err := s.GetSessionInfo(ctx, id)
 	if err != nil {
 		return res, err
@@ -339,25 +343,51 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 			return res, err
 		}
 	}
-	loc, err := s.Locate(ctx, id)
+	// The hot records (one batched direct get: a stale answer on R>1 can only leave records that
+	// are newer than what is archived hot, after the archived prefix), and the archive head.
+	msgs, err := s.subjectMsgs(ctx, subject)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("archive session %q: read its records: %w", id, err)
 	}
-	switch loc.State {
-	case StateNone:
-		return res, fmt.Errorf("archive session %q: %w", id, ErrEmptyLog)
-	case StateArchived:
-		res.Already, res.ArchiveID, res.Events = true, loc.Archive.ArchiveID, loc.Archive.Events
-		res.LastActivity = loc.Archive.LastActivity
+	var head0 *wire.ArchiveHead
+	var head0Seq uint64
+	if hm, err := s.Archive.GetLastMsgForSubject(ctx, wire.ArchiveSubject(tok)); err == nil {
+		h, perr := wire.ParseArchiveHead(hm.Header)
+		if perr != nil {
+			return res, fmt.Errorf("archive session %q: %s: %w", id, wire.ArchiveSubject(tok), perr)
+		}
+		head0, head0Seq = &h, hm.Sequence
+	} else if !errors.Is(err, natsjs.ErrMsgNotFound) {
+		return res, fmt.Errorf("archive session %q: read its archive head: %w", id, err)
+	}
+	if len(msgs) == 0 {
+		if head0 == nil {
+			return res, fmt.Errorf("archive session %q: %w", id, ErrEmptyLog)
+		}
+		// Archived already: clear what an archive that stopped after its commit left.
+		res.Already, res.ArchiveID, res.Events, res.LastActivity = true, head0.ArchiveID, head0.Events, head0.LastActivity
 		n, err := s.purgeProjections(ctx, tok)
 		res.Projections = len(n)
 		return res, err
 	}
-	if loc.Archive != nil && loc.Archive.Incarnation != info.Incarnation {
-		return res, fmt.Errorf("archive session %q: its cold prefix is of incarnation %q, its metadata of %q", id, loc.Archive.Incarnation, info.Incarnation)
+	first, err := strconv.ParseInt(msgs[0].Header.Get(wire.HeaderFirstSeq), 10, 64)
+	if err != nil || first < 0 {
+		return res, wire.RecordError(id, -1, msgs[0].Sequence, session.RuleRecordHeader, "header %s is %q", wire.HeaderFirstSeq, msgs[0].Header.Get(wire.HeaderFirstSeq))
+	}
+	var prefix, stale *wire.ArchiveHead
+	switch {
+	case first == 0:
+		stale = head0
+	case head0 == nil || head0.Events != first:
+		return res, wire.RecordError(id, first, msgs[0].Sequence, session.RuleRecordContinue, "the hot records start at seq %d and no archive holds seqs 0..%d", first, first-1)
+	default:
+		prefix = head0
+	}
+	if prefix != nil && prefix.Incarnation != info.Incarnation {
+		return res, fmt.Errorf("archive session %q: its cold prefix is of incarnation %q, its metadata of %q", id, prefix.Incarnation, info.Incarnation)
 	}
 
-	// 1. Read the log: the cold prefix, then the hot records up to the tail found.
+	// 1. The log as packed JSONL: the cold prefix, then the hot records.
 	var buf bytes.Buffer
 	jw := session.NewJSONLWriter(&buf, session.WriteOptions{Pack: true})
 	if err := jw.WriteHeader(&info.Header); err != nil {
@@ -365,9 +395,9 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	}
 	var blobNames []string
 	var lastAt int64
-	hotFrom := int64(0)
-	if loc.Archive != nil {
-		prev, err := s.readArchiveAt(ctx, *loc.Archive)
+	next := int64(0)
+	if prefix != nil {
+		prev, err := s.readArchiveAt(ctx, *prefix)
 		if err != nil {
 			return res, err
 		}
@@ -378,19 +408,25 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 		if err := jw.Write(evs...); err != nil {
 			return res, err
 		}
-		hotFrom = int64(len(evs))
+		next = int64(len(evs))
 	}
 	var lastStreamSeq uint64
-	lastStreamSeq, err = s.readHot(ctx, id, subject, hotFrom, loc.Hot.LastStreamSeq, func(streamSeq uint64, h nats.Header, at time.Time, evs []session.Event) error {
-		for _, ref := range wire.RecordBlobs(h) {
+	for _, m := range msgs {
+		evs, err := s.decodeStored(ctx, id, m.Header, m.Data, m.Sequence, true)
+		if err != nil {
+			return res, err
+		}
+		if evs[0].Seq != next {
+			return res, wire.RecordError(id, evs[0].Seq, m.Sequence, session.RuleRecordContinue, "record starts at seq %d, want %d", evs[0].Seq, next)
+		}
+		for _, ref := range wire.RecordBlobs(m.Header) {
 			blobNames = append(blobNames, wire.BlobName(tok, ref))
 		}
-		lastAt = at.UnixMilli()
+		if err := jw.Write(evs...); err != nil {
+			return res, err
+		}
+		next, lastStreamSeq, lastAt = evs[len(evs)-1].Seq+1, m.Sequence, m.Time.UnixMilli()
 		res.Records++
-		return jw.Write(evs...)
-	})
-	if err != nil {
-		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}
 	if err := jw.Flush(); err != nil {
 		return res, err
@@ -398,7 +434,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	if !o.idleSince.IsZero() && lastAt >= o.idleSince.UnixMilli() {
 		return res, fmt.Errorf("archive session %q: %w (its last record was stored at %s)", id, ErrNotIdle, time.UnixMilli(lastAt).UTC().Format(time.RFC3339))
 	}
-	res.Events, res.LastActivity = loc.Hot.NextSeq, lastAt
+	res.Events, res.LastActivity = next, lastAt
 
 	// 2. The projection states caught up with the log.
 	projections, listing, err := s.caughtUpProjections(ctx, tok, res.Events-1)
@@ -415,25 +451,30 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	head.JSONLCompressed = int64(len(payload))
 	payload = encoder().EncodeAll(pj, payload)
 	head.ProjectionsCompressed = int64(len(payload)) - head.JSONLCompressed
-	if err := s.writeArchive(ctx, &head, payload); err != nil {
+	if err := s.writeArchive(ctx, &head, head0Seq, payload); err != nil {
 		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}
 	res.ArchiveID, res.JSONLBytes, res.StoredBytes, res.Parts = head.ArchiveID, head.JSONLSize, int64(len(payload)), head.Parts
 
-	// 4. The commit: purge the hot records archived. Records appended since stay.
+	// 4. The commit: purge the hot records archived. Records appended since stay. An archive
+	// that took longer than maxArchiveCommitAge (a stalled process) is not committed: the pass
+	// may by then take it for the stale archive of a restored session and remove it.
+	if time.Since(begun) > maxArchiveCommitAge {
+		return res, fmt.Errorf("archive session %q: it took %s, more than %s, so it is not committed (run it again)", id, time.Since(begun).Round(time.Second), maxArchiveCommitAge)
+	}
 	if _, err := s.purge(ctx, wire.StreamName, subject, lastStreamSeq+1); err != nil {
 		return res, fmt.Errorf("archive session %q: purge its hot records through stream seq %d (the archive is written; run the archive again to finish): %w", id, lastStreamSeq, err)
 	}
-	if t, err := s.GetTailFromLeader(ctx, id); err != nil {
-		return res, fmt.Errorf("archive session %q: %w", id, err)
-	} else if t.LastStreamSeq > 0 {
+	if _, err := s.Stream.GetLastMsgForSubject(ctx, subject); err == nil {
 		res.Raced = true // a writer appended meanwhile: its records follow the cold prefix
 		return res, nil
+	} else if !errors.Is(err, natsjs.ErrMsgNotFound) {
+		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}
 	res.Archived = true
 
 	// 5. What the archive holds now: the projection keys, the blobs, an earlier archive's parts.
-	if _, err := s.purgeProjections(ctx, tok); err != nil {
+	if _, err := s.purge(ctx, "KV_"+wire.ProjectionsBucket, "$KV."+wire.ProjectionsBucket+".*."+tok, 0); err != nil {
 		return res, fmt.Errorf("archive session %q: purge its projection keys (it is archived; run the archive again to finish): %w", id, err)
 	}
 	slices.Sort(blobNames)
@@ -442,42 +483,40 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 			return res, fmt.Errorf("archive session %q (it is archived): %w", id, err)
 		}
 	}
-	if loc.Archive != nil {
-		_, _ = s.purge(ctx, wire.ArchiveStream, wire.ArchivePrefix+"."+tok+"."+loc.Archive.ArchiveID+".>", 0)
-	}
-	if loc.ArchiveStale != nil {
-		_, _ = s.purge(ctx, wire.ArchiveStream, wire.ArchivePrefix+"."+tok+"."+loc.ArchiveStale.ArchiveID+".>", 0)
+	for _, old := range []*wire.ArchiveHead{prefix, stale} {
+		if old != nil && old.Parts > 1 {
+			_, _ = s.purge(ctx, wire.ArchiveStream, wire.ArchivePrefix+"."+tok+"."+old.ArchiveID+".>", 0)
+		}
 	}
 	return res, nil
 }
 
-// readHot calls fn for each hot record of session id (on subject) from event seq from, up to
-// stream seq target at least, with its headers and the time it was stored; it returns the stream
-// seq of the last record read.
-func (s *Store) readHot(ctx context.Context, id, subject string, from int64, target uint64, fn func(uint64, nats.Header, time.Time, []session.Event) error) (uint64, error) {
-	next, last := from, uint64(0)
-	for last < target {
-		m, err := s.leaderNextMsg(ctx, subject, last+1)
-		if errors.Is(err, natsjs.ErrMsgNotFound) {
-			return 0, fmt.Errorf("%w: its records after stream seq %d are gone", ErrLogChanged, last)
-		}
+// subjectMsgs reads every message of subject in AGENTLOG with batched direct gets, in order.
+func (s *Store) subjectMsgs(ctx context.Context, subject string) ([]*natsjs.RawStreamMsg, error) {
+	var out []*natsjs.RawStreamMsg
+	seq := uint64(1)
+	for {
+		msgs, err := s.getDirect(ctx, wire.StreamName, map[string]any{"seq": seq, "next_by_subj": subject, "batch": directBatch, "max_bytes": directBatchBytes})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		evs, err := s.decodeStored(ctx, id, m.Header, m.Data, m.Sequence, true)
-		if err != nil {
-			return 0, err
+		n, size := 0, 0
+		for _, m := range msgs {
+			out = append(out, m)
+			seq = m.Sequence + 1
+			n, size = n+1, size+len(m.Data)+len(m.Subject)+256
 		}
-		if evs[0].Seq != next {
-			return 0, wire.RecordError(id, evs[0].Seq, m.Sequence, session.RuleRecordContinue, "record starts at seq %d, want %d", evs[0].Seq, next)
+		if n == 0 || (n < directBatch && size < directBatchBytes-int(s.MaxMsgSize)-(1<<16)) {
+			return out, nil // the batch ended before its limits: nothing more
 		}
-		if err := fn(m.Sequence, m.Header, m.Time, evs); err != nil {
-			return 0, err
-		}
-		next, last = evs[len(evs)-1].Seq+1, m.Sequence
 	}
-	return last, nil
 }
+
+// directBatch and directBatchBytes bound one batched direct get (messages, bytes).
+const (
+	directBatch      = 1000
+	directBatchBytes = 8 << 20
+)
 
 // caughtUpProjections reads the stored projection states of session token (every unit) and keeps
 // those at asOfSeq lastSeq, or stopped; it also returns what a listing shows of them.
@@ -531,12 +570,6 @@ func (s *Store) caughtUpProjections(ctx context.Context, tok string, lastSeq int
 	return out, l, nil
 }
 
-// lastMsgs is a batched direct get of the last message of each subject matching filters, in
-// stream (or any) order; none is an empty result.
-func (s *Store) lastMsgs(ctx context.Context, stream string, filters []string) ([]*natsjs.RawStreamMsg, error) {
-	return lastMsgsFor(ctx, s.JS, stream, filters)
-}
-
 // archivePartBudget is the largest body of one archive message: the archive stream's max message
 // size less room for its headers.
 func (s *Store) archivePartBudget() int {
@@ -551,7 +584,7 @@ func (s *Store) archivePartBudget() int {
 
 // writeArchive writes head's payload: its parts (head.Parts is set here), then the head, guarded
 // on the archive head it replaces, so that two archivers of one session cannot both win.
-func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, payload []byte) error {
+func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev uint64, payload []byte) error {
 	budget := s.archivePartBudget()
 	var chunks [][]byte
 	for len(payload) > budget {
@@ -576,12 +609,6 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, payloa
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-	prev := uint64(0)
-	if m, err := s.leaderGetFrom(ctx, wire.ArchiveStream, map[string]any{"last_by_subj": wire.ArchiveSubject(head.Token)}); err == nil {
-		prev = m.Sequence
-	} else if !errors.Is(err, natsjs.ErrMsgNotFound) {
-		return fmt.Errorf("read the archive head it replaces: %w", err)
 	}
 	m := &nats.Msg{Subject: wire.ArchiveSubject(head.Token), Header: nats.Header(head.Header()), Data: payload}
 	if _, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Policy is the lifecycle policy, kept in the cluster (agentlog_lifecycle, key "policy") so that
@@ -268,27 +267,18 @@ func (s *Store) ChildTokens(ctx context.Context, parents []string) (map[string][
 // lastMsgsBatch is how many subjects one batched direct get asks for.
 const lastMsgsBatch = 1000
 
-// lastMsgsFor is one or more batched direct gets (multi_last) of the last message of each subject
-// matching filters.
-func lastMsgsFor(ctx context.Context, js natsjs.JetStream, stream string, filters []string) ([]*natsjs.RawStreamMsg, error) {
+// lastMsgs is one or more batched direct gets (multi_last) of the last message of each subject
+// of stream matching filters.
+func (s *Store) lastMsgs(ctx context.Context, stream string, filters []string) ([]*natsjs.RawStreamMsg, error) {
 	var out []*natsjs.RawStreamMsg
 	for len(filters) > 0 {
 		n := min(len(filters), lastMsgsBatch)
-		part := filters[:n]
-		filters = filters[n:]
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, stream, part)
+		msgs, err := s.getDirect(ctx, stream, map[string]any{"multi_last": filters[:n], "batch": directBatch})
 		if err != nil {
 			return nil, err
 		}
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, m)
-		}
+		out = append(out, msgs...)
+		filters = filters[n:]
 	}
 	return out, nil
 }

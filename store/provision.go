@@ -63,6 +63,8 @@ type Store struct {
 	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
 	// copy of the Store (it is read, never written, by the Store's methods).
 	MaxEventBytes int64
+
+	mux *directMux // batched direct gets over one reply subscription (shared by copies)
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
@@ -176,6 +178,7 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		return nil, err
 	}
 	return &Store{
+		mux:         &directMux{},
 		Archive:     archive,
 		Children:    children,
 		Lifecycle:   lifecycle,
