@@ -246,16 +246,16 @@ func decodeArchivePayload(head wire.ArchiveHead, payload []byte) (*Archived, err
 	if int64(len(payload)) != head.PayloadSize() {
 		return nil, corrupt("its payload is %d bytes, its head says %d", len(payload), head.PayloadSize())
 	}
-	jsonl, err := decoder().DecodeAll(payload[:head.JSONLCompressed], make([]byte, 0, head.JSONLSize))
+	all, err := decoder().DecodeAll(payload, make([]byte, 0, head.JSONLSize+head.ProjectionsSize))
 	if err != nil {
-		return nil, corrupt("its JSONL frame does not decompress: %v", err)
+		return nil, corrupt("its payload does not decompress: %v", err)
 	}
-	if int64(len(jsonl)) != head.JSONLSize || sha256.Sum256(jsonl) != head.JSONLSHA256 {
-		return nil, corrupt("its JSONL is %d bytes with another SHA-256 than the head's (%d bytes)", len(jsonl), head.JSONLSize)
+	if int64(len(all)) != head.JSONLSize+head.ProjectionsSize {
+		return nil, corrupt("its payload holds %d bytes, its head says %d of JSONL and %d of projections", len(all), head.JSONLSize, head.ProjectionsSize)
 	}
-	pj, err := decoder().DecodeAll(payload[head.JSONLCompressed:], nil)
-	if err != nil {
-		return nil, corrupt("its projections frame does not decompress: %v", err)
+	jsonl, pj := all[:head.JSONLSize:head.JSONLSize], all[head.JSONLSize:]
+	if sha256.Sum256(jsonl) != head.JSONLSHA256 {
+		return nil, corrupt("its JSONL's SHA-256 is not its head's")
 	}
 	a := &Archived{Head: head, JSONL: jsonl, Projections: map[string]json.RawMessage{}}
 	if err := json.Unmarshal(pj, &a.Projections); err != nil {
@@ -447,10 +447,10 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	head := wire.ArchiveHead{Token: tok, ID: id, Incarnation: info.Incarnation, ArchiveID: nuid.Next(), Events: res.Events,
 		LastActivity: lastAt, ArchivedAt: o.now().UnixMilli(), JSONLSize: int64(buf.Len()), JSONLSHA256: sha256.Sum256(buf.Bytes()), Listing: listing}
 	pj, _ := json.Marshal(projections)
-	payload := encoder().EncodeAll(buf.Bytes(), nil)
-	head.JSONLCompressed = int64(len(payload))
-	payload = encoder().EncodeAll(pj, payload)
-	head.ProjectionsCompressed = int64(len(payload)) - head.JSONLCompressed
+	head.ProjectionsSize = int64(len(pj))
+	buf.Write(pj)
+	payload := encoder().EncodeAll(buf.Bytes(), make([]byte, 0, buf.Len()/3))
+	head.PayloadBytes = int64(len(payload))
 	if err := s.writeArchive(ctx, &head, head0Seq, payload); err != nil {
 		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}

@@ -194,10 +194,8 @@ func testArchive(t *testing.T, s *Store, id string, n int64) (wire.ArchiveHead, 
 	tok, _ := wire.Token(id)
 	head := wire.ArchiveHead{Token: tok, ID: id, Incarnation: info.Incarnation, ArchiveID: "T" + tok, Events: n, JSONLSize: int64(len(jsonl))}
 	head.JSONLSHA256 = sha256Sum(jsonl)
-	payload := encoder().EncodeAll(jsonl, nil)
-	head.JSONLCompressed = int64(len(payload))
-	payload = encoder().EncodeAll([]byte(`{}`), payload)
-	head.ProjectionsCompressed = int64(len(payload)) - head.JSONLCompressed
+	payload := encoder().EncodeAll(append(jsonl, `{}`...), nil)
+	head.PayloadBytes, head.ProjectionsSize = int64(len(payload)), 2
 	return head, payload
 }
 

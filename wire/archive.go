@@ -44,7 +44,7 @@ const (
 	HeaderArchiveCompression = "Agentlog-Compression"    // ArchiveCompression
 	HeaderArchiveParts       = "Agentlog-Archive-Parts"  // messages of the payload, the head included, decimal ≥ 1
 	HeaderArchivePart        = "Agentlog-Archive-Part"   // a part's position, 1..parts-1
-	HeaderArchivePayload     = "Agentlog-Payload"        // "<compressed JSONL bytes> <compressed projections bytes>"
+	HeaderArchivePayload     = "Agentlog-Payload"        // "<payload bytes> <projections bytes>": the zstd frame's size, the projections' size in it
 	HeaderArchiveListing     = "Agentlog-Listing"        // JSON: what a listing shows of the session (ArchiveListing)
 	ArchiveFormat            = "1"
 	ArchiveCompression       = "zstd"
@@ -90,13 +90,14 @@ type ArchiveHead struct {
 	JSONLSize                int64
 	JSONLSHA256              [sha256.Size]byte
 	Parts                    int
-	// JSONLCompressed and ProjectionsCompressed are the sizes of the payload's two frames.
-	JSONLCompressed, ProjectionsCompressed int64
-	Listing                                ArchiveListing
+	// PayloadBytes is the size of the payload (the zstd frame), ProjectionsSize that of the
+	// projection states' JSON inside it (after the JSONL).
+	PayloadBytes, ProjectionsSize int64
+	Listing                       ArchiveListing
 }
 
 // PayloadSize is the payload's size in bytes (the parts' and the head's bodies together).
-func (a ArchiveHead) PayloadSize() int64 { return a.JSONLCompressed + a.ProjectionsCompressed }
+func (a ArchiveHead) PayloadSize() int64 { return a.PayloadBytes }
 
 // Header renders the head's headers.
 func (a ArchiveHead) Header() Header {
@@ -111,7 +112,7 @@ func (a ArchiveHead) Header() Header {
 		HeaderArchiveJSONLSHA256: {hex.EncodeToString(a.JSONLSHA256[:])},
 		HeaderArchiveCompression: {ArchiveCompression},
 		HeaderArchiveParts:       {strconv.Itoa(a.Parts)},
-		HeaderArchivePayload:     {strconv.FormatInt(a.JSONLCompressed, 10) + " " + strconv.FormatInt(a.ProjectionsCompressed, 10)},
+		HeaderArchivePayload:     {strconv.FormatInt(a.PayloadBytes, 10) + " " + strconv.FormatInt(a.ProjectionsSize, 10)},
 	}
 	if a.Incarnation != "" {
 		h[IncarnationHeader] = []string{a.Incarnation}
@@ -204,11 +205,11 @@ func ParseArchiveHead(h Header) (ArchiveHead, error) {
 	ps := strings.Split(p, " ")
 	var e1, e2 error
 	if len(ps) == 2 {
-		a.JSONLCompressed, e1 = strconv.ParseInt(ps[0], 10, 64)
-		a.ProjectionsCompressed, e2 = strconv.ParseInt(ps[1], 10, 64)
+		a.PayloadBytes, e1 = strconv.ParseInt(ps[0], 10, 64)
+		a.ProjectionsSize, e2 = strconv.ParseInt(ps[1], 10, 64)
 	}
-	if len(ps) != 2 || e1 != nil || e2 != nil || a.JSONLCompressed < 1 || a.ProjectionsCompressed < 1 {
-		return a, fmt.Errorf("archive head: header %s is %q, want \"<jsonl bytes> <projections bytes>\"", HeaderArchivePayload, p)
+	if len(ps) != 2 || e1 != nil || e2 != nil || a.PayloadBytes < 1 || a.ProjectionsSize < 2 {
+		return a, fmt.Errorf("archive head: header %s is %q, want \"<payload bytes> <projections bytes>\"", HeaderArchivePayload, p)
 	}
 	if vs := h[HeaderArchiveListing]; len(vs) > 0 {
 		_ = json.Unmarshal([]byte(vs[0]), &a.Listing) // display only
