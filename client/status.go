@@ -1,12 +1,15 @@
 package client
 
 import (
+	"errors"
 	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,11 +47,17 @@ type Status struct {
 	Children      []string      `json:"children"`
 	Units         []UnitStatus  `json:"units"`
 	Stopped       []StoppedUnit `json:"stopped"`
+	// State is where its log lives: "active" (the hot stream; also a session without events) or
+	// "archived" (cold storage; a write restores it). Hold is true under a legal hold, with its
+	// reason.
+	State      string `json:"state"`
+	Hold       bool   `json:"hold"`
+	HoldReason string `json:"holdReason,omitempty"`
 }
 
-// Status reads session id's status from agentlog_sessions, the stream and agentlog_projections.
-// Children are found by a pass over agentlog_sessions (every header's parentSession): its cost
-// grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata;
+// Status reads session id's status from agentlog_sessions, the stream (or the archive) and
+// agentlog_projections (or the archive's projection states). Children come from the lineage
+// index (AGENTLOG_CHILDREN), each checked against its metadata. Errors: ErrNotFound (no metadata;
 // ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
@@ -63,16 +72,64 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	if !found {
 		return Status{}, notFoundError(id)
 	}
-	tail, err := st.GetTail(ctx, id)
+	loc, err := st.Locate(ctx, id)
 	if err != nil {
-		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
+		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "locate the log", Err: err}
 	}
 	h := info.Header
-	s := Status{ID: id, CreatedAt: h.CreatedAt, LastSeq: tail.NextSeq - 1, Events: tail.NextSeq,
+	next := loc.NextSeq()
+	s := Status{ID: id, CreatedAt: h.CreatedAt, LastSeq: next - 1, Events: next,
 		SeedLength: h.SeedLength, Children: []string{},
-		Units: []UnitStatus{}, Stopped: []StoppedUnit{}}
+		Units: []UnitStatus{}, Stopped: []StoppedUnit{}, State: string(store.StateActive)}
 	if h.ParentSession != "" {
 		s.ParentSession = &h.ParentSession
+	}
+	if hold, err := st.GetHold(ctx, id); err == nil {
+		s.Hold, s.HoldReason = true, hold.Reason
+	} else if !errors.Is(err, store.ErrNoHold) {
+		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the hold", Err: err}
+	}
+	if children, err := c.children(ctx, st, id); err != nil {
+		return Status{}, err
+	} else {
+		s.Children = children
+	}
+	unit := func(name string, value []byte) error {
+		var v struct {
+			StateVersion int              `json:"stateVersion"`
+			AsOfSeq      int64            `json:"asOfSeq"`
+			State        json.RawMessage  `json:"state"`
+			Error        *ProjectionError `json:"error"`
+		}
+		if err := json.Unmarshal(value, &v); err != nil {
+			return &Error{Code: CodeInternal, Session: id, Description: "projection " + name + " does not decode", Err: err}
+		}
+		s.Units = append(s.Units, UnitStatus{Unit: name, StateVersion: v.StateVersion, AsOfSeq: v.AsOfSeq, Lag: s.LastSeq - v.AsOfSeq, Error: v.Error})
+		if v.Error != nil {
+			s.Stopped = append(s.Stopped, StoppedUnit{Session: id, Seq: v.Error.Seq, Unit: name, Rule: v.Error.Rule, Message: v.Error.Message})
+		}
+		if name == "messages" {
+			var ms State
+			if json.Unmarshal(v.State, &ms) == nil {
+				s.OpenTurn = ms.OpenTurn
+			}
+		}
+		return nil
+	}
+	if loc.State == store.StateArchived {
+		s.State = string(store.StateArchived)
+		a, err := st.ReadArchive(ctx, id)
+		if err != nil {
+			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the archive", Err: err}
+		}
+		for name, value := range a.Projections {
+			if err := unit(name, value); err != nil {
+				return Status{}, err
+			}
+		}
+		slices.SortFunc(s.Units, func(a, b UnitStatus) int { return strings.Compare(a.Unit, b.Unit) })
+		slices.SortFunc(s.Stopped, func(a, b StoppedUnit) int { return strings.Compare(a.Unit, b.Unit) })
+		return s, nil
 	}
 
 	w, err := st.Projections.WatchFiltered(ctx, []string{"*." + tok}, natsjs.IgnoreDeletes())
@@ -84,28 +141,12 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		if e == nil {
 			break // the stored values are all delivered
 		}
-		unit, ok := strings.CutSuffix(e.Key(), "."+tok)
+		name, ok := strings.CutSuffix(e.Key(), "."+tok)
 		if !ok {
 			continue
 		}
-		var v struct {
-			StateVersion int              `json:"stateVersion"`
-			AsOfSeq      int64            `json:"asOfSeq"`
-			State        json.RawMessage  `json:"state"`
-			Error        *ProjectionError `json:"error"`
-		}
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "projection " + e.Key() + " does not decode", Err: err}
-		}
-		s.Units = append(s.Units, UnitStatus{Unit: unit, StateVersion: v.StateVersion, AsOfSeq: v.AsOfSeq, Lag: s.LastSeq - v.AsOfSeq, Error: v.Error})
-		if v.Error != nil {
-			s.Stopped = append(s.Stopped, StoppedUnit{Session: id, Seq: v.Error.Seq, Unit: unit, Rule: v.Error.Rule, Message: v.Error.Message})
-		}
-		if unit == "messages" {
-			var ms State
-			if json.Unmarshal(v.State, &ms) == nil {
-				s.OpenTurn = ms.OpenTurn
-			}
+		if err := unit(name, e.Value()); err != nil {
+			return Status{}, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -113,15 +154,58 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 	slices.SortFunc(s.Units, func(a, b UnitStatus) int { return strings.Compare(a.Unit, b.Unit) })
 	slices.SortFunc(s.Stopped, func(a, b StoppedUnit) int { return strings.Compare(a.Unit, b.Unit) })
+	return s, nil
+}
 
-	all, err := scanMeta(ctx, st, false)
+// children returns the sessions whose parentSession is id, sorted: the lineage index's links,
+// each checked against the child's metadata (a link left by a create that failed, or by a child
+// removed, is skipped).
+func (c *Client) children(ctx context.Context, st *store.Store, id string) ([]string, error) {
+	m, err := childrenIndexed(ctx, st, []string{id})
 	if err != nil {
-		return Status{}, err
+		return nil, err
 	}
-	for _, m := range all {
-		if m.parent == id {
-			s.Children = append(s.Children, m.id)
+	out := m[id]
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// childrenIndexed maps each of ids to its children (sorted): one batched read of the lineage index and
+// one of the children's metadata.
+func childrenIndexed(ctx context.Context, st *store.Store, ids []string) (map[string][]string, error) {
+	toks := make([]string, 0, len(ids))
+	byTok := map[string]string{}
+	for _, id := range ids {
+		if t, err := wire.Token(id); err == nil {
+			toks = append(toks, t)
+			byTok[t] = id
 		}
 	}
-	return s, nil
+	links, err := st.ChildTokens(ctx, toks)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read the lineage index", Err: err}
+	}
+	var childToks []string
+	for _, cs := range links {
+		childToks = append(childToks, cs...)
+	}
+	metas, err := st.SessionEntries(ctx, childToks)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read the children's metadata", Err: err}
+	}
+	out := map[string][]string{}
+	for ptok, cs := range links {
+		parent := byTok[ptok]
+		for _, ct := range cs {
+			e, ok := metas[ct]
+			if !ok || e.Header.ParentSession != parent {
+				continue
+			}
+			out[parent] = append(out[parent], e.Header.ID)
+		}
+		slices.Sort(out[parent])
+	}
+	return out, nil
 }

@@ -110,6 +110,8 @@ type queryState struct {
 	work    chan struct{} // bounds the queries being answered
 	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
+
+	archivedViews archivedCache // the archived sessions queried last
 	waiting atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
 }
 

@@ -38,6 +38,9 @@ func (p *Projector) answerMessages(ctx context.Context, r responder, q query, pr
 		nodes = q.Nodes
 	}
 	events := folded
+	if q.archived != nil {
+		events = q.archived.events
+	}
 	if events == nil {
 		var err error
 		var stored struct {

@@ -27,6 +27,7 @@ const QueryServiceVersion = "0.3.0"
 type query struct {
 	client.QueryRequest
 	deadline time.Time
+	archived *archivedView // the session's log lives in cold storage: answered from its archive
 }
 
 // addService starts the agentlog-query micro service (queue group "q", micro's default).
@@ -154,7 +155,7 @@ func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) 
 		go func() {
 			defer p.reqs.Done()
 			ctx := p.runCtx
-			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
+			proj, raw, st := p.readNow(ctx, ar, &q, token, allowStopped)
 			// A session whose state outgrew KV is answered by folding its log, which may wait
 			// for minSeq and for a fold slot: that is waiting, not answering.
 			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
@@ -250,10 +251,27 @@ func (q query) timeoutMs() int64 {
 func (q query) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
 // readNow reads the stored projection once.
-func (p *Projector) readNow(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, readStatus) {
+func (p *Projector) readNow(ctx context.Context, r responder, qp *query, token string, allowStopped bool) (Projection, []byte, readStatus) {
+	q := *qp
 	key := Key(token)
 	e, err := p.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Archived: its projection states are in its archive (a read never restores it).
+		if v, ok, aerr := p.archived(ctx, q.Session); aerr != nil {
+			r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading its archive: %v", q.Session, aerr))
+			return Projection{}, nil, answered
+		} else if ok {
+			qp.archived = v
+			switch proj := v.messages; {
+			case proj.Error != nil && !allowStopped && proj.Error.Rule != session.RuleStateTooLarge:
+				r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
+				return Projection{}, nil, answered
+			case q.waits() && proj.AsOfSeq < *q.MinSeq:
+				r.fail(client.CodeTimeout, fmt.Sprintf("session %q is archived at seq %d: seq %d will not come until it is written again", q.Session, proj.AsOfSeq, *q.MinSeq))
+				return Projection{}, nil, answered
+			}
+			return v.messages, v.raw, ready
+		}
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
 		_, _, known, removing, merr := sessionMetaState(ctx, p.store, q.Session)

@@ -148,9 +148,15 @@ func (p *Projector) answerSnapshot(ctx context.Context, r responder, q query, _ 
 		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
 		return
 	}
-	snap, err := readSnapshot(ctx, p.store, p.registry, q.Session, func(cause, desc string, fresh *sessState) {
-		p.noteRefold("snapshot", q.Session, cause, desc, fresh)
-	})
+	var snap client.SnapshotReply
+	var err error
+	if q.archived != nil {
+		snap = q.archived.snap
+	} else {
+		snap, err = readSnapshot(ctx, p.store, p.registry, q.Session, func(cause, desc string, fresh *sessState) {
+			p.noteRefold("snapshot", q.Session, cause, desc, fresh)
+		})
+	}
 	if errors.Is(err, ErrNoProjection) {
 		r.fail(client.CodeNotFound, err.Error())
 		return

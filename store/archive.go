@@ -750,3 +750,27 @@ func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, 
 	}
 	return next, flush()
 }
+
+// ArchiveHeads reads the archive heads of the sessions whose tokens are toks (batched direct
+// gets): token -> head, for those that have one. A head says the session is archived only when it
+// has no hot record (Locate decides for one session).
+func (s *Store) ArchiveHeads(ctx context.Context, toks []string) (map[string]wire.ArchiveHead, error) {
+	out := map[string]wire.ArchiveHead{}
+	if s.Archive == nil || len(toks) == 0 {
+		return out, nil
+	}
+	subjects := make([]string, len(toks))
+	for i, t := range toks {
+		subjects[i] = wire.ArchiveSubject(t)
+	}
+	msgs, err := s.lastMsgs(ctx, wire.ArchiveStream, subjects)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if h, err := wire.ParseArchiveHead(m.Header); err == nil {
+			out[h.Token] = h
+		}
+	}
+	return out, nil
+}

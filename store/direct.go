@@ -152,3 +152,28 @@ func rawFromDirect(msg *nats.Msg) (*natsjs.RawStreamMsg, error) {
 	}
 	return &natsjs.RawStreamMsg{Subject: msg.Header.Get(natsjs.SubjectHeader), Sequence: seq, Header: h, Data: msg.Data, Time: at}, nil
 }
+
+// LastMsgs is a batched direct get of the last message of each subject of stream matching
+// filters (in batches of 1,000 filters): what a listing reads of a page of sessions at once.
+func (s *Store) LastMsgs(ctx context.Context, stream string, filters []string) ([]*natsjs.RawStreamMsg, error) {
+	return s.lastMsgs(ctx, stream, filters)
+}
+
+// MsgsFrom is one batched direct get of up to batch messages of stream from stream seq seq on
+// (matching filter unless ""), in stream order.
+func (s *Store) MsgsFrom(ctx context.Context, stream string, seq uint64, batch int, filter string) ([]*natsjs.RawStreamMsg, error) {
+	req := map[string]any{"seq": max(seq, 1), "batch": batch, "max_bytes": directBatchBytes}
+	if filter != "" {
+		req["next_by_subj"] = filter
+	}
+	return s.getDirect(ctx, stream, req)
+}
+
+// MsgsSince is MsgsFrom from the first message stored at or after t.
+func (s *Store) MsgsSince(ctx context.Context, stream string, t time.Time, batch int, filter string) ([]*natsjs.RawStreamMsg, error) {
+	req := map[string]any{"start_time": t.UTC(), "batch": batch, "max_bytes": directBatchBytes}
+	if filter != "" {
+		req["next_by_subj"] = filter
+	}
+	return s.getDirect(ctx, stream, req)
+}

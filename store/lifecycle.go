@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -348,3 +349,39 @@ func wrongLastSeq(err error) bool {
 
 // IsWrongLastSequence reports whether err is JetStream's refusal of a guarded publish.
 func IsWrongLastSequence(err error) bool { return wrongLastSeq(err) }
+
+// SessionEntries reads the metadata of the sessions whose tokens are toks (batched direct gets;
+// a stale answer on R>1 may miss one just created): token -> metadata, without the sessions that
+// have none or are being removed.
+func (s *Store) SessionEntries(ctx context.Context, toks []string) (map[string]SessionInfo, error) {
+	out := map[string]SessionInfo{}
+	if len(toks) == 0 {
+		return out, nil
+	}
+	prefix := "$KV." + wire.SessionsBucket + "."
+	subjects := make([]string, len(toks))
+	for i, t := range toks {
+		subjects[i] = prefix + t
+	}
+	msgs, err := s.lastMsgs(ctx, "KV_"+wire.SessionsBucket, subjects)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if kvDeleted(m.Header) || m.Header.Get(wire.DeletingHeader) != "" {
+			continue
+		}
+		tok := strings.TrimPrefix(m.Subject, prefix)
+		id, err := wire.IDFromToken(tok)
+		if err != nil {
+			continue
+		}
+		var h session.Header
+		if json.Unmarshal(m.Data, &h) != nil || h.ID != id {
+			continue
+		}
+		h.Raw = append(json.RawMessage(nil), m.Data...)
+		out[tok] = SessionInfo{Header: h, Incarnation: m.Header.Get(wire.IncarnationHeader), Revision: m.Sequence}
+	}
+	return out, nil
+}
