@@ -1,9 +1,9 @@
 package client
 
 import (
-	"errors"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 

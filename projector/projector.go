@@ -112,7 +112,7 @@ type queryState struct {
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 
 	archivedViews archivedCache // the archived sessions queried last
-	waiting atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
+	waiting       atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is

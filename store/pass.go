@@ -282,7 +282,9 @@ func (s *Store) HotTails(ctx context.Context) (map[string]HotTail, error) {
 
 // AllArchiveHeads reads every archive head's headers (one headers-only pass over the heads: its
 // cost grows with the archived sessions).
-func (s *Store) AllArchiveHeads(ctx context.Context) ([]wire.ArchiveHead, error) { return s.archiveHeads(ctx) }
+func (s *Store) AllArchiveHeads(ctx context.Context) ([]wire.ArchiveHead, error) {
+	return s.archiveHeads(ctx)
+}
 
 // archiveHeads reads every archive head's headers (one headers-only pass over the heads).
 func (s *Store) archiveHeads(ctx context.Context) ([]wire.ArchiveHead, error) {
