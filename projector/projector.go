@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,11 @@ type Options struct {
 	// BlobGrace is the age an orphan blob must reach before it is removed (default and minimum:
 	// jetstream.DefaultBlobGrace and jetstream.MinBlobGrace).
 	BlobGrace time.Duration
+	// LifecycleInterval is how often the instance that owns partition 0 runs a lifecycle pass
+	// (the cluster's policy: archive idle sessions, retention; store.Store.LifecyclePass).
+	// Default DefaultLifecycleInterval (10 min); negative: never. Credentials without the right
+	// to purge skip it, saying so once.
+	LifecycleInterval time.Duration
 }
 
 // DefaultBlobGCInterval is the default Options.BlobGCInterval.
@@ -111,8 +117,11 @@ type queryState struct {
 	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 
-	archivedViews archivedCache // the archived sessions queried last
-	waiting       atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
+	archivedViews       archivedCache // the archived sessions queried last
+	lifecycleInterval   time.Duration
+	lifecycleSkipLogged bool // the pass was skipped for want of the right to purge (logged once)
+	lcm                 *lifecycleMetrics
+	waiting             atomic.Int64 // test hook: the queries waiting for minSeq, read by tests
 }
 
 // New returns a Projector over a provisioned store; nc is the connection the query service is
@@ -158,6 +167,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) *Projector {
 	if p.blobGC.interval == 0 {
 		p.blobGC.interval = DefaultBlobGCInterval
 	}
+	p.lifecycleInterval = cmp.Or(opts.LifecycleInterval, DefaultLifecycleInterval)
 	p.blobGC.grace = max(cmp.Or(p.blobGC.grace, store.DefaultBlobGrace), store.MinBlobGrace)
 	switch cb := opts.QueryCacheBytes; {
 	case cb == 0:
@@ -168,6 +178,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) *Projector {
 		p.nodes = newNodeCache(cb)
 	}
 	p.metrics = newMetrics(p)
+	p.lcm = newLifecycleMetrics(prometheus.Labels{"projector": p.name})
 	p.nodes.m = p.metrics
 	return p
 }
@@ -216,6 +227,10 @@ func (p *Projector) Start(ctx context.Context) error {
 	if p.blobGC.interval > 0 {
 		p.loop.Add(1)
 		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
+	}
+	if p.lifecycleInterval > 0 {
+		p.loop.Add(1)
+		go p.every(mctx, p.lifecycleInterval, p.lifecycle)
 	}
 	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", client.QueryService)
 	return nil

@@ -172,6 +172,7 @@ off on a new cluster).`,
 
 func newProjectorCmd(g *globals) *cobra.Command {
 	var name string
+	var lifecycleInterval time.Duration
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
@@ -216,7 +217,7 @@ waited for.`,
 			defer nc.Close()
 			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
-				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
+				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace, LifecycleInterval: lifecycleInterval})
 			ob.register(p.Collector())
 			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
@@ -235,6 +236,8 @@ waited for.`,
 	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
 		"how often the instance owning partition 0 removes orphan blobs of "+wire.BlobsBucket+" (as agentlog gc does; negative: never)")
 	c.Flags().DurationVar(&blobGrace, "blob-grace", store.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
+	c.Flags().DurationVar(&lifecycleInterval, "lifecycle-interval", projector.DefaultLifecycleInterval,
+		"how often the instance owning partition 0 applies the cluster's lifecycle policy (as agentlog lifecycle run does; it needs the right to purge; negative: never)")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
