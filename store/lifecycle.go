@@ -385,3 +385,17 @@ func (s *Store) SessionEntries(ctx context.Context, toks []string) (map[string]S
 	}
 	return out, nil
 }
+
+// lookupLifecycle looks up the lifecycle's streams and bucket, nil for those it cannot find.
+func lookupLifecycle(ctx context.Context, js natsjs.JetStream) (archive, children natsjs.Stream, lifecycle natsjs.KeyValue) {
+	if st, err := js.Stream(ctx, wire.ArchiveStream); err == nil {
+		archive = st
+	}
+	if st, err := js.Stream(ctx, wire.ChildrenStream); err == nil {
+		children = st
+	}
+	if kv, err := js.KeyValue(ctx, wire.LifecycleBucket); err == nil {
+		lifecycle = kv
+	}
+	return archive, children, lifecycle
+}

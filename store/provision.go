@@ -175,7 +175,12 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	}
 	archive, children, lifecycle, err := ensureLifecycle(ctx, js, replicas, found.maxMsgSize)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, ErrIncompatible) {
+			return nil, err
+		}
+		// Credentials that may not create them (an agent's, on a deployment provisioned before
+		// they existed): use what exists, and go without the rest (no archived reads).
+		archive, children, lifecycle = lookupLifecycle(ctx, js)
 	}
 	return &Store{
 		mux:         &directMux{},
