@@ -238,6 +238,10 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 	return res, ctx.Err()
 }
 
+// ArchiveChecked is the option of an ArchiveSession whose caller checked the right to purge and
+// the session's hold itself (a lifecycle pass, a benchmark): it saves two requests a session.
+func ArchiveChecked() ArchiveOpt { return archivePass() }
+
 // archivePass marks an ArchiveSession made by a pass: the pass checked the right to purge and the
 // holds itself.
 func archivePass() ArchiveOpt { return func(o *archiveOpts) { o.ignoreHold, o.pass = true, true } }

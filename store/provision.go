@@ -44,6 +44,9 @@ type Config struct {
 	Replicas        int
 	MaxMsgSize      int32
 	DuplicateWindow time.Duration
+	// Compression of a new AGENTLOG stream: "s2" (the default) or "none". An existing stream
+	// keeps its own (archives are compressed either way).
+	Compression string
 }
 
 // Store is a provisioned agentlog on one JetStream account. Get one from Provision or Open. It holds
@@ -208,6 +211,7 @@ type want struct {
 	explicitReplicas     bool
 	explicitMaxMsgSize   bool
 	explicitDupWindow    bool
+	compression          natsjs.StoreCompression
 }
 
 func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
@@ -243,6 +247,14 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 		w.maxMsgSize = int32(min(int64(DefaultMaxMsgSize), w.maxPayload))
 	}
 	w.dupWindow = cmp.Or(w.dupWindow, DefaultDuplicateWindow)
+	switch cfg.Compression {
+	case "", "s2":
+		w.compression = natsjs.S2Compression
+	case "none":
+		w.compression = natsjs.NoCompression
+	default:
+		return w, fmt.Errorf("provision: compression %q, want s2 or none", cfg.Compression)
+	}
 	return w, nil
 }
 
@@ -256,7 +268,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.Duplicates = w.dupWindow
 	c.DenyDelete = true
 	c.DenyPurge = false // RemoveSession purges a session's subject
-	c.Compression = natsjs.S2Compression
+	c.Compression = w.compression
 	c.AllowAtomicPublish = true
 	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}
 	return c

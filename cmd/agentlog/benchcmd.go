@@ -327,6 +327,7 @@ The scale phase runs its servers as child processes (as bench scale does). --ses
 	c.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds of the restore phase")
 	c.Flags().IntVar(&o.Workers, "workers", 64, "concurrent writers and archivers")
 	c.Flags().StringVar(&phases, "phases", "", "comma-separated phases to run (default all)")
+	c.Flags().StringVar(&o.HotCompression, "hot-compression", "s2", "the hot stream's compression in the scale phase: s2 or none (the hot path's measurement)")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
 	c.Flags().StringVar(&o.DataDir, "data", "", "parent of the runs' storage directories (default: a temporary directory, removed afterwards)")
 	return c

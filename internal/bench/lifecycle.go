@@ -12,12 +12,15 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/loggen"
+	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -36,6 +39,7 @@ type LifecycleOptions struct {
 	Rounds          int // rounds of the restore-vs-fork phase
 	Workers         int
 	Phases          []string // which phases run (default all): archive, restore, scale
+	HotCompression  string   // the hot stream's compression in the scale phase: s2 (default) or none
 	JSON            bool
 	DataDir         string
 }
@@ -344,9 +348,282 @@ func benchRestore(ctx context.Context, o LifecycleOptions, dir string, res *Life
 	return nil
 }
 
-// LifecycleScale is the large-store phase's figures.
-type LifecycleScale struct{}
+// LifecycleScale is the large-store phase's figures, each with its baseline of the same run.
+type LifecycleScale struct {
+	Sessions       int     `json:"sessions"`
+	Active         int     `json:"active"`
+	HotCompression string  `json:"hot_compression"`
+	FillMs         float64 `json:"fill_ms"`
+	ArchiveMs      float64 `json:"archive_ms"` // archiving sessions - active of them, one by one (64 at a time)
+	ArchivePerSec  float64 `json:"archive_sessions_per_sec"`
 
+	// Append: the sample of active sessions, guarded records, against a fresh store of active
+	// sessions (the same work): append_ratio (target >= 0.9).
+	AppendEventsPerSec         float64 `json:"append_events_per_sec"`
+	BaselineAppendEventsPerSec float64 `json:"baseline_append_events_per_sec"`
+	AppendRatio                float64 `json:"append_ratio"`
+	// The server's CPU per appended record in both (less noisy than the rates on a shared machine).
+	AppendServerCPUUsPerRecord         float64 `json:"append_server_cpu_us_per_record"`
+	BaselineAppendServerCPUUsPerRecord float64 `json:"baseline_append_server_cpu_us_per_record"`
+
+	// The hot stream's bytes (its state's) with all but active archived, against the same store
+	// before archiving: hot_bytes_ratio (target <= 0.05); and its files on disk.
+	HotBytesBefore     uint64  `json:"hot_bytes_before"`
+	HotBytesAfter      uint64  `json:"hot_bytes_after"`
+	HotBytesRatio      float64 `json:"hot_bytes_ratio"`
+	HotDiskBytesBefore int64   `json:"hot_disk_bytes_before"`
+	HotDiskBytesAfter  int64   `json:"hot_disk_bytes_after"`
+	ArchiveStreamBytes uint64  `json:"archive_stream_bytes"`
+
+	// A projector restarted with its checkpoints, from Start to serving a fresh messages query
+	// (target <= 2,000 ms), and the same on the fresh store.
+	RestartReadyMs         float64 `json:"restart_ready_ms"`
+	BaselineRestartReadyMs float64 `json:"baseline_restart_ready_ms"`
+
+	// sessions --limit 50 (the default order), median of 5, and the same on the fresh store.
+	ListFirstPageMs         float64 `json:"list_first_page_ms"`
+	BaselineListFirstPageMs float64 `json:"baseline_list_first_page_ms"`
+	// The other orders' first page at the large store, once each (what they cost).
+	ListActivityMs float64 `json:"list_activity_ms"`
+	ListIDMs       float64 `json:"list_id_ms"`
+	ListArchivedMs float64 `json:"list_state_archived_ms"`
+	ElapsedS       float64 `json:"elapsed_s"`
+}
+
+// benchLifecycleScale runs a fresh store of Active sessions (the baselines), then a store of
+// Sessions sessions of which all but Active are archived; each on a server of its own (a child
+// process).
 func benchLifecycleScale(ctx context.Context, o LifecycleOptions, dir string, logw io.Writer) (LifecycleScale, error) {
-	return LifecycleScale{}, fmt.Errorf("not built yet")
+	start := time.Now()
+	sc := LifecycleScale{Sessions: o.Sessions, Active: o.Active, HotCompression: cmpOr(o.HotCompression, "s2")}
+	base, err := lifecycleScaleRun(ctx, o, o.Active, o.Active, filepath.Join(dir, "fresh"), logw)
+	if err != nil {
+		return sc, fmt.Errorf("the fresh store of %d sessions: %w", o.Active, err)
+	}
+	big, err := lifecycleScaleRun(ctx, o, o.Sessions, o.Active, filepath.Join(dir, "large"), logw)
+	if err != nil {
+		return sc, fmt.Errorf("the store of %d sessions: %w", o.Sessions, err)
+	}
+	sc.FillMs, sc.ArchiveMs, sc.ArchivePerSec = big.fillMs, big.archiveMs, big.archivePerSec
+	sc.AppendEventsPerSec, sc.BaselineAppendEventsPerSec = big.appendRate, base.appendRate
+	sc.AppendRatio = round2(big.appendRate / base.appendRate)
+	sc.AppendServerCPUUsPerRecord, sc.BaselineAppendServerCPUUsPerRecord = big.appendCPUUs, base.appendCPUUs
+	sc.HotBytesBefore, sc.HotBytesAfter = big.hotBefore, big.hotAfter
+	sc.HotBytesRatio = round2(float64(big.hotAfter) / float64(big.hotBefore))
+	sc.HotDiskBytesBefore, sc.HotDiskBytesAfter, sc.ArchiveStreamBytes = big.diskBefore, big.diskAfter, big.archiveBytes
+	sc.RestartReadyMs, sc.BaselineRestartReadyMs = big.restartMs, base.restartMs
+	sc.ListFirstPageMs, sc.BaselineListFirstPageMs = big.listMs, base.listMs
+	sc.ListActivityMs, sc.ListIDMs, sc.ListArchivedMs = big.listActivityMs, big.listIDMs, big.listArchivedMs
+	sc.ElapsedS = round1(time.Since(start).Seconds())
+	return sc, nil
+}
+
+func cmpOr(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+type scaleRunFigures struct {
+	fillMs, archiveMs, archivePerSec         float64
+	appendRate, appendCPUUs                  float64
+	hotBefore, hotAfter, archiveBytes        uint64
+	diskBefore, diskAfter                    int64
+	restartMs, listMs                        float64
+	listActivityMs, listIDMs, listArchivedMs float64
+}
+
+// lifecycleScaleRun fills n sessions (metadata and one record of 4 events each), archives all but
+// the first active, then measures appends to a sample of the active ones, the hot stream's bytes,
+// a projector's restart and the first page of a listing.
+func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, dir string, logw io.Writer) (scaleRunFigures, error) {
+	var f scaleRunFigures
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return f, err
+	}
+	defer os.RemoveAll(dir)
+	url, pid, stopServer, err := startScaleServer(ctx, dir, "")
+	if err != nil {
+		return f, err
+	}
+	defer stopServer()
+	nc, _, err := natsdev.Connect(url, nats.Name("agentlog-bench-lifecycle"))
+	if err != nil {
+		return f, err
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc, natsjs.WithDefaultTimeout(30*time.Second))
+	if err != nil {
+		return f, err
+	}
+	st, err := store.Provision(ctx, js, store.Config{Compression: o.HotCompression})
+	if err != nil {
+		return f, fmt.Errorf("provision: %w", err)
+	}
+	id := func(i int) string { return fmt.Sprintf("life-%07d", i) }
+	t0 := time.Now().UnixMilli()
+	const per, records = 4, 20
+	evs, err := loggen.ChunkTurn(1, per*(1+records)+1, 256, t0) // and one more: the fresh query's record
+	if err != nil {
+		return f, err
+	}
+	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: fill...\n", n)
+	tails := make([]uint64, n)
+	start := time.Now()
+	if err := forEach(ctx, n, o.Workers, func(i int) error {
+		if err := st.CreateSession(ctx, session.Header{ID: id(i), CreatedAt: t0}); err != nil {
+			return err
+		}
+		r, err := st.Append(ctx, id(i), 0, evs[:per])
+		tails[i] = r.StreamSeq
+		return err
+	}); err != nil {
+		return f, fmt.Errorf("fill: %w", err)
+	}
+	f.fillMs = ms(time.Since(start))
+	info, err := st.Stream.Info(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.hotBefore, f.diskBefore = info.State.Bytes, dirBytes(filepath.Join(dir, "jetstream"))
+	if n > active {
+		fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: archive %d of them...\n", n, n-active)
+		start = time.Now()
+		var done atomic.Int64
+		if err := forEach(ctx, n-active, o.Workers, func(k int) error {
+			r, err := st.ArchiveSession(ctx, id(active+k), store.ArchiveChecked())
+			if err == nil && !r.Archived {
+				err = fmt.Errorf("session %q not archived: %+v", id(active+k), r)
+			}
+			if d := done.Add(1); d%100_000 == 0 {
+				fmt.Fprintf(logw, "bench lifecycle scale: %d archived (%.0f/s)\n", d, float64(d)/time.Since(start).Seconds())
+			}
+			return err
+		}); err != nil {
+			return f, fmt.Errorf("archive: %w", err)
+		}
+		f.archiveMs = ms(time.Since(start))
+		f.archivePerSec = round1(float64(n-active) / time.Since(start).Seconds())
+		// Let the file store settle (compaction of emptied blocks) before its bytes are read.
+		time.Sleep(2 * time.Second)
+		if info, err = st.Stream.Info(ctx); err != nil {
+			return f, err
+		}
+		f.hotAfter = info.State.Bytes
+		f.diskAfter = dirBytes(filepath.Join(dir, "jetstream"))
+		if ai, err := st.Archive.Info(ctx); err == nil {
+			f.archiveBytes = ai.State.Bytes
+		}
+		fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: archived in %.0f ms (%.0f/s); hot bytes %d -> %d\n", n, f.archiveMs, f.archivePerSec, f.hotBefore, f.hotAfter)
+	}
+
+	// Appends to a sample of the active sessions.
+	sample := min(active, 1000)
+	cpu0 := procCPU(pid)
+	start = time.Now()
+	if err := forEach(ctx, sample, o.Workers, func(k int) error {
+		i := k * (active / sample)
+		for r := 1; r <= records; r++ {
+			res, err := st.Append(ctx, id(i), tails[i], evs[r*per:(r+1)*per])
+			if err != nil {
+				return err
+			}
+			tails[i] = res.StreamSeq
+		}
+		return nil
+	}); err != nil {
+		return f, fmt.Errorf("append: %w", err)
+	}
+	f.appendRate = round1(float64(sample*records*per) / time.Since(start).Seconds())
+	f.appendCPUUs = round1(float64((procCPU(pid) - cpu0).Microseconds()) / float64(sample*records))
+	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: append %.0f events/s (server %.1f µs CPU a record)\n", n, f.appendRate, f.appendCPUUs)
+
+	// A projector folds the hot stream, stops, and starts again with its checkpoints.
+	p := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	if err := p.Start(ctx); err != nil {
+		return f, err
+	}
+	total := int64(active*per + sample*records*per)
+	if err := waitFolded(ctx, st, p, total); err != nil {
+		p.Stop()
+		return f, err
+	}
+	if err := p.Stop(); err != nil {
+		return f, err
+	}
+	cl, err := client.New(nc)
+	if err != nil {
+		return f, err
+	}
+	p2 := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	start = time.Now()
+	if err := p2.Start(ctx); err != nil {
+		return f, err
+	}
+	defer p2.Stop()
+	target := id(0)
+	last := int64(per * (1 + records))
+	if _, err := st.Append(ctx, target, tails[0], evs[last:last+1]); err != nil {
+		return f, err
+	}
+	if _, err := cl.Messages(ctx, target, client.MinSeq(last)); err != nil {
+		return f, fmt.Errorf("messages after the restart: %w", err)
+	}
+	f.restartMs = ms(time.Since(start))
+	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: projector restarted and served a fresh query in %.0f ms\n", n, f.restartMs)
+
+	// Listing.
+	page := func(q client.SessionsQuery) (time.Duration, error) {
+		t := time.Now()
+		rows := 0
+		_, err := cl.Sessions(ctx, q, func(client.SessionInfo) error { rows++; return nil })
+		if err == nil && rows != q.Limit && q.Limit <= n {
+			err = fmt.Errorf("the first page has %d rows, want %d", rows, q.Limit)
+		}
+		return time.Since(t), err
+	}
+	var lists []time.Duration
+	for range 5 {
+		d, err := page(client.SessionsQuery{Sort: client.SortCreated, Limit: 50})
+		if err != nil {
+			return f, fmt.Errorf("sessions: %w", err)
+		}
+		lists = append(lists, d)
+	}
+	slices.Sort(lists)
+	f.listMs = ms(lists[2])
+	if d, err := page(client.SessionsQuery{Sort: client.SortActivity, Limit: 50}); err == nil {
+		f.listActivityMs = ms(d)
+	}
+	if d, err := page(client.SessionsQuery{Sort: client.SortID, Limit: 50}); err == nil {
+		f.listIDMs = ms(d)
+	}
+	if n > active {
+		if d, err := page(client.SessionsQuery{Sort: client.SortCreated, State: client.StateArchived, Limit: 50}); err == nil {
+			f.listArchivedMs = ms(d)
+		}
+	}
+	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: sessions --limit 50 %.1f ms (activity %.0f, id %.0f)\n", n, f.listMs, f.listActivityMs, f.listIDMs)
+	return f, nil
+}
+
+// procCPU is the user and system CPU time process pid has used (from /proc; 0 elsewhere).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * 10 * time.Millisecond // clock ticks of 10 ms (USER_HZ 100)
 }
