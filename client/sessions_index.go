@@ -23,8 +23,9 @@ const (
 	// agentlog_sessions' stream): a page reads only its rows.
 	SortCreated = "created"
 	// SortActivity is by last activity, newest first: the sessions with records in the hot stream
-	// (one headers-only pass over their last records), then the archived ones by when they were
-	// archived. Sessions without events have no activity and are not listed.
+	// (one headers-only pass over their last records: its cost grows with the hot sessions), then
+	// the archived ones by when they were archived (a page reads only its rows). Sessions without
+	// events have no activity and are not listed.
 	SortActivity = "activity"
 )
 
@@ -397,76 +398,119 @@ func sessionsFew(ctx context.Context, st *store.Store, q SessionsQuery, toks []s
 	return "c:" + strconv.FormatUint(last.seq, 10), nil
 }
 
-// sessionsActivity lists by last activity, newest first: the hot sessions, then the archived ones.
-// The cursor is a:<last activity ms>:<token> of the last row given.
+// sessionsActivity lists by last activity, newest first: the hot sessions (sorted exactly), then
+// the archived ones in the order they were archived, newest first (windows of the archive heads
+// read backwards, as sessionsCreated reads agentlog_sessions). The cursor is a:<last activity
+// ms>:<token> in the hot part, a:r:<archive stream seq> in the archived part.
 func sessionsActivity(ctx context.Context, st *store.Store, q SessionsQuery, fn func(SessionInfo) error) (string, error) {
-	tails, err := st.HotTails(ctx)
-	if err != nil {
-		return "", &Error{Code: CodeInternal, Description: "read stream " + wire.StreamName, Err: err}
-	}
 	type act struct {
 		tok string
 		at  int64
 	}
-	var order []act
-	for tok, t := range tails {
-		order = append(order, act{tok, t.LastActivity})
-	}
-	heads, err := st.AllArchiveHeads(ctx)
-	if err != nil {
-		return "", &Error{Code: CodeInternal, Description: "read stream " + wire.ArchiveStream, Err: err}
-	}
-	for _, h := range heads {
-		if _, hot := tails[h.Token]; !hot {
-			order = append(order, act{h.Token, h.LastActivity})
-		}
-	}
-	slices.SortFunc(order, func(a, b act) int {
+	order := func(a, b act) int {
 		if c := cmp.Compare(b.at, a.at); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.tok, b.tok)
-	})
-	start := 0
-	if q.After != "" {
-		at, tok, ok := strings.Cut(q.After[2:], ":")
-		ms, err := strconv.ParseInt(at, 10, 64)
-		if !ok || err != nil {
-			return "", &Error{Code: CodeBadRequest, Description: fmt.Sprintf("sessions: cursor %q is not one a listing gave", q.After)}
-		}
-		start, _ = slices.BinarySearchFunc(order, act{tok, ms}, func(a, b act) int {
-			if c := cmp.Compare(b.at, a.at); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.tok, b.tok)
-		})
-		if start < len(order) && order[start].tok == tok {
-			start++
-		}
+	}
+	bad := &Error{Code: CodeBadRequest, Description: fmt.Sprintf("sessions: cursor %q is not one a listing gave", q.After)}
+	tails, err := st.HotTails(ctx)
+	if err != nil {
+		return "", &Error{Code: CodeInternal, Description: "read stream " + wire.StreamName, Err: err}
 	}
 	given := 0
-	const window = 256
-	for i := start; i < len(order); i += window {
-		part := order[i:min(i+window, len(order))]
-		if !q.ActiveSince.IsZero() && part[0].at < q.ActiveSince.UnixMilli() {
-			break
+	coldFrom := uint64(0) // the archived part's cursor (0: from its end)
+	if strings.HasPrefix(q.After, "a:r:") {
+		if coldFrom, err = strconv.ParseUint(q.After[4:], 10, 64); err != nil || coldFrom == 0 {
+			return "", bad
 		}
-		toks := make([]string, len(part))
-		for k, a := range part {
-			toks[k] = a.tok
+	} else {
+		var hot []act
+		for tok, t := range tails {
+			hot = append(hot, act{tok, t.LastActivity})
 		}
-		entries, err := st.SessionEntries(ctx, toks)
-		if err != nil {
-			return "", &Error{Code: CodeInternal, Description: "read KV bucket " + wire.SessionsBucket, Err: err}
-		}
-		var rows []*row
-		for _, a := range part {
-			e, ok := entries[a.tok]
-			if !ok {
-				continue // a log without metadata
+		slices.SortFunc(hot, order)
+		start := 0
+		if q.After != "" {
+			at, tok, ok := strings.Cut(q.After[2:], ":")
+			ms, err := strconv.ParseInt(at, 10, 64)
+			if !ok || err != nil {
+				return "", bad
 			}
-			r := &row{meta: meta{id: e.Header.ID, token: a.tok, raw: e.Header.Raw, parent: e.Header.ParentSession, seedLength: e.Header.SeedLength}, seq: e.Revision}
-			rows = append(rows, r)
+			start, _ = slices.BinarySearchFunc(hot, act{tok, ms}, order)
+			if start < len(hot) && hot[start].tok == tok {
+				start++
+			}
+		}
+		const window = 256
+		for i := start; i < len(hot); i += window {
+			part := hot[i:min(i+window, len(hot))]
+			if !q.ActiveSince.IsZero() && part[0].at < q.ActiveSince.UnixMilli() {
+				return "", nil
+			}
+			toks := make([]string, len(part))
+			for k, a := range part {
+				toks[k] = a.tok
+			}
+			rows, err := rowsOf(ctx, st, toks)
+			if err != nil {
+				return "", err
+			}
+			if err := resolve(ctx, st, q, rows); err != nil {
+				return "", err
+			}
+			n, last, err := emit(ctx, st, rows, q.Limit, given, fn)
+			if err != nil {
+				return "", err
+			}
+			given += n
+			if q.Limit > 0 && given >= q.Limit {
+				return "a:" + strconv.FormatInt(last.info.LastActivity, 10) + ":" + last.token, nil
+			}
+		}
+	}
+	// The archived sessions: last activity is at the latest when they were archived.
+	if st.Archive == nil {
+		return "", nil
+	}
+	ai, err := st.Archive.Info(ctx)
+	if err != nil {
+		return "", &Error{Code: CodeInternal, Description: "read stream " + wire.ArchiveStream, Err: err}
+	}
+	hi, lo := ai.State.LastSeq, ai.State.FirstSeq
+	if coldFrom > 0 {
+		hi = min(hi, coldFrom-1)
+	}
+	window := uint64(max(q.Limit, 64))
+	for hi >= lo && hi > 0 && ai.State.Msgs > 0 {
+		from := lo
+		if hi >= lo+window {
+			from = hi - window + 1
+		}
+		msgs, err := st.MsgsFrom(ctx, wire.ArchiveStream, from, int(hi-from+1), wire.ArchivePrefix+".*")
+		if err != nil {
+			return "", &Error{Code: CodeInternal, Description: "read stream " + wire.ArchiveStream, Err: err}
+		}
+		var toks []string
+		seqOf := map[string]uint64{}
+		for i := len(msgs) - 1; i >= 0; i-- {
+			m := msgs[i]
+			h, err := wire.ParseArchiveHead(m.Header)
+			if m.Sequence > hi || err != nil {
+				continue
+			}
+			if _, hot := tails[h.Token]; hot {
+				continue // listed in the hot part (a restored session's stale archive)
+			}
+			if !q.ActiveSince.IsZero() && h.ArchivedAt < q.ActiveSince.UnixMilli() {
+				break
+			}
+			toks = append(toks, h.Token)
+			seqOf[h.Token] = m.Sequence
+		}
+		rows, err := rowsOf(ctx, st, toks)
+		if err != nil {
+			return "", err
 		}
 		if err := resolve(ctx, st, q, rows); err != nil {
 			return "", err
@@ -477,13 +521,28 @@ func sessionsActivity(ctx context.Context, st *store.Store, q SessionsQuery, fn 
 		}
 		given += n
 		if q.Limit > 0 && given >= q.Limit {
-			if i+window < len(order) || last != nil && last.token != part[len(part)-1].tok {
-				return "a:" + strconv.FormatInt(last.info.LastActivity, 10) + ":" + last.token, nil
-			}
-			return "", nil
+			return "a:r:" + strconv.FormatUint(seqOf[last.token], 10), nil
 		}
+		hi = from - 1
+		window = min(window*2, 4096)
 	}
 	return "", nil
+}
+
+// rowsOf reads the metadata of toks (one batched get) as listing rows, in toks' order; a token
+// without metadata (a log without it) is left out.
+func rowsOf(ctx context.Context, st *store.Store, toks []string) ([]*row, error) {
+	entries, err := st.SessionEntries(ctx, toks)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read KV bucket " + wire.SessionsBucket, Err: err}
+	}
+	var rows []*row
+	for _, t := range toks {
+		if e, ok := entries[t]; ok {
+			rows = append(rows, &row{meta: meta{id: e.Header.ID, token: t, raw: e.Header.Raw, parent: e.Header.ParentSession, seedLength: e.Header.SeedLength}, seq: e.Revision})
+		}
+	}
+	return rows, nil
 }
 
 // sessionsByIDFiltered is an id-order listing with filters: the pass over every header, then the

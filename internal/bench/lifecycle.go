@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -486,7 +487,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	if err != nil {
 		return f, err
 	}
-	f.hotBefore, f.diskBefore = info.State.Bytes, dirBytes(filepath.Join(dir, "jetstream"))
+	f.hotBefore, f.diskBefore = info.State.Bytes, streamDirBytes(dir, wire.StreamName)
 	if n > active {
 		fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: archive %d of them...\n", n, n-active)
 		start = time.Now()
@@ -511,7 +512,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 			return f, err
 		}
 		f.hotAfter = info.State.Bytes
-		f.diskAfter = dirBytes(filepath.Join(dir, "jetstream"))
+		f.diskAfter = streamDirBytes(dir, wire.StreamName)
 		if ai, err := st.Archive.Info(ctx); err == nil {
 			f.archiveBytes = ai.State.Bytes
 		}
@@ -626,4 +627,17 @@ func procCPU(pid int) time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	k, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+k) * 10 * time.Millisecond // clock ticks of 10 ms (USER_HZ 100)
+}
+
+// streamDirBytes is the size of stream name's directory under the server's storage dir.
+func streamDirBytes(dir, name string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == name && filepath.Base(filepath.Dir(path)) == "streams" {
+			n += dirBytes(path)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return n
 }
