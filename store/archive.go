@@ -289,10 +289,22 @@ type ArchiveResult struct {
 type ArchiveOpt func(*archiveOpts)
 
 type archiveOpts struct {
+	step       func(string) // StepHook
 	ignoreHold bool
 	pass       bool // a LifecyclePass: it probed the right to purge
 	now        func() time.Time
 	idleSince  time.Time // zero: archive whatever its last activity
+}
+
+// StepHook calls fn with the name of each step of an ArchiveSession or RestoreSession as it is
+// reached (the fault tests kill their process there): archive "read", "parts", "head",
+// "committed", "projections"; restore "read", "written".
+func StepHook(fn func(step string)) ArchiveOpt { return func(o *archiveOpts) { o.step = fn } }
+
+func (o *archiveOpts) at(step string) {
+	if o.step != nil {
+		o.step(step)
+	}
 }
 
 // ArchiveIdleSince makes ArchiveSession archive only a session whose last record was stored before
@@ -435,6 +447,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 		return res, fmt.Errorf("archive session %q: %w (its last record was stored at %s)", id, ErrNotIdle, time.UnixMilli(lastAt).UTC().Format(time.RFC3339))
 	}
 	res.Events, res.LastActivity = next, lastAt
+	o.at("read")
 
 	// 2. The projection states caught up with the log.
 	projections, listing, err := s.caughtUpProjections(ctx, tok, res.Events-1)
@@ -451,7 +464,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	buf.Write(pj)
 	payload := encoder().EncodeAll(buf.Bytes(), make([]byte, 0, buf.Len()/3))
 	head.PayloadBytes = int64(len(payload))
-	if err := s.writeArchive(ctx, &head, head0Seq, payload); err != nil {
+	if err := s.writeArchive(ctx, &head, head0Seq, payload, o.at); err != nil {
 		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}
 	res.ArchiveID, res.JSONLBytes, res.StoredBytes, res.Parts = head.ArchiveID, head.JSONLSize, int64(len(payload)), head.Parts
@@ -472,11 +485,13 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 		return res, fmt.Errorf("archive session %q: %w", id, err)
 	}
 	res.Archived = true
+	o.at("committed")
 
 	// 5. What the archive holds now: the projection keys, the blobs, an earlier archive's parts.
 	if _, err := s.purge(ctx, "KV_"+wire.ProjectionsBucket, "$KV."+wire.ProjectionsBucket+".*."+tok, 0); err != nil {
 		return res, fmt.Errorf("archive session %q: purge its projection keys (it is archived; run the archive again to finish): %w", id, err)
 	}
+	o.at("projections")
 	slices.Sort(blobNames)
 	if s.Blobs != nil {
 		if res.Blobs, err = s.deleteBlobs(ctx, slices.Compact(blobNames)); err != nil {
@@ -584,7 +599,7 @@ func (s *Store) archivePartBudget() int {
 
 // writeArchive writes head's payload: its parts (head.Parts is set here), then the head, guarded
 // on the archive head it replaces, so that two archivers of one session cannot both win.
-func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev uint64, payload []byte) error {
+func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev uint64, payload []byte, at func(string)) error {
 	budget := s.archivePartBudget()
 	var chunks [][]byte
 	for len(payload) > budget {
@@ -610,6 +625,7 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 			return ctx.Err()
 		}
 	}
+	at("parts")
 	m := &nats.Msg{Subject: wire.ArchiveSubject(head.Token), Header: nats.Header(head.Header()), Data: payload}
 	if _, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {
 		if IsWrongLastSequence(err) {
@@ -617,6 +633,7 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 		}
 		return fmt.Errorf("write the archive head: %w", err)
 	}
+	at("head")
 	return nil
 }
 
@@ -633,13 +650,17 @@ type RestoreResult struct {
 // RestoreMsgID is the Nats-Msg-Id prefix of the records a restore of archive archiveID writes.
 func RestoreMsgID(archiveID string) string { return "restore:" + archiveID }
 
-// RestoreSession brings an archived session's log back to the hot stream: the archive's events
+// RestoreSession brings an archived session's log back to the hot stream (opts: StepHook): the archive's events
 // are written as records guarded with expected stream seq 0 (one record, or one atomic batch), so
 // a restore is all or nothing, and of two concurrent restores one writes and the other finds its
 // records (idempotent). The archive is left in place (a restore needs no right to purge); the
 // lifecycle pass removes it. A session that is not archived is left as it is (Already). Errors
 // name the session: ErrSessionNotFound, ErrArchiveCorrupt, write failures.
-func (s *Store) RestoreSession(ctx context.Context, id string) (RestoreResult, error) {
+func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOpt) (RestoreResult, error) {
+	o := archiveOpts{now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	res := RestoreResult{Session: id}
 	loc, err := s.Locate(ctx, id)
 	if err != nil {
@@ -670,6 +691,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string) (RestoreResult, e
 		return res, fmt.Errorf("restore session %q: the archived log: %w", id, err)
 	}
 	res.ArchiveID, res.Events = a.Head.ArchiveID, int64(len(evs))
+	o.at("read")
 	msgID := RestoreMsgID(a.Head.ArchiveID)
 	app, err := s.BeginAppend(id, 0, WithMsgID(msgID))
 	if err != nil {
@@ -695,6 +717,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string) (RestoreResult, e
 		return res, fmt.Errorf("restore session %q: %w", id, err)
 	}
 	res.Restored, res.StreamSeq = true, r.StreamSeq
+	o.at("written")
 	return res, nil
 }
 

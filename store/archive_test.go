@@ -142,7 +142,7 @@ func TestArchiveColdPrefix(t *testing.T) {
 	// An archive of seqs 0..3, then a writer's record, then the commit of the archive (as a
 	// writer racing it between its read and its purge would do).
 	head, payload := testArchive(t, s, id, 4)
-	if err := s.writeArchive(ctx, &head, 0, payload); err != nil {
+	if err := s.writeArchive(ctx, &head, 0, payload, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 	r2, err := s.Append(ctx, id, r.StreamSeq, evs(4, 6, "b"))

@@ -27,6 +27,8 @@ type PassOptions struct {
 	Now func() time.Time
 	// Limit stops the pass after this many archives and deletions (0: none).
 	Limit int
+	// StepHook is given to every archive (StepHook) and deletion (RemoveStepHook) of the pass.
+	StepHook func(step string)
 }
 
 // PassAction is one thing a pass did (or, dry, would do), and why.
@@ -151,7 +153,7 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 		a := PassAction{Session: t.ID, Action: "delete", LastActivity: t.LastActivity,
 			Reason: fmt.Sprintf("last activity %s, older than retain-for %s", time.UnixMilli(t.LastActivity).UTC().Format(time.RFC3339), res.RetainFor)}
 		if !o.DryRun {
-			if _, err := s.RemoveSession(ctx, t.ID); err != nil {
+			if _, err := s.RemoveSession(ctx, t.ID, RemoveStepHook(o.StepHook)); err != nil {
 				a.Error = err.Error()
 			} else {
 				res.Deleted++
@@ -198,7 +200,7 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 				defer wg.Done()
 				for t := range next {
 					a := PassAction{Session: t.ID, Action: "archive", LastActivity: t.LastActivity, Reason: reason}
-					r, err := s.ArchiveSession(ctx, t.ID, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass())
+					r, err := s.ArchiveSession(ctx, t.ID, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass(), StepHook(o.StepHook))
 					switch {
 					case errors.Is(err, ErrNotIdle) || errors.Is(err, ErrSessionNotFound):
 						continue // written or removed since the scan

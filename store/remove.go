@@ -48,7 +48,20 @@ type Removed struct {
 // RemoveOpt is an option of RemoveSession.
 type RemoveOpt func(*removeOpts)
 
-type removeOpts struct{ ignoreHold bool }
+type removeOpts struct {
+	ignoreHold bool
+	step       func(string)
+}
+
+// RemoveStepHook calls fn with the name of each step of a RemoveSession as it is reached (the
+// fault tests kill their process there): "marked", "records", "archive", "projections".
+func RemoveStepHook(fn func(step string)) RemoveOpt { return func(o *removeOpts) { o.step = fn } }
+
+func (o *removeOpts) at(step string) {
+	if o.step != nil {
+		o.step(step)
+	}
+}
 
 // RemoveSession deletes session id: its records (AGENTLOG subject) and the blobs they reference
 // (agentlog_blobs), its metadata
@@ -133,6 +146,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string, opts ...RemoveOpt)
 		}
 	}
 
+	o.at("marked")
 	// 2. Take the writer lease over: a live writer is fenced at its next renewal, and Create/Open
 	// of the id are refused while the removal runs.
 	if l, _, err := s.GetLease(ctx, id); err == nil && l.Writer != RemoveWriterID {
@@ -157,6 +171,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string, opts ...RemoveOpt)
 	if rm.Records, err = s.purge(ctx, wire.StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
 	}
+	o.at("records")
 	// Its archive: the parts, then the head (found again by a removal run again).
 	if s.Archive != nil {
 		n, err := s.purge(ctx, wire.ArchiveStream, wire.ArchivePartsFilter(tok), 0)
@@ -168,6 +183,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string, opts ...RemoveOpt)
 			return fail("purge the archive", err)
 		}
 		rm.Archive = n + m
+		o.at("archive")
 	}
 	if s.Children != nil {
 		if _, err := s.purge(ctx, wire.ChildrenStream, wire.ChildrenPrefix+".*."+tok, 0); err != nil {
@@ -188,6 +204,7 @@ func (s *Store) RemoveSession(ctx context.Context, id string, opts ...RemoveOpt)
 		}
 	}
 
+	o.at("projections")
 	// 5. The error reports.
 	if rm.ErrorReports, err = s.purge(ctx, wire.ErrorsStream, wire.ErrorsPrefix+"."+tok, 0); err != nil {
 		return fail("purge the error reports", err)
