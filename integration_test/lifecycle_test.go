@@ -136,7 +136,7 @@ func TestLifecycleKilled(t *testing.T) {
 // still reads as it did.
 func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 	srv := startOwnServer(t)
-	nc, st := connectStore(t, srv.URL(), nil)
+	nc, st := connectStore(t, srv.URL(), &store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const n = 40
@@ -225,12 +225,14 @@ func logText(t *testing.T, st *store.Store, id string) string {
 	return b.String()
 }
 
-// TestArchiveRaces races an archive of a session against a live writer appending to it and a fork
-// of it, then an archive against an Open: no acknowledged event is lost, the child is a whole
-// prefix of its source, and the log is what was written.
+// TestArchiveRaces races an archive of a session against a writer appending to it (one without a
+// lease, as the TypeScript backend with leaseTtlMs 0: a leased writer's session is not archived,
+// ErrWriterLive) and a fork of it, then an archive against an Open: every acknowledged record is in
+// the log exactly once, in order, the child is a whole prefix of its source, and an Open ends with
+// the session hot and whole.
 func TestArchiveRaces(t *testing.T) {
 	srv := startOwnServer(t)
-	nc, st := connectStore(t, srv.URL(), nil)
+	nc, st := connectStore(t, srv.URL(), &store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := forker.New(st, nc, forker.Options{})
@@ -243,57 +245,90 @@ func TestArchiveRaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := newPublisher(t, st, nc, publisher.Options{})
-	for round := range 6 {
-		id := fmt.Sprintf("race-%d", round)
-		w, err := pub.Create(ctx, session.Header{ID: id, CreatedAt: 1})
-		if err != nil {
+	first, err := loggen.ChunkTurn(1, 30, 120, 1785000000000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := chunkEvents("more", 30, 40) // seqs 30..69: chunks of a turn the race leaves open
+	all := append(append([]session.Event{}, first...), more...)
+
+	// A live writer's session is not archived under it.
+	w, err := pub.Create(ctx, session.Header{ID: "race-leased", CreatedAt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range first {
+		if err := w.Append(e); err != nil {
 			t.Fatal(err)
 		}
-		evs := chunkEvents(id, 0, 60)
-		for _, e := range evs[:30] {
-			if err := w.Append(e); err != nil {
-				t.Fatal(err)
-			}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ArchiveSession(ctx, "race-leased"); !errors.Is(err, store.ErrWriterLive) {
+		t.Fatalf("archive under a live writer: %v, want ErrWriterLive", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	raced, fenced := 0, 0
+	for round := range 8 {
+		id := fmt.Sprintf("race-%d", round)
+		if err := st.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
+			t.Fatal(err)
 		}
-		if err := w.Flush(ctx); err != nil {
+		r, err := st.Append(ctx, id, 0, first)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
 		var archErr, forkErr error
 		var fork client.ForkResult
+		var res store.ArchiveResult
+		acked := int64(len(first))
 		wg.Add(3)
 		go func() {
 			defer wg.Done()
-			_, archErr = st.ArchiveSession(ctx, id)
+			res, archErr = st.ArchiveSession(ctx, id)
 		}()
 		go func() {
 			defer wg.Done()
-			fork, forkErr = cl.Fork(ctx, client.ForkRequest{Source: id, Child: id + "-child"})
+			b := int64(len(first) - 1)
+			fork, forkErr = cl.Fork(ctx, client.ForkRequest{Source: id, Child: id + "-child", Boundary: &b})
 		}()
 		go func() {
 			defer wg.Done()
-			for _, e := range evs[30:] {
-				if w.Append(e) != nil {
-					return
+			guard := r.StreamSeq
+			for k := 0; k < len(more); k += 5 {
+				a, err := st.Append(ctx, id, guard, more[k:k+5])
+				if err != nil {
+					if !errors.Is(err, store.ErrConflict) {
+						t.Errorf("round %d: append: %v", round, err)
+					}
+					return // fenced: the archive committed over its guard
 				}
+				guard, acked = a.StreamSeq, acked+5
 			}
-			_ = w.Flush(ctx)
 		}()
 		wg.Wait()
 		if archErr != nil {
 			t.Fatalf("round %d: archive: %v", round, archErr)
 		}
-		durable := w.DurableSeq()
-		_ = w.Close(ctx)
+		if res.Raced {
+			raced++
+		} else if acked < int64(len(all)) {
+			fenced++
+		}
 		got, _, err := st.Read(ctx, id)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("round %d: read: %v", round, err)
 		}
-		if int64(len(got)) < durable+1 {
-			t.Fatalf("round %d: %d events in the log, %d were acknowledged", round, len(got), durable+1)
+		if int64(len(got)) != acked {
+			t.Fatalf("round %d: %d events in the log, %d were acknowledged", round, len(got), acked)
 		}
 		for i, e := range got {
-			if e.Type != evs[i].Type || !bytes.Equal(e.Data, evs[i].Data) {
+			if e.Type != all[i].Type || !bytes.Equal(e.Data, all[i].Data) {
 				t.Fatalf("round %d: event %d is not the one written", round, i)
 			}
 		}
@@ -301,17 +336,17 @@ func TestArchiveRaces(t *testing.T) {
 			t.Fatalf("round %d: fork: %v", round, forkErr)
 		}
 		child, _, err := st.Read(ctx, fork.Child)
-		if err != nil || len(child) != fork.SeedLength+1 || child[len(child)-1].Type != "session/end-seed" {
+		if err != nil || len(child) != len(first)+1 || child[len(child)-1].Type != "session/end-seed" {
 			t.Fatalf("round %d: child %d events (seed %d): %v", round, len(child), fork.SeedLength, err)
 		}
-		for i := range fork.SeedLength {
-			if !bytes.Equal(child[i].Data, got[i].Data) {
+		for i := range first {
+			if !bytes.Equal(child[i].Data, first[i].Data) {
 				t.Fatalf("round %d: the child's event %d is not its source's", round, i)
 			}
 		}
 
-		// An Open racing an archive of the (now idle) session: whichever comes first, the Open
-		// ends with the session hot, its log whole and its end-seed written once.
+		// An Open racing an archive: whichever comes first, the Open ends with the session hot,
+		// its log whole, then its repair and end-seed.
 		before := logText(t, st, id)
 		var w2 *publisher.Writer
 		var openErr error
@@ -332,8 +367,12 @@ func TestArchiveRaces(t *testing.T) {
 			t.Fatalf("round %d: close: %v", round, err)
 		}
 		after := logText(t, st, id)
-		if !strings.HasPrefix(after, before) || strings.Count(after, "\n") > strings.Count(before, "\n")+1 {
+		if !strings.HasPrefix(after, before) || !strings.Contains(after[len(before):], "session/end-seed") {
 			t.Fatalf("round %d: the log after Open:\n%s\nbefore:\n%s", round, after, before)
 		}
+		if loc, err := st.Locate(ctx, id); err != nil || loc.State != store.StateActive {
+			t.Fatalf("round %d: after Open: %+v %v", round, loc, err)
+		}
 	}
+	t.Logf("8 rounds: the writer kept its records after the archived prefix %d times, was fenced by the commit %d times", raced, fenced)
 }

@@ -27,6 +27,8 @@ var (
 	ErrHeld = errors.New("session is under a legal hold")
 	// ErrNotArchived: the operation needs an archived session (its log in cold storage).
 	ErrNotArchived = errors.New("session is not archived")
+	// ErrWriterLive: a live writer holds the session's lease: it is not archived under it.
+	ErrWriterLive = errors.New("a live writer holds the session's lease")
 	// ErrEmptyLog: the session has no events, so it has nothing to archive.
 	ErrEmptyLog = errors.New("session has no events")
 	// ErrArchiveCorrupt: an archive's payload is missing a part, or its size or SHA-256 differ
@@ -321,7 +323,7 @@ var ErrNotIdle = errors.New("session was written since")
 // appends meanwhile keeps its records: they stay hot after the archived prefix (Raced). Steps and
 // why they are safe: ARCHITECTURE.md, "Lifecycle".
 //
-// Errors: ErrHeld, ErrEmptyLog, ErrSessionNotFound (no metadata, or being removed), ErrNotIdle,
+// Errors: ErrHeld, ErrWriterLive, ErrEmptyLog, ErrSessionNotFound (no metadata, or being removed), ErrNotIdle,
 // ErrRemoveNotStarted (credentials that may not purge: nothing changed), and read or write
 // failures naming the session. An archive that stopped part-way is finished by running it again.
 func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOpt) (ArchiveResult, error) {
@@ -347,6 +349,13 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	info, err := s.GetSessionInfo(ctx, id)
 	if err != nil {
 		return res, err
+	}
+	if !o.pass {
+		if l, _, err := s.GetLease(ctx, id); err == nil {
+			return res, fmt.Errorf("archive session %q: %w (writer %q, host %s, pid %d)", id, ErrWriterLive, l.Writer, l.Host, l.PID)
+		} else if !errors.Is(err, ErrNoLease) {
+			return res, fmt.Errorf("archive session %q: read its writer lease: %w", id, err)
+		}
 	}
 	if !o.ignoreHold {
 		if h, err := s.GetHold(ctx, id); err == nil {

@@ -27,6 +27,7 @@ func main() {
 	id := flag.String("session", "", "the session (archive, restore, remove)")
 	killAt := flag.String("kill-at", "", "the step at which the process kills itself (SIGKILL)")
 	skip := flag.Int("skip", 0, "reach the step this many times before the kill (a pass: the n+1-th session)")
+	retain := flag.Bool("retain", false, "the pass deletes (retention) instead of archiving")
 	flag.Parse()
 	if *op == "" || (*op != "pass" && *id == "") {
 		fmt.Fprintln(os.Stderr, "lifecycler: --op and --session are required")
@@ -62,7 +63,11 @@ func main() {
 		_, err = st.RemoveSession(ctx, *id, store.RemoveStepHook(hook))
 	case "pass":
 		later := time.Now().Add(72 * time.Hour)
-		_, err = st.LifecyclePass(ctx, store.Policy{ArchiveAfter: 24 * time.Hour, RetainFor: 48 * time.Hour}, store.PassOptions{
+		policy := store.Policy{ArchiveAfter: 24 * time.Hour}
+		if *retain {
+			policy.RetainFor = 48 * time.Hour
+		}
+		_, err = st.LifecyclePass(ctx, policy, store.PassOptions{
 			Workers: 1, Now: func() time.Time { return later }, StepHook: hook})
 	default:
 		fmt.Fprintf(os.Stderr, "lifecycler: --op %q: want archive, restore, remove or pass\n", *op)
