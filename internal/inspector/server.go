@@ -111,6 +111,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /sessions/{id}/chunks", s.handleChunks)
 	mux.HandleFunc("GET /sessions/{id}/messages.json", s.handleMessagesJSON)
 	mux.HandleFunc("POST /sessions/{id}/fork", s.handleFork)
+	mux.HandleFunc("POST /sessions/{id}/restore", s.handleRestore)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.errorPage(w, r, http.StatusNotFound, "Not found", fmt.Sprintf("There is no page at %s.", r.URL.Path))
