@@ -200,3 +200,50 @@ func testArchive(t *testing.T, s *Store, id string, n int64) (wire.ArchiveHead, 
 }
 
 func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// TestReadWhileArchived: a read of a long session whose records are archived (purged from the
+// hot stream) while it reads goes on from the archive, and hands out the same events.
+func TestReadWhileArchived(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	id := "long"
+	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for k := int64(0); k < 2000; k += 2 {
+		r, err := s.Append(ctx, id, last, evs(k, k+2, strings.Repeat("x", 200)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.StreamSeq
+	}
+	want := readAll(t, s, id)
+	var b strings.Builder
+	n := 0
+	archived := make(chan error, 1)
+	_, err := s.ReadRecords(ctx, id, func(_ uint64, evs []session.Event) error {
+		if n++; n == 10 {
+			_, err := s.ArchiveSession(ctx, id)
+			archived <- err
+		}
+		for _, e := range evs {
+			line, _ := e.MarshalJSON()
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read while archived: %v", err)
+	}
+	if err := <-archived; err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != want {
+		t.Fatal("the read handed out other events than the log's")
+	}
+	if loc, _ := s.Locate(ctx, id); loc.State != StateArchived {
+		t.Fatalf("state %q", loc.State)
+	}
+}

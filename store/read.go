@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentlog/agentlog/session"
@@ -371,18 +372,32 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 	}
 	defer iter.Stop()
 
-	for {
-		nctx, cancel := context.WithTimeout(ctx, hotReadCheck)
-		msg, err := iter.Next(natsjs.NextContext(nctx))
-		cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			// Nothing delivered for a while: are the records still there?
-			if m, lerr := s.leaderNextMsg(ctx, subject, lastStreamSeq+1); errors.Is(lerr, natsjs.ErrMsgNotFound) {
-				return gone(fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", id, lastStreamSeq, ErrLogChanged))
-			} else if lerr == nil && m.Sequence > target {
-				return gone(fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", id, lastStreamSeq, ErrLogChanged))
+	// A watchdog checks every hotReadCheck whether the records still to read are there (archived
+	// under the read: the consumer would then wait for ever), and stops the read if not.
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	var seen atomic.Uint64
+	var vanished atomic.Bool
+	seen.Store(lastStreamSeq)
+	var watch *time.Timer
+	watch = time.AfterFunc(hotReadCheck, func() {
+		if at := seen.Load(); at < target {
+			m, err := s.leaderNextMsg(lctx, subject, at+1)
+			if errors.Is(err, natsjs.ErrMsgNotFound) || err == nil && m.Sequence > target {
+				vanished.Store(true)
+				lcancel()
+				return
 			}
-			continue
+		}
+		if lctx.Err() == nil {
+			watch.Reset(hotReadCheck)
+		}
+	})
+	defer watch.Stop()
+	for {
+		msg, err := iter.Next(natsjs.NextContext(lctx))
+		if err != nil && vanished.Load() {
+			return gone(fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", id, lastStreamSeq, ErrLogChanged))
 		}
 		if err != nil {
 			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
@@ -394,6 +409,7 @@ func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq 
 		if err := take(meta.Sequence.Stream, msg.Headers(), msg.Data()); err != nil {
 			return 0, err
 		}
+		seen.Store(lastStreamSeq)
 		if lastStreamSeq >= target && meta.NumPending == 0 {
 			return lastStreamSeq, nil
 		}

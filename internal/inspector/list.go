@@ -2,16 +2,13 @@ package inspector
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	"github.com/agentlog/agentlog/projector"
 )
 
 // listLimit is the default page of the sessions list; maxListLimit the largest one asked for.
@@ -107,41 +104,6 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		lp.Rows[i] = listRow{SessionInfo: si, Title: si.Title, OpenTurn: si.OpenTurn, Folded: si.Events > 0}
 	}
 	s.render(w, http.StatusOK, "list.html", lp)
-}
-
-// decorate reads the title and turns views of each listed session, 8 at a time (the live list's
-// new rows).
-func (s *Server) decorate(ctx context.Context, infos []client.SessionInfo) []listRow {
-	rows := make([]listRow, len(infos))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, si := range infos {
-		rows[i].SessionInfo = si
-		if si.Events == 0 {
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(row *listRow) {
-			defer func() { <-sem; wg.Done() }()
-			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTitle); err == nil {
-				var v projector.TitleState
-				if json.Unmarshal(t.View, &v) == nil && v.Title != nil {
-					row.Title = *v.Title
-				}
-			}
-			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTurns); err == nil {
-				var v projector.TurnsState
-				if json.Unmarshal(t.View, &v) == nil {
-					row.OpenTurn, row.Folded = v.OpenTurn, true
-				}
-			}
-		}(&rows[i])
-	}
-	wg.Wait()
-	return rows
 }
 
 // handleListLive streams the sessions that appear (Server-Sent Events "session": {id, html}),
