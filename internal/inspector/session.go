@@ -44,9 +44,9 @@ type sessionPage struct {
 
 	AllowFork bool
 	// State is the session's lifecycle state ("active", "archived") and hold.
-	State client.SessionState
-	CSRF      string
-	LoadMs    int64
+	State  client.SessionState
+	CSRF   string
+	LoadMs int64
 }
 
 // loadError is a page that cannot be shown: its HTTP status and text.
