@@ -15,14 +15,14 @@ type SessionState struct {
 	HoldReason string `json:"holdReason,omitempty"`
 }
 
-// State reads session id's state (store.Store.Locate) and hold. Errors: ErrBadRequest,
+// State reads session id's state (store.Session.Locate) and hold. Errors: ErrBadRequest,
 // ErrInternal.
 func (c *Client) State(ctx context.Context, id string) (SessionState, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return SessionState{}, err
 	}
-	loc, err := st.Locate(ctx, id)
+	loc, err := ss.Locate(ctx)
 	if err != nil {
 		return SessionState{}, &Error{Code: CodeInternal, Session: id, Description: "locate the log", Err: err}
 	}
@@ -30,7 +30,7 @@ func (c *Client) State(ctx context.Context, id string) (SessionState, error) {
 	if loc.State == store.StateArchived {
 		s.State = StateArchived
 	}
-	if h, err := st.GetHold(ctx, id); err == nil {
+	if h, err := ss.GetHold(ctx); err == nil {
 		s.Held, s.HoldReason = true, h.Reason
 	} else if !errors.Is(err, store.ErrNoHold) {
 		return SessionState{}, &Error{Code: CodeInternal, Session: id, Description: "read the hold", Err: err}
@@ -38,15 +38,15 @@ func (c *Client) State(ctx context.Context, id string) (SessionState, error) {
 	return s, nil
 }
 
-// Restore brings archived session id back to the hot stream (store.Store.RestoreSession: atomic,
+// Restore brings archived session id back to the hot stream (store.Session.Restore: atomic,
 // idempotent; a session that is not archived is left as it is). Errors: ErrBadRequest,
 // ErrNotFound, ErrInternal.
 func (c *Client) Restore(ctx context.Context, id string) (store.RestoreResult, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return store.RestoreResult{}, err
 	}
-	res, err := st.RestoreSession(ctx, id)
+	res, err := ss.Restore(ctx)
 	switch {
 	case errors.Is(err, store.ErrSessionNotFound):
 		return res, notFoundError(id)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -87,7 +88,7 @@ func resolve(ctx context.Context, st *store.Store, q SessionsQuery, rows []*row)
 	subjects := make([]string, len(rows))
 	for i, r := range rows {
 		toks[i] = r.token
-		subjects[i] = wire.SubjectPrefix + "." + strconv.Itoa(wire.Partition(r.token, st.Partitions)) + "." + r.token
+		subjects[i] = wire.SubjectPrefix + "." + strconv.Itoa(wire.Partition(r.token, st.Partitions())) + "." + r.token
 	}
 	hot := map[string]lastRecord{}
 	msgs, err := st.LastMsgs(ctx, wire.StreamName, subjects)
@@ -184,7 +185,7 @@ func readDetails(ctx context.Context, st *store.Store, toks []string, heads map[
 		return nil, &Error{Code: CodeInternal, Description: "read the projection states", Err: err}
 	}
 	for _, m := range msgs {
-		if deleted(m.Header) {
+		if kvMarker(m.Header) {
 			continue
 		}
 		rest := strings.TrimPrefix(m.Subject, prefix)
@@ -267,7 +268,7 @@ func emit(ctx context.Context, st *store.Store, rows []*row, limit, given int, f
 // sessionsCreated lists newest first by creation: windows of agentlog_sessions' stream read
 // backwards from the cursor (c:<stream seq>, exclusive) or its end, each resolved in one batch.
 func sessionsCreated(ctx context.Context, st *store.Store, q SessionsQuery, fn func(SessionInfo) error) (string, error) {
-	kv, err := st.JS.Stream(ctx, "KV_"+wire.SessionsBucket)
+	kv, err := st.JetStream().Stream(ctx, "KV_"+wire.SessionsBucket)
 	if err != nil {
 		return "", &Error{Code: CodeInternal, Description: "look up KV bucket " + wire.SessionsBucket, Err: err}
 	}
@@ -347,10 +348,10 @@ func sessionsCreated(ctx context.Context, st *store.Store, q SessionsQuery, fn f
 // rowOf is a listing row of an agentlog_sessions entry (ok false: deleted, being removed, or not
 // a session key).
 func rowOf(m *natsjs.RawStreamMsg) (*row, bool) {
-	if deleted(m.Header) || m.Header.Get(wire.DeletingHeader) != "" {
+	if kvMarker(m.Header) || m.Header.Get(wire.DeletingHeader) != "" {
 		return nil, false
 	}
-	tok := strings.TrimPrefix(m.Subject, sessionsKeyPrefix)
+	tok := strings.TrimPrefix(m.Subject, sessionsKeys)
 	id, err := wire.IDFromToken(tok)
 	if err != nil {
 		return nil, false
@@ -470,10 +471,10 @@ func sessionsActivity(ctx context.Context, st *store.Store, q SessionsQuery, fn 
 		}
 	}
 	// The archived sessions: last activity is at the latest when they were archived.
-	if st.Archive == nil {
+	if st.Archive() == nil {
 		return "", nil
 	}
-	ai, err := st.Archive.Info(ctx)
+	ai, err := st.Archive().Info(ctx)
 	if err != nil {
 		return "", &Error{Code: CodeInternal, Description: "read stream " + wire.ArchiveStream, Err: err}
 	}
@@ -578,4 +579,16 @@ func sessionsByIDFiltered(ctx context.Context, st *store.Store, q SessionsQuery,
 		}
 	}
 	return "", nil
+}
+
+// sessionsKeys is the subject prefix of agentlog_sessions' keys.
+const sessionsKeys = "$KV." + wire.SessionsBucket + "."
+
+// kvMarker reports whether a KV entry's headers make it a delete or purge marker.
+func kvMarker(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(natsjs.MarkerReasonHeader) != ""
 }

@@ -61,18 +61,19 @@ type Status struct {
 // ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	st, tok, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	info, found, err := lookup(ctx, st, id)
+	st, tok := ss.Store(), ss.Token()
+	info, found, err := lookup(ctx, ss)
 	if err != nil {
 		return Status{}, err
 	}
 	if !found {
 		return Status{}, notFoundError(id)
 	}
-	loc, err := st.Locate(ctx, id)
+	loc, err := ss.Locate(ctx)
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "locate the log", Err: err}
 	}
@@ -84,7 +85,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	if h.ParentSession != "" {
 		s.ParentSession = &h.ParentSession
 	}
-	if hold, err := st.GetHold(ctx, id); err == nil {
+	if hold, err := ss.GetHold(ctx); err == nil {
 		s.Hold, s.HoldReason = true, hold.Reason
 	} else if !errors.Is(err, store.ErrNoHold) {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the hold", Err: err}
@@ -118,7 +119,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 	if loc.State == store.StateArchived {
 		s.State = string(store.StateArchived)
-		a, err := st.ReadArchive(ctx, id)
+		a, err := ss.ReadArchive(ctx)
 		if err != nil {
 			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the archive", Err: err}
 		}
@@ -132,7 +133,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		return s, nil
 	}
 
-	w, err := st.Projections.WatchFiltered(ctx, []string{"*." + tok}, natsjs.IgnoreDeletes())
+	w, err := ss.WatchProjections(ctx, natsjs.IgnoreDeletes())
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read projections", Err: err}
 	}

@@ -153,7 +153,7 @@ func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 		}
 		var last uint64
 		for k := 0; k < len(evs); k += 30 {
-			r, err := st.Append(ctx, id, last, evs[k:min(k+30, len(evs))])
+			r, err := sess(t, st, id).Append(ctx, last, evs[k:min(k+30, len(evs))])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +202,7 @@ func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 		return err == nil && res.Errors == 0
 	})
 	for id := range want {
-		if loc, err := st.Locate(ctx, id); err != nil || loc.State != store.StateArchived {
+		if loc, err := sess(t, st, id).Locate(ctx); err != nil || loc.State != store.StateArchived {
 			t.Fatalf("%s after the last pass: %+v %v", id, loc, err)
 		}
 	}
@@ -212,7 +212,8 @@ func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 // logText is session id's events as JSON lines.
 func logText(t *testing.T, st *store.Store, id string) string {
 	t.Helper()
-	evs, _, err := st.Read(context.Background(), id)
+	var evs []session.Event
+	_, err := sess(t, st, id).Records(context.Background(), store.Collect(&evs))
 	if err != nil {
 		t.Fatalf("read %s: %v", id, err)
 	}
@@ -235,7 +236,10 @@ func TestArchiveRaces(t *testing.T) {
 	nc, st := connectStore(t, srv.URL(), &store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	f := forker.New(st, nc, forker.Options{})
+	f, err := forker.New(st, nc, forker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +269,7 @@ func TestArchiveRaces(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ArchiveSession(ctx, "race-leased"); !errors.Is(err, store.ErrWriterLive) {
+	if _, err := sess(t, st, "race-leased").Archive(ctx); !errors.Is(err, store.ErrWriterLive) {
 		t.Fatalf("archive under a live writer: %v, want ErrWriterLive", err)
 	}
 	if err := w.Close(ctx); err != nil {
@@ -278,7 +282,7 @@ func TestArchiveRaces(t *testing.T) {
 		if err := st.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := st.Append(ctx, id, 0, first)
+		r, err := sess(t, st, id).Append(ctx, 0, first)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +294,7 @@ func TestArchiveRaces(t *testing.T) {
 		wg.Add(3)
 		go func() {
 			defer wg.Done()
-			res, archErr = st.ArchiveSession(ctx, id)
+			res, archErr = sess(t, st, id).Archive(ctx)
 		}()
 		go func() {
 			defer wg.Done()
@@ -301,7 +305,7 @@ func TestArchiveRaces(t *testing.T) {
 			defer wg.Done()
 			guard := r.StreamSeq
 			for k := 0; k < len(more); k += 5 {
-				a, err := st.Append(ctx, id, guard, more[k:k+5])
+				a, err := sess(t, st, id).Append(ctx, guard, more[k:k+5])
 				if err != nil {
 					if !errors.Is(err, store.ErrConflict) {
 						t.Errorf("round %d: append: %v", round, err)
@@ -320,7 +324,8 @@ func TestArchiveRaces(t *testing.T) {
 		} else if acked < int64(len(all)) {
 			fenced++
 		}
-		got, _, err := st.Read(ctx, id)
+		var got []session.Event
+		_, err = sess(t, st, id).Records(ctx, store.Collect(&got))
 		if err != nil {
 			t.Fatalf("round %d: read: %v", round, err)
 		}
@@ -335,7 +340,8 @@ func TestArchiveRaces(t *testing.T) {
 		if forkErr != nil {
 			t.Fatalf("round %d: fork: %v", round, forkErr)
 		}
-		child, _, err := st.Read(ctx, fork.Child)
+		var child []session.Event
+		_, err = sess(t, st, fork.Child).Records(ctx, store.Collect(&child))
 		if err != nil || len(child) != len(first)+1 || child[len(child)-1].Type != "session/end-seed" {
 			t.Fatalf("round %d: child %d events (seed %d): %v", round, len(child), fork.SeedLength, err)
 		}
@@ -353,7 +359,7 @@ func TestArchiveRaces(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_, archErr = st.ArchiveSession(ctx, id)
+			_, archErr = sess(t, st, id).Archive(ctx)
 		}()
 		go func() {
 			defer wg.Done()
@@ -370,9 +376,19 @@ func TestArchiveRaces(t *testing.T) {
 		if !strings.HasPrefix(after, before) || !strings.Contains(after[len(before):], "session/end-seed") {
 			t.Fatalf("round %d: the log after Open:\n%s\nbefore:\n%s", round, after, before)
 		}
-		if loc, err := st.Locate(ctx, id); err != nil || loc.State != store.StateActive {
+		if loc, err := sess(t, st, id).Locate(ctx); err != nil || loc.State != store.StateActive {
 			t.Fatalf("round %d: after Open: %+v %v", round, loc, err)
 		}
 	}
 	t.Logf("8 rounds: the writer kept its records after the archived prefix %d times, was fenced by the commit %d times", raced, fenced)
+}
+
+// sess is st.Session(id) for an id the test knows valid.
+func sess(t *testing.T, st *store.Store, id string) *store.Session {
+	t.Helper()
+	ss, err := st.Session(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -32,12 +33,18 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 	env := testnats.Start(t, store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	proj := projector.New(env.Store, env.NC, projector.Options{TracerProvider: tp})
+	proj, err := projector.New(env.Store, env.NC, projector.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := proj.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proj.Stop() })
-	fk := forker.New(env.Store, env.NC, forker.Options{TracerProvider: tp})
+	fk, err := forker.New(env.Store, env.NC, forker.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := fk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +71,8 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 	}
 
 	// The record carries the append span's trace context in its headers.
-	sub, _ := env.Store.Subject(id)
-	rec, err := env.Store.Stream.GetLastMsgForSubject(ctx, sub)
+	sub, _ := wire.SessionSubject(id, env.Store.Partitions())
+	rec, err := env.Store.Stream().GetLastMsgForSubject(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +176,8 @@ func TestNoTraceContextWhenOff(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sub, _ := env.Store.Subject("untraced")
-	rec, err := env.Store.Stream.GetLastMsgForSubject(ctx, sub)
+	sub, _ := wire.SessionSubject("untraced", env.Store.Partitions())
+	rec, err := env.Store.Stream().GetLastMsgForSubject(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}

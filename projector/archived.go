@@ -8,7 +8,6 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
-	"github.com/agentlog/agentlog/wire"
 )
 
 // archivedView is what the query service answers an archived session from: the projection states
@@ -57,18 +56,18 @@ func (c *archivedCache) put(tok string, v *archivedView) {
 	}
 }
 
-// archived returns the view of session id when its log lives in cold storage only (ok false
+// archived returns the view of session ss when its log lives in cold storage only (ok false
 // otherwise: a hot or unknown session).
-func (p *Projector) archived(ctx context.Context, id string) (*archivedView, bool, error) {
-	loc, err := p.store.Locate(ctx, id)
+func (s *queryService) archived(ctx context.Context, sh *store.Session) (*archivedView, bool, error) {
+	loc, err := sh.Locate(ctx)
 	if err != nil || loc.State != store.StateArchived {
 		return nil, false, err
 	}
-	tok, _ := wire.Token(id)
-	if v := p.archivedViews.get(tok, loc.Archive.ArchiveID); v != nil {
+	id, tok := sh.ID(), sh.Token()
+	if v := s.archivedViews.get(tok, loc.Archive.ArchiveID); v != nil {
 		return v, true, nil
 	}
-	a, err := p.store.ReadArchive(ctx, id)
+	a, err := sh.ReadArchive(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -76,7 +75,7 @@ func (p *Projector) archived(ctx context.Context, id string) (*archivedView, boo
 	if err != nil {
 		return nil, false, err
 	}
-	defs := p.registry.list()
+	defs := s.registry.list()
 	ss := newSessState(defs, tok, *h)
 	complete := true
 	for _, u := range ss.units {
@@ -90,7 +89,7 @@ func (p *Projector) archived(ctx context.Context, id string) (*archivedView, boo
 		// A unit without an archived state (added since, or behind when archived): fold the
 		// archived events for every unit, as a projector would.
 		ss = newSessState(defs, tok, *h)
-		lk := &logLookup{ctx: ctx, store: p.store, id: id, batch: events}
+		lk := &logLookup{ctx: ctx, store: s.store, id: id, batch: events}
 		if err := ss.apply(events, lk); err != nil {
 			return nil, false, err
 		}
@@ -112,6 +111,6 @@ func (p *Projector) archived(ctx context.Context, id string) (*archivedView, boo
 	if v.snap, err = ss.views(); err != nil {
 		return nil, false, err
 	}
-	p.archivedViews.put(tok, v)
+	s.archivedViews.put(tok, v)
 	return v, true, nil
 }

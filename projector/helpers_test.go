@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -72,7 +73,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if opts.Logger == nil {
 		opts.Logger = logger
 	}
-	p := New(st, nc, opts)
+	p := mustNew(e.t, st, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
@@ -96,7 +97,7 @@ func (e *env) create(id string) {
 // appendRecord writes events as one record guarded by the session's last record.
 func (e *env) appendRecord(id string, events []session.Event) {
 	e.t.Helper()
-	res, err := e.store.Append(ctx(e.t), id, e.tails[id], events)
+	res, err := storetest.Session(e.store, id).Append(ctx(e.t), e.tails[id], events)
 	if err != nil {
 		e.t.Fatalf("Append %q seqs %d..: %v", id, events[0].Seq, err)
 	}
@@ -122,7 +123,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(e.t), Key(tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatalf("projection of %q: %v", id, err)
 	}
@@ -137,7 +138,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
 	tok, _ := wire.Token(id)
-	w, err := e.store.Projections.Watch(ctx(e.t), Key(tok))
+	w, err := storetest.ProjectionsKV(e.store).Watch(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -211,4 +212,14 @@ func lowerStateLimit(t *testing.T, n int64) {
 	old := maxStateBytes
 	maxStateBytes = func(jetstream.JetStream) int64 { return n }
 	t.Cleanup(func() { maxStateBytes = old })
+}
+
+// mustNew is New for a test: Options it refuses fail the test.
+func mustNew(t testing.TB, st *store.Store, nc *nats.Conn, opts Options) *Projector {
+	t.Helper()
+	p, err := New(st, nc, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
 }

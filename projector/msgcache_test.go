@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -19,7 +20,7 @@ import (
 // it kept anything.
 func (e *env) wantMessages(id string, nodes []int64) []json.RawMessage {
 	e.t.Helper()
-	events, _, err := e.store.Read(ctx(e.t), id)
+	events, _, err := storetest.ReadAll(ctx(e.t), storetest.Session(e.store, id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -55,11 +56,11 @@ func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
 			t.Fatalf("after seq %d: messages %s, want %s", last, r.Messages, want)
 		}
 	}
-	l := p.nodes.byID["grow"]
+	l := p.query.nodes.byID["grow"]
 	if l == nil {
 		t.Fatal("the session is not kept")
 	}
-	tail, err := e.store.GetTail(ctx(t), "grow")
+	tail, err := storetest.Session(e.store, "grow").Tail(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestMessagesQueryRecoversFromAStalePosition(t *testing.T) {
 		"wrong next seq":              func(l *nodeLog) { l.last, l.next = 1, 3 },
 		"missing node":                func(l *nodeLog) { delete(l.events, 10) },
 	} {
-		l := p.nodes.entry("s")
+		l := p.query.nodes.entry("s")
 		l.mu.Lock()
 		corrupt(l)
 		l.mu.Unlock()
@@ -125,9 +126,9 @@ func TestMessagesQueryCacheBound(t *testing.T) {
 				if want := e.wantMessages(id, r.Nodes); !sameMessages(r.Messages, want) {
 					t.Fatalf("%s: messages differ", id)
 				}
-				p.nodes.mu.Lock()
-				size, n := p.nodes.size, p.nodes.lru.Len()
-				p.nodes.mu.Unlock()
+				p.query.nodes.mu.Lock()
+				size, n := p.query.nodes.size, p.query.nodes.lru.Len()
+				p.query.nodes.mu.Unlock()
 				if size > max(bound, 0) || (bound < 0 && n != 0) {
 					t.Fatalf("after %s: %d bytes kept in %d sessions, bound %d", id, size, n, bound)
 				}
@@ -158,7 +159,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		var tail uint64
 		seq := int64(0)
 		appendEvs := func(evs []session.Event) {
-			r, err := te.Store.Append(bctx, id, tail, evs)
+			r, err := storetest.Session(te.Store, id).Append(bctx, tail, evs)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -181,7 +182,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := New(st, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
+		p := mustNew(b, st, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
 		if err := p.Start(bctx); err != nil {
 			b.Fatal(err)
 		}
@@ -230,10 +231,10 @@ func TestOversizedSessionDoesNotEmptyTheCache(t *testing.T) {
 	if want := e.wantMessages("big", r.Nodes); !sameMessages(r.Messages, want) {
 		t.Fatal("big session: messages differ")
 	}
-	p.nodes.mu.Lock()
-	defer p.nodes.mu.Unlock()
-	if p.nodes.byID["big"] != nil || p.nodes.lru.Len() != 3 || p.nodes.size > p.nodes.max {
-		t.Errorf("after the oversized session: %d sessions, %d bytes kept (bound %d); want the 3 small ones", p.nodes.lru.Len(), p.nodes.size, p.nodes.max)
+	p.query.nodes.mu.Lock()
+	defer p.query.nodes.mu.Unlock()
+	if p.query.nodes.byID["big"] != nil || p.query.nodes.lru.Len() != 3 || p.query.nodes.size > p.query.nodes.max {
+		t.Errorf("after the oversized session: %d sessions, %d bytes kept (bound %d); want the 3 small ones", p.query.nodes.lru.Len(), p.query.nodes.size, p.query.nodes.max)
 	}
 }
 
@@ -250,9 +251,9 @@ func TestKeepNothingKeepsNoEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.nodes.mu.Lock()
-	defer p.nodes.mu.Unlock()
-	if n := len(p.nodes.byID); n != 0 || p.nodes.size != 0 {
-		t.Errorf("keeping nothing, the cache holds %d entries, %d bytes", n, p.nodes.size)
+	p.query.nodes.mu.Lock()
+	defer p.query.nodes.mu.Unlock()
+	if n := len(p.query.nodes.byID); n != 0 || p.query.nodes.size != 0 {
+		t.Errorf("keeping nothing, the cache holds %d entries, %d bytes", n, p.query.nodes.size)
 	}
 }

@@ -2,13 +2,17 @@ package projector
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // counter is a user unit counting events; v2 counts twice as much, so that a state folded by v1
@@ -28,7 +32,7 @@ func (e *env) startProjectorWith(name string, reg *Registry) *Projector {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := New(st, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
+	p := mustNew(e.t, st, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -69,11 +73,11 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 	}
 	// The query service wrote the rebuilt state back.
 	tok, _ := wire.Token("idle")
-	info, err := e.store.GetSessionInfo(ctx(t), "idle")
+	info, err := storetest.Session(e.store, "idle").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey("counter", tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey("counter", tok))
 	if err != nil || string(ent.Value()) != `{"stateVersion":2,"asOfSeq":4,"log":{"incarnation":"`+info.Incarnation+`","streamSeq":2},"state":10}` {
 		t.Fatalf("idle: stored %s %v", ent.Value(), err)
 	}
@@ -88,24 +92,40 @@ func TestRebuildCommand(t *testing.T) {
 		e.appendRecord(id, events)
 	}
 	e.create("empty")
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range []string{"a", "b", "c", "removing"} {
+		if id == "removing" {
+			e.create(id)
+			e.appendRecord(id, events)
+		}
 		if _, err := queryMessages(ctx(t), e.nc, id, 11); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// "removing" is being removed (an rm stopped part-way): the listing leaves it out, and
+	// named, it is skipped.
+	testnats.MarkRemoving(t, e.store, "removing")
+	rtok, _ := wire.Token("removing")
+	if err := storetest.ProjectionsKV(e.store).Purge(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); err != nil {
+		t.Fatal(err)
+	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
 	tok, _ := wire.Token("b")
 	e.waitFor(func() bool {
-		ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
 		return err == nil && json.Valid(ent.Value()) && string(ent.Value()) != "" && ent != nil &&
 			func() bool { var v storedValue; _ = json.Unmarshal(ent.Value(), &v); return v.AsOfSeq == 11 }()
 	})
-	if _, err := e.store.Projections.Put(ctx(t), UnitKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Put(ctx(t), wire.ProjectionKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
+	c, _ := queryClient(e.nc, -1)
+	ids, err := c.SessionIDs(ctx(t), "", 0)
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("SessionIDs: %v %v; want a, b, c and empty", ids, err)
+	}
 	var calls []int
-	res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, nil, func(done, total int) {
+	res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, ids, func(done, total int) {
 		if total != 4 {
 			t.Errorf("total %d, want 4", total)
 		}
@@ -123,6 +143,12 @@ func TestRebuildCommand(t *testing.T) {
 	}
 	if _, err := Rebuild(ctx(t), e.store, reg, "nope", nil, nil); err == nil {
 		t.Fatal("rebuild of an unknown unit accepted")
+	}
+	if res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"removing"}, nil); err != nil || res != (RebuildResult{}) {
+		t.Fatalf("rebuild of a session being removed: %+v %v; want it skipped", res, err)
+	}
+	if _, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the session being removed got a title state: %v", err)
 	}
 	// One session only.
 	res, err = Rebuild(ctx(t), e.store, reg, UnitMessages, []string{"a"}, nil)

@@ -33,7 +33,7 @@ var (
 	// the stored log.
 	ErrFenced = errors.New("writer fenced (after a guard conflict, a takeover or lost acknowledged events)")
 	// ErrArchived is returned (wrapped, with ErrConflict) by a write whose session was archived
-	// under the writer (store.Store.ArchiveSession committed after its last record): no
+	// under the writer (store.Session.Archive committed after its last record): no
 	// acknowledged event is lost, but the writer is fenced; Open the session again (it restores it).
 	ErrArchived = errors.New("session archived under the writer")
 
@@ -47,9 +47,13 @@ var (
 	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
-	// removed (store.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
+	// removed (store.Session.Remove) under it; that error also wraps ErrConflict. It wraps
 	// store.ErrSessionDeleted.
 	ErrSessionDeleted error = &sentinel{"session deleted under this writer", store.ErrSessionDeleted}
+
+	// ErrInvalidOption is returned (wrapped, with the option's own error) by Publisher.Open for an
+	// OpenOption that refuses its input. Nothing was done.
+	ErrInvalidOption = errors.New("invalid option")
 
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values

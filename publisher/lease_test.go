@@ -3,9 +3,11 @@ package publisher
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -16,11 +18,11 @@ import (
 // holds).
 func (e *env) purge(t *testing.T, id string) {
 	t.Helper()
-	subj, err := e.store.Subject(id)
+	subj, err := wire.SessionSubject(id, e.store.Partitions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Stream.Purge(ctxT(t), njs.WithPurgeSubject(subj)); err != nil {
+	if err := e.store.Stream().Purge(ctxT(t), njs.WithPurgeSubject(subj)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -72,7 +74,7 @@ func TestAckedLost(t *testing.T) {
 			writeFlush(t, wa, all[3:6])
 
 			e.purge(t, id)
-			if _, err := e.store.Append(ctx, id, 0, all[:c.rewrite], store.WithMsgID("other.0")); err != nil {
+			if _, err := storetest.Session(e.store, id).Append(ctx, 0, all[:c.rewrite], store.WithMsgID("other.0")); err != nil {
 				t.Fatal(err)
 			}
 			before := len(e.records(t, id))
@@ -230,7 +232,7 @@ func TestIncarnation(t *testing.T) {
 		if err := w.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		info, err := e.store.GetSessionInfo(ctx, "again")
+		info, err := storetest.Session(e.store, "again").Info(ctx)
 		if err != nil || info.Incarnation != w.Incarnation() || info.Incarnation == "" {
 			t.Fatalf("round %d: stored incarnation %+v (%v), writer's %q", round, info, err, w.Incarnation())
 		}
@@ -241,7 +243,7 @@ func TestIncarnation(t *testing.T) {
 		incs = append(incs, info.Incarnation)
 		ids = append(ids, recs[0].header.Get(njs.MsgIDHeader))
 		e.purge(t, "again")
-		if err := e.store.DeleteSession(ctx, "again"); err != nil {
+		if err := storetest.Session(e.store, "again").DeleteMetadata(ctx, info.Revision); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +258,7 @@ func TestLegacySessionWithoutIncarnation(t *testing.T) {
 	e := newEnv(t)
 	clk := newFakeClock()
 	ctx := ctxT(t)
-	if _, err := e.store.Sessions.Create(ctx, "old", []byte(`{"type":"session","version":0,"id":"old","createdAt":1}`)); err != nil {
+	if _, err := storetest.SessionsKV(e.store).Create(ctx, "old", []byte(`{"type":"session","version":0,"id":"old","createdAt":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	p := e.publisher(t, "w1", clk)
@@ -271,4 +273,45 @@ func TestLegacySessionWithoutIncarnation(t *testing.T) {
 		t.Fatalf("Nats-Msg-Id %q, want w1.old.0", got)
 	}
 
+}
+
+// TestOpenOptionRefused: an OpenOption that refuses its input, or a nil one, fails Open with
+// ErrInvalidOption naming the session and the option's reason, before anything is done: no lease
+// is taken, no closer written, and the session opens once the option is left out.
+func TestOpenOptionRefused(t *testing.T) {
+	e := newEnv(t)
+	clk := newFakeClock()
+	ctx := ctxT(t)
+	pa := e.publisher(t, "wa", clk)
+	wa, err := pa.Create(ctx, header("opt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := fixtureEvents(t, len(fixture))
+	writeFlush(t, wa, all[:5]) // an open turn: a real Open writes closers; wa's lease is live
+	refuse := OpenOption(func(*openOptions) error { return errors.New("want a positive bound, got -1") })
+	pb := e.publisher(t, "wb", clk)
+	for _, opts := range [][]OpenOption{{Takeover(), refuse}, {nil}} {
+		_, err := pb.Open(ctx, "opt", opts...)
+		if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), `"opt"`) {
+			t.Fatalf("Open with %d options: %v, want ErrInvalidOption naming the session", len(opts), err)
+		}
+		if len(opts) == 2 && !strings.Contains(err.Error(), "want a positive bound, got -1") {
+			t.Fatalf("Open with a refusing option: %v, want the option's reason", err)
+		}
+		if n := len(e.stored(t, "opt")); n != 5 {
+			t.Fatalf("a refused Open wrote: %d events", n)
+		}
+	}
+	l, _, err := storetest.Session(e.store, "opt").Lease(ctx)
+	if err != nil || l.Writer != "wa" {
+		t.Fatalf("lease after the refused Opens: %+v %v; want wa's, untouched", l, err)
+	}
+	wb, err := pb.Open(ctx, "opt", Takeover())
+	if err != nil {
+		t.Fatalf("Open without the refusing option: %v", err)
+	}
+	if err := wb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -170,10 +170,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
-	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes {
-		st := *sto // the Store is read only: this publisher's copy carries its cap
-		st.MaxEventBytes = opts.MaxEventBytes
-		sto = &st
+	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes() {
+		sto = sto.WithMaxEventBytes(opts.MaxEventBytes) // this publisher's copy carries its cap
 	}
 	p := &Publisher{
 		store:     sto,
@@ -187,8 +185,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 		writers:   map[string]*Writer{},
 		reconn:    make(chan struct{}),
 	}
-	if sto.JS != nil && sto.JS.Conn() != nil {
-		p.status = sto.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
+	if sto.JetStream() != nil && sto.JetStream().Conn() != nil {
+		p.status = sto.JetStream().Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
 		go p.watchConn(p.status)
 	}
 	p.metrics = newMetrics(p)
@@ -262,7 +260,7 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 // An id that already exists gives an error wrapping ErrSessionExists (and store.ErrSessionExists);
 // a live lease on an id without metadata (a racing Create or Open) is a *LiveError.
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
-	token, err := wire.Token(h.ID)
+	ss, err := p.store.Session(h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
@@ -270,11 +268,11 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, h.ID, false)
+	lease, rev, err := p.acquireLease(ctx, ss, false)
 	if err != nil {
 		p.release(h.ID, nil)
 		if errors.Is(err, ErrSessionLive) {
-			if _, gerr := p.store.GetSession(ctx, h.ID); gerr == nil {
+			if _, gerr := ss.Info(ctx); gerr == nil {
 				return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 			}
 			return nil, err // a *LiveError, naming the session
@@ -283,14 +281,14 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	}
 	inc := wire.NewIncarnation()
 	if err := p.store.CreateSession(ctx, h, store.WithIncarnation(inc)); err != nil {
-		p.releaseLease(h.ID, rev)
+		p.releaseLease(ss, rev)
 		p.release(h.ID, nil)
 		if errors.Is(err, store.ErrSessionExists) {
 			return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 		}
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
-	w := newWriter(p, h.ID, token, inc, session.NewSurface(), acked{})
+	w := newWriter(p, ss, inc, session.NewSurface(), acked{})
 	w.lease, w.leaseRev, w.validGen = lease, rev, gen
 	if err := p.install(w); err != nil {
 		return nil, err
@@ -298,38 +296,49 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	return w, nil
 }
 
-// OpenOption is an option of Publisher.Open.
-type OpenOption func(*openOptions)
+// OpenOption is an option of Publisher.Open. An option that refuses its input (or a nil one)
+// makes Open fail, before it does anything, with an error wrapping ErrInvalidOption.
+type OpenOption func(*openOptions) error
 
 type openOptions struct{ takeover bool }
 
 // Takeover makes Open take the session over from a live writer: its lease is overwritten, and the
 // old writer is fenced (ErrFenced) at its next write or lease renewal. Crash repair then runs as
 // if it had died.
-func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
+func Takeover() OpenOption {
+	return func(o *openOptions) error {
+		o.takeover = true
+		return nil
+	}
+}
 
 // Open resumes a stored session for writing (the reference's resume): it takes the session's
 // writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
 // log that breaks a rule is its *session.Error), then writes the crash-repair closers when the
 // last turn is open and a session/end-seed unless the log ends with one, as ONE guarded record,
 // durable before Open returns (a *WriteError if not). An archived session is first brought back
-// to the hot stream (store.Store.RestoreSession: atomic, idempotent; the lease keeps a second
+// to the hot stream (store.Session.Restore: atomic, idempotent; the lease keeps a second
 // Open out meanwhile). An id with neither metadata nor events is a wrapped
 // store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
-	var o openOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	token, err := wire.Token(id)
+	ss, err := p.store.Session(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
+	}
+	var o openOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("publisher: open session %q: option %d is nil: %w", id, i+1, ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: %w: %w", id, ErrInvalidOption, err)
+		}
 	}
 	if err := p.reserve(id); err != nil {
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, id, o.takeover)
+	lease, rev, err := p.acquireLease(ctx, ss, o.takeover)
 	if err != nil {
 		p.release(id, nil)
 		if errors.Is(err, ErrSessionLive) {
@@ -337,18 +346,18 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		}
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
-	w, err := p.open(ctx, id, token)
+	w, err := p.open(ctx, ss)
 	for try := 0; err != nil && try < archiveRaceTries && errors.Is(err, store.ErrConflict); try++ {
 		// An archive of the session committed between the read and the first write (its
 		// lifecycle pass does not see this lease before it reads): the log is whole in the
 		// archive, so open it again, which restores it.
-		if loc, lerr := p.store.Locate(ctx, id); lerr != nil || loc.State != store.StateArchived {
+		if loc, lerr := ss.Locate(ctx); lerr != nil || loc.State != store.StateArchived {
 			break
 		}
-		w, err = p.open(ctx, id, token)
+		w, err = p.open(ctx, ss)
 	}
 	if err != nil {
-		p.releaseLease(id, rev)
+		p.releaseLease(ss, rev)
 		p.release(id, nil)
 		return nil, err
 	}
@@ -368,13 +377,15 @@ func openError(what string, err error) error {
 	return fmt.Errorf("publisher: open: %s: %w", what, err)
 }
 
-func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
-	info, err := p.store.GetSessionInfo(ctx, id)
+func (p *Publisher) open(ctx context.Context, ss *store.Session) (*Writer, error) {
+	id, token := ss.ID(), ss.Token()
+	info, err := ss.Info(ctx)
 	if err != nil && !errors.Is(err, store.ErrSessionNotFound) {
 		return nil, openError("read metadata", err)
 	}
 	hasMeta := err == nil
-	events, lastStreamSeq, err := p.store.Read(ctx, id)
+	var events []session.Event
+	lastStreamSeq, err := ss.Records(ctx, store.Collect(&events))
 	if errors.Is(err, store.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
@@ -384,10 +395,11 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	if lastStreamSeq == 0 && len(events) > 0 {
 		// Archived: its log lives in cold storage. Bring it back to the hot stream first (a
 		// restore is atomic and idempotent; this Open holds the lease), then read it from there.
-		if _, err := p.store.RestoreSession(ctx, id); err != nil {
+		if _, err := ss.Restore(ctx); err != nil {
 			return nil, openError("restore the archived session", err)
 		}
-		if events, lastStreamSeq, err = p.store.Read(ctx, id); err != nil {
+		events = events[:0]
+		if lastStreamSeq, err = ss.Records(ctx, store.Collect(&events)); err != nil {
 			return nil, openError("read log", err)
 		}
 	}
@@ -419,9 +431,9 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, err := p.writeRecord(ctx, id, lastStreamSeq, msgID, tail)
+		res, _, err := p.writeRecord(ctx, ss, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
-			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
+			err = p.undoIfDeleted(ctx, ss, info.Incarnation, res)
 		}
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
@@ -432,7 +444,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	} else if lastStreamSeq > 0 {
 		// Nothing to write: learn the last record's Nats-Msg-Id, so that a later check of the
 		// tail can tell it from another record at the same stream seq.
-		t, err := p.tailFromLeader(ctx, id)
+		t, err := p.tailFromLeader(ctx, ss)
 		if err != nil {
 			return nil, openError("read the tail", err)
 		}
@@ -442,7 +454,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		}
 		a.msgID, a.firstSeq = t.LastMsgID, t.LastEvents[0].Seq
 	}
-	return newWriter(p, id, token, info.Incarnation, &surface, a), nil
+	return newWriter(p, ss, info.Incarnation, &surface, a), nil
 }
 
 // Close flushes and closes every open Writer, then refuses further Create/Open with ErrClosed.
@@ -470,7 +482,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.leaseLoop = false
 	}
 	if len(errs) == 0 && p.status != nil {
-		p.store.JS.Conn().RemoveStatusListener(p.status)
+		p.store.JetStream().Conn().RemoveStatusListener(p.status)
 		p.status = nil
 	}
 	p.mu.Unlock()
@@ -502,7 +514,7 @@ func (p *Publisher) install(w *Writer) error {
 		w.closing, w.closed = true, true
 		w.mu.Unlock()
 		w.cancel()
-		go p.releaseLease(w.id, w.leaseRev)
+		go p.releaseLease(w.ss, w.leaseRev)
 		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
 	}
 	p.writers[w.id] = w
@@ -533,54 +545,51 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 	return fmt.Sprintf("%s.%s.%s.%d", p.opts.WriterID, token, incarnation, firstSeq)
 }
 
-// writeRecord writes events as one record guarded with guard (the stream seq of the session's
-// previous record, 0 for none) and returns the stream seq of the record. Transient errors are
-// retried with exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved
-// by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
-// write succeeded; otherwise the error wraps ErrConflict.
-func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, error) {
-	seq, _, err := p.writeRecordX(ctx, id, acked{streamSeq: guard, nextSeq: events[0].Seq}, msgID, events)
-	return seq, err
-}
-
-// checkedWrite is writeRecordX for a Writer's record after a: when the connection reconnected
+// checkedWrite is writeRecord for a Writer's record after a: when the connection reconnected
 // since validGen (the connGen at the last check of the tail) it first re-reads the tail from the
 // stream leader and refuses to write unless the tail is still a's record (checkTail). It returns
 // the connGen the write was checked against.
-func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+func (p *Publisher) checkedWrite(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+	id := ss.ID()
 	gen := p.connGen()
 	if gen != validGen {
-		t, err := p.tailFromLeader(ctx, id)
+		t, err := p.tailFromLeader(ctx, ss)
 		if err != nil {
 			return 0, false, validGen, fmt.Errorf("re-reading the tail after a reconnect: %w", err)
 		}
 		if ownTail(t, msgID, events[len(events)-1].Seq) {
 			return t.LastStreamSeq, false, gen, nil // an earlier try, whose answer was lost, is stored
 		}
-		if err := p.checkTail(ctx, id, a, t); err != nil {
+		if err := p.checkTail(ctx, ss, a, t); err != nil {
 			return 0, false, validGen, fmt.Errorf("session %q: %w", id, err) // checkTail leaves naming it to its caller
 		}
 	}
-	seq, maybeStored, err := p.writeRecordX(ctx, id, a, msgID, events)
+	seq, maybeStored, err := p.writeRecord(ctx, ss, a, msgID, events)
 	return seq, maybeStored, gen, err
 }
 
-// writeRecordX is writeRecord that also reports, on failure, whether the record may have been
-// stored all the same (maybeStored): some try was sent and got no answer (a timeout, a lost
-// connection). Such a record must be retried as exactly the same record — same events, same
-// Nats-Msg-Id — so that the retry dedupes or finds it at the tail.
+// writeRecord writes events as one record guarded with a.streamSeq (the stream seq of the
+// session's previous record, 0 for none; a is what the writer knows durable) and returns the
+// stream seq of the record, in an "agentlog.append" span. Transient errors are retried with
+// exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved by reading
+// the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the write
+// succeeded; acknowledged events that are gone give an *AckedLostError (checkTail); otherwise the
+// error wraps ErrConflict.
 //
-// a is what the writer knows durable (a.streamSeq is the guard). On a guard conflict the tail is
-// checked against it (checkTail): acknowledged events that are gone give an *AckedLostError.
-func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
-	ctx, span := p.startAppendSpan(ctx, id, msgID, events)
-	seq, maybeStored, err := p.writeRecordTries(ctx, id, a, msgID, events, tracing.RecordOpts(ctx, msgID))
+// On failure, maybeStored reports whether the record may have been stored all the same: some try
+// was sent and got no answer (a timeout, a lost connection). Such a record must be retried as
+// exactly the same record — same events, same Nats-Msg-Id — so that the retry dedupes or finds
+// it at the tail.
+func (p *Publisher) writeRecord(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+	ctx, span := p.startAppendSpan(ctx, ss.ID(), msgID, events)
+	seq, maybeStored, err := p.writeRecordTries(ctx, ss, a, msgID, events, tracing.RecordOpts(ctx, msgID))
 	endAppendSpan(span, seq, err)
 	return seq, maybeStored, err
 }
 
-// writeRecordTries is writeRecordX's tries of the write, with the store's options opts.
-func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
+// writeRecordTries is writeRecord's tries of the write, with the store's options opts.
+func (p *Publisher) writeRecordTries(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
+	id := ss.ID()
 	guard := a.streamSeq
 	last := events[len(events)-1].Seq
 	var lastErr error
@@ -601,7 +610,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			}
 		}()
 		actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(events))
-		res, err := p.store.Append(actx, id, guard, events, opts...)
+		res, err := ss.Append(actx, guard, events, opts...)
 		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 		cancel()
 		ccancel(nil)
@@ -620,7 +629,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			if res.Duplicate {
 				// An earlier try was stored. Make sure it is this very record (same events) and
 				// the session's tail, before counting the events durable.
-				tail, terr := p.tailFromLeader(ctx, id)
+				tail, terr := p.tailFromLeader(ctx, ss)
 				if terr != nil {
 					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
 					maybeStored = true
@@ -641,7 +650,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			maybeStored = true
 		}
 		if errors.Is(err, store.ErrConflict) {
-			tail, terr := p.tailFromLeader(ctx, id)
+			tail, terr := p.tailFromLeader(ctx, ss)
 			if terr != nil {
 				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
 				if transient(terr) && ctx.Err() == nil {
@@ -652,7 +661,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			if ownTail(tail, msgID, last) {
 				return tail.LastStreamSeq, nil
 			}
-			cerr := p.checkTail(ctx, id, a, tail)
+			cerr := p.checkTail(ctx, ss, a, tail)
 			if cerr == nil {
 				cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
 					ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
@@ -769,8 +778,8 @@ func (p *Publisher) publishReport(token string, we *WriteError) {
 
 // tailFromLeader reads the session's tail through the stream leader, bounded by AttemptTimeout
 // like a write attempt (ctx, the writer's, has no deadline of its own).
-func (p *Publisher) tailFromLeader(ctx context.Context, id string) (store.Tail, error) {
+func (p *Publisher) tailFromLeader(ctx context.Context, ss *store.Session) (store.Tail, error) {
 	tctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
-	return p.store.GetTailFromLeader(tctx, id)
+	return ss.TailFromLeader(tctx)
 }

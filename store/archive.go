@@ -69,21 +69,21 @@ func (l Location) NextSeq() int64 {
 	return 0
 }
 
-// Locate finds where session id's log lives (the one place that decides it, ARCHITECTURE.md
+// Locate finds where the session's log lives (the one place that decides it, ARCHITECTURE.md
 // "Lifecycle"): the hot stream's last and first records of the session (leader gets), then, when
 // the hot records do not start at seq 0 or there are none, its archive's head. A cold prefix that
 // the hot records do not continue is an error naming the session and both seqs.
-func (s *Store) Locate(ctx context.Context, id string) (Location, error) {
+func (ss *Session) Locate(ctx context.Context) (Location, error) {
+	s, id, tok := ss.s, ss.id, ss.tok
 	loc := Location{HotFirstSeq: -1}
-	tail, err := s.GetTailFromLeader(ctx, id)
+	tail, err := ss.TailFromLeader(ctx)
 	if err != nil {
 		return loc, err
 	}
 	loc.Hot = tail
-	tok, _ := wire.Token(id)
 	if tail.LastStreamSeq > 0 {
 		loc.State = StateActive
-		first, err := s.hotFirstSeq(ctx, id)
+		first, err := ss.hotFirstSeq(ctx)
 		if err != nil {
 			return loc, err
 		}
@@ -111,12 +111,9 @@ func (s *Store) Locate(ctx context.Context, id string) (Location, error) {
 	return loc, nil
 }
 
-// hotFirstSeq is the seq of the first hot record of session id, from its headers (-1: none).
-func (s *Store) hotFirstSeq(ctx context.Context, id string) (int64, error) {
-	subject, err := s.Subject(id)
-	if err != nil {
-		return -1, err
-	}
+// hotFirstSeq is the seq of the session's first hot record, from its headers (-1: none).
+func (ss *Session) hotFirstSeq(ctx context.Context) (int64, error) {
+	s, id, subject := ss.s, ss.id, ss.subject
 	m, err := s.leaderNextMsg(ctx, subject, 1)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return -1, nil
@@ -134,7 +131,7 @@ func (s *Store) hotFirstSeq(ctx context.Context, id string) (int64, error) {
 // archiveHead reads the head of session token's archive from the archive stream's leader; found
 // is false when there is none.
 func (s *Store) archiveHead(ctx context.Context, tok string) (wire.ArchiveHead, bool, error) {
-	if s.Archive == nil {
+	if s.archive == nil {
 		return wire.ArchiveHead{}, false, nil
 	}
 	m, err := s.leaderGetFrom(ctx, wire.ArchiveStream, map[string]any{"last_by_subj": wire.ArchiveSubject(tok)})
@@ -164,14 +161,11 @@ func (a *Archived) Events() (*session.Header, []session.Event, error) {
 	return session.ReadJSONL(bytes.NewReader(a.JSONL), a.Head.ID)
 }
 
-// ReadArchive reads session id's archive whole: head, parts, both frames; a payload that does not
+// ReadArchive reads the session's archive whole: head, parts, both frames; a payload that does not
 // match its head is a wrapped ErrArchiveCorrupt naming the session; no archive is a wrapped
 // ErrNotArchived.
-func (s *Store) ReadArchive(ctx context.Context, id string) (*Archived, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return nil, err
-	}
+func (ss *Session) ReadArchive(ctx context.Context) (*Archived, error) {
+	s, id, tok := ss.s, ss.id, ss.tok
 	head, found, err := s.archiveHead(ctx, tok)
 	if err != nil {
 		return nil, fmt.Errorf("session %q: %w", id, err)
@@ -266,7 +260,7 @@ func decodeArchivePayload(head wire.ArchiveHead, payload []byte) (*Archived, err
 	return a, nil
 }
 
-// ArchiveResult is what ArchiveSession did.
+// ArchiveResult is what Session.Archive did.
 type ArchiveResult struct {
 	Session string `json:"session"`
 	// Archived: the archive was written and the hot records purged. Already: the session was
@@ -287,7 +281,7 @@ type ArchiveResult struct {
 	LastActivity int64  `json:"lastActivity"` // when the last record was stored, Unix ms
 }
 
-// ArchiveOpt is an option of ArchiveSession.
+// ArchiveOpt is an option of Session.Archive.
 type ArchiveOpt func(*archiveOpts)
 
 type archiveOpts struct {
@@ -298,7 +292,7 @@ type archiveOpts struct {
 	idleSince  time.Time // zero: archive whatever its last activity
 }
 
-// StepHook calls fn with the name of each step of an ArchiveSession or RestoreSession as it is
+// StepHook calls fn with the name of each step of an Session.Archive or Session.Restore as it is
 // reached (the fault tests kill their process there): archive "read", "parts", "head",
 // "committed", "projections"; restore "read", "written".
 func StepHook(fn func(step string)) ArchiveOpt { return func(o *archiveOpts) { o.step = fn } }
@@ -309,14 +303,14 @@ func (o *archiveOpts) at(step string) {
 	}
 }
 
-// ArchiveIdleSince makes ArchiveSession archive only a session whose last record was stored before
+// ArchiveIdleSince makes Session.Archive archive only a session whose last record was stored before
 // t (ErrNotIdle otherwise), checked on the tail it archives.
 func ArchiveIdleSince(t time.Time) ArchiveOpt { return func(o *archiveOpts) { o.idleSince = t } }
 
 // ErrNotIdle: ArchiveIdleSince refused a session written since.
 var ErrNotIdle = errors.New("session was written since")
 
-// ArchiveSession moves session id's log into cold storage (AGENTLOG_ARCHIVE): it reads the whole
+// Archive moves the session's log into cold storage (AGENTLOG_ARCHIVE): it reads the whole
 // log (a cold prefix included), writes the archive (its packed JSONL, offloaded events inline, and
 // the projection states caught up with the log), then purges the hot records it archived (the
 // commit), then the projection keys it moved and the blobs those records named. A writer that
@@ -326,39 +320,36 @@ var ErrNotIdle = errors.New("session was written since")
 // Errors: ErrHeld, ErrWriterLive, ErrEmptyLog, ErrSessionNotFound (no metadata, or being removed), ErrNotIdle,
 // ErrRemoveNotStarted (credentials that may not purge: nothing changed), and read or write
 // failures naming the session. An archive that stopped part-way is finished by running it again.
-func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOpt) (ArchiveResult, error) {
+func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResult, error) {
 	o := archiveOpts{now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	s, id, tok := ss.s, ss.id, ss.tok
 	res := ArchiveResult{Session: id}
-	tok, err := wire.Token(id)
-	if err != nil {
-		return res, err
-	}
-	if s.Archive == nil {
+	if s.archive == nil {
 		return res, fmt.Errorf("archive session %q: stream %s is not provisioned (run `agentlog provision`)", id, wire.ArchiveStream)
 	}
-	subject, _ := s.Subject(id)
+	subject := ss.subject
 	if !o.pass {
 		if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
 			return res, fmt.Errorf("archive session %q: %w: %w", id, ErrRemoveNotStarted, err)
 		}
 	}
 	begun := time.Now()
-	info, err := s.GetSessionInfo(ctx, id)
+	info, err := ss.Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	if !o.pass {
-		if l, _, err := s.GetLease(ctx, id); err == nil {
+		if l, _, err := ss.Lease(ctx); err == nil {
 			return res, fmt.Errorf("archive session %q: %w (writer %q, host %s, pid %d)", id, ErrWriterLive, l.Writer, l.Host, l.PID)
 		} else if !errors.Is(err, ErrNoLease) {
 			return res, fmt.Errorf("archive session %q: read its writer lease: %w", id, err)
 		}
 	}
 	if !o.ignoreHold {
-		if h, err := s.GetHold(ctx, id); err == nil {
+		if h, err := ss.GetHold(ctx); err == nil {
 			return res, fmt.Errorf("archive session %q: %w (%s)", id, ErrHeld, h.Reason)
 		} else if !errors.Is(err, ErrNoHold) {
 			return res, err
@@ -372,7 +363,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	}
 	var head0 *wire.ArchiveHead
 	var head0Seq uint64
-	if hm, err := s.Archive.GetLastMsgForSubject(ctx, wire.ArchiveSubject(tok)); err == nil {
+	if hm, err := s.archive.GetLastMsgForSubject(ctx, wire.ArchiveSubject(tok)); err == nil {
 		h, perr := wire.ParseArchiveHead(hm.Header)
 		if perr != nil {
 			return res, fmt.Errorf("archive session %q: %s: %w", id, wire.ArchiveSubject(tok), perr)
@@ -433,7 +424,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	}
 	var lastStreamSeq uint64
 	for _, m := range msgs {
-		evs, err := s.decodeStored(ctx, id, m.Header, m.Data, m.Sequence, true)
+		evs, err := ss.decodeStored(ctx, m.Header, m.Data, m.Sequence, true)
 		if err != nil {
 			return res, err
 		}
@@ -487,7 +478,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	if _, err := s.purge(ctx, wire.StreamName, subject, lastStreamSeq+1); err != nil {
 		return res, fmt.Errorf("archive session %q: purge its hot records through stream seq %d (the archive is written; run the archive again to finish): %w", id, lastStreamSeq, err)
 	}
-	if _, err := s.Stream.GetLastMsgForSubject(ctx, subject); err == nil {
+	if _, err := s.stream.GetLastMsgForSubject(ctx, subject); err == nil {
 		res.Raced = true // a writer appended meanwhile: its records follow the cold prefix
 		return res, nil
 	} else if !errors.Is(err, natsjs.ErrMsgNotFound) {
@@ -502,7 +493,7 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, opts ...ArchiveOp
 	}
 	o.at("projections")
 	slices.Sort(blobNames)
-	if s.Blobs != nil {
+	if s.blobs != nil {
 		if res.Blobs, err = s.deleteBlobs(ctx, slices.Compact(blobNames)); err != nil {
 			return res, fmt.Errorf("archive session %q (it is archived): %w", id, err)
 		}
@@ -530,7 +521,7 @@ func (s *Store) subjectMsgs(ctx context.Context, subject string) ([]*natsjs.RawS
 			seq = m.Sequence + 1
 			n, size = n+1, size+len(m.Data)+len(m.Subject)+256
 		}
-		if n == 0 || (n < directBatch && size < directBatchBytes-int(s.MaxMsgSize)-(1<<16)) {
+		if n == 0 || (n < directBatch && size < directBatchBytes-int(s.maxMsgSize)-(1<<16)) {
 			return out, nil // the batch ended before its limits: nothing more
 		}
 	}
@@ -597,9 +588,9 @@ func (s *Store) caughtUpProjections(ctx context.Context, tok string, lastSeq int
 // archivePartBudget is the largest body of one archive message: the archive stream's max message
 // size less room for its headers.
 func (s *Store) archivePartBudget() int {
-	limit := int(s.MaxMsgSize)
-	if s.Archive != nil {
-		if c := s.Archive.CachedInfo().Config; c.MaxMsgSize > 0 && int(c.MaxMsgSize) < limit {
+	limit := int(s.maxMsgSize)
+	if s.archive != nil {
+		if c := s.archive.CachedInfo().Config; c.MaxMsgSize > 0 && int(c.MaxMsgSize) < limit {
 			limit = int(c.MaxMsgSize)
 		}
 	}
@@ -619,7 +610,7 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 	for k, c := range chunks {
 		m := &nats.Msg{Subject: wire.ArchivePartSubject(head.Token, head.ArchiveID, k+1), Data: c,
 			Header: nats.Header{wire.HeaderArchiveID: {head.ArchiveID}, wire.HeaderArchivePart: {strconv.Itoa(k + 1)}}}
-		f, err := s.JS.PublishMsgAsync(m)
+		f, err := s.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("write archive part %d: %w", k+1, err)
 		}
@@ -636,7 +627,7 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 	}
 	at("parts")
 	m := &nats.Msg{Subject: wire.ArchiveSubject(head.Token), Header: nats.Header(head.Header()), Data: payload}
-	if _, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {
+	if _, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {
 		if IsWrongLastSequence(err) {
 			return fmt.Errorf("%w: another archive of the session was written meanwhile", ErrConflict)
 		}
@@ -646,7 +637,7 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 	return nil
 }
 
-// RestoreResult is what RestoreSession did.
+// RestoreResult is what Session.Restore did.
 type RestoreResult struct {
 	Session   string `json:"session"`
 	Restored  bool   `json:"restored"`          // the hot stream holds the log again
@@ -659,19 +650,20 @@ type RestoreResult struct {
 // RestoreMsgID is the Nats-Msg-Id prefix of the records a restore of archive archiveID writes.
 func RestoreMsgID(archiveID string) string { return "restore:" + archiveID }
 
-// RestoreSession brings an archived session's log back to the hot stream (opts: StepHook): the archive's events
+// Restore brings the archived session's log back to the hot stream (opts: StepHook): the archive's events
 // are written as records guarded with expected stream seq 0 (one record, or one atomic batch), so
 // a restore is all or nothing, and of two concurrent restores one writes and the other finds its
 // records (idempotent). The archive is left in place (a restore needs no right to purge); the
 // lifecycle pass removes it. A session that is not archived is left as it is (Already). Errors
 // name the session: ErrSessionNotFound, ErrArchiveCorrupt, write failures.
-func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOpt) (RestoreResult, error) {
+func (ss *Session) Restore(ctx context.Context, opts ...ArchiveOpt) (RestoreResult, error) {
 	o := archiveOpts{now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	s, id := ss.s, ss.id
 	res := RestoreResult{Session: id}
-	loc, err := s.Locate(ctx, id)
+	loc, err := ss.Locate(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -680,7 +672,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOp
 		res.Already, res.Events = true, loc.NextSeq()
 		return res, nil
 	case StateNone:
-		if _, err := s.GetSessionInfo(ctx, id); err != nil {
+		if _, err := ss.Info(ctx); err != nil {
 			return res, err
 		}
 		res.Already = true
@@ -690,7 +682,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOp
 	if err != nil {
 		return res, err
 	}
-	if info, err := s.GetSessionInfo(ctx, id); err != nil {
+	if info, err := ss.Info(ctx); err != nil {
 		return res, err
 	} else if info.Incarnation != a.Head.Incarnation {
 		return res, fmt.Errorf("restore session %q: its archive is of incarnation %q, its metadata of %q", id, a.Head.Incarnation, info.Incarnation)
@@ -702,7 +694,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOp
 	res.ArchiveID, res.Events = a.Head.ArchiveID, int64(len(evs))
 	o.at("read")
 	msgID := RestoreMsgID(a.Head.ArchiveID)
-	app, err := s.BeginAppend(id, 0, WithMsgID(msgID))
+	app, err := ss.BeginAppend(0, WithMsgID(msgID))
 	if err != nil {
 		return res, err
 	}
@@ -716,7 +708,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOp
 	if errors.Is(err, ErrConflict) {
 		// Someone wrote first: another restore of this archive (its tail carries our msg id), or a
 		// writer whose records follow the archive: either way the log is whole.
-		loc2, lerr := s.Locate(ctx, id)
+		loc2, lerr := ss.Locate(ctx)
 		if lerr == nil && loc2.State == StateActive {
 			res.Already = true
 			return res, nil
@@ -732,7 +724,7 @@ func (s *Store) RestoreSession(ctx context.Context, id string, opts ...ArchiveOp
 
 // readArchivedRecords hands fn the archive's events from seq from on, in chunks, as records at
 // stream seq 0 (they are in no stream), and returns the seq after the last.
-func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, from int64, fn func(streamSeq uint64, events []session.Event, body []byte) error) (int64, error) {
+func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, from int64, fn func(Record) error) (int64, error) {
 	a, err := s.readArchiveAt(ctx, head)
 	if err != nil {
 		return 0, err
@@ -754,7 +746,7 @@ func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, 
 				return err
 			}
 		}
-		err := fn(0, batch, body)
+		err := fn(Record{Events: batch, Body: body})
 		batch = make([]session.Event, 0, chunk)
 		return err
 	}
@@ -788,7 +780,7 @@ func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, 
 // has no hot record (Locate decides for one session).
 func (s *Store) ArchiveHeads(ctx context.Context, toks []string) (map[string]wire.ArchiveHead, error) {
 	out := map[string]wire.ArchiveHead{}
-	if s.Archive == nil || len(toks) == 0 {
+	if s.archive == nil || len(toks) == 0 {
 		return out, nil
 	}
 	subjects := make([]string, len(toks))

@@ -2,7 +2,6 @@ package store
 
 import (
 	"crypto/sha256"
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,10 +9,10 @@ import (
 	"github.com/agentlog/agentlog/wire"
 )
 
-// readAll reads session id with Read and returns its events' JSON, one line each.
-func readAll(t *testing.T, s *Store, id string) string {
+// readText reads session id and returns its events' JSON, one line each.
+func readText(t *testing.T, s *Store, id string) string {
 	t.Helper()
-	evs, _, err := s.Read(testCtx(t), id)
+	evs, _, err := readAll(testCtx(t), sessionOf(s, id))
 	if err != nil {
 		t.Fatalf("Read %q: %v", id, err)
 	}
@@ -40,78 +39,75 @@ func TestArchiveRestore(t *testing.T) {
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Append(ctx, id, 0, evs(0, 3, "a"))
+	r, err := sessionOf(s, id).Append(ctx, 0, evs(0, 3, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, id, r.StreamSeq, evs(3, 7, "b")); err != nil {
+	if _, err := sessionOf(s, id).Append(ctx, r.StreamSeq, evs(3, 7, "b")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Projections.Put(ctx, "messages."+tok, []byte(`{"stateVersion":1,"asOfSeq":6,"state":{"nodes":[],"replaceGeneration":0,"transcript":[],"openTurn":null}}`)); err != nil {
+	if _, err := s.projections.Put(ctx, "messages."+tok, []byte(`{"stateVersion":1,"asOfSeq":6,"state":{"nodes":[],"replaceGeneration":0,"transcript":[],"openTurn":null}}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Projections.Put(ctx, "title."+tok, []byte(`{"stateVersion":1,"asOfSeq":3,"state":{}}`)); err != nil {
+	if _, err := s.projections.Put(ctx, "title."+tok, []byte(`{"stateVersion":1,"asOfSeq":3,"state":{}}`)); err != nil {
 		t.Fatal(err)
 	}
-	want := readAll(t, s, id)
+	want := readText(t, s, id)
 
-	res, err := s.ArchiveSession(ctx, id)
+	res, err := sessionOf(s, id).Archive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Archived || res.Events != 7 || res.Records != 2 || res.Projections != 1 || res.Parts != 1 {
 		t.Fatalf("ArchiveSession = %+v", res)
 	}
-	loc, err := s.Locate(ctx, id)
+	loc, err := sessionOf(s, id).Locate(ctx)
 	if err != nil || loc.State != StateArchived || loc.NextSeq() != 7 || loc.Hot.LastStreamSeq != 0 {
 		t.Fatalf("Locate after archive = %+v, %v", loc, err)
 	}
-	if got := readAll(t, s, id); got != want {
+	if got := readText(t, s, id); got != want {
 		t.Fatalf("Read of the archived session:\n%s\nwant\n%s", got, want)
 	}
 	if keys, _ := s.projectionKeys(ctx, tok); len(keys) != 0 {
 		t.Fatalf("projection keys after archive: %v", keys)
 	}
-	a, err := s.ReadArchive(ctx, id)
+	a, err := sessionOf(s, id).ReadArchive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := a.Projections["messages"]; !ok || len(a.Projections) != 1 {
 		t.Fatalf("archived projections: %v", a.Projections)
 	}
-	if again, err := s.ArchiveSession(ctx, id); err != nil || !again.Already {
+	if again, err := sessionOf(s, id).Archive(ctx); err != nil || !again.Already {
 		t.Fatalf("archive again = %+v, %v", again, err)
 	}
-	if err := s.DeleteSession(ctx, id); !errors.Is(err, ErrSessionHasEvents) {
-		t.Fatalf("DeleteSession of an archived session: %v", err)
-	}
 
-	rr, err := s.RestoreSession(ctx, id)
+	rr, err := sessionOf(s, id).Restore(ctx)
 	if err != nil || !rr.Restored || rr.Events != 7 {
 		t.Fatalf("RestoreSession = %+v, %v", rr, err)
 	}
-	if rr2, err := s.RestoreSession(ctx, id); err != nil || !rr2.Already {
+	if rr2, err := sessionOf(s, id).Restore(ctx); err != nil || !rr2.Already {
 		t.Fatalf("RestoreSession again = %+v, %v", rr2, err)
 	}
-	loc, err = s.Locate(ctx, id)
+	loc, err = sessionOf(s, id).Locate(ctx)
 	if err != nil || loc.State != StateActive || loc.HotFirstSeq != 0 || loc.ArchiveStale == nil {
 		t.Fatalf("Locate after restore = %+v, %v", loc, err)
 	}
-	if got := readAll(t, s, id); got != want {
+	if got := readText(t, s, id); got != want {
 		t.Fatalf("Read of the restored session:\n%s\nwant\n%s", got, want)
 	}
-	if _, err := s.Append(ctx, id, loc.Hot.LastStreamSeq, evs(7, 9, "c")); err != nil {
+	if _, err := sessionOf(s, id).Append(ctx, loc.Hot.LastStreamSeq, evs(7, 9, "c")); err != nil {
 		t.Fatal(err)
 	}
-	want = readAll(t, s, id)
-	if res, err := s.ArchiveSession(ctx, id); err != nil || !res.Archived || res.Events != 9 {
+	want = readText(t, s, id)
+	if res, err := sessionOf(s, id).Archive(ctx); err != nil || !res.Archived || res.Events != 9 {
 		t.Fatalf("archive after restore = %+v, %v", res, err)
 	}
-	if got := readAll(t, s, id); got != want {
+	if got := readText(t, s, id); got != want {
 		t.Fatalf("Read after the second archive:\n%s\nwant\n%s", got, want)
 	}
 
-	rm, err := s.RemoveSession(ctx, id)
+	rm, err := sessionOf(s, id).Remove(ctx)
 	if err != nil || rm.Archive == 0 || rm.Events != 9 {
 		t.Fatalf("RemoveSession of an archived session = %+v, %v", rm, err)
 	}
@@ -121,7 +117,7 @@ func TestArchiveRestore(t *testing.T) {
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got := readAll(t, s, id); got != "" {
+	if got := readText(t, s, id); got != "" {
 		t.Fatalf("a re-created session reads %q", got)
 	}
 }
@@ -135,7 +131,7 @@ func TestArchiveColdPrefix(t *testing.T) {
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Append(ctx, id, 0, evs(0, 4, "a"))
+	r, err := sessionOf(s, id).Append(ctx, 0, evs(0, 4, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,31 +141,31 @@ func TestArchiveColdPrefix(t *testing.T) {
 	if err := s.writeArchive(ctx, &head, 0, payload, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
-	r2, err := s.Append(ctx, id, r.StreamSeq, evs(4, 6, "b"))
+	r2, err := sessionOf(s, id).Append(ctx, r.StreamSeq, evs(4, 6, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PurgeThrough(ctx, id, r.StreamSeq); err != nil {
+	if _, err := sessionOf(s, id).PurgeThrough(ctx, r.StreamSeq); err != nil {
 		t.Fatal(err)
 	}
-	loc, err := s.Locate(ctx, id)
+	loc, err := sessionOf(s, id).Locate(ctx)
 	if err != nil || loc.State != StateActive || loc.HotFirstSeq != 4 || loc.Archive == nil || loc.NextSeq() != 6 {
 		t.Fatalf("Locate = %+v, %v", loc, err)
 	}
-	got := readAll(t, s, id)
+	got := readText(t, s, id)
 	if n := strings.Count(got, "\n"); n != 6 {
 		t.Fatalf("Read joined %d events:\n%s", n, got)
 	}
 	// The writer goes on with its guard; a second archive takes the whole log.
-	if _, err := s.Append(ctx, id, r2.StreamSeq, evs(6, 7, "c")); err != nil {
+	if _, err := sessionOf(s, id).Append(ctx, r2.StreamSeq, evs(6, 7, "c")); err != nil {
 		t.Fatal(err)
 	}
-	want := readAll(t, s, id)
-	res, err := s.ArchiveSession(ctx, id)
+	want := readText(t, s, id)
+	res, err := sessionOf(s, id).Archive(ctx)
 	if err != nil || !res.Archived || res.Events != 7 {
 		t.Fatalf("ArchiveSession = %+v, %v", res, err)
 	}
-	if got := readAll(t, s, id); got != want {
+	if got := readText(t, s, id); got != want {
 		t.Fatalf("after the second archive:\n%s\nwant\n%s", got, want)
 	}
 }
@@ -178,11 +174,11 @@ func TestArchiveColdPrefix(t *testing.T) {
 func testArchive(t *testing.T, s *Store, id string, n int64) (wire.ArchiveHead, []byte) {
 	t.Helper()
 	ctx := testCtx(t)
-	info, err := s.GetSessionInfo(ctx, id)
+	info, err := sessionOf(s, id).Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, _, err := s.Read(ctx, id)
+	all, _, err := readAll(ctx, sessionOf(s, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,19 +208,20 @@ func TestReadWhileArchived(t *testing.T) {
 	}
 	var last uint64
 	for k := int64(0); k < 2000; k += 2 {
-		r, err := s.Append(ctx, id, last, evs(k, k+2, strings.Repeat("x", 200)))
+		r, err := sessionOf(s, id).Append(ctx, last, evs(k, k+2, strings.Repeat("x", 200)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = r.StreamSeq
 	}
-	want := readAll(t, s, id)
+	want := readText(t, s, id)
 	var b strings.Builder
 	n := 0
 	archived := make(chan error, 1)
-	_, err := s.ReadRecords(ctx, id, func(_ uint64, evs []session.Event) error {
+	_, err := sessionOf(s, id).Records(ctx, func(r Record) error {
+		evs := r.Events
 		if n++; n == 10 {
-			_, err := s.ArchiveSession(ctx, id)
+			_, err := sessionOf(s, id).Archive(ctx)
 			archived <- err
 		}
 		for _, e := range evs {
@@ -243,7 +240,7 @@ func TestReadWhileArchived(t *testing.T) {
 	if b.String() != want {
 		t.Fatal("the read handed out other events than the log's")
 	}
-	if loc, _ := s.Locate(ctx, id); loc.State != StateArchived {
+	if loc, _ := sessionOf(s, id).Locate(ctx); loc.State != StateArchived {
 		t.Fatalf("state %q", loc.State)
 	}
 }

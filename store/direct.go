@@ -70,7 +70,7 @@ func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsj
 	if m == nil {
 		return nil, errors.New("store: no direct get multiplexer (a Store not from Provision or Open)")
 	}
-	if err := m.start(s.JS.Conn()); err != nil {
+	if err := m.start(s.js.Conn()); err != nil {
 		return nil, fmt.Errorf("subscribe for direct gets: %w", err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -93,8 +93,8 @@ func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsj
 		delete(m.wait, tok)
 		m.mu.Unlock()
 	}()
-	subject := s.JS.Options().APIPrefix + "DIRECT.GET." + stream
-	if s.JS.Options().APIPrefix == "" {
+	subject := s.js.Options().APIPrefix + "DIRECT.GET." + stream
+	if s.js.Options().APIPrefix == "" {
 		subject = "$JS.API.DIRECT.GET." + stream
 	}
 	if err := m.nc.PublishRequest(subject, m.prefix+tok, body); err != nil {

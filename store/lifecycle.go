@@ -68,10 +68,10 @@ func ParsePolicyDuration(s string) (time.Duration, error) {
 
 // GetPolicy reads the lifecycle policy (DefaultPolicy when none is stored).
 func (s *Store) GetPolicy(ctx context.Context) (Policy, error) {
-	if s.Lifecycle == nil {
+	if s.lifecycle == nil {
 		return DefaultPolicy, nil
 	}
-	e, err := s.Lifecycle.Get(ctx, wire.LifecyclePolicyKey)
+	e, err := s.lifecycle.Get(ctx, wire.LifecyclePolicyKey)
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return DefaultPolicy, nil
 	}
@@ -94,11 +94,11 @@ func (s *Store) GetPolicy(ctx context.Context) (Policy, error) {
 
 // SetPolicy stores the lifecycle policy.
 func (s *Store) SetPolicy(ctx context.Context, p Policy) error {
-	if s.Lifecycle == nil {
+	if s.lifecycle == nil {
 		return fmt.Errorf("KV bucket %s is not provisioned", wire.LifecycleBucket)
 	}
 	b, _ := json.Marshal(policyValue{ArchiveAfter: FormatPolicyDuration(p.ArchiveAfter), RetainFor: FormatPolicyDuration(p.RetainFor)})
-	if _, err := s.Lifecycle.Put(ctx, wire.LifecyclePolicyKey, b); err != nil {
+	if _, err := s.lifecycle.Put(ctx, wire.LifecyclePolicyKey, b); err != nil {
 		return fmt.Errorf("store the lifecycle policy (KV bucket %s): %w", wire.LifecycleBucket, err)
 	}
 	return nil
@@ -114,52 +114,48 @@ type Hold struct {
 // ErrNoHold: the session is not held.
 var ErrNoHold = errors.New("session is not held")
 
-// SetHold puts session id under a legal hold (replacing the reason of an existing one). The
-// session must exist (its metadata).
-func (s *Store) SetHold(ctx context.Context, id, reason string) (Hold, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return Hold{}, err
-	}
+// Hold puts the session under a legal hold (replacing the reason of an existing one). The session
+// must exist (its metadata).
+func (ss *Session) Hold(ctx context.Context, reason string) (Hold, error) {
+	s, id, tok := ss.s, ss.id, ss.tok
 	if strings.TrimSpace(reason) == "" {
 		return Hold{}, fmt.Errorf("hold session %q: the reason is blank", id)
 	}
-	if _, err := s.GetSessionInfo(ctx, id); err != nil {
+	if s.lifecycle == nil {
+		return Hold{}, fmt.Errorf("hold session %q: KV bucket %s is not provisioned", id, wire.LifecycleBucket)
+	}
+	if _, err := ss.Info(ctx); err != nil {
 		return Hold{}, err
 	}
 	h := Hold{Session: id, Reason: reason, Since: time.Now().UnixMilli()}
 	b, _ := json.Marshal(h)
-	if _, err := s.Lifecycle.Put(ctx, wire.HoldKey(tok), b); err != nil {
+	if _, err := s.lifecycle.Put(ctx, wire.HoldKey(tok), b); err != nil {
 		return Hold{}, fmt.Errorf("hold session %q (KV bucket %s): %w", id, wire.LifecycleBucket, err)
 	}
 	return h, nil
 }
 
-// ReleaseHold ends session id's hold; a session not held is a wrapped ErrNoHold.
-func (s *Store) ReleaseHold(ctx context.Context, id string) error {
-	tok, err := wire.Token(id)
-	if err != nil {
+// ReleaseHold ends the session's hold; a session not held is a wrapped ErrNoHold.
+func (ss *Session) ReleaseHold(ctx context.Context) error {
+	if _, err := ss.GetHold(ctx); err != nil {
 		return err
 	}
-	if _, err := s.GetHold(ctx, id); err != nil {
-		return err
-	}
-	if err := s.Lifecycle.Purge(ctx, wire.HoldKey(tok)); err != nil {
-		return fmt.Errorf("release the hold of session %q (KV bucket %s): %w", id, wire.LifecycleBucket, err)
+	if err := ss.s.lifecycle.Purge(ctx, wire.HoldKey(ss.tok)); err != nil {
+		return fmt.Errorf("release the hold of session %q (KV bucket %s): %w", ss.id, wire.LifecycleBucket, err)
 	}
 	return nil
 }
 
-// GetHold reads session id's hold; none is a wrapped ErrNoHold.
-func (s *Store) GetHold(ctx context.Context, id string) (Hold, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return Hold{}, err
-	}
-	if s.Lifecycle == nil {
+// GetHold reads the session's hold; none is a wrapped ErrNoHold.
+func (ss *Session) GetHold(ctx context.Context) (Hold, error) {
+	return ss.s.getHold(ctx, ss.tok, ss.id)
+}
+
+func (s *Store) getHold(ctx context.Context, tok, id string) (Hold, error) {
+	if s.lifecycle == nil {
 		return Hold{}, fmt.Errorf("session %q: %w", id, ErrNoHold)
 	}
-	e, err := s.Lifecycle.Get(ctx, wire.HoldKey(tok))
+	e, err := s.lifecycle.Get(ctx, wire.HoldKey(tok))
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return Hold{}, fmt.Errorf("session %q: %w", id, ErrNoHold)
 	}
@@ -176,7 +172,7 @@ func (s *Store) GetHold(ctx context.Context, id string) (Hold, error) {
 // Holds returns every hold, by token.
 func (s *Store) Holds(ctx context.Context) (map[string]Hold, error) {
 	out := map[string]Hold{}
-	if s.Lifecycle == nil {
+	if s.lifecycle == nil {
 		return out, nil
 	}
 	msgs, err := s.lastMsgs(ctx, "KV_"+wire.LifecycleBucket, []string{"$KV." + wire.LifecycleBucket + ".hold.*"})
@@ -198,7 +194,7 @@ func (s *Store) Holds(ctx context.Context) (map[string]Hold, error) {
 // HoldsFor returns the holds of the sessions whose tokens are toks (one batched read).
 func (s *Store) HoldsFor(ctx context.Context, toks []string) (map[string]Hold, error) {
 	out := map[string]Hold{}
-	if s.Lifecycle == nil || len(toks) == 0 {
+	if s.lifecycle == nil || len(toks) == 0 {
 		return out, nil
 	}
 	subjects := make([]string, len(toks))
@@ -222,7 +218,7 @@ func (s *Store) HoldsFor(ctx context.Context, toks []string) (map[string]Hold, e
 // Children finds it without a pass over every header. CreateSession writes it before the
 // metadata; a link whose child names another parent (a create that failed) is ignored by readers.
 func (s *Store) LinkChild(ctx context.Context, parent, child string) error {
-	if s.Children == nil {
+	if s.children == nil {
 		return nil
 	}
 	pt, err := wire.Token(parent)
@@ -233,7 +229,7 @@ func (s *Store) LinkChild(ctx context.Context, parent, child string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.JS.Publish(ctx, wire.ChildSubject(pt, ct), nil); err != nil {
+	if _, err := s.js.Publish(ctx, wire.ChildSubject(pt, ct), nil); err != nil {
 		return fmt.Errorf("session %q: record its parent %q in stream %s: %w", child, parent, wire.ChildrenStream, err)
 	}
 	return nil
@@ -244,7 +240,7 @@ func (s *Store) LinkChild(ctx context.Context, parent, child string) error {
 // that were never created, or were removed: callers check the children's metadata.
 func (s *Store) ChildTokens(ctx context.Context, parents []string) (map[string][]string, error) {
 	out := map[string][]string{}
-	if s.Children == nil || len(parents) == 0 {
+	if s.children == nil || len(parents) == 0 {
 		return out, nil
 	}
 	filters := make([]string, len(parents))
@@ -342,13 +338,7 @@ func ensureLifecycle(ctx context.Context, js natsjs.JetStream, replicas int, max
 }
 
 // wrongLastSeq reports whether err is JetStream's refusal of a guarded publish (10071, 10164).
-func wrongLastSeq(err error) bool {
-	var apiErr *natsjs.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)
-}
-
-// IsWrongLastSequence reports whether err is JetStream's refusal of a guarded publish.
-func IsWrongLastSequence(err error) bool { return wrongLastSeq(err) }
+func wrongLastSeq(err error) bool { return IsWrongLastSequence(err) }
 
 // SessionEntries reads the metadata of the sessions whose tokens are toks (batched direct gets;
 // a stale answer on R>1 may miss one just created): token -> metadata, without the sessions that

@@ -61,7 +61,7 @@ type PassResult struct {
 }
 
 // staleArchiveAge: an archive the log does not use (a restored session's) is removed once it is
-// this old. An archive older than maxArchiveCommitAge is never committed (ArchiveSession checks),
+// this old. An archive older than maxArchiveCommitAge is never committed (Session.Archive checks),
 // so the one removed cannot be an archive still on its way to its commit.
 const (
 	staleArchiveAge     = time.Hour
@@ -69,7 +69,7 @@ const (
 )
 
 // LifecyclePass applies policy once: it archives the sessions whose last record is older than
-// ArchiveAfter (not held, without a live writer lease), deletes (as RemoveSession) the sessions
+// ArchiveAfter (not held, without a live writer lease), deletes (as Session.Remove) the sessions
 // whose last activity is older than RetainFor, hot or archived, and removes the archives that
 // restored sessions left behind. It needs the right to purge AGENTLOG: credentials without it
 // are ErrNoPurgeRight before anything is read. The errors of single sessions are counted and
@@ -153,7 +153,11 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 		a := PassAction{Session: t.ID, Action: "delete", LastActivity: t.LastActivity,
 			Reason: fmt.Sprintf("last activity %s, older than retain-for %s", time.UnixMilli(t.LastActivity).UTC().Format(time.RFC3339), res.RetainFor)}
 		if !o.DryRun {
-			if _, err := s.RemoveSession(ctx, t.ID, RemoveStepHook(o.StepHook)); err != nil {
+			ss, err := s.Session(t.ID)
+			if err == nil {
+				_, err = ss.Remove(ctx, RemoveStepHook(o.StepHook))
+			}
+			if err != nil {
 				a.Error = err.Error()
 			} else {
 				res.Deleted++
@@ -200,7 +204,11 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 				defer wg.Done()
 				for t := range next {
 					a := PassAction{Session: t.ID, Action: "archive", LastActivity: t.LastActivity, Reason: reason}
-					r, err := s.ArchiveSession(ctx, t.ID, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass(), StepHook(o.StepHook))
+					var r ArchiveResult
+					ss, err := s.Session(t.ID)
+					if err == nil {
+						r, err = ss.Archive(ctx, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass(), StepHook(o.StepHook))
+					}
 					switch {
 					case errors.Is(err, ErrNotIdle) || errors.Is(err, ErrSessionNotFound):
 						continue // written or removed since the scan
@@ -240,11 +248,11 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 	return res, ctx.Err()
 }
 
-// ArchiveChecked is the option of an ArchiveSession whose caller checked the right to purge and
+// ArchiveChecked is the option of an Session.Archive whose caller checked the right to purge and
 // the session's hold itself (a lifecycle pass, a benchmark): it saves two requests a session.
 func ArchiveChecked() ArchiveOpt { return archivePass() }
 
-// archivePass marks an ArchiveSession made by a pass: the pass checked the right to purge and the
+// archivePass marks an Session.Archive made by a pass: the pass checked the right to purge and the
 // holds itself.
 func archivePass() ArchiveOpt { return func(o *archiveOpts) { o.ignoreHold, o.pass = true, true } }
 
@@ -271,7 +279,7 @@ type HotTail struct {
 // in the hot stream, not with the archived ones), by token.
 func (s *Store) HotTails(ctx context.Context) (map[string]HotTail, error) {
 	out := map[string]HotTail{}
-	err := s.scanLast(ctx, s.Stream, wire.SubjectPrefix+".>", func(m natsjs.Msg, at time.Time) {
+	err := s.scanLast(ctx, s.stream, wire.SubjectPrefix+".>", func(m natsjs.Msg, at time.Time) {
 		tok := m.Headers().Get(wire.HeaderSession)
 		id, err := wire.IDFromToken(tok)
 		if err != nil {
@@ -295,10 +303,10 @@ func (s *Store) AllArchiveHeads(ctx context.Context) ([]wire.ArchiveHead, error)
 // archiveHeads reads every archive head's headers (one headers-only pass over the heads).
 func (s *Store) archiveHeads(ctx context.Context) ([]wire.ArchiveHead, error) {
 	var out []wire.ArchiveHead
-	if s.Archive == nil {
+	if s.archive == nil {
 		return nil, nil
 	}
-	err := s.scanLast(ctx, s.Archive, wire.ArchivePrefix+".*", func(m natsjs.Msg, _ time.Time) {
+	err := s.scanLast(ctx, s.archive, wire.ArchivePrefix+".*", func(m natsjs.Msg, _ time.Time) {
 		if h, err := wire.ParseArchiveHead(m.Headers()); err == nil {
 			out = append(out, h)
 		}
@@ -330,7 +338,7 @@ func (s *Store) scanLast(ctx context.Context, st natsjs.Stream, filter string, f
 		return nil
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.JS.Options().DefaultTimeout)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.js.Options().DefaultTimeout)
 		_ = st.DeleteConsumer(dctx, ci.Name)
 		cancel()
 	}()
@@ -359,7 +367,7 @@ func (s *Store) scanLast(ctx context.Context, st natsjs.Stream, filter string, f
 // liveLeases reports which of ts have a live writer lease (one batched read of agentlog_writers).
 func (s *Store) liveLeases(ctx context.Context, ts []HotTail) (map[string]bool, error) {
 	out := map[string]bool{}
-	if s.Writers == nil || len(ts) == 0 {
+	if s.writers == nil || len(ts) == 0 {
 		return out, nil
 	}
 	subjects := make([]string, len(ts))
@@ -395,7 +403,7 @@ func leaseExpired(m *natsjs.RawStreamMsg) bool {
 // dropStaleArchives removes the archives that no log uses any more: those of sessions whose hot
 // records start at seq 0 (restored), once older than staleArchiveAge.
 func (s *Store) dropStaleArchives(ctx context.Context, tails map[string]HotTail, now time.Time) (int, error) {
-	if s.Archive == nil || len(tails) == 0 {
+	if s.archive == nil || len(tails) == 0 {
 		return 0, nil
 	}
 	subjects := make([]string, 0, len(tails))
@@ -413,7 +421,11 @@ func (s *Store) dropStaleArchives(ctx context.Context, tails map[string]HotTail,
 		if err != nil || now.Sub(m.Time) < staleArchiveAge {
 			continue
 		}
-		first, err := s.hotFirstSeq(ctx, h.ID)
+		ss, err := s.Session(h.ID)
+		if err != nil {
+			continue
+		}
+		first, err := ss.hotFirstSeq(ctx)
 		if err != nil || first != 0 {
 			continue
 		}

@@ -20,9 +20,9 @@ const (
 	DefaultDuplicateWindow = 2 * time.Minute
 
 	// Limits of the AGENTLOG_ERRORS stream (agent/error reports, kept for inspection only).
-	ErrorsMaxAge            = 7 * 24 * time.Hour
-	ErrorsMaxMsgsPerSubject = 1000
-	ErrorsMaxBytes          = 256 << 20 // bytes
+	errorsMaxAge            = 7 * 24 * time.Hour
+	errorsMaxMsgsPerSubject = 1000
+	errorsMaxBytes          = 256 << 20 // bytes
 )
 
 // ErrIncompatible is returned (wrapped) when an existing stream or KV bucket has a setting that
@@ -47,27 +47,6 @@ type Config struct {
 	// Compression of a new AGENTLOG stream: "s2" (the default) or "none". An existing stream
 	// keeps its own (archives are compressed either way).
 	Compression string
-}
-
-// Store is a provisioned agentlog on one JetStream account. Get one from Provision or Open. It holds
-// no mutable state of its own and is safe for concurrent use.
-type Store struct {
-	JS          natsjs.JetStream
-	Stream      natsjs.Stream
-	Sessions    natsjs.KeyValue
-	Projections natsjs.KeyValue
-	Writers     natsjs.KeyValue    // agentlog_writers: writer leases
-	Blobs       natsjs.ObjectStore // agentlog_blobs: offloaded events (nil: events over a record are refused)
-	Archive     natsjs.Stream      // AGENTLOG_ARCHIVE: archived sessions (nil: not provisioned)
-	Children    natsjs.Stream      // AGENTLOG_CHILDREN: fork lineage by parent
-	Lifecycle   natsjs.KeyValue    // agentlog_lifecycle: the lifecycle policy and legal holds
-	Partitions  int
-	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
-	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
-	// copy of the Store (it is read, never written, by the Store's methods).
-	MaxEventBytes int64
-
-	mux *directMux // batched direct gets over one reply subscription (shared by copies)
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
@@ -132,7 +111,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			if errors.Is(err, natsjs.ErrBucketNotFound) {
-				return nil, fmt.Errorf("%w: KV bucket %s does not exist (run `agentlog provision`)", ErrNotProvisioned, bucket)
+				return nil, fmt.Errorf("%w: KV bucket %s does not exist", ErrNotProvisioned, bucket)
 			}
 			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
@@ -155,7 +134,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, name)
+		return nil, fmt.Errorf("%w: stream %s does not exist", ErrNotProvisioned, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up stream %s: %w", name, err)
@@ -187,17 +166,17 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	}
 	return &Store{
 		mux:         &directMux{},
-		Archive:     archive,
-		Children:    children,
-		Lifecycle:   lifecycle,
-		JS:          js,
-		Stream:      stream,
-		Sessions:    sessions,
-		Projections: projections,
-		Writers:     writers,
-		Blobs:       blobs,
-		Partitions:  found.partitions,
-		MaxMsgSize:  found.maxMsgSize,
+		archive:     archive,
+		children:    children,
+		lifecycle:   lifecycle,
+		js:          js,
+		stream:      stream,
+		sessions:    sessions,
+		projections: projections,
+		writers:     writers,
+		blobs:       blobs,
+		partitions:  found.partitions,
+		maxMsgSize:  found.maxMsgSize,
 	}, nil
 }
 
@@ -267,7 +246,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.MaxMsgSize = w.maxMsgSize
 	c.Duplicates = w.dupWindow
 	c.DenyDelete = true
-	c.DenyPurge = false // RemoveSession purges a session's subject
+	c.DenyPurge = false // Session.Remove purges a session's subject
 	c.Compression = w.compression
 	c.AllowAtomicPublish = true
 	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}
@@ -276,7 +255,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 
 func (w want) errorsStreamConfig() natsjs.StreamConfig {
 	c := w.streamConfig(wire.ErrorsStream, wire.ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
-	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = ErrorsMaxBytes, ErrorsMaxAge, ErrorsMaxMsgsPerSubject
+	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = errorsMaxBytes, errorsMaxAge, errorsMaxMsgsPerSubject
 	return c
 }
 

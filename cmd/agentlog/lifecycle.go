@@ -46,7 +46,11 @@ prefix ("raced").`,
 				return err
 			}
 			defer nc.Close()
-			res, err := st.ArchiveSession(ctx, args[0])
+			ss, err := st.Session(args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			res, err := ss.Archive(ctx)
 			if err != nil {
 				return purgeRefusal(g, "archive "+shellquote.Quote(args[0]), err)
 			}
@@ -88,7 +92,11 @@ right to purge).`,
 				return err
 			}
 			defer nc.Close()
-			res, err := st.RestoreSession(ctx, args[0])
+			ss, err := st.Session(args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			res, err := ss.Restore(ctx)
 			if err != nil {
 				return err
 			}
@@ -131,14 +139,18 @@ agentlog_lifecycle), so every projector sees it. A fork of a held session is not
 				return err
 			}
 			defer nc.Close()
+			ss, err := st.Session(args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
 			if release {
-				if err := st.ReleaseHold(ctx, args[0]); err != nil {
+				if err := ss.ReleaseHold(ctx); err != nil {
 					return err
 				}
 				fmt.Fprintf(g.stdout, "released the hold of session %q\n", args[0])
 				return nil
 			}
-			h, err := st.SetHold(ctx, args[0], reason)
+			h, err := ss.Hold(ctx, reason)
 			if err != nil {
 				return err
 			}

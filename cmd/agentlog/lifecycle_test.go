@@ -67,7 +67,11 @@ func TestArchiveTransparent(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "small", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "small", 0, opsEvents()); err != nil {
+	small, err := s.Store().Session("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Append(ctx, 0, opsEvents()); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob("../../../shared/data/dsh-sessions/*.jsonl")
@@ -116,7 +120,7 @@ func TestArchiveTransparent(t *testing.T) {
 	if code, out, _ := runCLI(ctx, url, "sessions", "--state", "active"); code != 0 || strings.Contains(out, "small") {
 		t.Fatalf("sessions --state active: %s", out)
 	}
-	if loc, err := s.Store().Locate(ctx, "small"); err != nil || loc.Hot.LastStreamSeq != 0 {
+	if loc, err := small.Locate(ctx); err != nil || loc.Hot.LastStreamSeq != 0 {
 		t.Fatalf("the hot stream still holds small: %+v %v", loc, err)
 	}
 

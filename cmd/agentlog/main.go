@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "agentlog:", ee.err)
+			fmt.Fprintln(stderr, "agentlog:", withHint(ee.err))
 		}
 		return ee.code
 	}
@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "agentlog:", err)
 		return 2
 	}
-	fmt.Fprintln(stderr, "agentlog:", err)
+	fmt.Fprintln(stderr, "agentlog:", withHint(err))
 	return 1
 }
 

@@ -186,13 +186,9 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.
 	st, err := store.Open(ctx, js)
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, store.ErrNotProvisioned) {
-			return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
-		}
-		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
+		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
-	st.MaxEventBytes = g.maxEventBytes
-	return nc, st, nil
+	return nc, st.WithMaxEventBytes(g.maxEventBytes), nil
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog
@@ -214,7 +210,7 @@ func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Log
 		}
 		if !waiting {
 			waiting = true
-			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", err)
+			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", withHint(err))
 		}
 		select {
 		case <-ctx.Done():

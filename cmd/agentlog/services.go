@@ -159,7 +159,7 @@ off on a new cluster).`,
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions), %s, %s and %s, KV buckets %s, %s and %s; lifecycle: archive-after %s, retain-for %s\n",
-				g.natsURL, wire.StreamName, st.Partitions, wire.ErrorsStream, wire.ArchiveStream, wire.ChildrenStream, wire.SessionsBucket, wire.ProjectionsBucket, wire.LifecycleBucket,
+				g.natsURL, wire.StreamName, st.Partitions(), wire.ErrorsStream, wire.ArchiveStream, wire.ChildrenStream, wire.SessionsBucket, wire.ProjectionsBucket, wire.LifecycleBucket,
 				store.FormatPolicyDuration(p.ArchiveAfter), store.FormatPolicyDuration(p.RetainFor))
 			return nil
 		},
@@ -215,15 +215,18 @@ waited for.`,
 			}
 			defer ob.Close()
 			defer nc.Close()
-			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
+			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
 				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace, LifecycleInterval: lifecycleInterval})
+			if err != nil {
+				return err
+			}
 			ob.register(p.Collector())
 			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions, p.Owned())
+			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions(), p.Owned())
 			<-cmd.Context().Done()
 			return p.Stop()
 		},
@@ -255,7 +258,10 @@ func newForkerCmd(g *globals) *cobra.Command {
 			}
 			defer ob.Close()
 			defer nc.Close()
-			f := forker.New(store, nc, forker.Options{Logger: logger})
+			f, err := forker.New(store, nc, forker.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
 			ob.register(f.Collector())
 			ob.setReady(f.Ready)
 			if err := f.Start(cmd.Context()); err != nil {

@@ -160,11 +160,17 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := projector.New(st, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		p, err := projector.New(st, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f := forker.New(st, nc, forker.Options{Logger: quiet})
+		f, err := forker.New(st, nc, forker.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

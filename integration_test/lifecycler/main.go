@@ -54,13 +54,19 @@ func main() {
 			}
 		}
 	}
+	var ss *store.Session
+	if *op != "pass" {
+		if ss, err = st.Session(*id); err != nil {
+			fail(err)
+		}
+	}
 	switch *op {
 	case "archive":
-		_, err = st.ArchiveSession(ctx, *id, store.StepHook(hook))
+		_, err = ss.Archive(ctx, store.StepHook(hook))
 	case "restore":
-		_, err = st.RestoreSession(ctx, *id, store.StepHook(hook))
+		_, err = ss.Restore(ctx, store.StepHook(hook))
 	case "remove":
-		_, err = st.RemoveSession(ctx, *id, store.RemoveStepHook(hook))
+		_, err = ss.Remove(ctx, store.RemoveStepHook(hook))
 	case "pass":
 		later := time.Now().Add(72 * time.Hour)
 		policy := store.Policy{ArchiveAfter: 24 * time.Hour}

@@ -155,9 +155,13 @@ func writeSession(ctx context.Context, st *store.Store, id string, evs []session
 	if err := st.CreateSession(ctx, session.Header{ID: id, CreatedAt: time.Now().UnixMilli()}); err != nil {
 		return err
 	}
+	ss, err := st.Session(id)
+	if err != nil {
+		return err
+	}
 	var last uint64
 	for i := 0; i < len(evs); i += per {
-		r, err := st.Append(ctx, id, last, evs[i:min(i+per, len(evs))])
+		r, err := ss.Append(ctx, last, evs[i:min(i+per, len(evs))])
 		if err != nil {
 			return err
 		}
@@ -193,7 +197,10 @@ func benchArchive(ctx context.Context, o LifecycleOptions, dir string, res *Life
 	}); err != nil {
 		return err
 	}
-	p := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger})
+	if err != nil {
+		return err
+	}
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
@@ -219,7 +226,7 @@ func benchArchive(ctx context.Context, o LifecycleOptions, dir string, res *Life
 
 	// (b) the raw work on sessions n..2n-1: read the records, publish their bytes once, purge.
 	fmt.Fprintf(logw, "bench lifecycle: (b) raw archive of %d sessions...\n", n)
-	if _, err := st.JS.CreateStream(ctx, rawArchiveStream()); err != nil {
+	if _, err := st.JetStream().CreateStream(ctx, rawArchiveStream()); err != nil {
 		return err
 	}
 	t, c := time.Now(), processCPU()
@@ -274,22 +281,21 @@ func rawArchiveStream() natsjs.StreamConfig {
 // rawArchive is the baseline of one archive: the session's records read one by one from the
 // stream leader, their bodies published once to another stream, the subject purged.
 func rawArchive(ctx context.Context, st *store.Store, nc *nats.Conn, id string) error {
-	subject, err := st.Subject(id)
+	ss, err := st.Session(id)
 	if err != nil {
 		return err
 	}
 	var body []byte
-	if _, err := st.ReadRecordBodies(ctx, id, func(_ uint64, _ []session.Event, b []byte) error {
-		body = append(append(body, b...), '\n')
+	if _, err := ss.Records(ctx, func(r store.Record) error {
+		body = append(append(body, r.Body...), '\n')
 		return nil
 	}); err != nil {
 		return err
 	}
-	tok, _ := wire.Token(id)
-	if _, err := st.JS.Publish(ctx, "bench.raw."+tok, body); err != nil {
+	if _, err := st.JetStream().Publish(ctx, "bench.raw."+ss.Token(), body); err != nil {
 		return err
 	}
-	return st.Stream.Purge(ctx, natsjs.WithPurgeSubject(subject))
+	return st.Stream().Purge(ctx, natsjs.WithPurgeSubject(ss.Subject()))
 }
 
 // benchRestore: a RestoreEvents-event session, archived, restored, against a fork of it.
@@ -308,7 +314,10 @@ func benchRestore(ctx context.Context, o LifecycleOptions, dir string, res *Life
 	}
 	evs = closedPrefix(evs)
 	res.RestoreEventsN = len(evs)
-	f := forker.New(st, nc, forker.Options{Logger: benchLogger})
+	f, err := forker.New(st, nc, forker.Options{Logger: benchLogger})
+	if err != nil {
+		return err
+	}
 	if err := f.Start(ctx); err != nil {
 		return err
 	}
@@ -329,11 +338,15 @@ func benchRestore(ctx context.Context, o LifecycleOptions, dir string, res *Life
 			return fmt.Errorf("fork: %w", err)
 		}
 		forks, fcpu = append(forks, ms(time.Since(t))), append(fcpu, ms(processCPU()-c))
-		if _, err := st.ArchiveSession(ctx, src); err != nil {
+		sh, err := st.Session(src)
+		if err != nil {
+			return err
+		}
+		if _, err := sh.Archive(ctx); err != nil {
 			return err
 		}
 		t, c = time.Now(), processCPU()
-		rr, err := st.RestoreSession(ctx, src)
+		rr, err := sh.Restore(ctx)
 		if err != nil || !rr.Restored {
 			return fmt.Errorf("restore: %+v, %v", rr, err)
 		}
@@ -471,19 +484,23 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	}
 	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: fill...\n", n)
 	tails := make([]uint64, n)
+	sess := func(i int) *store.Session {
+		ss, _ := st.Session(id(i)) // the bench's ids are valid
+		return ss
+	}
 	start := time.Now()
 	if err := forEach(ctx, n, o.Workers, func(i int) error {
 		if err := st.CreateSession(ctx, session.Header{ID: id(i), CreatedAt: t0}); err != nil {
 			return err
 		}
-		r, err := st.Append(ctx, id(i), 0, evs[:per])
+		r, err := sess(i).Append(ctx, 0, evs[:per])
 		tails[i] = r.StreamSeq
 		return err
 	}); err != nil {
 		return f, fmt.Errorf("fill: %w", err)
 	}
 	f.fillMs = ms(time.Since(start))
-	info, err := st.Stream.Info(ctx)
+	info, err := st.Stream().Info(ctx)
 	if err != nil {
 		return f, err
 	}
@@ -493,7 +510,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 		start = time.Now()
 		var done atomic.Int64
 		if err := forEach(ctx, n-active, o.Workers, func(k int) error {
-			r, err := st.ArchiveSession(ctx, id(active+k), store.ArchiveChecked())
+			r, err := sess(active+k).Archive(ctx, store.ArchiveChecked())
 			if err == nil && !r.Archived {
 				err = fmt.Errorf("session %q not archived: %+v", id(active+k), r)
 			}
@@ -508,12 +525,12 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 		f.archivePerSec = round1(float64(n-active) / time.Since(start).Seconds())
 		// Let the file store settle (compaction of emptied blocks) before its bytes are read.
 		time.Sleep(2 * time.Second)
-		if info, err = st.Stream.Info(ctx); err != nil {
+		if info, err = st.Stream().Info(ctx); err != nil {
 			return f, err
 		}
 		f.hotAfter = info.State.Bytes
 		f.diskAfter = streamDirBytes(dir, wire.StreamName)
-		if ai, err := st.Archive.Info(ctx); err == nil {
+		if ai, err := st.Archive().Info(ctx); err == nil {
 			f.archiveBytes = ai.State.Bytes
 		}
 		fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: archived in %.0f ms (%.0f/s); hot bytes %d -> %d\n", n, f.archiveMs, f.archivePerSec, f.hotBefore, f.hotAfter)
@@ -526,7 +543,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	if err := forEach(ctx, sample, o.Workers, func(k int) error {
 		i := k * (active / sample)
 		for r := 1; r <= records; r++ {
-			res, err := st.Append(ctx, id(i), tails[i], evs[r*per:(r+1)*per])
+			res, err := sess(i).Append(ctx, tails[i], evs[r*per:(r+1)*per])
 			if err != nil {
 				return err
 			}
@@ -541,7 +558,10 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: append %.0f events/s (server %.1f µs CPU a record)\n", n, f.appendRate, f.appendCPUUs)
 
 	// A projector folds the hot stream, stops, and starts again with its checkpoints.
-	p := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	if err != nil {
+		return f, err
+	}
 	if err := p.Start(ctx); err != nil {
 		return f, err
 	}
@@ -557,7 +577,10 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	if err != nil {
 		return f, err
 	}
-	p2 := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	p2, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	if err != nil {
+		return f, err
+	}
 	start = time.Now()
 	if err := p2.Start(ctx); err != nil {
 		return f, err
@@ -565,7 +588,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	defer p2.Stop()
 	target := id(0)
 	last := int64(per * (1 + records))
-	if _, err := st.Append(ctx, target, tails[0], evs[last:last+1]); err != nil {
+	if _, err := sess(0).Append(ctx, tails[0], evs[last:last+1]); err != nil {
 		return f, err
 	}
 	if _, err := cl.Messages(ctx, target, client.MinSeq(last)); err != nil {

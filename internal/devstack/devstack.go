@@ -93,16 +93,22 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if s.store, err = store.Provision(ctx, js, o.Config); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
-	s.store.MaxEventBytes = o.MaxEventBytes
+	s.store = s.store.WithMaxEventBytes(o.MaxEventBytes)
 	for i := 0; i < o.Projectors; i++ {
-		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		p, err := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("projector %d: %w", i+1, err)
+		}
 		if err := p.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start projector %d: %w", i+1, err)
 		}
 		s.projectors = append(s.projectors, p)
 	}
 	for i := 0; i < o.Forkers; i++ {
-		f := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		f, err := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("forker %d: %w", i+1, err)
+		}
 		if err := f.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start forker %d: %w", i+1, err)
 		}
