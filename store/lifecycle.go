@@ -337,9 +337,6 @@ func ensureLifecycle(ctx context.Context, js natsjs.JetStream, replicas int, max
 	return archive, children, lifecycle, nil
 }
 
-// wrongLastSeq reports whether err is JetStream's refusal of a guarded publish (10071, 10164).
-func wrongLastSeq(err error) bool { return IsWrongLastSequence(err) }
-
 // SessionEntries reads the metadata of the sessions whose tokens are toks (batched direct gets;
 // a stale answer on R>1 may miss one just created): token -> metadata, without the sessions that
 // have none or are being removed.
