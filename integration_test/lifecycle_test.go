@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -175,24 +176,30 @@ func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 	}
 	check("after the pass was killed")
 
-	// A pass whose server restarts under it: its errors are per session; the next pass finishes.
+	// A pass whose server restarts under it, between an archive's head and its commit (the
+	// fifth archive of the pass): its errors are per session; the next pass finishes.
 	later := time.Now().Add(72 * time.Hour)
+	reached, restarted := make(chan struct{}), make(chan struct{})
+	var heads atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var passErr error
+	var interrupted store.PassResult
 	go func() {
 		defer wg.Done()
-		_, passErr = st.LifecyclePass(ctx, store.Policy{ArchiveAfter: 24 * time.Hour}, store.PassOptions{Workers: 2, Now: func() time.Time { return later },
+		interrupted, passErr = st.LifecyclePass(ctx, store.Policy{ArchiveAfter: 24 * time.Hour}, store.PassOptions{Workers: 2, Now: func() time.Time { return later },
 			StepHook: func(step string) {
-				if step == "head" {
-					time.Sleep(20 * time.Millisecond) // slow enough for the restart to land mid-pass
+				if step == "head" && heads.Add(1) == 5 {
+					close(reached)
+					<-restarted
 				}
 			}})
 	}()
-	time.Sleep(150 * time.Millisecond)
+	<-reached
 	srv.restart()
+	close(restarted)
 	wg.Wait()
-	t.Logf("the pass the restart interrupted: %v", passErr)
+	t.Logf("the pass the restart interrupted: archived %d, %d errors; %v", interrupted.Archived, interrupted.Errors, passErr)
 	eventually(t, "the connection is back", func() bool { return nc.IsConnected() })
 	check("after a server restart mid-pass")
 	var res store.PassResult

@@ -627,7 +627,9 @@ func (s *Store) writeArchive(ctx context.Context, head *wire.ArchiveHead, prev u
 	}
 	at("parts")
 	m := &nats.Msg{Subject: wire.ArchiveSubject(head.Token), Header: nats.Header(head.Header()), Data: payload}
-	if _, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, directBatchTimeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(pctx, m, natsjs.WithExpectLastSequencePerSubject(prev)); err != nil {
 		if IsWrongLastSequence(err) {
 			return fmt.Errorf("%w: another archive of the session was written meanwhile", ErrConflict)
 		}

@@ -60,7 +60,7 @@ func (m *directMux) start(nc *nats.Conn) error {
 	return m.err
 }
 
-// directBatchTimeout bounds one batched direct get when ctx has none.
+// directBatchTimeout bounds one batched direct get.
 const directBatchTimeout = 10 * time.Second
 
 // getDirect sends one batched direct get of req (JSON) to stream and returns its messages (none
@@ -73,11 +73,10 @@ func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsj
 	if err := m.start(s.js.Conn()); err != nil {
 		return nil, fmt.Errorf("subscribe for direct gets: %w", err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, directBatchTimeout)
-		defer cancel()
-	}
+	// Bounded even under a longer ctx: a reply lost with a dropped connection (a server restart)
+	// would otherwise keep the caller waiting for its whole ctx.
+	ctx, cancel := context.WithTimeout(ctx, directBatchTimeout)
+	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err

@@ -64,6 +64,8 @@ type PassResult struct {
 // this old. An archive older than maxArchiveCommitAge is never committed (Session.Archive checks),
 // so the one removed cannot be an archive still on its way to its commit.
 const (
+	// passSessionTimeout bounds a pass's archive or deletion of one session.
+	passSessionTimeout  = 30 * time.Second
 	staleArchiveAge     = time.Hour
 	maxArchiveCommitAge = 30 * time.Minute
 )
@@ -155,7 +157,9 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 		if !o.DryRun {
 			ss, err := s.Session(t.ID)
 			if err == nil {
-				_, err = ss.Remove(ctx, RemoveStepHook(o.StepHook))
+				sctx, cancel := context.WithTimeout(ctx, passSessionTimeout)
+				_, err = ss.Remove(sctx, RemoveStepHook(o.StepHook))
+				cancel()
 			}
 			if err != nil {
 				a.Error = err.Error()
@@ -207,7 +211,11 @@ func (s *Store) LifecyclePass(ctx context.Context, policy Policy, o PassOptions)
 					var r ArchiveResult
 					ss, err := s.Session(t.ID)
 					if err == nil {
-						r, err = ss.Archive(ctx, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass(), StepHook(o.StepHook))
+						// Each archive is bounded: a reply lost to a server restart must not hold
+						// the pass for its whole ctx.
+						sctx, cancel := context.WithTimeout(ctx, passSessionTimeout)
+						r, err = ss.Archive(sctx, ArchiveIdleSince(time.UnixMilli(archiveCut)), archivePass(), StepHook(o.StepHook))
+						cancel()
 					}
 					switch {
 					case errors.Is(err, ErrNotIdle) || errors.Is(err, ErrSessionNotFound):
