@@ -244,3 +244,28 @@ func TestReadWhileArchived(t *testing.T) {
 		t.Fatalf("state %q", loc.State)
 	}
 }
+
+// TestRebuildLineage: links lost (or never written) come back from the metadata alone.
+func TestRebuildLineage(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	if err := s.CreateSession(ctx, session.Header{ID: "p", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	seed := int64(1)
+	if err := s.CreateSession(ctx, session.Header{ID: "c", CreatedAt: 1, ParentSession: "p", SeedLength: &seed}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.purge(ctx, wire.ChildrenStream, wire.ChildrenPrefix+".>", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.ChildTokens(ctx, []string{"p"}); len(got["p"]) != 0 {
+		t.Fatalf("links after the purge: %v", got)
+	}
+	if n, err := s.RebuildLineage(ctx); err != nil || n != 1 {
+		t.Fatalf("RebuildLineage = %d, %v", n, err)
+	}
+	if got, _ := s.ChildTokens(ctx, []string{"p"}); len(got["p"]) != 1 || got["p"][0] != "c" {
+		t.Fatalf("links after the rebuild: %v", got)
+	}
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -385,4 +386,34 @@ func lookupLifecycle(ctx context.Context, js natsjs.JetStream) (archive, childre
 		lifecycle = kv
 	}
 	return archive, children, lifecycle
+}
+
+// RebuildLineage writes the lineage link (LinkChild) of every session whose header names a
+// parentSession, from a pass over agentlog_sessions: the lineage index rebuilt from the metadata
+// alone (sessions created before the index existed, or a link lost). It returns the links written.
+func (s *Store) RebuildLineage(ctx context.Context) (int, error) {
+	type link struct{ parent, child string }
+	var links []link
+	err := s.ScanSessions(ctx, false, nil, func(e SessionEntry) error {
+		if !bytes.Contains(e.Value, []byte(`"parentSession"`)) || e.Header.Get(wire.DeletingHeader) != "" {
+			return nil
+		}
+		var h struct {
+			ID            string `json:"id"`
+			ParentSession string `json:"parentSession"`
+		}
+		if json.Unmarshal(e.Value, &h) == nil && h.ParentSession != "" && h.ID != "" {
+			links = append(links, link{h.ParentSession, h.ID})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rebuild the lineage index: read KV bucket %s: %w", wire.SessionsBucket, err)
+	}
+	for i, l := range links {
+		if err := s.LinkChild(ctx, l.parent, l.child); err != nil {
+			return i, err
+		}
+	}
+	return len(links), nil
 }

@@ -134,7 +134,8 @@ setting, to run against an existing config it cannot use. The partition count is
 It also creates the lifecycle's stream AGENTLOG_ARCHIVE (archived sessions), the lineage index
 AGENTLOG_CHILDREN and the KV bucket agentlog_lifecycle, and stores the lifecycle policy given by
 --archive-after and --retain-for (either may be off; a value not given keeps the cluster's: 24h and
-off on a new cluster).`,
+off on a new cluster). It rebuilds the lineage index (AGENTLOG_CHILDREN) from the sessions'
+metadata: one pass over agentlog_sessions.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Partitions < 1 || cfg.Partitions > wire.MaxPartitions {
@@ -156,6 +157,10 @@ off on a new cluster).`,
 			}
 			p, err := pf.apply(cmd, g, st)
 			if err != nil {
+				return err
+			}
+			// The lineage index from the metadata (forks made before it existed get their links).
+			if _, err := st.RebuildLineage(ctx); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions), %s, %s and %s, KV buckets %s, %s and %s; lifecycle: archive-after %s, retain-for %s\n",
