@@ -91,6 +91,25 @@
         .catch(function () { window.location.href = a.href; });
     });
   }
+  // Tabs: main[data-tab] names the section shown, the one the URL's fragment names or holds (a
+  // row, #seq-12), else the server's default. (Without the script the stylesheet does the same
+  // with :target, which a live update replacing the target would lose.)
+  function tabs() {
+    var main = document.getElementById("session-main");
+    if (!main) return;
+    function pick() {
+      var id = "";
+      try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { id = ""; }
+      var el = id ? document.getElementById(id) : null;
+      var tab = el && el.closest ? el.closest("section.tab") : null;
+      if (tab) main.dataset.tab = tab.id.replace(/^tab-/, "");
+      else if (!main.dataset.tab) main.dataset.tab = main.dataset.defaultTab || "conversation";
+      if (el && tab) el.scrollIntoView();
+    }
+    pick();
+    window.addEventListener("hashchange", pick);
+  }
+  if (body.dataset.page === "session") tabs();
   if (!window.EventSource) return;
   if (body.dataset.page === "list") listPage();
   if (body.dataset.page === "session") sessionPage();
