@@ -71,15 +71,45 @@ func uiEvents() []session.Event {
 	}
 }
 
-// chromium returns the browser's path, or skips the test.
-func chromium(t *testing.T) string {
+// chromiumPath is the browser's path ("" when none is installed).
+func chromiumPath() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	t.Skip("chromium not installed (apt-get install -y chromium; .ci/run installs it): skipping the browser test")
 	return ""
+}
+
+// missingChromium is what a browser test says without chromium.
+const missingChromium = "chromium not installed (apt-get install -y chromium; .ci/run installs it)"
+
+// chromium returns the browser's path, or skips the test (fails it under CI=true, where .ci/run
+// installs the browser and a skip would hide a broken install).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := chromiumPath(); p != "" {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(missingChromium + ", and CI=true: the browser tests must run")
+	}
+	t.Skip(missingChromium + ": skipping the browser test")
+	return ""
+}
+
+// haveChromium reports whether the browser part of a test can run; without chromium it logs
+// that it is left out (fails under CI=true).
+func haveChromium(t *testing.T, what string) bool {
+	t.Helper()
+	if chromiumPath() != "" {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(missingChromium + ", and CI=true: " + what + " must be checked")
+	}
+	t.Log(missingChromium + ": " + what + " is not checked")
+	return false
 }
 
 // artifacts is where screenshots go: $AGENTLOG_ARTIFACTS, else the test's temp dir.
@@ -669,8 +699,7 @@ func TestUISpeed(t *testing.T) {
 			t.Logf("client %s: %s (%v)", what, time.Since(start), err)
 		}
 	}
-	if _, err := exec.LookPath("chromium"); err != nil {
-		t.Log("chromium not installed: first contentful paint not measured")
+	if !haveChromium(t, "the first contentful paint") {
 		return
 	}
 	tab := browser(t, ctx)
@@ -759,12 +788,11 @@ func TestUILargeEvent(t *testing.T) {
 	}
 
 	// In a browser the link loads the event in place of the cut JSON, as text.
-	if _, err := exec.LookPath("chromium"); err != nil {
-		t.Log("chromium not installed: the in-place load is not checked")
+	if !haveChromium(t, "the in-place load") {
 		return
 	}
 	tab := browser(t, ctx)
-	sel := `#model li.msg[data-seq="3"] details.msg-json`
+	sel := `#conv .msg[data-seq="3"] details.msg-json`
 	tabDo(t, tab, "load the whole event", chromedp.Navigate(base+"/sessions/huge"), chromedp.Click(css(sel+" summary")),
 		chromedp.Click(css(sel+" a.ev-full")), chromedp.WaitVisible(css(sel+` p.cut:not(:has(a))`)))
 	if n := tabGet(t, tab, chromedp.Evaluate[int](`document.querySelector('`+sel+` pre').textContent.length`)); n != len(line)+1 {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -41,15 +40,6 @@ var funcs = template.FuncMap{
 	},
 	"tabs":     func() []string { return tabs },
 	"tabLabel": func(tab string) string { return tabLabels[tab] },
-	"plainText": func(m *MsgView) string {
-		var parts []string
-		for _, b := range m.Blocks {
-			if b.Type == "text" {
-				parts = append(parts, b.Text)
-			}
-		}
-		return strings.Join(parts, "\n\n")
-	},
 	"sub64":    func(a, b int64) int64 { return a - b },
 	"parentAt": parentAt,
 	"deref": func(p *int64) int64 {

@@ -32,8 +32,9 @@ type sessionPage struct {
 	OpenTurn     int64
 	Turns        int   // turns started
 	Duration     int64 // ms from the first event to the last
-	Tab          string
-	Boundaries   []Boundary
+	Tab             string
+	Boundaries      []Boundary // the last maxBoundaries unless all
+	BoundariesTotal int
 
 	Timeline *Timeline
 	Page     int
@@ -52,6 +53,10 @@ type sessionPage struct {
 	CSRF       string
 	LoadMs     int64
 }
+
+// maxBoundaries is how many fork boundaries (the last ones) the fork tab lists unless all are
+// asked for.
+const maxBoundaries = 100
 
 // Boundary is a fork boundary: a turn's end (its seq, the turn, when it ended) with the turn's
 // first user message.
@@ -244,6 +249,10 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 			sp.Boundaries = append(sp.Boundaries, b)
 		}
 	}
+	sp.BoundariesTotal = len(sp.Boundaries)
+	if !all && len(sp.Boundaries) > maxBoundaries {
+		sp.Boundaries = sp.Boundaries[len(sp.Boundaries)-maxBoundaries:]
+	}
 	editAt := map[int64]int64{} // a turn's first user message -> the boundary before it
 	for i := range t.Rows {
 		if r := &t.Rows[i]; r.ForkAt && r.Next >= 0 {
@@ -254,8 +263,8 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 		if m.JSONBytes > 0 && m.Seq >= 0 {
 			m.EventURL = eventPath(id, m.Seq)
 		}
-		if b, ok := editAt[m.Seq]; ok && m.Role == "user" {
-			m.EditAt = b
+		if b, ok := editAt[m.Seq]; ok && m.Role == "user" && m.Seq < int64(len(d.events)) {
+			m.EditAt, m.EditText = b, userText(d.events[m.Seq].Data)
 		}
 	}
 	for i := range sp.Views.Rows {

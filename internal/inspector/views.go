@@ -39,8 +39,21 @@ type MsgView struct {
 	NoteClass string
 	Time      int64 // Unix ms of its event (0: unknown)
 	// EditAt, when >= 0, is the fork boundary before this message: the turn end before the turn
-	// this user message opens ("fork from here and edit the next message").
-	EditAt int64
+	// this user message opens ("fork from here and edit the next message"); EditText its whole
+	// text, the form's starting point.
+	EditAt   int64
+	EditText string
+}
+
+// PlainText is the message's text blocks, joined by blank lines.
+func (m MsgView) PlainText() string {
+	var parts []string
+	for _, b := range m.Blocks {
+		if b.Type == "text" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n\n")
 }
 
 // BlockView is one content block: Text, or for a text block of a user or assistant message HTML,

@@ -14,14 +14,19 @@
     t.innerHTML = html;
     return t.content;
   }
-  // replace swaps an element's content, keeping the open/closed state of its <details id=...>.
+  // replace swaps an element's content, keeping the open/closed state of its <details id=...>
+  // and what was typed into its <textarea id=...> (an edit-then-fork form being written).
   function replace(id, html) {
     var el = document.getElementById(id);
     if (!el || html === undefined || html === null) return;
-    var state = {};
+    var state = {}, typed = {};
     el.querySelectorAll("details[id]").forEach(function (d) { state[d.id] = d.open; });
+    el.querySelectorAll("textarea[id]").forEach(function (a) { if (a.value !== a.defaultValue) typed[a.id] = a.value; });
+    var focused = document.activeElement && el.contains(document.activeElement) ? document.activeElement.id : "";
     el.replaceChildren(fragment(html));
     el.querySelectorAll("details[id]").forEach(function (d) { if (d.id in state) d.open = state[d.id]; });
+    el.querySelectorAll("textarea[id]").forEach(function (a) { if (a.id in typed) a.value = typed[a.id]; });
+    if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
   function listPage() {
     var q = "?prefix=" + encodeURIComponent(body.dataset.prefix || "");
