@@ -22,16 +22,16 @@ import (
 
 // sessionPage is what the session page renders.
 type sessionPage struct {
-	ID           string
-	Header       *session.Header
-	Self         *client.LineageNode
-	Lineage      client.Lineage
-	LastSeq      int64
-	Events       int64
-	LastActivity int64
-	OpenTurn     int64
-	Turns        int   // turns started
-	Duration     int64 // ms from the first event to the last
+	ID              string
+	Header          *session.Header
+	Self            *client.LineageNode
+	Lineage         client.Lineage
+	LastSeq         int64
+	Events          int64
+	LastActivity    int64
+	OpenTurn        int64
+	Turns           int   // turns started
+	Duration        int64 // ms from the first event to the last
 	Tab             string
 	Boundaries      []Boundary // the last maxBoundaries unless all
 	BoundariesTotal int
