@@ -70,12 +70,16 @@ func (o *uiOptions) resolveToken() error {
 
 // printUI prints the inspector's URL and mode to out.
 func printUI(out io.Writer, u *devstack.UI, o devstack.UIOptions) {
-	mode := "read-only"
+	var modes []string
 	if o.AllowFork {
-		mode = "forks allowed"
+		modes = append(modes, "forks allowed")
 	}
 	if o.AllowAdmin {
-		mode += ", operator actions allowed"
+		modes = append(modes, "operator actions allowed")
+	}
+	mode := strings.Join(modes, ", ")
+	if mode == "" {
+		mode = "read-only"
 	}
 	fmt.Fprintf(out, "agentlog ui: %s (%s)\n", u.URL(), mode)
 }
