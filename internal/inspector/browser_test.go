@@ -380,7 +380,8 @@ func TestUIBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
-		chromedp.WaitVisible(css(`li.row[data-seq="16"] button[data-boundary="16"]`)))
+		chromedp.WaitVisible(css(`li.row[data-seq="16"] button[data-boundary="16"]`)),
+		chromedp.WaitReady(css(`#boundaries-list tr[data-boundary="16"]`)))
 	if liveText := tabGet(t, tab, chromedp.TextContent(css(`#conv`))); !strings.Contains(liveText, "live message 42") {
 		t.Errorf("the live append is not in the model view: %q", liveText)
 	}
@@ -705,7 +706,7 @@ func TestUISpeed(t *testing.T) {
 	tab := browser(t, ctx)
 	var fcp float64
 	for _, run := range []string{"cold", "warm"} { // the first navigation of a fresh browser is slower
-		tabDo(t, tab, "open the long session", chromedp.Navigate(base+"/sessions/"+id+"?run="+run), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+		tabDo(t, tab, "open the long session", chromedp.Navigate(base+"/sessions/"+id+"?run="+run), chromedp.WaitVisible(chromedp.CSS(`#conv`)))
 		fcp = tabGet(t, tab, chromedp.Evaluate[float64](`new Promise(done => {
 			new PerformanceObserver(l => { const e = l.getEntriesByName('first-contentful-paint')[0]; if (e) done(e.startTime); }).observe({type: 'paint', buffered: true});
 			setTimeout(() => done(-1), 5000);

@@ -58,6 +58,7 @@ type liveUpdate struct {
 	Pager       string `json:"pager,omitempty"`
 	Views       string `json:"views"`
 	Projections string `json:"projections"`
+	Boundaries  string `json:"boundaries"`
 }
 
 // handleSessionLive streams a session page's updates: it follows the session's subject (the
@@ -192,5 +193,6 @@ func (s *Server) update(ctx context.Context, id string, h *session.Header, linea
 	}
 	render(&u.Views, "views")
 	render(&u.Projections, "projections")
+	render(&u.Boundaries, "boundaries")
 	return u, err
 }

@@ -56,7 +56,7 @@ type sessionPage struct {
 
 // maxBoundaries is how many fork boundaries (the last ones) the fork tab lists unless all are
 // asked for.
-const maxBoundaries = 100
+const maxBoundaries = 50
 
 // Boundary is a fork boundary: a turn's end (its seq, the turn, when it ended) with the turn's
 // first user message.

@@ -57,6 +57,7 @@
       replace("summary", u.summary);
       replace("views", u.views);
       replace("projections", u.projections);
+      replace("boundaries-list", u.boundaries);
       if (u.timeline) { replace("timeline", u.timeline); replace("pager", u.pager); }
       main.dataset.lastSeq = String(u.lastSeq);
       setStatus("live · seq " + u.lastSeq, true);
