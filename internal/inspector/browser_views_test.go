@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -22,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // The browser tests of the inspector's views for long sessions (issue 25): tabs, the
@@ -99,7 +102,7 @@ func appendAll(t *testing.T, ctx context.Context, s *devstack.Stack, id string, 
 	}
 	var last uint64
 	for i := 0; i < len(evs); i += 500 {
-		res, err := s.Store().Append(ctx, id, last, evs[i:min(i+500, len(evs))])
+		res, err := storetest.Session(s.Store(), id).Append(ctx, last, evs[i:min(i+500, len(evs))])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,10 +332,18 @@ func TestUIRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := projector.UnitKey(projector.UnitTitle, tok)
-	var e interface{ Value() []byte }
+	js, err := natsjs.New(s.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, wire.ProjectionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := wire.ProjectionKey(projector.UnitTitle, tok)
+	var e natsjs.KeyValueEntry
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if e, err = s.Store().Projections.Get(ctx, key); err == nil || time.Now().After(deadline) {
+		if e, err = kv.Get(ctx, key); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -345,7 +356,7 @@ func TestUIRebuild(t *testing.T) {
 	}
 	v["error"] = map[string]any{"seq": 1, "rule": "apply", "message": "simulated fold fault"}
 	b, _ := json.Marshal(v)
-	if _, err := s.Store().Projections.Put(ctx, key, b); err != nil {
+	if _, err := kv.Put(ctx, key, b); err != nil {
 		t.Fatal(err)
 	}
 
@@ -546,5 +557,85 @@ func TestUIPages(t *testing.T) {
 		if code, page := postForm(t, ctx, base+"/sessions/long/fork", body); code != 400 || !strings.Contains(page, want) {
 			t.Errorf("POST %s: %d, want 400 saying %q\n%s", body, code, want, page)
 		}
+	}
+}
+
+// TestUIEditFork: "edit this message and fork" on a user message that opens a turn (and "fork
+// from here and edit the next message" on a turn end) starts from that message's text; the fork
+// writes the seed, the end-seed marker and the edited message in one write and confirms what it
+// created; the child's conversation ends with the edited message. An edit at a boundary inside a
+// turn is refused whole: no child is left.
+func TestUIEditFork(t *testing.T) {
+	chromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, base := startUIStack(t, ctx, devstack.UIOptions{AllowFork: true})
+	dir := artifacts(t)
+	evs := longEvents(3)
+	appendAll(t, ctx, s, "edit", evs)
+	messages(t, ctx, s, "edit")
+	// Turn 1 ends at seq 16; turn 2's user message is seq 18.
+	if evs[16].Type != "turn/end" || evs[18].Type != "user/message" {
+		t.Fatalf("the fixture moved: seq 16 %s, seq 18 %s", evs[16].Type, evs[18].Type)
+	}
+	c, err := client.New(s.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		ids, err := c.SessionIDs(ctx, "edit", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ids)
+	}
+
+	tab := browser(t, ctx)
+	form := `#edit-both-18`
+	tabDo(t, tab, "the edit form", chromedp.Navigate(base+"/sessions/edit"), chromedp.Click(css(form+` > summary`)), chromedp.WaitVisible(css(form+` textarea`)))
+	if v := tabGet(t, tab, chromedp.Value(css(form+` textarea`))); v != "Please fix the failing test in f2.go" {
+		t.Errorf("the form starts from %q, want turn 2's message", v)
+	}
+	evalStr(t, tab, `document.querySelector('`+form+`').scrollIntoView({block: 'center'}), ''`)
+	viewShot(t, tab, dir, "ui-editfork")
+	const edited = "Please fix f2.go **and** add a test for F"
+	tabDo(t, tab, "edit and fork", chromedp.SetValue(css(form+` textarea`), edited), chromedp.Click(css(form+` button[data-edit-boundary="16"]`)),
+		chromedp.WaitVisible(css(`body[data-page="forked"] #forked-after`)))
+	screenshot(t, tab, dir, "ui-editfork-forked")
+	child := evalStr(t, tab, `document.body.dataset.id`)
+	if after := tabGet(t, tab, chromedp.TextContent(css(`#forked-after`))); !strings.Contains(after, "17session/end-seed") || !strings.Contains(after, "18user/message"+edited) {
+		t.Errorf("after the seed: %q", after)
+	}
+	stored, _, err := storetest.ReadAll(ctx, storetest.Session(s.Store(), child))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 19 || stored[17].Type != "session/end-seed" || stored[18].Type != "user/message" || string(stored[18].SurfaceOp) != `"append"` ||
+		!strings.Contains(string(stored[18].Data), `"text":"`+edited+`"`) || !strings.Contains(string(stored[18].Data), `"role":"user"`) {
+		t.Fatalf("the child's log: %d events, the last %+v", len(stored), stored[len(stored)-1])
+	}
+	tabDo(t, tab, "the child", chromedp.Click(css(`#open-child`)), chromedp.WaitVisible(css(`#conv`)))
+	msgs := messages(t, ctx, s, child)
+	tabDo(t, tab, "the child, as of its last event", chromedp.Navigate(base+"/sessions/"+child), chromedp.WaitVisible(css(`#same-note`)))
+	last := evalStr(t, tab, `(r => r.dataset.seq + ' ' + r.textContent)(Array.from(document.querySelectorAll('#conv > li.crow')).pop())`)
+	if len(msgs) != 5 || !strings.HasPrefix(last, "18 ") || !strings.Contains(last, "Please fix f2.go and add a test for F") {
+		t.Errorf("the child: %d messages, its last row %q", len(msgs), last)
+	}
+	screenshot(t, tab, dir, "ui-editfork-child")
+
+	// On a turn end in the timeline: the next turn's message.
+	tabDo(t, tab, "the timeline's form", chromedp.Navigate(base+"/sessions/edit#tab-timeline"), chromedp.Click(css(`#edit-at-33 > summary`)), chromedp.WaitVisible(css(`#edit-at-33 textarea`)))
+	if v := tabGet(t, tab, chromedp.Value(css(`#edit-at-33 textarea`))); !strings.Contains(v, "请修复 f3.go") {
+		t.Errorf("the timeline's form at seq 33 starts from %q, want turn 3's message", v)
+	}
+
+	// Inside a turn: refused whole.
+	before := count()
+	csrf := csrfOf(t, ctx, base+"/sessions/edit")
+	if code, page := postForm(t, ctx, base+"/sessions/edit/fork", "edit=1&boundary=2&message=hi&csrf="+csrf); code != 409 || !strings.Contains(page, "OPEN_TURN") {
+		t.Errorf("an edit inside a turn: %d\n%s", code, page)
+	}
+	if n := count(); n != before {
+		t.Errorf("a refused edit-then-fork left %d sessions, %d before", n, before)
 	}
 }
