@@ -186,7 +186,7 @@ func (w *Writer) renewLease() {
 			// may have lost records too. Renew it there, and check the tail before the next write.
 			next, err = w.p.store.RenewLease(ctx, w.id, hrev, l, ttl)
 			w.mu.Lock()
-			w.validGen = staleGen
+			w.invalidateLocked()
 			w.mu.Unlock()
 		case gerr == nil:
 			w.leaseLost(holder) // another writer's lease now
@@ -203,6 +203,9 @@ func (w *Writer) renewLease() {
 		return
 	}
 	if err != nil {
+		// The server may be restarting, or its state changing under us (with the lease, the
+		// tail): the next write proves the tail first.
+		w.invalidateLocked()
 		if w.renewFailing.IsZero() {
 			w.renewFailing = time.Now()
 			w.p.log.Warn("agentlog publisher: cannot renew the writer lease; retrying (logged once until it is renewed)", "session", w.id, "error", err)
@@ -211,7 +214,7 @@ func (w *Writer) renewLease() {
 	}
 	if retaken {
 		// A write may have been fenced by another writer meanwhile: check the tail first.
-		w.validGen = staleGen
+		w.invalidateLocked()
 	}
 	switch {
 	case !w.renewFailing.IsZero():
@@ -222,6 +225,21 @@ func (w *Writer) renewLease() {
 		w.p.log.Info("agentlog publisher: writer lease had expired, nobody took it; taken again", "session", w.id)
 	}
 	w.leaseRev = next
+	w.renewedAt = time.Now()
+}
+
+// invalidateLocked makes the next write prove the session's tail from the stream leader first
+// (a server restart or a lapse of the lease may have lost records, or let another writer in).
+func (w *Writer) invalidateLocked() {
+	w.validGen = staleGen
+	w.invalidations++
+}
+
+// renewGapLocked reports whether the lease has gone unrenewed for more than half its TTL (two
+// renewal periods): the process was paused, or renewals hang. Another writer may have taken the
+// session meanwhile, so the tail is proved before the next write.
+func (w *Writer) renewGapLocked() bool {
+	return w.leaseRev != 0 && !w.renewedAt.IsZero() && time.Since(w.renewedAt) > w.p.opts.LeaseTTL/2
 }
 
 // writersRecreated checks, after a failed renewal, whether agentlog_writers is missing (lost with
