@@ -172,15 +172,18 @@ func (e *WriteError) Unwrap() []error {
 }
 
 // transient reports whether a store error is worth retrying inside the same write: no responders
-// (503), request timeouts, "duplicate message id is in process" (10158) and "too many requests"
-// (429). A guard conflict is never transient.
+// (503), request timeouts, "duplicate message id is in process" (10158), "too many requests"
+// (429), and a connection lost or reconnecting under the write (a blob upload's chunks fail so
+// when the server goes away). A guard conflict is never transient.
 func transient(err error) bool {
 	if err == nil || errors.Is(err, store.ErrConflict) {
 		return false
 	}
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, njs.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, njs.ErrAsyncPublishTimeout) {
+		errors.Is(err, njs.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		errors.Is(err, errNotConnected) || errors.Is(err, errReconnected) {
 		return true
 	}
 	var apiErr *njs.APIError
