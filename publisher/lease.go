@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/process"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -78,24 +79,58 @@ func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t store.T
 	return fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, a.streamSeq, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
 }
 
-// acquireLease takes the writer lease of id (takeover: overwriting a live one). A live lease of
-// another writer is a *LiveError.
+// acquireLease takes the writer lease of id (takeover: overwriting a live one). A lease left by a
+// process of this host that has ended (a writer killed, then restarted at once) is taken over at
+// once, guarded by its revision (internal/process tells); a live lease of another writer is a
+// *LiveError.
 func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) (store.Lease, uint64, error) {
 	l := p.lease
 	l.Since = time.Now().UnixMilli()
-	rev, err := p.store.AcquireLease(ctx, id, l, p.opts.LeaseTTL, takeover)
-	var held *store.LeaseHeldError
-	if errors.As(err, &held) {
-		h := held.Holder
-		return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
+	for try := 0; ; try++ {
+		rev, err := p.store.AcquireLease(ctx, id, l, p.opts.LeaseTTL, takeover)
+		var held *store.LeaseHeldError
+		if errors.As(err, &held) {
+			h := held.Holder
+			if try < 3 && h.Host != "" && h.Host == l.Host && process.Gone(h.PID, time.UnixMilli(h.Since)) {
+				rev, err := p.reclaimLease(ctx, id, l, h)
+				if err == nil {
+					return l, rev, nil
+				}
+				if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNoLease) {
+					continue // changed meanwhile: look again
+				}
+				return l, 0, err
+			}
+			return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
+		}
+		if err != nil {
+			return l, 0, err
+		}
+		if takeover {
+			p.log.Info("agentlog publisher: took the session's writer lease over", "session", id)
+		}
+		return l, rev, nil
 	}
+}
+
+// reclaimLease replaces the lease of dead, a writer process of this host that has ended, by l,
+// guarded by the revision it is read at: a wrapped store.ErrLeaseLost (or ErrNoLease) when the
+// lease changed meanwhile.
+func (p *Publisher) reclaimLease(ctx context.Context, id string, l, dead store.Lease) (uint64, error) {
+	cur, hrev, err := p.store.GetLease(ctx, id)
 	if err != nil {
-		return l, 0, err
+		return 0, err
 	}
-	if takeover {
-		p.log.Info("agentlog publisher: took the session's writer lease over", "session", id)
+	if cur.Writer != dead.Writer || cur.Host != dead.Host || cur.PID != dead.PID || cur.Since != dead.Since {
+		return 0, fmt.Errorf("%w: the lease of session %q changed while it was reclaimed", store.ErrLeaseLost, id)
 	}
-	return l, rev, nil
+	rev, err := p.store.RenewLease(ctx, id, hrev, l, p.opts.LeaseTTL)
+	if err != nil {
+		return 0, err
+	}
+	p.log.Info("agentlog publisher: took over the writer lease of a process of this host that has ended", "session", id,
+		"writer", dead.Writer, "pid", dead.PID, "since", time.UnixMilli(dead.Since).UTC().Format(time.RFC3339))
+	return rev, nil
 }
 
 // releaseLease deletes the lease of id if it is still at rev (bounded by 5 s; failures are logged:
