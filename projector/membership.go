@@ -258,7 +258,7 @@ func (p *Projector) rebalance(ctx context.Context) {
 	for part, w := range p.workers {
 		if !slices.Contains(mine, part) {
 			wg.Add(1)
-			go func() { defer wg.Done(); w.stop() }()
+			go func() { defer wg.Done(); w.stop(p.quit) }()
 			delete(p.workers, part)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
@@ -153,13 +154,19 @@ func (s *stack) ready(ctx context.Context) error {
 
 // Close stops the services, drains the connection and shuts the server down, waiting for it.
 func (s *stack) Close() error {
-	var errs []error
-	for _, f := range s.forkers {
-		errs = append(errs, f.Stop())
+	// The services stop together: each is bounded (projector.StopTimeout, forker.StopTimeout),
+	// so dev stops within 2 s of SIGTERM however many it runs.
+	errs := make([]error, len(s.forkers)+len(s.projectors))
+	var wg sync.WaitGroup
+	for i, f := range s.forkers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f.Stop() }()
 	}
-	for _, p := range s.projectors {
-		errs = append(errs, p.Stop())
+	for i, p := range s.projectors {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[len(s.forkers)+i] = p.Stop() }()
 	}
+	wg.Wait()
 	if s.nc != nil {
 		s.nc.Close()
 	}
