@@ -56,8 +56,8 @@ type Forker struct {
 	// quit ends when Stop has waited StopTimeout for the fork in flight: the fork is cancelled.
 	quit       context.Context
 	quitCancel context.CancelFunc
-	status  chan nats.Status // connection status changes (watchConn)
-	watched sync.WaitGroup
+	status     chan nats.Status // connection status changes (watchConn)
+	watched    sync.WaitGroup
 
 	// test hook: runs between the KV create and the record (nil in production).
 	beforeRecord func(child string)
