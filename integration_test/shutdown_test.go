@@ -14,7 +14,7 @@ import (
 // serverProc is a NATS server in a process of its own, to kill or stop: `agentlog dev` without
 // services (its embedded nats-server), on a free port and a data directory of the test.
 type serverProc struct {
-	cmd *exec.Cmd
+	*proc
 	url string
 }
 
@@ -24,23 +24,11 @@ func startServerProc(t *testing.T) *serverProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "dev", "--data", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+	p := startProc(t, "dev", "--data", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--projectors", "0", "--forkers", "0", "--system-user", "")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	waitLine(t, out, "listening on ")
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return &serverProc{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }) // runs before startProc's kill
+	p.waitOutput(t, "listening on", 60*time.Second)
+	return &serverProc{proc: p, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 }
 
 // waitLine reads r until a line holds want (60 s at most).

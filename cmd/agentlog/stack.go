@@ -13,8 +13,10 @@ import (
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,7 +57,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		o.Logger = slog.Default()
 	}
 	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev",
-		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword}
+		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword, Logger: o.Logger}
 	if o.HTTP != "" {
 		if sopts.HTTPHost, sopts.HTTPPort, err = hostPort("--http", o.HTTP); err != nil {
 			return nil, err
@@ -76,6 +78,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		return nil, err
 	}
 	s.nc = nc
+	warnLostStream(ctx, js, o.Logger)
 	if s.store, err = store.Provision(ctx, js, store.Config{}); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
@@ -95,6 +98,26 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		s.forkers = append(s.forkers, f)
 	}
 	return s, nil
+}
+
+// warnLostStream logs an error when the AGENTLOG stream is missing while agentlog_sessions holds
+// sessions: the server discarded the stream (a corrupt metafile, a lost directory; its own warning
+// is logged before), so the sessions' records are gone, and Provision creates the stream again,
+// empty. Readers then report each session's loss (client.ErrDataLoss).
+func warnLostStream(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) {
+	if _, err := js.Stream(ctx, wire.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	kv, err := js.KeyValue(ctx, wire.SessionsBucket)
+	if err != nil {
+		return
+	}
+	st, err := kv.Status(ctx)
+	if err != nil || st.Values() == 0 {
+		return
+	}
+	logger.Error("agentlog dev: the server has no stream "+wire.StreamName+" but "+wire.SessionsBucket+" names sessions: their records are lost (see the server's warnings above); the stream is created again, empty",
+		"stream", wire.StreamName, "bucket", wire.SessionsBucket, "entries", st.Values())
 }
 
 // hostPort parses a HOST:PORT flag for nats-server: port 0 becomes -1 (pick a free one).
