@@ -53,7 +53,7 @@ type Forker struct {
 	svc     micro.Service
 	reqs    sync.WaitGroup
 	closing bool
-	// quit ends when Stop has waited StopTimeout for the fork in flight: the fork is cancelled.
+	// quit ends when Stop gives up waiting for the fork in flight: the fork is cancelled.
 	quit       context.Context
 	quitCancel context.CancelFunc
 	status     chan nats.Status // connection status changes (watchConn)
@@ -65,8 +65,12 @@ type Forker struct {
 	afterSourceRead func(source string)
 }
 
-// New returns a Forker over a provisioned store, serving on nc.
-func New(sto *store.Store, nc *nats.Conn, opts Options) *Forker {
+// New returns a Forker over a provisioned store, serving on nc. It returns an error for a nil
+// store or connection.
+func New(sto *store.Store, nc *nats.Conn, opts Options) (*Forker, error) {
+	if sto == nil || nc == nil {
+		return nil, errors.New("forker: New needs a store and a connection")
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -77,13 +81,12 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) *Forker {
 	}
 	quit, quitCancel := context.WithCancel(context.Background())
 	return &Forker{store: sto, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
-		tracer: tracing.Tracer(opts.TracerProvider), quit: quit, quitCancel: quitCancel}
+		tracer: tracing.Tracer(opts.TracerProvider), quit: quit, quitCancel: quitCancel}, nil
 }
 
 // StopTimeout bounds Stop, so that a service stops within 2 s of SIGTERM even when the server is
-// gone or stopped. A fork cancelled
-// between its metadata and its record is an incomplete fork, which a new fork of the same
-// source onto the same child resumes (ARCHITECTURE.md, "A fork").
+// gone or stopped. A fork cancelled between its metadata and its record is an incomplete fork,
+// which a new fork of the same source onto the same child resumes (ARCHITECTURE.md, "A fork").
 const StopTimeout = 1500 * time.Millisecond
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
@@ -93,9 +96,6 @@ func (f *Forker) Start(ctx context.Context) error {
 	defer f.mu.Unlock()
 	if f.started {
 		return errors.New("forker: already started")
-	}
-	if f.store == nil || f.nc == nil {
-		return errors.New("forker: New needs a store and a connection")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -209,7 +209,7 @@ func (f *Forker) serve(req micro.Request) {
 		if code == client.CodeInternal {
 			f.logger.Error("fork failed", "err", err)
 		}
-		_ = req.Error(string(code), desc, nil)
+		_ = req.Error(string(code), desc, errorBody(err))
 		f.metrics.answered(start, code)
 		endForkSpan(span, res, code, desc)
 		return

@@ -298,15 +298,21 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	return w, nil
 }
 
-// OpenOption is an option of Publisher.Open.
-type OpenOption func(*openOptions)
+// OpenOption is an option of Publisher.Open. An option that refuses its input (or a nil one)
+// makes Open fail, before it does anything, with an error wrapping ErrInvalidOption.
+type OpenOption func(*openOptions) error
 
 type openOptions struct{ takeover bool }
 
 // Takeover makes Open take the session over from a live writer: its lease is overwritten, and the
 // old writer is fenced (ErrFenced) at its next write or lease renewal. Crash repair then runs as
 // if it had died.
-func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
+func Takeover() OpenOption {
+	return func(o *openOptions) error {
+		o.takeover = true
+		return nil
+	}
+}
 
 // Open resumes a stored session for writing (the reference's resume): it takes the session's
 // writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
@@ -315,13 +321,18 @@ func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 // durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
 // wrapped store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
-	var o openOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	token, err := wire.Token(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
+	}
+	var o openOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("publisher: open session %q: option %d is nil: %w", id, i+1, ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: %w: %w", id, ErrInvalidOption, err)
+		}
 	}
 	if err := p.reserve(id); err != nil {
 		return nil, err
@@ -396,7 +407,7 @@ func (p *Publisher) open(ctx context.Context, id, token string, gen uint64) (*Wr
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, err := p.writeRecord(ctx, id, lastStreamSeq, gen, msgID, tail)
+		res, _, err := p.writeRecord(ctx, id, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, gen, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
 			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
 		}
@@ -510,21 +521,27 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 	return fmt.Sprintf("%s.%s.%s.%d", p.opts.WriterID, token, incarnation, firstSeq)
 }
 
-// writeRecord writes events as one record guarded with guard (the stream seq of the session's
-// previous record, 0 for none) and returns the stream seq of the record. Transient errors are
-// retried with exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved
-// by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
-// write succeeded; otherwise the error wraps ErrConflict. validGen is the connGen when the guard
-// was read (see checkedWrite).
-func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, validGen uint64, msgID string, events []session.Event) (uint64, error) {
-	seq, _, _, err := p.checkedWrite(ctx, id, acked{streamSeq: guard, nextSeq: events[0].Seq}, validGen, msgID, events)
-	return seq, err
+// writeRecord writes events as one record guarded with a.streamSeq (the stream seq of the
+// session's previous record, 0 for none; a is what the writer knows durable) and returns the
+// stream seq of the record (checkedWrite, for a write that does not keep what it proved). validGen
+// is the connGen when the guard was read.
+func (p *Publisher) writeRecord(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, error) {
+	seq, maybeStored, _, err := p.checkedWrite(ctx, id, a, validGen, msgID, events)
+	return seq, maybeStored, err
 }
 
-// checkedWrite writes events as a Writer's record after a (a.streamSeq is the guard; see
-// writeRecordX for maybeStored). validGen is the connGen when the writer last proved its tail
-// (staleGen: not proved, or a lease renewal gap since). It returns the connGen the record was
-// proved against.
+// checkedWrite writes events as one record after a (a.streamSeq is the guard) and returns its
+// stream seq, in an "agentlog.append" span. validGen is the connGen when the writer last proved
+// its tail (staleGen: not proved, or a lease renewal gap since); it returns the connGen the record
+// was proved against. Transient errors are retried with exponential backoff bounded by ctx and
+// the retry budget. A guard conflict is resolved by reading the tail: if its Nats-Msg-Id is ours,
+// the record was stored after a lost ack and the write succeeded; acknowledged events that are
+// gone give an *AckedLostError (checkTail); otherwise the error wraps ErrConflict.
+//
+// On failure, maybeStored reports whether the record may have been stored all the same: some try
+// was sent and got no answer (a timeout, a lost connection). Such a record must be retried as
+// exactly the same record — same events, same Nats-Msg-Id — so that the retry dedupes or finds
+// it at the tail.
 //
 // A guard alone cannot fence a writer whose acknowledged records the server lost: the subject
 // re-grown by another writer may reach the very stream seq the writer guards with. So a record is
@@ -560,7 +577,7 @@ type recordWrite struct {
 	provedGen   uint64 // connGen when the tail was last proved to be a's record (staleGen: not proved)
 	tries       int
 	lastErr     error
-	maybeStored bool // some try was sent and got no answer (see writeRecordX)
+	maybeStored bool // some try was sent and got no answer (see checkedWrite)
 }
 
 // run makes the tries of the write, with exponential backoff (50 ms to 2 s) bounded by ctx and

@@ -343,7 +343,7 @@ func (w *Writer) kickLocked() {
 }
 
 // write writes batch as one record (validGen: the connGen its tail was proved at; invalidations:
-// w.invalidations when it started); its span (see Publisher.writeRecordX) is a child of parent
+// w.invalidations when it started); its span (see Publisher.checkedWrite) is a child of parent
 // when that is valid (the span of the Flush or Close that asked for it).
 func (w *Writer) write(batch []session.Event, a acked, validGen, invalidations uint64, parent trace.SpanContext) {
 	defer w.wg.Done()
