@@ -440,13 +440,13 @@ func (w *worker) checkRecord(ss *sessState, id string, streamSeq, delivered uint
 		if !known {
 			inc = ss.incarnation
 		}
-		fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc)
-		if err != nil {
-			return err
-		}
 		cause := causeIdentity
 		if known && inc != ss.incarnation {
 			cause = causeRecreated
+		}
+		fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc, cause, desc)
+		if err != nil {
+			return err
 		}
 		if !known && fresh.streamSeq == 0 {
 			if fresh.gone, err = sessionGone(w.ctx, p.store, id); err != nil || fresh.gone {
