@@ -39,7 +39,9 @@ var (
 
 	// ErrAckedLost is returned (wrapped, in an *AckedLostError inside a *WriteError) when the
 	// stored log no longer holds events this writer had acknowledged as durable (the server lost
-	// them, or the subject was purged). The writer is fenced: it writes nothing more.
+	// them, or the subject was purged), found when the writer proves its tail before writing, or
+	// after a record acknowledged across a reconnect turned out to follow another writer's. The
+	// writer is fenced: it writes nothing more.
 	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was

@@ -69,7 +69,9 @@ type Options struct {
 	// deduplicated or found at the tail and never stored twice. Default 10 s.
 	AttemptTimeout time.Duration
 	// RetryBudget bounds the retries of transient errors (no responders, 503, timeouts, 10158,
-	// 429) inside one write, with exponential backoff from 50 ms to 2 s. A write still failing
+	// 429, a connection lost or down, for the record and the blobs of its large events alike)
+	// inside one write, with exponential backoff from 50 ms to 2 s; a retry first proves the
+	// session's tail from the stream leader (ARCHITECTURE.md, "Writer leases"). A write still failing
 	// then is reported and its events stay pending (automatic retry pauses until the next new
 	// event or Flush/Close). Flush/Close-driven writes are also bounded by their ctx. Default 30 s.
 	RetryBudget time.Duration
