@@ -57,22 +57,23 @@ type Status struct {
 // Children are found by a pass over agentlog_sessions (every header's parentSession): its cost
 // grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata;
 // ErrRemoving too for a session being removed),
-// ErrBadRequest (invalid id), ErrInternal. A session whose log lost acknowledged records (its
-// metadata or its projections name records the stream no longer has) comes back whole, with
-// DataLoss set, and an ErrDataLoss naming the seqs.
+// ErrBadRequest (invalid id), ErrInternal.
+// A session whose log lost acknowledged records (its metadata or its projections name records the
+// stream no longer has) comes back whole, with DataLoss set, and an ErrDataLoss naming the seqs.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	st, tok, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	info, found, err := lookup(ctx, st, id)
+	st, tok := ss.Store(), ss.Token()
+	info, found, err := lookup(ctx, ss)
 	if err != nil {
 		return Status{}, err
 	}
 	if !found {
 		return Status{}, notFoundError(id)
 	}
-	tail, err := st.GetTail(ctx, id)
+	tail, err := ss.Tail(ctx)
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
 	}
@@ -85,7 +86,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 
 	var gate *folded // the messages unit's position, when it runs
-	w, err := st.Projections.WatchFiltered(ctx, []string{"*." + tok}, natsjs.IgnoreDeletes())
+	w, err := ss.WatchProjections(ctx, natsjs.IgnoreDeletes())
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read projections", Err: err}
 	}
@@ -131,7 +132,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 	slices.SortFunc(s.Units, func(a, b UnitStatus) int { return strings.Compare(a.Unit, b.Unit) })
 	slices.SortFunc(s.Stopped, func(a, b StoppedUnit) int { return strings.Compare(a.Unit, b.Unit) })
-	lost, err := checkLoss(ctx, st, id, h, tail, gate)
+	lost, err := checkLoss(ctx, ss, h, tail, gate)
 	if err != nil {
 		return Status{}, err
 	}
@@ -163,7 +164,8 @@ type folded struct {
 // some) and gate, the messages unit's position (the records it folded must still be there, as
 // the projector checks). A suspected loss is read again from the stream leader (a direct get may
 // be answered by a lagging follower). It returns the loss found, or nil.
-func checkLoss(ctx context.Context, st *store.Store, id string, h session.Header, tail store.Tail, gate *folded) (*DataLoss, error) {
+func checkLoss(ctx context.Context, ss *store.Session, h session.Header, tail store.Tail, gate *folded) (*DataLoss, error) {
+	id := ss.ID()
 	suspect := func(t store.Tail) bool {
 		return gate != nil && gate.streamSeq > 0 && (t.LastStreamSeq < gate.streamSeq || t.NextSeq-1 < gate.asOfSeq ||
 			t.LastStreamSeq == gate.streamSeq && t.NextSeq-1 != gate.asOfSeq) ||
@@ -172,7 +174,7 @@ func checkLoss(ctx context.Context, st *store.Store, id string, h session.Header
 	if !suspect(tail) && (gate == nil || tail.LastStreamSeq <= gate.streamSeq) {
 		return nil, nil
 	}
-	tail, err := st.GetTailFromLeader(ctx, id)
+	tail, err := ss.TailFromLeader(ctx)
 	if err != nil {
 		return nil, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail from the stream leader", Err: err}
 	}
@@ -194,7 +196,7 @@ func checkLoss(ctx context.Context, st *store.Store, id string, h session.Header
 		lost = mergeLoss(lost, &DataLoss{FromSeq: a, ToSeq: a, StreamSeq: s, DetectedAt: now,
 			Detail: fmt.Sprintf("the record at stream seq %d, the last one folded (to seq %d), now ends at seq %d", s, a, tail.NextSeq-1)})
 	case tail.LastStreamSeq > s:
-		rec, found, err := st.GetRecordFromLeader(ctx, id, s)
+		rec, found, err := ss.RecordFromLeader(ctx, s)
 		var se *session.Error
 		if err != nil && !errors.As(err, &se) {
 			return nil, &Error{Code: CodeInternal, Session: id, Description: fmt.Sprintf("read stream seq %d from the stream leader", s), Err: err}

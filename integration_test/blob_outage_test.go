@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -40,7 +41,7 @@ func TestBlobUploadAcrossServerRestart(t *testing.T) {
 	flushed := make(chan error, 1)
 	go func() { flushed <- wa.Flush(ctx) }()
 	eventually(t, "the upload started", func() bool {
-		s, err := st.JS.Stream(ctx, "OBJ_agentlog_blobs")
+		s, err := st.JetStream().Stream(ctx, "OBJ_agentlog_blobs")
 		if err != nil {
 			return false
 		}
@@ -50,7 +51,7 @@ func TestBlobUploadAcrossServerRestart(t *testing.T) {
 	srv.stop()
 	srv.start()
 	err = <-flushed
-	got, _, rerr := st.Read(ctx, id)
+	got, _, rerr := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if rerr != nil && err == nil {
 		t.Fatalf("Flush returned nil but the log does not read: %v", rerr)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -102,13 +103,10 @@ func TestReadersSeeDataLoss(t *testing.T) {
 		{"purged outside agentlog", -1, func(t *testing.T, url, _, id string, _ **proc, _ int) {
 			nc, st := connectStore(t, url, nil)
 			defer nc.Close()
-			subject, err := st.Subject(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			subject := storetest.Session(st, id).Subject()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := st.Stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
+			if err := st.Stream().Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
 				t.Fatal(err)
 			}
 		}},

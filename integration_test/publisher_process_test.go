@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -207,7 +208,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			after, _, err := st.Read(ctx, id)
+			after, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +267,7 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	if !errors.As(werr, &ee) || !strings.Contains(wp.stderr.String(), "guard conflict") && !strings.Contains(wp.stderr.String(), "fenced") {
 		t.Fatalf("live writer: exit %v, stderr %q; want it fenced (by a guard conflict or its lost lease)", werr, wp.stderr.String())
 	}
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestOpenAfterWriterKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc, st := connectStore(t, devURL, nil)
-	if l, _, err := st.GetLease(ctx, id); err != nil || l.Writer != "dead" {
+	if l, _, err := storetest.Session(st, id).Lease(ctx); err != nil || l.Writer != "dead" {
 		t.Fatalf("the killed writer's lease: %+v, %v", l, err)
 	}
 	p := newPublisher(t, st, nc, publisher.Options{WriterID: "after", Logger: quietLogger()})
@@ -328,7 +329,7 @@ func TestOpenAfterWriterKilled(t *testing.T) {
 		t.Fatalf("Open right after the writer was killed: %v, want its lease taken over at once", err)
 	}
 	t.Logf("Open returned %s after the kill (lease TTL 10 s)", time.Since(killed).Round(time.Millisecond))
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func TestOpenAfterWriterKilled(t *testing.T) {
 	// A lease of another host, its pid dead here: refused too.
 	id3 := "elsewhere-" + nuid.Next()
 	dead := store.Lease{Writer: "remote", Host: "another-host", PID: wp.cmd.Process.Pid, Since: time.Now().UnixMilli()}
-	if _, err := st.AcquireLease(ctx, id3, dead, time.Minute, false); err != nil {
+	if _, err := storetest.Session(st, id3).AcquireLease(ctx, dead, time.Minute, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p2.Create(ctx, session.Header{ID: id3, CreatedAt: 1785000000000}); !errors.As(err, &le) || le.Writer != "remote" {

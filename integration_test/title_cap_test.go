@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/wire"
 )
 
@@ -69,7 +70,7 @@ func TestLongTitleIsCapped(t *testing.T) {
 		t.Fatalf("the title unit's view: %d bytes (%v), want it capped with titleBytes %d", len(r.View), err, len(title))
 	}
 	tok, _ := wire.Token(id)
-	e, err := st.Projections.Get(ctx, "title."+tok)
+	e, err := storetest.ProjectionsKV(st).Get(ctx, "title."+tok)
 	if err != nil || !strings.Contains(string(e.Value()), title) {
 		t.Fatalf("the stored title state: %d bytes, %v; want the whole title", len(e.Value()), err)
 	}

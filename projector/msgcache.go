@@ -24,7 +24,7 @@ const DefaultQueryCacheBytes = 64 << 20
 // nodeCache keeps, for the sessions queried last, their surface-eligible events (user/message,
 // assistant/message, tool/result: the only events a surface node can be, and all that
 // DeriveMessages reads) and the position in the log they were read to. A messages query then
-// reads only the records appended since the previous query of the session (ajs.ReadRecordsAfter),
+// reads only the records appended since the previous query of the session (store.AfterStreamSeq),
 // not the whole log: an agent that queries after every append pays for its new events, not for
 // its history again. Streamed chunks and other events are never kept. The cache is bounded by
 // the bytes of the events it holds, counted with an estimate of their heap overhead (least
@@ -179,7 +179,12 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	}
 	before := l.last
 	var added int64
-	_, err := st.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
+	sh, err := st.Session(l.id)
+	if err != nil {
+		return err
+	}
+	_, err = sh.Records(ctx, func(r store.Record) error {
+		streamSeq, evs := r.StreamSeq, r.Events
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
 				continue
@@ -190,13 +195,13 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 		}
 		l.last, l.next = streamSeq, evs[len(evs)-1].Seq+1
 		return nil
-	})
+	}, store.AfterStreamSeq(l.last, l.next))
 	if added > 0 {
 		c.account(l, added)
 	}
 	if err == nil && l.last != before {
 		var m *jetstream.RawStreamMsg
-		if m, err = st.Stream.GetMsg(ctx, l.last); err == nil {
+		if m, err = st.Stream().GetMsg(ctx, l.last); err == nil {
 			l.lastAt = m.Time
 		}
 	}
@@ -214,7 +219,7 @@ func (c *nodeCache) checkLast(ctx context.Context, st *store.Store, l *nodeLog) 
 	if l.last == 0 {
 		return nil
 	}
-	m, err := st.Stream.GetMsg(ctx, l.last)
+	m, err := st.Stream().GetMsg(ctx, l.last)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("%w: session %q: stream seq %d read before is gone", store.ErrLogChanged, l.id, l.last)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -19,7 +20,7 @@ import (
 // it kept anything.
 func (e *env) wantMessages(id string, nodes []int64) []json.RawMessage {
 	e.t.Helper()
-	events, _, err := e.store.Read(ctx(e.t), id)
+	events, _, err := storetest.ReadAll(ctx(e.t), storetest.Session(e.store, id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
 	if l == nil {
 		t.Fatal("the session is not kept")
 	}
-	tail, err := e.store.GetTail(ctx(t), "grow")
+	tail, err := storetest.Session(e.store, "grow").Tail(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		var tail uint64
 		seq := int64(0)
 		appendEvs := func(evs []session.Event) {
-			r, err := te.Store.Append(bctx, id, tail, evs)
+			r, err := storetest.Session(te.Store, id).Append(bctx, tail, evs)
 			if err != nil {
 				b.Fatal(err)
 			}

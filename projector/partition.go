@@ -76,9 +76,9 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 // missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
 func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	p, name := w.p, PartitionConsumer(w.part)
-	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
+	cons, err := p.store.JetStream().CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
 		Durable:        name,
-		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions),
+		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions()),
 		FilterSubject:  wire.PartitionSubject(w.part),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -133,7 +133,7 @@ func (w *worker) resubscribe(cause error) bool {
 			w.mu.Unlock()
 			// The server may still hold a pin of the old pull: release it (the partition is ours).
 			uctx, ucancel := context.WithTimeout(w.ctx, 5*time.Second)
-			_ = w.p.store.Stream.UnpinConsumer(uctx, PartitionConsumer(w.part), PriorityGroup)
+			_ = w.p.store.Stream().UnpinConsumer(uctx, PartitionConsumer(w.part), PriorityGroup)
 			ucancel()
 			w.health.ok(w.p.logger, "consume", "projector: partition consumer resumed", "partition", w.part)
 			return true
@@ -193,7 +193,7 @@ func (w *worker) stop(quit context.Context) {
 	if ctx.Err() != nil {
 		return // out of time: the pin ends at its TTL
 	}
-	if err := w.p.store.Stream.UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup); err != nil {
+	if err := w.p.store.Stream().UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup); err != nil {
 		w.p.logger.Debug("projector: unpin", "partition", w.part, "err", err)
 	}
 }
@@ -287,7 +287,7 @@ func (w *worker) retry(what string, op func() error) bool {
 // handle folds one record into its session's state (loaded from the cache, else from KV).
 func (w *worker) handle(msg jetstream.Msg) {
 	p := w.p
-	_, token, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions)
+	_, token, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions())
 	if err != nil {
 		p.logger.Error("projector: record on a subject that names no session; skipped", "subject", msg.Subject(), "err", err)
 		w.folded, w.count = append(w.folded, msg), w.count+1
@@ -475,7 +475,11 @@ func (w *worker) dropGone(ss *sessState) bool {
 	delete(w.dirty, ss.token)
 	w.cache.remove(ss.token)
 	return w.retry("purge "+ss.id, func() error {
-		keys, err := w.p.store.PurgeProjections(w.ctx, ss.id)
+		sh, err := w.p.store.Session(ss.id)
+		if err != nil {
+			return err
+		}
+		keys, err := sh.PurgeProjections(w.ctx)
 		if err == nil && len(keys) > 0 {
 			w.p.logger.Info("projector: session removed; its projection states purged", "session", ss.id, "keys", keys)
 		}
@@ -498,7 +502,7 @@ func (w *worker) flush() {
 		}
 		for attempt := 0; len(sessions) > 0; attempt++ {
 			start := time.Now()
-			conflicts, err := writeSessions(w.ctx, p.store.JS, sessions)
+			conflicts, err := writeSessions(w.ctx, p.store.JetStream(), sessions)
 			p.metrics.checkpoint(start, err)
 			if err != nil {
 				if w.ctx.Err() == nil {

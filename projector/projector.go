@@ -226,7 +226,7 @@ func (p *Projector) Start(ctx context.Context) error {
 		p.loop.Add(1)
 		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
 	}
-	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", client.QueryService)
+	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions(), "owned", p.Owned(), "service", client.QueryService)
 	return nil
 }
 
@@ -322,7 +322,12 @@ func (l *logLookup) loadLog() error {
 		l.log, l.loaded = l.batch, true
 		return nil
 	}
-	events, last, err := l.store.Read(l.ctx, l.id)
+	var events []session.Event
+	sh, err := l.store.Session(l.id)
+	var last uint64
+	if err == nil {
+		last, err = sh.Records(l.ctx, store.Collect(&events))
+	}
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -239,8 +240,12 @@ func tooLarge(proj Projection) bool {
 // readNow reads the stored projection once: the projection and its stored value when it
 // satisfies q, wait when q must wait for minSeq, or the error to answer.
 func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
-	key := UnitKey(UnitMessages, token)
-	e, err := s.store.Projections.Get(ctx, key)
+	sh, err := s.store.Session(q.Session)
+	if err != nil {
+		return Projection{}, nil, false, replyErr(client.CodeBadRequest, "bad request: %v", err)
+	}
+	key := wire.ProjectionKey(UnitMessages, token)
+	e, err := sh.ProjectionEntry(ctx, UnitMessages)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
@@ -304,12 +309,16 @@ func stoppedErr(id string, pe *ProjectionError) error {
 // stops), for at most timeoutMs. Errors: "408" on timeout, "409" for a stopped projection (unless
 // allowStopped), "503" when the service stops meanwhile.
 func (s *queryService) waitProjection(ctx context.Context, q query, token string, allowStopped bool) (Projection, []byte, error) {
-	key := UnitKey(UnitMessages, token)
+	key := wire.ProjectionKey(UnitMessages, token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
+	sh, err := s.store.Session(q.Session)
+	if err != nil {
+		return Projection{}, nil, replyErr(client.CodeBadRequest, "bad request: %v", err)
+	}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
-	w, err := s.store.Projections.Watch(wctx, key)
+	w, err := sh.WatchProjection(wctx, UnitMessages)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
 		return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs)

@@ -172,10 +172,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
-	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes {
-		st := *sto // the Store is read only: this publisher's copy carries its cap
-		st.MaxEventBytes = opts.MaxEventBytes
-		sto = &st
+	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes() {
+		sto = sto.WithMaxEventBytes(opts.MaxEventBytes) // this publisher's copy carries its cap
 	}
 	p := &Publisher{
 		store:     sto,
@@ -189,8 +187,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 		writers:   map[string]*Writer{},
 		reconn:    make(chan struct{}),
 	}
-	if sto.JS != nil && sto.JS.Conn() != nil {
-		p.status = sto.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
+	if sto.JetStream() != nil && sto.JetStream().Conn() != nil {
+		p.status = sto.JetStream().Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
 		go p.watchConn(p.status)
 	}
 	p.metrics = newMetrics(p)
@@ -264,7 +262,7 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 // An id that already exists gives an error wrapping ErrSessionExists (and store.ErrSessionExists);
 // a live lease on an id without metadata (a racing Create or Open) is a *LiveError.
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
-	token, err := wire.Token(h.ID)
+	ss, err := p.store.Session(h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
@@ -272,11 +270,11 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, h.ID, false)
+	lease, rev, err := p.acquireLease(ctx, ss, false)
 	if err != nil {
 		p.release(h.ID, nil)
 		if errors.Is(err, ErrSessionLive) {
-			if _, gerr := p.store.GetSession(ctx, h.ID); gerr == nil {
+			if _, gerr := ss.Info(ctx); gerr == nil {
 				return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 			}
 			return nil, err // a *LiveError, naming the session
@@ -285,14 +283,14 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	}
 	inc := wire.NewIncarnation()
 	if err := p.store.CreateSession(ctx, h, store.WithIncarnation(inc)); err != nil {
-		p.releaseLease(h.ID, rev)
+		p.releaseLease(ss, rev)
 		p.release(h.ID, nil)
 		if errors.Is(err, store.ErrSessionExists) {
 			return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 		}
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
-	w := newWriter(p, h.ID, token, inc, session.NewSurface(), acked{})
+	w := newWriter(p, ss, inc, session.NewSurface(), acked{})
 	w.lease, w.leaseRev, w.validGen, w.renewedAt = lease, rev, gen, time.Now()
 	if err := p.install(w); err != nil {
 		return nil, err
@@ -323,7 +321,7 @@ func Takeover() OpenOption {
 // durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
 // wrapped store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
-	token, err := wire.Token(id)
+	ss, err := p.store.Session(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
@@ -340,7 +338,7 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, id, o.takeover)
+	lease, rev, err := p.acquireLease(ctx, ss, o.takeover)
 	if err != nil {
 		p.release(id, nil)
 		if errors.Is(err, ErrSessionLive) {
@@ -348,9 +346,9 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		}
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
-	w, err := p.open(ctx, id, token, gen)
+	w, err := p.open(ctx, ss, gen)
 	if err != nil {
-		p.releaseLease(id, rev)
+		p.releaseLease(ss, rev)
 		p.release(id, nil)
 		return nil, err
 	}
@@ -367,14 +365,16 @@ func openError(what string, err error) error {
 	return fmt.Errorf("publisher: open: %s: %w", what, err)
 }
 
-// open reads and repairs session id (see Open); gen is the connGen before the log was read.
-func (p *Publisher) open(ctx context.Context, id, token string, gen uint64) (*Writer, error) {
-	info, err := p.store.GetSessionInfo(ctx, id)
+// open reads and repairs the session (see Open); gen is the connGen before the log was read.
+func (p *Publisher) open(ctx context.Context, ss *store.Session, gen uint64) (*Writer, error) {
+	id, token := ss.ID(), ss.Token()
+	info, err := ss.Info(ctx)
 	if err != nil && !errors.Is(err, store.ErrSessionNotFound) {
 		return nil, openError("read metadata", err)
 	}
 	hasMeta := err == nil
-	events, lastStreamSeq, err := p.store.Read(ctx, id)
+	var events []session.Event
+	lastStreamSeq, err := ss.Records(ctx, store.Collect(&events))
 	if errors.Is(err, store.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
@@ -409,9 +409,9 @@ func (p *Publisher) open(ctx context.Context, id, token string, gen uint64) (*Wr
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, _, err := p.writeRecord(ctx, id, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, gen, msgID, tail)
+		res, _, err := p.writeRecord(ctx, ss, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, gen, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
-			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
+			err = p.undoIfDeleted(ctx, ss, info.Incarnation, res)
 		}
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
@@ -422,7 +422,7 @@ func (p *Publisher) open(ctx context.Context, id, token string, gen uint64) (*Wr
 	} else if lastStreamSeq > 0 {
 		// Nothing to write: learn the last record's Nats-Msg-Id, so that a later check of the
 		// tail can tell it from another record at the same stream seq.
-		t, err := p.tailFromLeader(ctx, id)
+		t, err := p.tailFromLeader(ctx, ss)
 		if err != nil {
 			return nil, openError("read the tail", err)
 		}
@@ -432,7 +432,7 @@ func (p *Publisher) open(ctx context.Context, id, token string, gen uint64) (*Wr
 		}
 		a.msgID, a.firstSeq = t.LastMsgID, t.LastEvents[0].Seq
 	}
-	return newWriter(p, id, token, info.Incarnation, &surface, a), nil
+	return newWriter(p, ss, info.Incarnation, &surface, a), nil
 }
 
 // Close flushes and closes every open Writer, then refuses further Create/Open with ErrClosed.
@@ -460,7 +460,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.leaseLoop = false
 	}
 	if len(errs) == 0 && p.status != nil {
-		p.store.JS.Conn().RemoveStatusListener(p.status)
+		p.store.JetStream().Conn().RemoveStatusListener(p.status)
 		p.status = nil
 	}
 	p.mu.Unlock()
@@ -492,7 +492,7 @@ func (p *Publisher) install(w *Writer) error {
 		w.closing, w.closed = true, true
 		w.mu.Unlock()
 		w.cancel()
-		go p.releaseLease(w.id, w.leaseRev)
+		go p.releaseLease(w.ss, w.leaseRev)
 		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
 	}
 	p.writers[w.id] = w
@@ -527,8 +527,8 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 // session's previous record, 0 for none; a is what the writer knows durable) and returns the
 // stream seq of the record (checkedWrite, for a write that does not keep what it proved). validGen
 // is the connGen when the guard was read.
-func (p *Publisher) writeRecord(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, error) {
-	seq, maybeStored, _, err := p.checkedWrite(ctx, id, a, validGen, msgID, events)
+func (p *Publisher) writeRecord(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, error) {
+	seq, maybeStored, _, err := p.checkedWrite(ctx, ss, a, validGen, msgID, events)
 	return seq, maybeStored, err
 }
 
@@ -556,9 +556,9 @@ func (p *Publisher) writeRecord(ctx context.Context, id string, a acked, validGe
 // across a reconnect is checked after the fact: the record it is guarded on must be the writer's
 // own (provePrev), else its acknowledged events are reported lost (ErrAckedLost), never as
 // written.
-func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
-	ctx, span := p.startAppendSpan(ctx, id, msgID, events)
-	w := &recordWrite{p: p, id: id, a: a, msgID: msgID, events: events, provedGen: validGen, opts: tracing.RecordOpts(ctx, msgID)}
+func (p *Publisher) checkedWrite(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+	ctx, span := p.startAppendSpan(ctx, ss.ID(), msgID, events)
+	w := &recordWrite{p: p, ss: ss, id: ss.ID(), a: a, msgID: msgID, events: events, provedGen: validGen, opts: tracing.RecordOpts(ctx, msgID)}
 	seq, maybeStored, err := w.run(ctx)
 	endAppendSpan(span, seq, err)
 	return seq, maybeStored, w.provedGen, err
@@ -570,8 +570,9 @@ var errNotConnected = errors.New("not connected to NATS (the record is sent once
 // recordWrite is one record's write: its tries, and what they proved.
 type recordWrite struct {
 	p      *Publisher
-	id     string
-	a      acked // what the writer knows durable; a.streamSeq is the guard
+	ss     *store.Session
+	id     string // ss.ID()
+	a      acked  // what the writer knows durable; a.streamSeq is the guard
 	msgID  string
 	events []session.Event
 	opts   []store.AppendOpt
@@ -639,7 +640,7 @@ func (w *recordWrite) try(ctx context.Context) (uint64, error) {
 		}
 	}()
 	actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(w.events))
-	res, err := p.store.Append(actx, id, w.a.streamSeq, w.events, w.opts...)
+	res, err := w.ss.Append(actx, w.a.streamSeq, w.events, w.opts...)
 	reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 	cancel()
 	ccancel(nil)
@@ -657,7 +658,7 @@ func (w *recordWrite) try(ctx context.Context) (uint64, error) {
 		if res.Duplicate {
 			// An earlier try was stored. Make sure it is this very record (same events) and
 			// the session's tail, and that it continues our log, before counting it durable.
-			tail, terr := p.tailFromLeader(ctx, id)
+			tail, terr := p.tailFromLeader(ctx, w.ss)
 			if terr != nil {
 				w.maybeStored = true
 				err := fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
@@ -685,7 +686,7 @@ func (w *recordWrite) try(ctx context.Context) (uint64, error) {
 		w.maybeStored = true
 	}
 	if errors.Is(err, store.ErrConflict) {
-		tail, terr := p.tailFromLeader(ctx, id)
+		tail, terr := p.tailFromLeader(ctx, w.ss)
 		if terr != nil {
 			w.lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
 			if transient(terr) && ctx.Err() == nil {
@@ -696,7 +697,7 @@ func (w *recordWrite) try(ctx context.Context) (uint64, error) {
 		if ownTail(tail, w.msgID, last) {
 			return w.provePrev(ctx, tail.LastStreamSeq, gen)
 		}
-		cerr := p.checkTail(ctx, id, w.a, tail)
+		cerr := p.checkTail(ctx, w.ss, w.a, tail)
 		if cerr == nil {
 			cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
 				ErrConflict, w.a.streamSeq, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
@@ -714,7 +715,7 @@ func (w *recordWrite) try(ctx context.Context) (uint64, error) {
 // Otherwise the tail must still be a's record (checkTail), or the write is fenced: a permanent
 // error, an *AckedLostError or ErrConflict. A tail that cannot be read is a transient error.
 func (w *recordWrite) prove(ctx context.Context, gen uint64) (seq uint64, done bool, err error) {
-	t, terr := w.p.tailFromLeader(ctx, w.id)
+	t, terr := w.p.tailFromLeader(ctx, w.ss)
 	if terr != nil {
 		err = fmt.Errorf("proving the session's tail before writing: %w", terr)
 		if transient(terr) && ctx.Err() == nil {
@@ -728,7 +729,7 @@ func (w *recordWrite) prove(ctx context.Context, gen uint64) (seq uint64, done b
 		seq, err := w.provePrev(ctx, t.LastStreamSeq, gen)
 		return seq, true, err
 	}
-	if cerr := w.p.checkTail(ctx, w.id, w.a, t); cerr != nil {
+	if cerr := w.p.checkTail(ctx, w.ss, w.a, t); cerr != nil {
 		return 0, false, backoff.Permanent(fmt.Errorf("session %q: %w", w.id, cerr)) // checkTail leaves naming it to its caller
 	}
 	w.provedGen = gen
@@ -745,7 +746,7 @@ func (w *recordWrite) provePrev(ctx context.Context, seq, gen uint64) (uint64, e
 		w.provedGen = gen
 		return seq, nil
 	}
-	rec, found, err := w.p.store.GetRecordFromLeader(ctx, w.id, a.streamSeq)
+	rec, found, err := w.ss.RecordFromLeader(ctx, a.streamSeq)
 	if err != nil && !isSessionErr(err) {
 		w.maybeStored = true
 		err = fmt.Errorf("stored as stream seq %d, then reading the record it is guarded on: %w", seq, err)
@@ -775,10 +776,10 @@ func isSessionErr(err error) bool {
 
 // connected reports whether the store's connection is up (true without one).
 func (p *Publisher) connected() bool {
-	if p.store.JS == nil || p.store.JS.Conn() == nil {
+	if p.store.JetStream() == nil || p.store.JetStream().Conn() == nil {
 		return true
 	}
-	return p.store.JS.Conn().IsConnected()
+	return p.store.JetStream().Conn().IsConnected()
 }
 
 // minUploadRate is the slowest upload an attempt is given time for, bytes/s: a record whose events
@@ -870,8 +871,8 @@ func (p *Publisher) publishReport(token string, we *WriteError) {
 
 // tailFromLeader reads the session's tail through the stream leader, bounded by AttemptTimeout
 // like a write attempt (ctx, the writer's, has no deadline of its own).
-func (p *Publisher) tailFromLeader(ctx context.Context, id string) (store.Tail, error) {
+func (p *Publisher) tailFromLeader(ctx context.Context, ss *store.Session) (store.Tail, error) {
 	tctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
-	return p.store.GetTailFromLeader(tctx, id)
+	return ss.TailFromLeader(tctx)
 }

@@ -74,7 +74,11 @@ func TestServerLoggerReportsDataLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 20 {
-				if _, err := st.Append(ctx, "s"+string(rune('a'+i)), 0, notes(50)); err != nil {
+				ss, err := st.Session("s" + string(rune('a'+i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ss.Append(ctx, 0, notes(50)); err != nil {
 					t.Fatal(err)
 				}
 			}
