@@ -69,7 +69,7 @@ func (u *UI) Wait() error {
 	return u.err
 }
 
-// Close stops the inspector (live streams end at once, other requests get 5 s) and waits for it.
+// Close stops the inspector (live streams end at once, other requests get 1.5 s) and waits for it.
 func (u *UI) Close() error {
 	u.stop()
 	return u.Wait()

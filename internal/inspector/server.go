@@ -188,7 +188,7 @@ func Listen(addr, token, certFile, keyFile string) (net.Listener, error) {
 type tlsListener struct{ net.Listener }
 
 // Serve serves the inspector on ln until ctx ends, then shuts down (live streams end at once,
-// other requests get 5 s) and closes the Server.
+// other requests get 1.5 s) and closes the Server.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.Handler(),
@@ -205,14 +205,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.Close() // ends the live streams, whose requests would hold Shutdown up
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = hs.Close() // a request still running (a client not reading): cut it
+	}
 	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e
 	}
 	return err
 }
+
+// shutdownTimeout is how long Serve waits for the requests in flight once ctx ended (their reads
+// of NATS are cancelled by then), so that the process stops within 2 s of SIGTERM.
+const shutdownTimeout = 1500 * time.Millisecond
 
 // URL is the address to open for ln: http://HOST:PORT/ (with ?token= when token is set).
 func URL(ln net.Listener, token string) string {

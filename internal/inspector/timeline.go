@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -382,7 +383,11 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			r.Summary = "end of seed: this lifecycle's own writes begin"
 			r.Marks = append(r.Marks, Mark{Class: "info", Text: "end-seed", Seq: -1})
 		case "session/title":
-			r.Summary = "title: " + d.Title
+			t, cut := projector.CapText(d.Title, projector.MaxTitleViewBytes)
+			r.Summary = "title: " + t
+			if cut {
+				r.Summary += fmt.Sprintf(" (%d bytes)", len(d.Title))
+			}
 		case "todo/write":
 			r.Summary = "todos: " + cut(string(d.Todos), summaryRunes)
 		default:

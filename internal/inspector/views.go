@@ -382,7 +382,7 @@ type UnitPanel struct {
 	Error   *client.ProjectionError
 	JSON    string // the view, cut
 
-	Title *projector.TitleState
+	Title *projector.TitleView
 	Todos []Todo
 	Usage *projector.UsageView
 	Tools []ToolRow
@@ -402,11 +402,12 @@ type ToolRow struct {
 
 // Projections are a snapshot's units, the title first.
 type Projections struct {
-	AsOfSeq int64
-	Units   []UnitPanel
-	Title   string
-	Stopped int
-	Note    string // why the snapshot is missing
+	AsOfSeq    int64
+	Units      []UnitPanel
+	Title      string // capped (projector.MaxTitleViewBytes)
+	TitleBytes int    // the whole title's length when Title is cut, else 0
+	Stopped    int
+	Note       string // why the snapshot is missing
 }
 
 func buildProjections(snap *client.SnapshotReply, lastSeq int64, note string) Projections {
@@ -423,12 +424,13 @@ func buildProjections(snap *client.SnapshotReply, lastSeq int64, note string) Pr
 		}
 		switch name {
 		case projector.UnitTitle:
-			var t projector.TitleState
+			var t projector.TitleView
 			if json.Unmarshal(u.View, &t) == nil {
-				up.Title = &t
 				if t.Title != nil {
-					p.Title = *t.Title
+					p.Title, p.TitleBytes = capTitle(t)
+					t.Title, t.TitleBytes = &p.Title, p.TitleBytes
 				}
+				up.Title = &t
 			}
 		case projector.UnitTodos:
 			var t struct {
