@@ -38,10 +38,11 @@ type SessionInfo struct {
 	Children      []string `json:"children"`
 	// Title, OpenTurn, Stopped (units) and Errored (agent/error reports) are filled with
 	// SessionsQuery.Details (or a filter on them).
-	Title    string   `json:"title,omitempty"`
-	OpenTurn *int64   `json:"openTurn,omitempty"`
-	Stopped  []string `json:"stopped,omitempty"`
-	Errored  bool     `json:"errored,omitempty"`
+	Title      string   `json:"title,omitempty"` // cut to 200 bytes (TitleBytes: the whole title's length)
+	TitleBytes int      `json:"titleBytes,omitempty"`
+	OpenTurn   *int64   `json:"openTurn,omitempty"`
+	Stopped    []string `json:"stopped,omitempty"`
+	Errored    bool     `json:"errored,omitempty"`
 	// State is "active" (its log in the hot stream, or no events) or "archived"; Held is true
 	// under a legal hold.
 	State string `json:"state"`

@@ -135,6 +135,9 @@ func resolve(ctx context.Context, st *store.Store, q SessionsQuery, rows []*row)
 		_, r.info.Held = holds[r.token]
 		if d, ok := details[r.token]; ok {
 			r.info.Title, r.info.OpenTurn, r.info.Stopped, r.info.Errored = d.title, d.openTurn, d.stopped, d.errored
+			if d.bytes > len(d.title) {
+				r.info.TitleBytes = d.bytes
+			}
 		}
 		r.ok = keep(q, r.info)
 	}
@@ -161,6 +164,7 @@ func keep(q SessionsQuery, info SessionInfo) bool {
 // rowDetails is what a listing shows of a session's projections and error reports.
 type rowDetails struct {
 	title    string
+	bytes    int // the whole title's length
 	openTurn *int64
 	stopped  []string
 	errored  bool
@@ -211,7 +215,7 @@ func readDetails(ctx context.Context, st *store.Store, toks []string, heads map[
 				Title *string `json:"title"`
 			}
 			if json.Unmarshal(v.State, &t) == nil && t.Title != nil {
-				d.title = *t.Title
+				d.title, d.bytes = wire.CutTitle(*t.Title), len(*t.Title)
 			}
 		case "messages":
 			var s State

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/projector"
 )
 
 // listLimit is the default page of the sessions list; maxListLimit the largest one asked for.
@@ -21,10 +22,11 @@ const (
 // turns units; empty when not folded yet).
 type listRow struct {
 	client.SessionInfo
-	Title    string
-	OpenTurn *int64
-	Folded   bool
-	New      bool
+	Title      string // capped (projector.MaxTitleViewBytes)
+	TitleBytes int    // the whole title's length when Title is cut, else 0
+	OpenTurn   *int64
+	Folded     bool
+	New        bool
 }
 
 type listPage struct {
@@ -102,6 +104,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		// Title and open turn come with the listing (its batched reads of the projections, or the
 		// archive's head), not from a query per row.
 		lp.Rows[i] = listRow{SessionInfo: si, Title: si.Title, OpenTurn: si.OpenTurn, Folded: si.Events > 0}
+		if si.TitleBytes > len(si.Title) {
+			lp.Rows[i].TitleBytes = si.TitleBytes
+		}
 	}
 	s.render(w, http.StatusOK, "list.html", lp)
 }
@@ -142,4 +147,20 @@ func (s *Server) handleListLive(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// capTitle is a title view's title and, when it is cut, the whole title's length: a projector
+// caps the view itself; one older than the cap is capped here.
+func capTitle(v projector.TitleView) (string, int) {
+	if v.Title == nil {
+		return "", 0
+	}
+	if v.TitleBytes > 0 { // cut by the projector: the cap plus its "…"
+		t, _ := projector.CapText(*v.Title, projector.MaxTitleViewBytes+len("…"))
+		return t, v.TitleBytes
+	}
+	if t, cut := projector.CapText(*v.Title, projector.MaxTitleViewBytes); cut {
+		return t, len(*v.Title)
+	}
+	return *v.Title, 0
 }
