@@ -249,20 +249,29 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 		return Projection{}, nil, false, replyErr(client.CodeBadRequest, "bad request: %v", err)
 	}
 	key := wire.ProjectionKey(UnitMessages, token)
+	// fromArchive answers from the session's archive when its log lives in cold storage (a read
+	// never restores it); ok is false for a session that is not archived.
+	fromArchive := func() (Projection, []byte, bool, error, bool) {
+		v, ok, aerr := s.archived(ctx, sh)
+		if aerr != nil {
+			return Projection{}, nil, false, fmt.Errorf("session %q: reading its archive: %w", q.Session, aerr), true
+		}
+		if !ok {
+			return Projection{}, nil, false, nil, false
+		}
+		qp.archived = v
+		switch p := v.messages; {
+		case p.Error != nil && !allowStopped && !tooLarge(p):
+			return Projection{}, nil, false, stoppedErr(q.Session, p.Error), true
+		case q.waits() && p.AsOfSeq < *q.MinSeq:
+			return Projection{}, nil, false, replyErr(client.CodeTimeout, "session %q is archived at seq %d: seq %d will not come until it is written again", q.Session, p.AsOfSeq, *q.MinSeq), true
+		}
+		return v.messages, v.raw, false, nil, true
+	}
 	e, err := sh.ProjectionEntry(ctx, UnitMessages)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		// Archived: its projection states are in its archive (a read never restores it).
-		if v, ok, aerr := s.archived(ctx, sh); aerr != nil {
-			return Projection{}, nil, false, fmt.Errorf("session %q: reading its archive: %w", q.Session, aerr)
-		} else if ok {
-			qp.archived = v
-			switch p := v.messages; {
-			case p.Error != nil && !allowStopped && !tooLarge(p):
-				return Projection{}, nil, false, stoppedErr(q.Session, p.Error)
-			case q.waits() && p.AsOfSeq < *q.MinSeq:
-				return Projection{}, nil, false, replyErr(client.CodeTimeout, "session %q is archived at seq %d: seq %d will not come until it is written again", q.Session, p.AsOfSeq, *q.MinSeq)
-			}
-			return v.messages, v.raw, false, nil
+		if proj, raw, wait, err, ok := fromArchive(); ok {
+			return proj, raw, wait, err
 		}
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
@@ -289,6 +298,13 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 	if err == nil && current {
 		if proj, raw, err = s.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
 			return Projection{}, nil, false, checkedErr(q.Session, key, err)
+		}
+		if proj.Log != nil && proj.Log.Lost != nil {
+			// The records the state names are gone from the hot stream: archived under it (an
+			// archive that stopped before it purged the projection keys)? Then its archive answers.
+			if proj, raw, wait, err, ok := fromArchive(); ok {
+				return proj, raw, wait, err
+			}
 		}
 	}
 	switch {
