@@ -38,7 +38,7 @@ type SessionInfo struct {
 	Children      []string `json:"children"`
 	// Title, OpenTurn, Stopped (units) and Errored (agent/error reports) are filled with
 	// SessionsQuery.Details (or a filter on them).
-	Title      string   `json:"title,omitempty"` // cut to 200 bytes (TitleBytes: the whole title's length)
+	Title      string   `json:"title,omitempty"` // cut at 256 bytes, marked "…" (TitleBytes: the whole title's length)
 	TitleBytes int      `json:"titleBytes,omitempty"`
 	OpenTurn   *int64   `json:"openTurn,omitempty"`
 	Stopped    []string `json:"stopped,omitempty"`

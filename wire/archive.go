@@ -70,7 +70,7 @@ func ChildSubject(parentToken, childToken string) string {
 }
 
 // ArchiveListing is what a listing shows of an archived session, kept in its head so that a
-// listing reads no payload: the title (cut to 200 bytes), the open turn and the stopped units.
+// listing reads no payload: the title (CutTitle), the open turn and the stopped units.
 type ArchiveListing struct {
 	Title    string   `json:"title,omitempty"`
 	OpenTurn *int64   `json:"openTurn,omitempty"`
@@ -224,15 +224,19 @@ func IsArchivePart(subject string) bool {
 	return ok && strings.Contains(rest, ".")
 }
 
-// CutTitle cuts a title to at most 200 bytes at a UTF-8 boundary, for ArchiveListing.
+// MaxTitleBytes is the longest title a listing or an archive head carries, bytes (as the title
+// unit's view caps it).
+const MaxTitleBytes = 256
+
+// CutTitle cuts a title longer than MaxTitleBytes at a UTF-8 boundary and marks the cut with "…"
+// (the mark beyond the limit); a shorter one is returned as it is.
 func CutTitle(s string) string {
-	const max = 200
-	if len(s) <= max {
+	if len(s) <= MaxTitleBytes {
 		return s
 	}
-	i := max
+	i := MaxTitleBytes
 	for i > 0 && s[i]&0xC0 == 0x80 {
 		i--
 	}
-	return s[:i]
+	return s[:i] + "…"
 }
