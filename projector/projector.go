@@ -16,6 +16,7 @@ import (
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -60,7 +61,16 @@ type Options struct {
 	// BlobGrace is the age an orphan blob must reach before it is removed (default
 	// jetstream.DefaultBlobGrace, at least jetstream.MinBlobGrace).
 	BlobGrace time.Duration
+	// LifecycleInterval is how often the instance that owns partition 0 runs a lifecycle pass
+	// (the cluster's policy: archive idle sessions, retention; store.Store.LifecyclePass).
+	// Default DefaultLifecycleInterval (10 min); negative: never. Credentials without the right
+	// to purge skip it, saying so once.
+	LifecycleInterval time.Duration
 }
+
+// StopTimeout bounds the handover of Projector.Stop, so that a service stops within 2 s of SIGTERM
+// even when the server is gone or stopped.
+const StopTimeout = 1500 * time.Millisecond
 
 // DefaultBlobGCInterval is the default Options.BlobGCInterval.
 const DefaultBlobGCInterval = time.Hour
@@ -83,11 +93,19 @@ type Projector struct {
 	stopped bool
 	runCtx  context.Context    // from Start to Stop
 	cancel  context.CancelFunc // ends runCtx
+	// quit ends when Stop has used up StopTimeout (or returned): every wait of a handover
+	// (a partition's last checkpoint, the unpin, the lease delete) ends with it.
+	quit       context.Context
+	quitCancel context.CancelFunc
 
 	memberState
 	foldState
 	blobGC
 	query *queryService
+
+	lifecycleInterval   time.Duration
+	lifecycleSkipLogged bool // the pass was skipped for want of the right to purge (logged once)
+	lcm                 *lifecycleMetrics
 }
 
 // foldState is the folding of the partitions this instance owns.
@@ -139,6 +157,8 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Projector, error) {
 	}
 	p.tracer = tracing.Tracer(opts.TracerProvider)
 	p.metrics = newMetrics(p)
+	p.lifecycleInterval = cmp.Or(opts.LifecycleInterval, DefaultLifecycleInterval)
+	p.lcm = newLifecycleMetrics(prometheus.Labels{"projector": p.name})
 	cacheBytes := opts.QueryCacheBytes
 	switch {
 	case cacheBytes == 0:
@@ -201,6 +221,7 @@ func (p *Projector) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.runCtx, p.cancel = runCtx, cancel
+	p.quit, p.quitCancel = context.WithCancel(context.Background())
 	if err := p.query.start(runCtx, p.defs); err != nil {
 		cancel()
 		return err
@@ -217,6 +238,10 @@ func (p *Projector) Start(ctx context.Context) error {
 		p.loop.Add(1)
 		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
 	}
+	if p.lifecycleInterval > 0 {
+		p.loop.Add(1)
+		go p.every(mctx, p.lifecycleInterval, p.lifecycle)
+	}
 	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions(), "owned", p.Owned(), "service", client.QueryService)
 	return nil
 }
@@ -225,7 +250,10 @@ func (p *Projector) Start(ctx context.Context) error {
 // partitions at their next rebalance), hands over every partition (buffered records are folded,
 // checkpointed and acknowledged, the pin is released), then stops the query service (its
 // subscriptions are drained) and waits for in-flight queries; queries still waiting for minSeq
-// are answered "503". Stop is idempotent.
+// are answered "503". It returns within about StopTimeout whatever the server's state: what is
+// not done by then (a server gone or stopped) is left to the lease's TTL and the consumers'
+// redelivery (records not acknowledged are folded again by the next owner, idempotently). Stop is
+// idempotent.
 func (p *Projector) Stop() error {
 	p.mu.Lock()
 	if !p.started || p.stopped {
@@ -235,6 +263,9 @@ func (p *Projector) Stop() error {
 	p.stopped = true
 	p.mu.Unlock()
 
+	budget := time.AfterFunc(StopTimeout, p.quitCancel)
+	defer budget.Stop()
+	defer p.quitCancel()
 	p.mcancel()
 	p.loop.Wait()
 	p.wmu.Lock()
@@ -243,13 +274,15 @@ func (p *Projector) Stop() error {
 	p.workers = map[int]*worker{}
 	p.owned.Store(nil)
 	p.wmu.Unlock()
-	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = p.members.Delete(dctx, p.memberKey)
-	dcancel()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = p.members.Delete(p.quit, p.memberKey) // else the lease ends at its TTL
+	}()
 	for _, w := range workers {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.stop() }()
+		go func() { defer wg.Done(); w.stop(p.quit) }()
 	}
 	wg.Wait()
 

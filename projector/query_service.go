@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,7 +23,9 @@ import (
 // QueryServiceVersion is the version of the agentlog-query micro service (client.QueryService).
 // 0.2.0: paged messages replies (partial, nodes). 0.3.0: external messages (a message too large for a reply).
 // 0.4.0: a session being removed is answered 410 (client.CodeRemoving), not 404.
-const QueryServiceVersion = "0.4.0"
+// 0.5.0: a session whose log lost acknowledged records is answered 424 (client.CodeDataLoss) by
+// messages, unless allowDataLoss.
+const QueryServiceVersion = "0.5.0"
 
 // queryService is the agentlog-query micro service of one projector instance. It answers from the
 // stored projections, checked against the session's log (a state of another log is refolded), and
@@ -50,6 +53,8 @@ type queryService struct {
 	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
 	nodes   *nodeCache    // surface-eligible events of the sessions queried last
 	waiting atomic.Int64  // test hook: the queries waiting for minSeq
+
+	archivedViews archivedCache // the archived sessions queried last
 }
 
 // newQueryService returns the query service of an instance, not started; cacheBytes bounds its
@@ -126,6 +131,7 @@ func (s *queryService) stop() error {
 type query struct {
 	client.QueryRequest
 	deadline time.Time
+	archived *archivedView // the session's log lives in cold storage: answered from its archive
 }
 
 // timeoutMs is how long q may wait for minSeq, in ms.
@@ -183,11 +189,14 @@ func (s *queryService) endpoint(name string, allowStopped bool, h handler) func(
 // for a fold slot) gives the work slot back and takes a wait slot instead.
 func (s *queryService) answer(q query, token string, allowStopped bool, h handler) ([]byte, error) {
 	ctx := s.ctx
-	proj, raw, wait, err := s.readNow(ctx, q, token, allowStopped)
+	proj, raw, wait, err := s.readNow(ctx, &q, token, allowStopped)
 	slow := err == nil && !wait && !allowStopped && tooLarge(proj)
 	if err != nil || !wait && !slow {
 		defer func() { <-s.work }()
 		if err != nil {
+			return nil, err
+		}
+		if err := checkLost(q, proj, allowStopped); err != nil {
 			return nil, err
 		}
 		return h(ctx, q, proj, raw)
@@ -204,7 +213,20 @@ func (s *queryService) answer(q query, token string, allowStopped bool, h handle
 			return nil, err
 		}
 	}
+	if err := checkLost(q, proj, allowStopped); err != nil {
+		return nil, err
+	}
 	return h(ctx, q, proj, raw)
+}
+
+// checkLost refuses a messages query of a session whose log lost acknowledged records, naming
+// them ("424", client.CodeDataLoss), unless the query allows it. The endpoints that answer stored
+// states as they are (allowStopped: surface, projection, snapshot) answer them, "lost" included.
+func checkLost(q query, proj Projection, allowStopped bool) error {
+	if allowStopped || q.AllowDataLoss || proj.Log == nil || proj.Log.Lost == nil {
+		return nil
+	}
+	return dataLossErr(q.Session, proj.Log.Lost)
 }
 
 // stopping is the "503" of a query that arrives or waits while the service stops.
@@ -220,14 +242,37 @@ func tooLarge(proj Projection) bool {
 
 // readNow reads the stored projection once: the projection and its stored value when it
 // satisfies q, wait when q must wait for minSeq, or the error to answer.
-func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
+func (s *queryService) readNow(ctx context.Context, qp *query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
+	q := *qp
 	sh, err := s.store.Session(q.Session)
 	if err != nil {
 		return Projection{}, nil, false, replyErr(client.CodeBadRequest, "bad request: %v", err)
 	}
 	key := wire.ProjectionKey(UnitMessages, token)
+	// fromArchive answers from the session's archive when its log lives in cold storage (a read
+	// never restores it); ok is false for a session that is not archived.
+	fromArchive := func() (Projection, []byte, bool, error, bool) {
+		v, ok, aerr := s.archived(ctx, sh)
+		if aerr != nil {
+			return Projection{}, nil, false, fmt.Errorf("session %q: reading its archive: %w", q.Session, aerr), true
+		}
+		if !ok {
+			return Projection{}, nil, false, nil, false
+		}
+		qp.archived = v
+		switch p := v.messages; {
+		case p.Error != nil && !allowStopped && !tooLarge(p):
+			return Projection{}, nil, false, stoppedErr(q.Session, p.Error), true
+		case q.waits() && p.AsOfSeq < *q.MinSeq:
+			return Projection{}, nil, false, replyErr(client.CodeTimeout, "session %q is archived at seq %d: seq %d will not come until it is written again", q.Session, p.AsOfSeq, *q.MinSeq), true
+		}
+		return v.messages, v.raw, false, nil, true
+	}
 	e, err := sh.ProjectionEntry(ctx, UnitMessages)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if proj, raw, wait, err, ok := fromArchive(); ok {
+			return proj, raw, wait, err
+		}
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
 		_, _, known, removing, merr := sessionMetaState(ctx, s.store, q.Session)
@@ -253,6 +298,13 @@ func (s *queryService) readNow(ctx context.Context, q query, token string, allow
 	if err == nil && current {
 		if proj, raw, err = s.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
 			return Projection{}, nil, false, checkedErr(q.Session, key, err)
+		}
+		if proj.Log != nil && proj.Log.Lost != nil {
+			// The records the state names are gone from the hot stream: archived under it (an
+			// archive that stopped before it purged the projection keys)? Then its archive answers.
+			if proj, raw, wait, err, ok := fromArchive(); ok {
+				return proj, raw, wait, err
+			}
 		}
 	}
 	switch {
@@ -390,8 +442,14 @@ func (r *replier) send(b []byte, err error) {
 	code, desc := wireError(r.session, err)
 	r.done(code, desc)
 	if r.reply != "" {
-		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
-			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
+		h := nats.Header{micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}
+		var qe *queryError
+		if errors.As(err, &qe) && qe.lost != nil {
+			if b, err := json.Marshal(qe.lost); err == nil {
+				h.Set(client.DataLossHeader, string(b))
+			}
+		}
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: h})
 	}
 }
 

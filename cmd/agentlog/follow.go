@@ -106,7 +106,7 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 			return err
 		}
 		if hp == nil { // a log without metadata is still printed, as without these flags
-			if t, terr := ss.Tail(hctx); terr != nil || t.NextSeq == 0 {
+			if loc, terr := ss.Locate(hctx); terr != nil || loc.NextSeq() == 0 {
 				if !q.Follow {
 					return fmt.Errorf("session %q not found", args[0])
 				}
@@ -122,19 +122,19 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 			}
 		}
 		if noneOld {
-			t, err := ss.TailFromLeader(hctx)
+			loc, err := ss.Locate(hctx)
 			if err != nil {
 				return err
 			}
-			q.FromSeq, q.Tail = max(q.FromSeq, t.NextSeq), 0
+			q.FromSeq, q.Tail = max(q.FromSeq, loc.NextSeq()), 0
 		} else if !q.Follow && q.FromSeq > 0 {
 			// Without --follow, a start past the log's end would print the header alone and look
 			// like success: refuse it, naming the end (with --follow it is waited for).
-			t, err := ss.TailFromLeader(hctx)
+			loc, err := ss.Locate(hctx)
 			if err != nil {
 				return err
 			}
-			if last := t.NextSeq - 1; q.FromSeq > last {
+			if last := loc.NextSeq() - 1; q.FromSeq > last {
 				end := fmt.Sprintf("its last seq is %d", last)
 				if last < 0 {
 					end = "it has no events yet"

@@ -90,6 +90,10 @@ Quick start:
 		withIDResolution(g, newForkCmd(g)),
 		withIDResolution(g, newForksCmd(g)),
 		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
+		withIDCompletion(g, newArchiveCmd(g)),
+		withIDCompletion(g, newRestoreCmd(g)),
+		withIDCompletion(g, newHoldCmd(g)),
+		newLifecycleCmd(g),
 		newGCCmd(g),
 		markOffline(newInspectCmd(g)),
 		markOffline(newDemoCmd(g)),

@@ -99,7 +99,7 @@ credentials use the global account, as before. --http serves the server's monito
 			}
 			io.Copy(g.stdout, &out)
 			if u := s.UI(); u != nil {
-				printUI(g.stdout, u, ui.AllowFork)
+				printUI(g.stdout, u, ui.UIOptions)
 			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
@@ -117,22 +117,28 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
 	c.Flags().StringVar(&ui.Listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
-	ui.addFlags(c, "ui-allow-fork")
+	ui.addFlags(c, "ui-allow-fork", "ui-allow-admin")
 	g.addMaxEventBytesFlag(c)
 	return c
 }
 
 func newProvisionCmd(g *globals) *cobra.Command {
 	var cfg store.Config
+	var pf policyFlags
 	c := &cobra.Command{
-		Use:   "provision [--partitions N] [--replicas R]",
+		Use:   "provision [--partitions N] [--replicas R] [--archive-after D] [--retain-for D]",
 		Short: "Create the agentlog stream and KV buckets on a NATS cluster (idempotent)",
 		Long: `provision creates what is missing of the AGENTLOG stream, the AGENTLOG_ERRORS stream and the
 agentlog_sessions and agentlog_projections KV buckets, and checks what exists. It refuses, naming the
 setting, to run against an existing config it cannot use. The partition count is fixed at creation.
 --partitions and --replicas apply to what it creates (defaults 16 and 1); run again on a provisioned
 cluster without them, it keeps what exists (an R3 cluster stays R3), and with them it checks that
-what exists has them.`,
+what exists has them.
+It also creates the lifecycle's stream AGENTLOG_ARCHIVE (archived sessions), the lineage index
+AGENTLOG_CHILDREN and the KV bucket agentlog_lifecycle, and stores the lifecycle policy given by
+--archive-after and --retain-for (either may be off; a value not given keeps the cluster's: 24h and
+off on a new cluster). It rebuilds the lineage index (AGENTLOG_CHILDREN) from the sessions'
+metadata: one pass over agentlog_sessions.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Partitions < 1 || cfg.Partitions > wire.MaxPartitions {
@@ -160,19 +166,30 @@ what exists has them.`,
 			if err != nil {
 				return err
 			}
+			p, err := pf.apply(cmd, g, st)
+			if err != nil {
+				return err
+			}
+			// The lineage index from the metadata (forks made before it existed get their links).
+			if _, err := st.RebuildLineage(ctx); err != nil {
+				return err
+			}
 			replicas := st.Stream().CachedInfo().Config.Replicas
-			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas) and %s, KV buckets %s and %s\n",
-				g.natsURL, wire.StreamName, st.Partitions(), replicas, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
+			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas), %s, %s and %s, KV buckets %s, %s and %s; lifecycle: archive-after %s, retain-for %s\n",
+				g.natsURL, wire.StreamName, st.Partitions(), replicas, wire.ErrorsStream, wire.ArchiveStream, wire.ChildrenStream, wire.SessionsBucket, wire.ProjectionsBucket, wire.LifecycleBucket,
+				store.FormatPolicyDuration(p.ArchiveAfter), store.FormatPolicyDuration(p.RetainFor))
 			return nil
 		},
 	}
 	c.Flags().IntVar(&cfg.Partitions, "partitions", wire.DefaultPartitions, "partition count of a new stream (fixed at creation; not given: an existing stream's is kept)")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and buckets it creates (3 in production; not given: existing ones keep theirs)")
+	pf.add(c)
 	return c
 }
 
 func newProjectorCmd(g *globals) *cobra.Command {
 	var name string
+	var lifecycleInterval time.Duration
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
@@ -217,7 +234,7 @@ waited for.`,
 			defer nc.Close()
 			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
-				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
+				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace, LifecycleInterval: lifecycleInterval})
 			if err != nil {
 				return err
 			}
@@ -239,6 +256,8 @@ waited for.`,
 	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
 		"how often the instance owning partition 0 removes orphan blobs of "+wire.BlobsBucket+" (as agentlog gc does; negative: never)")
 	c.Flags().DurationVar(&blobGrace, "blob-grace", store.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
+	c.Flags().DurationVar(&lifecycleInterval, "lifecycle-interval", projector.DefaultLifecycleInterval,
+		"how often the instance owning partition 0 applies the cluster's lifecycle policy (as agentlog lifecycle run does; it needs the right to purge; negative: never)")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
