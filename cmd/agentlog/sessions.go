@@ -147,12 +147,12 @@ func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id strin
 	} else if minSeq >= 0 {
 		// A seq the log does not hold would be waited for until the timeout: refuse it at once,
 		// naming the end, as events --from-seq does (the leader's tail: a write acked before this
-		// read is in it).
-		tail, err := ss.TailFromLeader(ctx)
+		// read is in it; an archived log's end is its archive's).
+		loc, err := ss.Locate(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if last := tail.NextSeq - 1; minSeq > last {
+		if last := loc.NextSeq() - 1; minSeq > last {
 			end := fmt.Sprintf("its last seq is %d", last)
 			if last < 0 {
 				end = "it has no events yet"

@@ -809,3 +809,25 @@ func TestContexts(t *testing.T) {
 		t.Fatalf("selected after rm: %q", sel)
 	}
 }
+
+// TestAppendRestoresArchived: append to an archived session restores it (publisher.Open does)
+// and appends after its log, which the check read from the archive.
+func TestAppendRestoresArchived(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s := startTestStack(ctx, t)
+	mustCLI(ctx, t, s.URL(), "import", writeLog(t, t.TempDir(), "a.jsonl", &session.Header{ID: "cold", CreatedAt: 1785000000000}, opsEvents()))
+	mustCLI(ctx, t, s.URL(), "archive", "cold")
+	var st client.Status
+	if err := json.Unmarshal([]byte(mustCLI(ctx, t, s.URL(), "status", "cold", "--json")), &st); err != nil || st.State != "archived" {
+		t.Fatalf("status after archive: %+v %v", st, err)
+	}
+	code, out, errOut := runCLIStdin(ctx, s.URL(), `{"type":"turn/start","data":{"turn":2}}`+"\n", "append", "cold", "-", "--json")
+	var res appendResult
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.FirstSeq != 5 || res.ResumedFirstSeq == nil || *res.ResumedFirstSeq != 4 {
+		t.Fatalf("append to an archived session: exit %d %s %s", code, out, errOut)
+	}
+	if err := json.Unmarshal([]byte(mustCLI(ctx, t, s.URL(), "status", "cold", "--json")), &st); err != nil || st.State != "active" || st.LastSeq != 5 {
+		t.Fatalf("status after append: %+v %v", st, err)
+	}
+}
