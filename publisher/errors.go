@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
@@ -194,6 +195,12 @@ func transient(err error) bool {
 		errors.Is(err, njs.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		errors.Is(err, errNotConnected) || errors.Is(err, errReconnected) {
+		return true
+	}
+	// A socket that failed under a write (connection reset, broken pipe): nats.go reconnects,
+	// and the write is tried again (an Object Store upload reports the socket's own error).
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
 		return true
 	}
 	var apiErr *njs.APIError

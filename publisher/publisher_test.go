@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -836,6 +838,8 @@ func TestTransient(t *testing.T) {
 		{&njs.APIError{Code: 400, ErrorCode: 10054}, false},
 		{fmt.Errorf("x: %w", store.ErrConflict), false},
 		{errors.New("other"), false},
+		// An Object Store upload cut by a connection reset reports the socket's error.
+		{fmt.Errorf("store the blob: %w", &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}), true},
 	} {
 		if got := transient(c.err); got != c.want {
 			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
