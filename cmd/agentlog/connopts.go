@@ -19,7 +19,6 @@ import (
 // consulted (AGENTLOG_NATS_*, then the nats CLI's NATS_*), and its help text.
 type connSetting struct {
 	flag, env, natsEnv, usage string
-	secret                    bool // never printed as a default in --help
 	dst                       *string
 }
 
