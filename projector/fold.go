@@ -199,7 +199,7 @@ func (ss *sessState) takePosition() {
 // return is transient (the log or the KV bucket could not be read).
 //
 // streamSeq is the record's AGENTLOG stream seq (0: unknown); the session's position moves to it.
-func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []session.Event, streamSeq uint64) error {
+func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []session.Scanned, streamSeq uint64) error {
 	from, ok := ss.minActive()
 	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
 		return nil
@@ -258,15 +258,16 @@ func catchUp(ctx context.Context, sto *store.Store, ss *sessState) error {
 }
 
 // apply folds events in order: the gate first, then each running unit behind the event.
-func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
+func (ss *sessState) apply(events []session.Scanned, lk *logLookup) error {
 	g := ss.gate()
-	for _, ev := range events {
+	for i := range events {
+		ev := &events[i]
 		if ev.Seq > g.asOfSeq {
 			if g.err != nil {
 				return nil
 			}
 			surf := g.state.(*session.Surface)
-			if err := surf.Apply(ss.id, ev, lk.lookup); err != nil {
+			if err := surf.ApplyScanned(ss.id, ev, lk.lookup); err != nil {
 				if lk.transient != nil {
 					return lk.transient
 				}
@@ -284,7 +285,7 @@ func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
 			if u.def.wants(ev.Type) {
 				next, err := safeApply(u.def, u.state, ev)
 				if err != nil {
-					u.err = unitError(ss.id, u.def.Key, ev, err)
+					u.err = unitError(ss.id, u.def.Key, ev.Event, err)
 					u.written = false
 					ss.dirty = true
 					continue
@@ -312,7 +313,7 @@ func (ss *sessState) stopAll(seq int64, rule session.Rule, msg string) {
 }
 
 // safeApply calls a unit's Apply, turning a panic into an error.
-func safeApply(d *Definition, state any, ev session.Event) (next any, err error) {
+func safeApply(d *Definition, state any, ev *session.Scanned) (next any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("apply panicked: %v", r)
@@ -583,8 +584,9 @@ func FoldSession(reg *Registry, h session.Header, events []session.Event) (clien
 	if len(ss.units) == 0 || !ss.units[0].def.gate {
 		return client.SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
-	lk := &logLookup{id: id, batch: events}
-	if err := ss.apply(events, lk); err != nil {
+	scanned := scanAll(events)
+	lk := &logLookup{id: id, batch: scanned}
+	if err := ss.apply(scanned, lk); err != nil {
 		return client.SnapshotReply{}, err
 	}
 	return ss.views()

@@ -272,10 +272,11 @@ func (w *worker) handle(msg jetstream.Msg) {
 	h := msg.Headers()
 	// Offloaded events are read from agentlog_blobs: a blob that is missing or differs is the log's
 	// fault (a *session.Error, rule record-blob); failing to reach the bucket is transient.
-	events, decodeErr := p.store.DecodeRecord(w.ctx, h, msg.Data())
+	// One scan per event: the rules and the units read what it located (session.Scanned).
+	events, decodeErr := p.store.ScanRecord(w.ctx, h, msg.Data())
 	if se := (*session.Error)(nil); decodeErr != nil && !errors.As(decodeErr, &se) {
 		if !w.retry("decode "+id, func() error {
-			events, decodeErr = p.store.DecodeRecord(w.ctx, h, msg.Data())
+			events, decodeErr = p.store.ScanRecord(w.ctx, h, msg.Data())
 			if decodeErr != nil && !errors.As(decodeErr, &se) {
 				return decodeErr
 			}

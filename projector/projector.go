@@ -298,8 +298,8 @@ type logLookup struct {
 	ctx    context.Context
 	store  *store.Store
 	id     string
-	batch  []session.Event
-	log    []session.Event
+	batch  []session.Scanned
+	log    []session.Scanned
 	loaded bool
 	// lastStreamSeq is the stream seq of the log's last record, once loaded from the store.
 	lastStreamSeq uint64
@@ -324,25 +324,34 @@ func (l *logLookup) loadLog() error {
 		l.transient = &transientError{fmt.Errorf("reading the log: %w", err)} // err names the session
 		return l.transient
 	}
-	l.log, l.loaded, l.lastStreamSeq = events, true, last
+	l.log, l.loaded, l.lastStreamSeq = scanAll(events), true, last
 	return nil
 }
 
+// scanAll wraps events in the shared form (each is scanned when first read).
+func scanAll(events []session.Event) []session.Scanned {
+	out := make([]session.Scanned, len(events))
+	for i, ev := range events {
+		out[i] = session.Scan(ev)
+	}
+	return out
+}
+
 func (l *logLookup) lookup(seq int64) (session.Event, error) {
-	for _, ev := range l.batch {
-		if ev.Seq == seq {
-			return ev, nil
+	for i := range l.batch {
+		if l.batch[i].Seq == seq {
+			return l.batch[i].Event, nil
 		}
 	}
 	if err := l.loadLog(); err != nil {
 		return session.Event{}, err
 	}
 	if seq >= 0 && seq < int64(len(l.log)) && l.log[seq].Seq == seq {
-		return l.log[seq], nil
+		return l.log[seq].Event, nil
 	}
-	for _, ev := range l.log {
-		if ev.Seq == seq {
-			return ev, nil
+	for i := range l.log {
+		if l.log[i].Seq == seq {
+			return l.log[i].Event, nil
 		}
 	}
 	return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", l.id, seq)

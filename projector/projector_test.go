@@ -177,7 +177,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if ss.gate().asOfSeq != 1 || ss.units[1].asOfSeq != -1 {
 		t.Fatalf("loaded: gate at %d, transcript at %d", ss.gate().asOfSeq, ss.units[1].asOfSeq)
 	}
-	if err := foldEvents(ctx(t), e.store, ss, recEvents, msg.Sequence); err != nil {
+	if err := foldEvents(ctx(t), e.store, ss, scanAll(recEvents), msg.Sequence); err != nil {
 		t.Fatalf("fold: %v", err)
 	}
 	if conflicts, err := writeSessions(ctx(t), e.store.JS, []*sessState{ss}); err != nil || len(conflicts) != 0 {

@@ -26,8 +26,32 @@ func NewSeedValidator(lookup Lookup) *SeedValidator {
 // Add validates ev as the next seed event (index Len()) and folds it in. A refusal is a code-less
 // *ForkError with ForkChild's text; the validator is then unchanged.
 func (v *SeedValidator) Add(ev *Event) *ForkError {
-	i := v.n
 	p, ok := parseSeedEvent(ev)
+	return v.add(ev, p, ok)
+}
+
+// AddScanned is Add for an event in the shared form: its data is not parsed again where no check
+// reads its fields.
+func (v *SeedValidator) AddScanned(ev *Scanned) *ForkError {
+	if dataIsRead(ev.Type) || !(ev.current() && ev.flags&scanChecked != 0 || ev.scanData()) {
+		return v.Add(&ev.Event)
+	}
+	p := parsedEvent{data: jsvalue.Unread(ev.flags&scanDataLossy != 0)} // no check reads this type's data
+	var err error
+	ok := true
+	if ev.SurfaceOp != nil {
+		p.op, err = jsvalue.Parse(ev.SurfaceOp)
+		ok = err == nil
+	}
+	if ok && ev.SourceEventSeqs != nil {
+		p.srcs, err = jsvalue.Parse(ev.SourceEventSeqs)
+		ok = err == nil
+	}
+	return v.add(&ev.Event, p, ok)
+}
+
+func (v *SeedValidator) add(ev *Event, p parsedEvent, ok bool) *ForkError {
+	i := v.n
 	if !ok {
 		return &ForkError{Msg: "seed event at index " + strconv.Itoa(i) + " is not losslessly JSON-serializable"}
 	}
