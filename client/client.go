@@ -113,7 +113,14 @@ func (c *Client) request(ctx context.Context, service, subject, id string, data 
 		return nil, &Error{Service: service, Session: id, Err: err, Description: describe(service, id)}
 	}
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return nil, &Error{Service: service, Code: Code(code), Session: id, Description: msg.Header.Get(micro.ErrorHeader)}
+		e := &Error{Service: service, Code: Code(code), Session: id, Description: msg.Header.Get(micro.ErrorHeader)}
+		var left struct { // a fork that may have left its child behind names it
+			Child string `json:"child"`
+		}
+		if service == ForkService && len(msg.Data) > 0 && json.Unmarshal(msg.Data, &left) == nil {
+			e.Child = left.Child
+		}
+		return nil, e
 	}
 	return msg.Data, nil
 }

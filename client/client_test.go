@@ -51,11 +51,17 @@ func stack(t *testing.T) *nats.Conn {
 	t.Helper()
 	te := testnats.Start(t, store.Config{Partitions: 2})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet})
+	p, err := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	f := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	f, err := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +177,64 @@ func TestErrorIsAndRendering(t *testing.T) {
 	wrapped := fmt.Errorf("calling: %w", &client.Error{Code: client.CodeTimeout, Err: context.DeadlineExceeded, Description: "session \"x\""})
 	if !errors.Is(wrapped, client.ErrTimeout) || !errors.Is(wrapped, context.DeadlineExceeded) {
 		t.Fatal("Is through wrapping and Unwrap")
+	}
+}
+
+// TestErrRemoving: a session being removed is CodeRemoving, which ErrRemoving and ErrNotFound
+// match; the 404 of a query service before 0.4.0, which said so in its text only, matches
+// ErrRemoving too; a plain not-found does not.
+func TestErrRemoving(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		e            *client.Error
+		removing, nf bool
+	}{
+		{"410", &client.Error{Service: client.QueryService, Code: client.CodeRemoving, Session: "s", Description: client.RemovingText("s")}, true, true},
+		{"404 of an old service", &client.Error{Service: client.QueryService, Code: client.CodeNotFound, Session: "s",
+			Description: `session "s" is being removed (an earlier agentlog rm stopped part-way): run agentlog rm s to finish`}, true, true},
+		{"404", &client.Error{Code: client.CodeNotFound, Session: "s", Description: `session "s" not found`}, false, true},
+		{"SESSION_NOT_FOUND", &client.Error{Code: client.CodeSessionNotFound, Session: "s", Description: `session "s" not found`}, false, true},
+		{"500", &client.Error{Code: client.CodeInternal, Description: client.RemovingText("s")}, false, false},
+	} {
+		if got := errors.Is(c.e, client.ErrRemoving); got != c.removing {
+			t.Errorf("%s: Is(ErrRemoving) = %v", c.name, got)
+		}
+		if got := errors.Is(c.e, client.ErrNotFound); got != c.nf {
+			t.Errorf("%s: Is(ErrNotFound) = %v", c.name, got)
+		}
+	}
+	if strings.Contains(client.RemovingText("s"), "agentlog") {
+		t.Errorf("RemovingText carries a CLI command: %q", client.RemovingText("s"))
+	}
+}
+
+// TestForkErrorNamesTheChildLeft: a fork error reply whose body names a child (a fork that may
+// have left part of it) gives Error.Child; one without a body does not.
+func TestForkErrorNamesTheChildLeft(t *testing.T) {
+	te := testnats.Start(t, store.Config{Partitions: 1})
+	sub, err := te.NC.Subscribe(client.ForkSubject, func(m *nats.Msg) {
+		var req client.ForkRequest
+		_ = json.Unmarshal(m.Data, &req)
+		reply := &nats.Msg{Header: nats.Header{"Nats-Service-Error-Code": []string{"500"}, "Nats-Service-Error": []string{"it failed"}}}
+		if req.Child != "" {
+			reply.Data = []byte(`{"child":"` + req.Child + `"}`)
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c, err := client.New(te.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, child := range []string{"c1", ""} {
+		_, err := c.Fork(ctx(t), client.ForkRequest{Source: "s", Child: child})
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != client.CodeInternal || ce.Child != child || ce.Session != "s" {
+			t.Errorf("fork onto %q: %#v, want a 500 with Child %q", child, err, child)
+		}
 	}
 }
 

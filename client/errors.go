@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -18,6 +17,7 @@ const (
 	CodeNotFound    Code = "404" // unknown session, no projection stored yet, or no such unit
 	CodeTimeout     Code = "408" // minSeq not reached in time (or the client's deadline passed)
 	CodeStopped     Code = "409" // the session's projection was stopped by a bad log
+	CodeRemoving    Code = "410" // the session is being removed (a removal stopped part-way); a not-found
 	CodeTooLarge    Code = "413" // the reply is larger than the server's max payload
 	CodeBadSource   Code = "422" // the fork source's stored log breaks a record rule
 	CodeInternal    Code = "500" // KV or log failure
@@ -38,10 +38,14 @@ type Error struct {
 	Code        Code
 	Session     string // the session asked about (the fork source for a fork)
 	Description string // the service's text; for a fork refusal, the reference's exact text
-	Err         error  // the cause of a failure on the client's side, else nil
+	// Child is the child of a fork that failed after writing part of it (its metadata with its
+	// record's outcome unknown, or its record without metadata): what is left of it is to be
+	// checked, or removed. "" otherwise.
+	Child string
+	Err   error // the cause of a failure on the client's side, else nil
 }
 
-// Errors to match with errors.Is. ErrNotFound matches CodeSessionNotFound too.
+// Errors to match with errors.Is. ErrNotFound matches CodeSessionNotFound and CodeRemoving too.
 var (
 	ErrBadRequest      = &Error{Code: CodeBadRequest, Description: "bad request"}
 	ErrNotFound        = &Error{Code: CodeNotFound, Description: "not found"}
@@ -56,25 +60,26 @@ var (
 	ErrInvalidBoundary = &Error{Code: CodeInvalidBoundary, Description: "invalid fork boundary"}
 	ErrExists          = &Error{Code: CodeSessionExists, Description: "session already exists"}
 	ErrInvalidSeed     = &Error{Code: CodeInvalidSeed, Description: "invalid fork seed"}
-	// ErrRemoving matches the ErrNotFound of a session that is being removed: an agentlog rm
-	// stopped part-way (its agentlog_sessions entry is marked); Remove (agentlog rm) again
-	// finishes it. Every read refuses such a session so, with RemovingText as its description.
-	ErrRemoving = &Error{Code: CodeNotFound, Description: "session is being removed"}
+	// ErrRemoving matches the error of a read of a session that is being removed (CodeRemoving;
+	// it matches ErrNotFound too): a removal stopped part-way, its agentlog_sessions entry
+	// marked; Remove again finishes it. Every read refuses such a session so, naming it in
+	// Error.Session, with RemovingText as its description.
+	ErrRemoving = &Error{Code: CodeRemoving, Description: "session is being removed"}
 )
 
-// removingNote is the part of RemovingText that ErrRemoving matches.
-const removingNote = " is being removed (an earlier agentlog rm stopped part-way)"
-
 // RemovingText is how a reader (the client's reads, the query service) says that session id is
-// being removed, e.g. `session "s1" is being removed (an earlier agentlog rm stopped part-way):
-// run agentlog rm s1 to finish`.
+// being removed: `session "s1" is being removed (an earlier removal stopped part-way)`.
 func RemovingText(id string) string {
-	return fmt.Sprintf("session %q%s: run agentlog rm %s to finish", id, removingNote, shellquote.Quote(id))
+	return fmt.Sprintf("session %q is being removed (an earlier removal stopped part-way)", id)
 }
 
-// removingError is ErrNotFound (and ErrRemoving) for session id, which is being removed.
+// legacyRemovingNote is what the 404 of a query service before 0.4.0 says of a session being
+// removed (it had no code of its own): ErrRemoving matches it too.
+const legacyRemovingNote = " is being removed (an earlier agentlog rm stopped part-way)"
+
+// removingError is ErrRemoving (and ErrNotFound) for session id.
 func removingError(id string) *Error {
-	return &Error{Code: CodeNotFound, Session: id, Description: RemovingText(id)}
+	return &Error{Code: CodeRemoving, Session: id, Description: RemovingText(id)}
 }
 
 // Error renders "<service>: <description> (code <code>)", or "<service>: <description>: <cause>".
@@ -95,19 +100,26 @@ func (e *Error) Error() string {
 // Unwrap returns the cause of a client-side failure.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is an *Error with the same code (CodeSessionNotFound is a
-// CodeNotFound); ErrRemoving matches a not-found whose description is a RemovingText (so a query
-// service's reply matches it too).
+// Is reports whether target is an *Error with the same code. CodeSessionNotFound and
+// CodeRemoving are a CodeNotFound too; the 404 of an older query service that says a session is
+// being removed is a CodeRemoving.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	if !ok || t.Code == "" || e.Code.class() != t.Code.class() {
+	if !ok || t.Code == "" {
 		return false
 	}
-	return t != ErrRemoving || strings.Contains(e.Description, removingNote)
+	code := e.Code
+	if code == CodeNotFound && strings.Contains(e.Description, legacyRemovingNote) {
+		code = CodeRemoving
+	}
+	if t.Code == CodeRemoving {
+		return code == CodeRemoving
+	}
+	return code.class() == t.Code.class()
 }
 
 func (c Code) class() Code {
-	if c == CodeSessionNotFound {
+	if c == CodeSessionNotFound || c == CodeRemoving {
 		return CodeNotFound
 	}
 	return c

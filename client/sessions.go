@@ -368,7 +368,7 @@ func decodeMetaJSON(b []byte, e *meta) {
 // scanInt finds the one occurrence of key (quoted) in b and the integer after its colon.
 func scanInt(b []byte, key string) (int64, bool) {
 	i := bytes.Index(b, []byte(key))
-	if i <= 0 || b[i-1] == '\\' || bytes.Index(b[i+1:], []byte(key)) >= 0 {
+	if i <= 0 || b[i-1] == '\\' || bytes.Contains(b[i+1:], []byte(key)) {
 		return 0, false
 	}
 	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n")

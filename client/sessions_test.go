@@ -31,11 +31,17 @@ func opsStack(t *testing.T) (*testnats.Env, *client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet, Registry: reg})
+	p, err := projector.New(te.Store, te.NC, projector.Options{Name: "p1", Logger: quiet, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	f := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	f, err := forker.New(te.Store, te.NC, forker.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}

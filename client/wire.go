@@ -127,7 +127,8 @@ type ForkRequest struct {
 }
 
 // ForkResult is a committed fork: the child id, the seed length (events copied, without the
-// end-seed marker) and the parent session id.
+// end-seed marker) and the parent session id. (A fork's error reply has no body, except {"child"}
+// when the fork may have left part of its child behind: Error.Child.)
 type ForkResult struct {
 	Child         string `json:"child"`
 	SeedLength    int    `json:"seedLength"`

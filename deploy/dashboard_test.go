@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/store"
@@ -22,9 +23,10 @@ func metricNames(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	ch := make(chan *prometheus.Desc, 256)
+	te := testnats.Start(t, store.Config{})
 	for _, c := range []prometheus.Collector{
-		projector.New(&store.Store{}, nil, projector.Options{Name: "p"}).Collector(),
-		forker.New(nil, nil, forker.Options{}).Collector(),
+		newProjector(t, te, "p").Collector(),
+		newForker(t, te).Collector(),
 		pub.Collector(),
 	} {
 		c.Describe(ch)
@@ -103,10 +105,11 @@ func TestOneRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
+	te := testnats.Start(t, store.Config{})
 	for _, c := range []prometheus.Collector{
-		projector.New(&store.Store{}, nil, projector.Options{Name: "p1"}).Collector(),
-		projector.New(&store.Store{}, nil, projector.Options{Name: "p2"}).Collector(),
-		forker.New(nil, nil, forker.Options{}).Collector(),
+		newProjector(t, te, "p1").Collector(),
+		newProjector(t, te, "p2").Collector(),
+		newForker(t, te).Collector(),
 		pub.Collector(),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -116,4 +119,24 @@ func TestOneRegistry(t *testing.T) {
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newProjector is a projector over te, not started (its collector describes its metrics).
+func newProjector(t *testing.T, te *testnats.Env, name string) *projector.Projector {
+	t.Helper()
+	p, err := projector.New(te.Store, te.NC, projector.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newForker is a forker over te, not started.
+func newForker(t *testing.T, te *testnats.Env) *forker.Forker {
+	t.Helper()
+	f, err := forker.New(te.Store, te.NC, forker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -201,7 +201,10 @@ func TestClusterRunsR3(t *testing.T) {
 	}
 	// A projector on the cluster: its lease bucket has the stream's replicas (losing one server
 	// must not lose the leases), and it folds the session (read-your-writes through minSeq).
-	p := projector.New(s, nc, projector.Options{Name: "deploy-r3"})
+	p, err := projector.New(s, nc, projector.Options{Name: "deploy-r3"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

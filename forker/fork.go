@@ -198,8 +198,8 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	if errors.Is(err, store.ErrOutcomeUnknown) {
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
-		return client.ForkResult{}, fmt.Errorf("forker: the outcome of writing the child's record is unknown (check it with `agentlog events %s`): %w",
-			child, err)
+		return client.ForkResult{}, &childLeftError{child, fmt.Errorf("forker: the outcome of writing the record of child session %q is unknown: %w",
+			child, err)}
 	}
 	if rerr := f.rollback(context.WithoutCancel(ctx), child, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
@@ -396,7 +396,7 @@ func (f *Forker) childRemoved(ctx context.Context, source, child, inc string, st
 		return nil
 	}
 	if _, perr := f.store.PurgeThrough(context.WithoutCancel(ctx), child, streamSeq); perr != nil {
-		return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left without metadata (remove it with `agentlog rm`): %w", source, child, streamSeq, perr)
+		return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left without metadata: %w", source, child, streamSeq, perr)}
 	}
 	return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record was removed again: %w", source, child, err)
 }

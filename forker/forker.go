@@ -62,8 +62,12 @@ type Forker struct {
 	afterSourceRead func(source string)
 }
 
-// New returns a Forker over a provisioned store, serving on nc.
-func New(sto *store.Store, nc *nats.Conn, opts Options) *Forker {
+// New returns a Forker over a provisioned store, serving on nc. It returns an error for a nil
+// store or connection.
+func New(sto *store.Store, nc *nats.Conn, opts Options) (*Forker, error) {
+	if sto == nil || nc == nil {
+		return nil, errors.New("forker: New needs a store and a connection")
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -73,7 +77,7 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) *Forker {
 		now = time.Now
 	}
 	return &Forker{store: sto, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
-		tracer: tracing.Tracer(opts.TracerProvider)}
+		tracer: tracing.Tracer(opts.TracerProvider)}, nil
 }
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
@@ -83,9 +87,6 @@ func (f *Forker) Start(ctx context.Context) error {
 	defer f.mu.Unlock()
 	if f.started {
 		return errors.New("forker: already started")
-	}
-	if f.store == nil || f.nc == nil {
-		return errors.New("forker: New needs a store and a connection")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -178,7 +179,7 @@ func (f *Forker) serve(req micro.Request) {
 		if code == client.CodeInternal {
 			f.logger.Error("fork failed", "err", err)
 		}
-		_ = req.Error(string(code), desc, nil)
+		_ = req.Error(string(code), desc, errorBody(err))
 		f.metrics.answered(start, code)
 		endForkSpan(span, res, code, desc)
 		return

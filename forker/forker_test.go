@@ -54,7 +54,10 @@ func newEnvWith(t *testing.T, cfg store.Config) *env {
 	t.Helper()
 	te := testnats.Start(t, cfg)
 	nc, store := te.NC, te.Store
-	f := New(store, nc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+	f, err := New(store, nc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -296,7 +299,10 @@ func TestConcurrentForksOntoOneChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same clock as the first: on the real one, the first's claim would look abandoned.
-	f2 := New(store2, nc2, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+	f2, err := New(store2, nc2, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f2.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}

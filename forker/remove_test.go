@@ -95,3 +95,17 @@ func TestForkOfSourceWhoseRemovalStoppedHalfWay(t *testing.T) {
 	_, err = e.fork(client.ForkRequest{Source: "parent", Child: "of-half-removed"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
 }
+
+// TestChildLeftReplyNamesTheChild: the error reply of a fork that may have left part of its child
+// (its record's outcome unknown, or its record left without metadata) names the child in its
+// body, and its text says what is wrong without a CLI command; other errors have no body.
+func TestChildLeftReplyNamesTheChild(t *testing.T) {
+	err := &childLeftError{"c 1", errors.New(`fork of session "p" onto "c 1": the outcome of writing the child's record is unknown: timeout`)}
+	code, desc := wireError(err)
+	if body := string(errorBody(err)); code != client.CodeInternal || body != `{"child":"c 1"}` || strings.Contains(desc, "agentlog ") {
+		t.Fatalf("child left: %s %q, body %s", code, desc, body)
+	}
+	if body := errorBody(&requestError{"bad request"}); body != nil {
+		t.Fatalf("a bad request's body: %s", body)
+	}
+}

@@ -24,6 +24,30 @@ type badSourceError struct{ msg string }
 
 func (e *badSourceError) Error() string { return e.msg }
 
+// childLeftError is a fork that failed after it wrote part of its child: the child's metadata
+// with its record's outcome unknown, or its record without metadata. Its reply's body names the
+// child (client.Error.Child).
+type childLeftError struct {
+	child string
+	err   error
+}
+
+func (e *childLeftError) Error() string { return e.err.Error() }
+func (e *childLeftError) Unwrap() error { return e.err }
+
+// errorBody is the body of the error reply of err: {"child"} for a fork that may have left its
+// child behind, else none.
+func errorBody(err error) []byte {
+	var cl *childLeftError
+	if !errors.As(err, &cl) {
+		return nil
+	}
+	body, _ := json.Marshal(struct {
+		Child string `json:"child"`
+	}{cl.child})
+	return body
+}
+
 // wireError maps an error to a micro error code and description: a refusal's reference code and
 // exact text (CodeInvalidSeed for a seed-validation refusal, which has no code).
 func wireError(err error) (client.Code, string) {

@@ -1,6 +1,7 @@
-// Package integration_test runs agentlog end to end: it builds the agentlog binary from this module,
-// starts `agentlog dev` (an embedded nats-server with a projector and a forker) as a subprocess, and
-// drives it with the CLI over real connections, on the recorded sessions in ../shared/data.
+// Package integration_test runs agentlog end to end: it builds the agentlog binary from this module
+// (and the fault tests' publisher process, ./writer), starts `agentlog dev` (an embedded
+// nats-server with a projector and a forker) as a subprocess, and drives it with the CLI over real
+// connections, on the recorded sessions in ../shared/data.
 package integration_test
 
 import (
@@ -26,6 +27,9 @@ var (
 	devOut  *syncBuffer
 )
 
+// writerPath is the fault tests' publisher process (./writer), built for this run.
+var writerPath string
+
 // dataDir is the shared recorded data, read through its relative path (never copied).
 const dataDir = "../../shared/data"
 
@@ -40,11 +44,11 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	binPath = filepath.Join(tmp, "agentlog")
-	build := exec.Command("go", "build", "-o", binPath, "../cmd/agentlog")
+	binPath, writerPath = filepath.Join(tmp, "agentlog"), filepath.Join(tmp, "writer")
+	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "../cmd/agentlog", "./writer")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build agentlog:", err)
+		fmt.Fprintln(os.Stderr, "build agentlog and the writer:", err)
 		return 1
 	}
 	stop, err := startDev(filepath.Join(tmp, "data"))

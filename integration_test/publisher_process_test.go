@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -23,18 +24,18 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// writerEvents are the events of `agentlog bench writer --events m --size size --t0 t0`
-// (sessiontest.ChunkTurn with salt 0, the generator the writer uses).
+// writerEvents are the events of `writer --events m --size size --t0 t0` (./writer: loggen.ChunkTurn
+// with salt 0, the generator the writer uses).
 func writerEvents(t *testing.T, m, size int, t0 int64) []session.Event {
 	t.Helper()
-	evs, err := sessiontest.ChunkTurn(0, m, size, t0)
+	evs, err := loggen.ChunkTurn(0, m, size, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return evs
 }
 
-// writerProc is a running `agentlog bench writer` subprocess and what it reported.
+// writerProc is a running writer subprocess (./writer) and what it reported.
 type writerProc struct {
 	cmd     *exec.Cmd
 	lines   chan string
@@ -44,8 +45,8 @@ type writerProc struct {
 
 func startWriter(t *testing.T, id string, args ...string) *writerProc {
 	t.Helper()
-	all := append([]string{"--nats", devURL, "bench", "writer", "--session", id, "--t0", "1785000000000"}, args...)
-	cmd := exec.Command(binPath, all...)
+	all := append([]string{"--nats", devURL, "--session", id, "--t0", "1785000000000"}, args...)
+	cmd := exec.Command(writerPath, all...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -32,12 +32,18 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 	env := testnats.Start(t, store.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	proj := projector.New(env.Store, env.NC, projector.Options{TracerProvider: tp})
+	proj, err := projector.New(env.Store, env.NC, projector.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := proj.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proj.Stop() })
-	fk := forker.New(env.Store, env.NC, forker.Options{TracerProvider: tp})
+	fk, err := forker.New(env.Store, env.NC, forker.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := fk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 // Keys of the built-in projection units.
 const (
-	UnitMessages   = Unit // "messages": surface nodes, replaceGeneration (the log's rules)
+	UnitMessages   = "messages" // surface nodes, replaceGeneration (the log's rules)
 	UnitTranscript = "transcript"
 	UnitTitle      = "title"
 	UnitTodos      = "todos"
@@ -43,7 +43,7 @@ const (
 // Text in the states is read as the reference reads a log: ill-formed UTF-8 becomes U+FFFD.
 func Builtins() []Definer {
 	return []Definer{
-		Definition{Key: UnitMessages, StateVersion: StateVersion, gate: true,
+		Definition{Key: UnitMessages, StateVersion: messagesStateVersion, gate: true,
 			view: func(s any) any { return s },
 			decode: func(raw []byte) (any, error) {
 				var st State

@@ -86,6 +86,7 @@ func TestUnitPanicIsAnError(t *testing.T) {
 		Apply: func(n int, ev session.Event) (int, error) {
 			if ev.Seq == 1 {
 				var m map[string]int
+				//lint:ignore SA5000 the panic is what is tested
 				m["x"] = 1 // panics
 			}
 			return n + 1, nil

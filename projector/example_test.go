@@ -12,10 +12,11 @@ import (
 // next to the built-ins and give the registry to the projector:
 //
 //	reg, err := projector.NewRegistry(toolNames)
-//	p := projector.New(store, nc, projector.Options{Registry: reg})
+//	...
+//	p, err := projector.New(store, nc, projector.Options{Registry: reg})
 //
 // Its state is stored in agentlog_projections under "toolnames.<token>", and
-// projector.queryProjection(ctx, nc, id, "toolnames", -1) returns its view. Bump StateVersion
+// client.Client.Projection(ctx, id, "toolnames") returns its view. Bump StateVersion
 // when the state shape or the fold changes: stored states are then rebuilt from the log.
 func Example_userUnit() {
 	toolNames := projector.Def[map[string]int]{

@@ -415,9 +415,6 @@ func (u *unitState) resetState() {
 // kvSubject is the subject of a key of the agentlog_projections bucket.
 func kvSubject(key string) string { return "$KV." + wire.ProjectionsBucket + "." + key }
 
-// errConflict marks a revision compare-and-swap failure: another writer changed a state.
-var errConflict = errors.New("projection changed under this projector (revision conflict)")
-
 // pendingWrite is one asynchronous compare-and-swap write.
 type pendingWrite struct {
 	ss  *sessState

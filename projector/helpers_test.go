@@ -72,7 +72,7 @@ func (e *env) startProjectorOpts(name string, opts Options) *Projector {
 	if opts.Logger == nil {
 		opts.Logger = logger
 	}
-	p := New(st, nc, opts)
+	p := mustNew(e.t, st, nc, opts)
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
@@ -122,7 +122,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(e.t), Key(tok))
+	ent, err := e.store.Projections.Get(ctx(e.t), UnitKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatalf("projection of %q: %v", id, err)
 	}
@@ -137,7 +137,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
 	tok, _ := wire.Token(id)
-	w, err := e.store.Projections.Watch(ctx(e.t), Key(tok))
+	w, err := e.store.Projections.Watch(ctx(e.t), UnitKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -211,4 +211,14 @@ func lowerStateLimit(t *testing.T, n int64) {
 	old := maxStateBytes
 	maxStateBytes = func(jetstream.JetStream) int64 { return n }
 	t.Cleanup(func() { maxStateBytes = old })
+}
+
+// mustNew is New for a test: Options it refuses fail the test.
+func mustNew(t testing.TB, st *store.Store, nc *nats.Conn, opts Options) *Projector {
+	t.Helper()
+	p, err := New(st, nc, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
 }

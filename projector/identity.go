@@ -257,19 +257,19 @@ func isSessionError(err error) bool {
 // back, best effort) when the stored one does not belong to the current log. A session being
 // removed is errSessionRemoving, one with neither metadata nor records errSessionGone; other
 // errors are transient.
-func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byte, rev uint64) (Projection, []byte, error) {
-	g := newUnitState(p.defs[0], &session.Header{ID: id})
+func (s *queryService) checkStored(ctx context.Context, id, token string, raw []byte, rev uint64) (Projection, []byte, error) {
+	g := newUnitState(s.defs[0], &session.Header{ID: id})
 	decodeUnit(g, raw, rev)
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
-	h, inc, known, removing, err := sessionMetaState(ctx, p.store, id)
+	h, inc, known, removing, err := sessionMetaState(ctx, s.store, id)
 	if err != nil {
 		return Projection{}, nil, err
 	}
 	if removing {
 		return Projection{}, nil, errSessionRemoving
 	}
-	tail, err := p.store.GetTailFromLeader(ctx, id)
+	tail, err := s.store.GetTailFromLeader(ctx, id)
 	if err != nil && !isSessionError(err) {
 		return Projection{}, nil, err
 	}
@@ -279,7 +279,7 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 		return Projection{}, nil, errSessionGone
 	}
 	if err == nil {
-		if cause, desc, err = ss.logMismatch(ctx, p.store, tail, inc, known); err != nil {
+		if cause, desc, err = ss.logMismatch(ctx, s.store, tail, inc, known); err != nil {
 			return Projection{}, nil, err
 		}
 	}
@@ -287,21 +287,21 @@ func (p *Projector) checkStored(ctx context.Context, id, token string, raw []byt
 		proj, _, err := decodeProjection(raw)
 		return proj, raw, err
 	}
-	full, err := loadSession(ctx, p.store, p.defs, token, id)
+	full, err := loadSession(ctx, s.store, s.defs, token, id)
 	if err != nil {
 		return Projection{}, nil, err
 	}
 	if !known {
 		inc = full.incarnation
 	}
-	fresh, err := refold(ctx, p.store, p.defs, full, h, inc)
+	fresh, err := refold(ctx, s.store, s.defs, full, h, inc)
 	if err != nil {
 		return Projection{}, nil, err
 	}
 	// Best effort: a conflict means the owner wrote meanwhile; the answer is this fold all the same.
-	_, _ = writeSessions(ctx, p.store.JS, []*sessState{fresh})
-	p.nodes.drop(id)
-	p.noteRefold("query", id, cause, desc, fresh)
+	_, _ = writeSessions(ctx, s.store.JS, []*sessState{fresh})
+	s.nodes.drop(id)
+	s.refolded("query", id, cause, desc, fresh)
 	b, err := fresh.gate().encode(fresh.position())
 	if err != nil {
 		return Projection{}, nil, err

@@ -48,7 +48,7 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 		t.Fatalf("Refolds() = %d, want at most 1", n)
 	}
 	now, _ := e.store.GetSessionInfo(ctx(t), "s1")
-	ent, _ := e.store.Projections.Get(ctx(t), Key(tok))
+	ent, _ := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
 	if now.Incarnation == old.Incarnation || !strings.Contains(string(ent.Value()), `"incarnation":"`+now.Incarnation+`"`) {
 		t.Fatalf("stored %s, incarnation %q (was %q)", ent.Value(), now.Incarnation, old.Incarnation)
 	}
@@ -62,7 +62,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "a"), userMsg(1, "m1", "b")})
 	tok, _ := wire.Token("s1")
 	// A legacy value, and a wrong one: only a refold shows both messages.
-	if _, err := e.store.Projections.Create(ctx(t), Key(tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
+	if _, err := e.store.Projections.Create(ctx(t), UnitKey(UnitMessages, tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
 		t.Fatal(err)
 	}
 	p := e.startProjector("p1")
@@ -70,7 +70,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	if err != nil || len(r.Messages) != 2 {
 		t.Fatalf("messages %+v %v", r, err)
 	}
-	ent, _ := e.store.Projections.Get(ctx(t), Key(tok))
+	ent, _ := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
 	if !strings.Contains(string(ent.Value()), `"log":{"incarnation":`) || p.Refolds() != 0 {
 		t.Fatalf("stored %s, Refolds %d", ent.Value(), p.Refolds())
 	}

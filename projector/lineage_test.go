@@ -31,7 +31,10 @@ func usageTurn(turn, seq, input int64) []session.Event {
 func TestLineageOwnAndInherited(t *testing.T) {
 	e := newEnv(t)
 	e.startProjector("p1")
-	f := forker.New(e.store, e.nc, forker.Options{Logger: quietLogger()})
+	f, err := forker.New(e.store, e.nc, forker.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -53,5 +53,3 @@ func (c *lru) trim() {
 		e = prev
 	}
 }
-
-func (c *lru) len() int { return c.ll.Len() }

@@ -330,7 +330,7 @@ func TestMicroStatsCountErrorReplies(t *testing.T) {
 	if surf.NumRequests != 1 || surf.NumErrors != 1 || !strings.HasPrefix(surf.LastError, "404:") {
 		t.Fatalf("surface stats %+v", surf)
 	}
-	if p.svc.Stats().Endpoints[0].NumErrors != 2 {
+	if p.query.svc.Stats().Endpoints[0].NumErrors != 2 {
 		t.Fatal("Stats() differs from $SRV.STATS")
 	}
 }

@@ -55,7 +55,7 @@ func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
 			t.Fatalf("after seq %d: messages %s, want %s", last, r.Messages, want)
 		}
 	}
-	l := p.nodes.byID["grow"]
+	l := p.query.nodes.byID["grow"]
 	if l == nil {
 		t.Fatal("the session is not kept")
 	}
@@ -96,7 +96,7 @@ func TestMessagesQueryRecoversFromAStalePosition(t *testing.T) {
 		"wrong next seq":              func(l *nodeLog) { l.last, l.next = 1, 3 },
 		"missing node":                func(l *nodeLog) { delete(l.events, 10) },
 	} {
-		l := p.nodes.entry("s")
+		l := p.query.nodes.entry("s")
 		l.mu.Lock()
 		corrupt(l)
 		l.mu.Unlock()
@@ -125,9 +125,9 @@ func TestMessagesQueryCacheBound(t *testing.T) {
 				if want := e.wantMessages(id, r.Nodes); !sameMessages(r.Messages, want) {
 					t.Fatalf("%s: messages differ", id)
 				}
-				p.nodes.mu.Lock()
-				size, n := p.nodes.size, p.nodes.lru.Len()
-				p.nodes.mu.Unlock()
+				p.query.nodes.mu.Lock()
+				size, n := p.query.nodes.size, p.query.nodes.lru.Len()
+				p.query.nodes.mu.Unlock()
 				if size > max(bound, 0) || (bound < 0 && n != 0) {
 					t.Fatalf("after %s: %d bytes kept in %d sessions, bound %d", id, size, n, bound)
 				}
@@ -181,7 +181,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := New(st, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
+		p := mustNew(b, st, nc, Options{Name: id, Logger: quietLogger(), QueryCacheBytes: cacheBytes})
 		if err := p.Start(bctx); err != nil {
 			b.Fatal(err)
 		}
@@ -230,10 +230,10 @@ func TestOversizedSessionDoesNotEmptyTheCache(t *testing.T) {
 	if want := e.wantMessages("big", r.Nodes); !sameMessages(r.Messages, want) {
 		t.Fatal("big session: messages differ")
 	}
-	p.nodes.mu.Lock()
-	defer p.nodes.mu.Unlock()
-	if p.nodes.byID["big"] != nil || p.nodes.lru.Len() != 3 || p.nodes.size > p.nodes.max {
-		t.Errorf("after the oversized session: %d sessions, %d bytes kept (bound %d); want the 3 small ones", p.nodes.lru.Len(), p.nodes.size, p.nodes.max)
+	p.query.nodes.mu.Lock()
+	defer p.query.nodes.mu.Unlock()
+	if p.query.nodes.byID["big"] != nil || p.query.nodes.lru.Len() != 3 || p.query.nodes.size > p.query.nodes.max {
+		t.Errorf("after the oversized session: %d sessions, %d bytes kept (bound %d); want the 3 small ones", p.query.nodes.lru.Len(), p.query.nodes.size, p.query.nodes.max)
 	}
 }
 
@@ -250,9 +250,9 @@ func TestKeepNothingKeepsNoEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.nodes.mu.Lock()
-	defer p.nodes.mu.Unlock()
-	if n := len(p.nodes.byID); n != 0 || p.nodes.size != 0 {
-		t.Errorf("keeping nothing, the cache holds %d entries, %d bytes", n, p.nodes.size)
+	p.query.nodes.mu.Lock()
+	defer p.query.nodes.mu.Unlock()
+	if n := len(p.query.nodes.byID); n != 0 || p.query.nodes.size != 0 {
+		t.Errorf("keeping nothing, the cache holds %d entries, %d bytes", n, p.query.nodes.size)
 	}
 }

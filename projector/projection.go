@@ -8,13 +8,9 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// Unit is the key of the projection unit this package maintains: its states live in the
-// agentlog_projections KV bucket under the key "messages.<token>".
-const Unit = "messages"
-
-// StateVersion is the version of the stored State shape and of its fold. A stored projection with
-// another stateVersion is discarded and rebuilt from the session log.
-const StateVersion = 1
+// messagesStateVersion is the messages unit's stateVersion: the version of the stored State shape
+// and of its fold. A stored projection with another stateVersion is rebuilt from the session log.
+const messagesStateVersion = 1
 
 // State is the stored state of the messages unit: session.Surface without AsOfSeq, which the
 // Projection envelope carries.
@@ -30,12 +26,9 @@ type ProjectionError = client.ProjectionError
 // stopped: later records of the session are acknowledged and ignored, and queries answer "409".
 type Projection = client.Projection
 
-// Key returns the agentlog_projections key of a session token: "messages.<token>".
-func Key(token string) string { return Unit + "." + token }
-
 // newProjection is the projection of a session with no event applied.
 func newProjection() Projection {
-	return Projection{StateVersion: StateVersion, AsOfSeq: -1, State: State{Nodes: []int64{}, Transcript: []int64{}}}
+	return Projection{StateVersion: messagesStateVersion, AsOfSeq: -1, State: State{Nodes: []int64{}, Transcript: []int64{}}}
 }
 
 // toSurface returns the session.Surface that p holds (a copy).
@@ -55,7 +48,7 @@ func toSurface(p Projection) *session.Surface {
 
 // fromSurface builds a running projection from a surface.
 func fromSurface(s *session.Surface) Projection {
-	p := Projection{StateVersion: StateVersion, AsOfSeq: s.AsOfSeq, State: State{
+	p := Projection{StateVersion: messagesStateVersion, AsOfSeq: s.AsOfSeq, State: State{
 		Nodes:             append([]int64{}, s.Nodes...),
 		ReplaceGeneration: s.ReplaceGeneration,
 		Transcript:        append([]int64{}, s.Transcript...),
@@ -74,7 +67,7 @@ func decodeProjection(b []byte) (Projection, bool, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return Projection{}, false, fmt.Errorf("stored projection is not valid JSON: %w", err)
 	}
-	if p.StateVersion != StateVersion {
+	if p.StateVersion != messagesStateVersion {
 		return newProjection(), false, nil
 	}
 	if p.State.Nodes == nil {

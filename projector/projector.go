@@ -14,6 +14,7 @@ import (
 	"github.com/agentlog/agentlog/internal/tracing"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -25,7 +26,9 @@ const ConsumerName = "agentlog-projector"
 // casRetries bounds the reload-and-retry loop on KV revision conflicts of one checkpoint.
 const casRetries = 16
 
-// Options configure a Projector. Zero values take defaults.
+// Options configure a Projector. Zero values take defaults; New refuses a negative duration or
+// CacheSessions, a Name that is not a valid session id (it keys the member lease), a BlobGrace
+// below jetstream.MinBlobGrace and a Registry without the messages unit first.
 type Options struct {
 	// Name is the instance name (default "<hostname>-<pid>"): its member key, and in logs and
 	// in the query service's metadata. Two live instances must not share a name.
@@ -54,8 +57,8 @@ type Options struct {
 	// agentlog_blobs (jetstream.Store.CollectBlobs with BlobGrace): offloaded events whose record
 	// was never written. Default DefaultBlobGCInterval (1 h); negative: never.
 	BlobGCInterval time.Duration
-	// BlobGrace is the age an orphan blob must reach before it is removed (default and minimum:
-	// jetstream.DefaultBlobGrace and jetstream.MinBlobGrace).
+	// BlobGrace is the age an orphan blob must reach before it is removed (default
+	// jetstream.DefaultBlobGrace, at least jetstream.MinBlobGrace).
 	BlobGrace time.Duration
 }
 
@@ -83,8 +86,8 @@ type Projector struct {
 
 	memberState
 	foldState
-	queryState
 	blobGC
+	query *queryService
 }
 
 // foldState is the folding of the partitions this instance owns.
@@ -100,22 +103,16 @@ type foldState struct {
 	owned    atomic.Pointer[[]int] // the partitions consumed now (sorted), read without wmu
 }
 
-// queryState is the agentlog-query service of an instance.
-type queryState struct {
-	svc     *service
-	reqs    sync.WaitGroup // query handlers in flight, including those waiting for minSeq
-	reqMu   sync.Mutex     // guards closing and reqs.Add
-	closing bool
-	slots   chan struct{} // bounds the queries waiting for minSeq
-	work    chan struct{} // bounds the queries being answered
-	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
-	nodes   *nodeCache    // surface-eligible events of the sessions queried last
-	waiting atomic.Int64  // test hook: the queries waiting for minSeq, read by tests
-}
-
 // New returns a Projector over a provisioned store; nc is the connection the query service is
-// served on (usually the one the store's JetStream context uses).
-func New(st *store.Store, nc *nats.Conn, opts Options) *Projector {
+// served on (usually the one the store's JetStream context uses). It returns an error for a nil
+// store or connection, or Options it refuses (see Options).
+func New(st *store.Store, nc *nats.Conn, opts Options) (*Projector, error) {
+	if st == nil || nc == nil {
+		return nil, errors.New("projector: New needs a store and a connection")
+	}
+	if err := checkOptions(opts); err != nil {
+		return nil, err
+	}
 	name := opts.Name
 	if name == "" {
 		name = defaultName()
@@ -134,40 +131,53 @@ func New(st *store.Store, nc *nats.Conn, opts Options) *Projector {
 		name:        name,
 		logger:      logger.With("component", "projector", "instance", name),
 		registry:    reg,
-		memberState: memberState{memberKey: memberKeyOf(name), memberTTL: opts.MemberTTL},
-		blobGC:      blobGC{interval: opts.BlobGCInterval, grace: opts.BlobGrace},
-		foldState:   foldState{cacheSessions: opts.CacheSessions, flushInterval: opts.FlushInterval, workers: map[int]*worker{}},
-		queryState: queryState{
-			slots: make(chan struct{}, 256),
-			work:  make(chan struct{}, 64),
-			folds: make(chan struct{}, 2),
-		},
+		memberState: memberState{memberKey: memberKeyOf(name), memberTTL: cmp.Or(opts.MemberTTL, DefaultMemberTTL)},
+		blobGC: blobGC{interval: cmp.Or(opts.BlobGCInterval, DefaultBlobGCInterval),
+			grace: cmp.Or(opts.BlobGrace, store.DefaultBlobGrace)},
+		foldState: foldState{cacheSessions: cmp.Or(opts.CacheSessions, DefaultCacheSessions),
+			flushInterval: cmp.Or(opts.FlushInterval, DefaultFlushInterval), workers: map[int]*worker{}},
 	}
 	p.tracer = tracing.Tracer(opts.TracerProvider)
-	if p.cacheSessions <= 0 {
-		p.cacheSessions = DefaultCacheSessions
-	}
-	if p.flushInterval <= 0 {
-		p.flushInterval = DefaultFlushInterval
-	}
-	if p.memberTTL <= 0 {
-		p.memberTTL = DefaultMemberTTL
-	}
-	if p.blobGC.interval == 0 {
-		p.blobGC.interval = DefaultBlobGCInterval
-	}
-	p.blobGC.grace = max(cmp.Or(p.blobGC.grace, store.DefaultBlobGrace), store.MinBlobGrace)
-	switch cb := opts.QueryCacheBytes; {
-	case cb == 0:
-		p.nodes = newNodeCache(DefaultQueryCacheBytes)
-	case cb < 0:
-		p.nodes = newNodeCache(0)
-	default:
-		p.nodes = newNodeCache(cb)
-	}
 	p.metrics = newMetrics(p)
-	p.nodes.m = p.metrics
-	return p
+	cacheBytes := opts.QueryCacheBytes
+	switch {
+	case cacheBytes == 0:
+		cacheBytes = DefaultQueryCacheBytes
+	case cacheBytes < 0:
+		cacheBytes = 0 // keep nothing
+	}
+	p.query = newQueryService(st, nc, name, reg, p.metrics, p.tracer, cacheBytes)
+	p.query.refolded = p.noteRefold
+	return p, nil
+}
+
+// checkOptions refuses the Options New cannot use.
+func checkOptions(o Options) error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"FlushInterval", o.FlushInterval}, {"MemberTTL", o.MemberTTL}, {"BlobGrace", o.BlobGrace}} {
+		if d.v < 0 {
+			return fmt.Errorf("projector: Options.%s %s is negative", d.name, d.v)
+		}
+	}
+	switch {
+	case o.CacheSessions < 0:
+		return fmt.Errorf("projector: Options.CacheSessions %d is negative", o.CacheSessions)
+	case o.BlobGrace > 0 && o.BlobGrace < store.MinBlobGrace:
+		return fmt.Errorf("projector: Options.BlobGrace %s is below %s: an append in progress could lose its blob", o.BlobGrace, store.MinBlobGrace)
+	}
+	if o.Name != "" {
+		if _, err := wire.Token(o.Name); err != nil {
+			return fmt.Errorf("projector: the instance name (Options.Name) cannot key its member lease: %w", err)
+		}
+	}
+	if o.Registry != nil {
+		if defs := o.Registry.list(); len(defs) == 0 || !defs[0].gate {
+			return errors.New("projector: Options.Registry must hold the messages unit first (use NewRegistry)")
+		}
+	}
+	return nil
 }
 
 // Name returns the instance name.
@@ -185,24 +195,16 @@ func (p *Projector) Start(ctx context.Context) error {
 	if p.started {
 		return errors.New("projector: already started")
 	}
-	if p.store == nil || p.nc == nil {
-		return errors.New("projector: New needs a store and a connection")
-	}
 	p.defs = p.registry.list()
-	if len(p.defs) == 0 || !p.defs[0].gate {
-		return errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
-	}
 	if err := p.join(ctx); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.runCtx, p.cancel = runCtx, cancel
-	svc, err := p.addService()
-	if err != nil {
+	if err := p.query.start(runCtx, p.defs); err != nil {
 		cancel()
 		return err
 	}
-	p.svc = svc
 	p.started = true
 	p.renew(ctx)
 	p.rebalance(ctx)
@@ -251,23 +253,11 @@ func (p *Projector) Stop() error {
 	}
 	wg.Wait()
 
-	err := p.svc.Stop()
-	p.reqMu.Lock()
-	p.closing = true // handler callbacks still draining answer "503" from here on
-	p.reqMu.Unlock()
+	err := p.query.stop()
 	p.cancel()
-	p.reqs.Wait()
 	p.logger.Info("projector stopped")
-	if err != nil {
-		return fmt.Errorf("projector: stopping the query service: %w", err)
-	}
-	return nil
+	return err
 }
-
-// badSubjectError is a record whose subject does not map back to a session id.
-type badSubjectError struct{ msg string }
-
-func (e *badSubjectError) Error() string { return e.msg }
 
 // transientError marks a failure to read the log or the KV bucket: the record is retried.
 type transientError struct{ err error }

@@ -56,7 +56,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	}
 	// The stored value has exactly the documented shape.
 	tok, _ := wire.Token("s1")
-	ent, err := e.store.Projections.Get(ctx(t), Key(tok))
+	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	}
 	tok, _ := wire.Token("s1")
 	b, _ := json.Marshal(fromSurface(s))
-	if _, err := e.store.Projections.Create(ctx(t), Key(tok), b); err != nil {
+	if _, err := e.store.Projections.Create(ctx(t), UnitKey(UnitMessages, tok), b); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
@@ -289,7 +289,7 @@ func TestQueryWaitsForMinSeq(t *testing.T) {
 		done <- result{r, err}
 	}()
 	// Append only once the query is known to be waiting on the KV key.
-	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
 	select {
 	case res := <-done:
 		t.Fatalf("query answered before seq 8 was written: %+v %v", res.r, res.err)
@@ -355,7 +355,7 @@ func TestStopIsGraceful(t *testing.T) {
 		_, err := queryMessages(ctx(t), e.nc, "s1", 99)
 		done <- err
 	}()
-	e.waitFor(func() bool { return p.waiting.Load() == 1 })
+	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
 	if err := p.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -399,7 +399,7 @@ func TestStaleStateVersionIsRebuilt(t *testing.T) {
 	tok, _ := wire.Token("s1")
 	_, rev := e.stored("s1")
 	stale := `{"stateVersion":0,"asOfSeq":3,"state":{"nodes":[99],"replaceGeneration":7,"transcript":[99],"openTurn":null}}`
-	if _, err := e.store.Projections.Update(ctx(t), Key(tok), []byte(stale), rev); err != nil {
+	if _, err := e.store.Projections.Update(ctx(t), UnitKey(UnitMessages, tok), []byte(stale), rev); err != nil {
 		t.Fatal(err)
 	}
 	e.appendRecord("s1", events[4:11])

@@ -1,26 +1,124 @@
 package projector
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentlog/agentlog/client"
-	"github.com/agentlog/agentlog/internal/jsvalue"
 	"github.com/agentlog/agentlog/session"
-	"github.com/agentlog/agentlog/wire"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// QueryServiceVersion is the version of the agentlog-query micro service (client.client.QueryService).
+// QueryServiceVersion is the version of the agentlog-query micro service (client.QueryService).
 // 0.2.0: paged messages replies (partial, nodes). 0.3.0: external messages (a message too large for a reply).
-const QueryServiceVersion = "0.3.0"
+// 0.4.0: a session being removed is answered 410 (client.CodeRemoving), not 404.
+const QueryServiceVersion = "0.4.0"
+
+// queryService is the agentlog-query micro service of one projector instance. It answers from the
+// stored projections, checked against the session's log (a state of another log is refolded), and
+// never folds into them: the partition workers do. Its handlers return a reply or an error, and
+// reply sends either (wireError gives an error its code).
+type queryService struct {
+	store    *store.Store
+	nc       *nats.Conn
+	name     string // the instance's: in the service's metadata and the 503 texts
+	registry *Registry
+	metrics  *metrics
+	tracer   trace.Tracer
+	refolded func(where, id, cause, desc string, fresh *sessState) // Projector.noteRefold
+
+	defs   []*Definition   // the registry's units, the messages unit first, set by start
+	ctx    context.Context // from start to stop: every answer and wait ends with it
+	cancel context.CancelFunc
+	svc    *service
+
+	reqs    sync.WaitGroup // handlers in flight, including those waiting for minSeq
+	reqMu   sync.Mutex     // guards closing and reqs.Add
+	closing bool
+	slots   chan struct{} // bounds the queries waiting (for minSeq, or for a fold slot)
+	work    chan struct{} // bounds the queries being answered
+	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
+	nodes   *nodeCache    // surface-eligible events of the sessions queried last
+	waiting atomic.Int64  // test hook: the queries waiting for minSeq
+}
+
+// newQueryService returns the query service of an instance, not started; cacheBytes bounds its
+// node cache (0: keep nothing).
+func newQueryService(st *store.Store, nc *nats.Conn, name string, reg *Registry, m *metrics, tracer trace.Tracer, cacheBytes int64) *queryService {
+	s := &queryService{store: st, nc: nc, name: name, registry: reg, metrics: m, tracer: tracer,
+		slots: make(chan struct{}, 256),
+		work:  make(chan struct{}, 64),
+		folds: make(chan struct{}, 2),
+		nodes: newNodeCache(cacheBytes),
+	}
+	s.nodes.m = m
+	return s
+}
+
+// handler answers a request from a projection that satisfies it (raw is the stored value): the
+// reply's body, or an error for wireError.
+type handler func(ctx context.Context, q query, proj Projection, raw []byte) ([]byte, error)
+
+// start starts the micro service (queue group "q", micro's default); defs are the units (the
+// messages unit first) and parent bounds the answers.
+func (s *queryService) start(parent context.Context, defs []*Definition) error {
+	s.defs = defs
+	s.ctx, s.cancel = context.WithCancel(parent)
+	svc, err := newService(s.nc, micro.Config{
+		Name:        client.QueryService,
+		Version:     QueryServiceVersion,
+		Description: "agentlog projections: derived messages and stored surfaces of sessions",
+		Metadata:    map[string]string{"instance": s.name},
+	})
+	if err != nil {
+		s.cancel()
+		return fmt.Errorf("projector: starting service %s: %w", client.QueryService, err)
+	}
+	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
+	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
+	for _, e := range []struct {
+		name, subject string
+		allowStopped  bool
+		answer        handler
+	}{
+		{"messages", client.MessagesSubject, false, s.answerMessages},
+		{"surface", client.SurfaceSubject, true, s.answerSurface},
+		{"projection", client.ProjectionSubject, true, s.answerSnapshot},
+		{"snapshot", client.SnapshotSubject, true, s.answerSnapshot},
+	} {
+		if err := svc.addEndpoint(e.name, e.subject, s.endpoint(e.name, e.allowStopped, e.answer), 100_000, 256<<20); err != nil {
+			_ = svc.Stop()
+			s.cancel()
+			return fmt.Errorf("projector: adding endpoint %s: %w", e.name, err)
+		}
+	}
+	s.svc = svc
+	return nil
+}
+
+// stop drains the endpoints' subscriptions, answers "503" to the requests still arriving, ends
+// the waits (also "503") and waits for every handler to finish.
+func (s *queryService) stop() error {
+	err := s.svc.Stop()
+	s.reqMu.Lock()
+	s.closing = true // handler callbacks still draining answer "503" from here on
+	s.reqMu.Unlock()
+	s.cancel()
+	s.reqs.Wait()
+	if err != nil {
+		return fmt.Errorf("projector: stopping the query service: %w", err)
+	}
+	return nil
+}
 
 // query is a request being answered: the wire request, and when its wait for minSeq ends (set
 // once, when the request arrives).
@@ -28,215 +126,6 @@ type query struct {
 	client.QueryRequest
 	deadline time.Time
 }
-
-// addService starts the agentlog-query micro service (queue group "q", micro's default).
-func (p *Projector) addService() (*service, error) {
-	svc, err := newService(p.nc, micro.Config{
-		Name:        client.QueryService,
-		Version:     QueryServiceVersion,
-		Description: "agentlog projections: derived messages and stored surfaces of sessions",
-		Metadata:    map[string]string{"instance": p.name},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("projector: starting service %s: %w", client.QueryService, err)
-	}
-	// Requests are handed to goroutines at once (endpoint); the subscription's own buffer only
-	// has to absorb bursts while the handler parses: 256 MiB or 100,000 requests per endpoint.
-	for _, e := range []struct {
-		name, subject string
-		allowStopped  bool
-		answer        answerFunc
-	}{
-		{"messages", client.MessagesSubject, false, p.answerMessages},
-		{"surface", client.SurfaceSubject, true, p.answerSurface},
-		{"projection", client.ProjectionSubject, true, p.answerSnapshot},
-		{"snapshot", client.SnapshotSubject, true, p.answerSnapshot},
-	} {
-		if err := svc.addEndpoint(e.name, e.subject, p.endpoint(e.name, e.allowStopped, e.answer), 100_000, 256<<20); err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("projector: adding endpoint %s: %w", e.name, err)
-		}
-	}
-	return svc, nil
-}
-
-// responder answers one request, once: a reply, or an error reply (micro's error headers).
-type responder interface {
-	respond(data []byte)
-	fail(code client.Code, desc string)
-}
-
-// replyErrCode is the code of a reply that could not be sent: 413 when it is larger than the
-// server's max payload, 500 otherwise.
-func replyErrCode(err error) client.Code {
-	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
-		return client.CodeTooLarge
-	}
-	return client.CodeInternal
-}
-
-func replyErrDesc(id string, n int, err error) string {
-	return fmt.Sprintf("session %q: the reply of %d bytes could not be sent (the server's max payload bounds one reply): %v", id, n, err)
-}
-
-// replyResponder publishes the reply to the request's reply subject and counts it (meter).
-type replyResponder struct {
-	nc      *nats.Conn
-	reply   string
-	session string // named in the error of a reply that could not be sent ("" before parsing)
-	meter
-}
-
-func (r replyResponder) respond(b []byte) {
-	if r.reply != "" {
-		if err := r.nc.Publish(r.reply, b); err != nil {
-			r.fail(replyErrCode(err), replyErrDesc(r.session, len(b), err))
-			return
-		}
-	}
-	r.done(codeOK, "")
-}
-
-func (r replyResponder) fail(code client.Code, desc string) {
-	r.done(code, desc)
-	if r.reply != "" {
-		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
-			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
-	}
-}
-
-// codeOK is the code label of a successful reply.
-const codeOK client.Code = "200"
-
-// answerFunc answers a request from a projection that satisfies it (raw is the stored value).
-type answerFunc func(ctx context.Context, r responder, q query, proj Projection, raw []byte)
-
-// readStatus is the outcome of readNow.
-type readStatus int
-
-const (
-	answered readStatus = iota // an error reply was sent
-	ready                      // the projection satisfies the request
-	mustWait                   // minSeq is not reached yet
-)
-
-// endpoint builds a handler. The handler only parses the request and hands it to a goroutine: at
-// most cap(p.work) are being answered at once and cap(p.slots) more are waiting for minSeq; beyond
-// that the request is answered "503" at once. The subscription is thus never held up by a slow
-// answer (a large history, a KV read) and does not fall behind and drop requests (a slow
-// consumer), and a burst of large queries cannot starve small ones for long.
-func (p *Projector) endpoint(name string, allowStopped bool, answer answerFunc) func(*endpointStats, *nats.Msg) {
-	return func(ep *endpointStats, req *nats.Msg) {
-		ar := replyResponder{nc: p.nc, reply: req.Reply, meter: meter{m: p.metrics, ep: ep, endpoint: name, start: time.Now(),
-			span: p.startQuerySpan(name, req.Header)}}
-		ar.meter.session = &ar.session
-		q, token, ok := parseQuery(ar, req.Data)
-		if !ok {
-			return
-		}
-		ar.session = q.Session
-		q.deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
-		p.reqMu.Lock()
-		if p.closing {
-			p.reqMu.Unlock()
-			ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
-			return
-		}
-		p.reqs.Add(1)
-		p.reqMu.Unlock()
-		select {
-		case p.work <- struct{}{}:
-		default:
-			p.reqs.Done()
-			ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is answering %d queries already; retry", q.Session, p.name, cap(p.work)))
-			return
-		}
-		go func() {
-			defer p.reqs.Done()
-			ctx := p.runCtx
-			proj, raw, st := p.readNow(ctx, ar, q, token, allowStopped)
-			// A session whose state outgrew KV is answered by folding its log, which may wait
-			// for minSeq and for a fold slot: that is waiting, not answering.
-			slow := st == ready && !allowStopped && proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
-			switch {
-			case st == answered:
-				<-p.work
-				return
-			case st == ready && !slow:
-				answer(ctx, ar, q, proj, raw)
-				<-p.work
-				return
-			}
-			// Waiting frees the work slot for others and takes a wait slot.
-			<-p.work
-			select {
-			case p.slots <- struct{}{}:
-			default:
-				ar.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s has %d queries waiting already", q.Session, p.name, cap(p.slots)))
-				return
-			}
-			defer func() { <-p.slots }()
-			if st == mustWait {
-				var ok bool
-				if proj, raw, ok = p.waitProjection(ctx, ar, q, token, allowStopped); !ok {
-					return
-				}
-			}
-			answer(ctx, ar, q, proj, raw)
-		}()
-	}
-}
-
-// parseQuery decodes and checks a request; on failure it has already answered "400".
-func parseQuery(r responder, data []byte) (query, string, bool) {
-	var q query
-	if err := json.Unmarshal(data, &q.QueryRequest); err != nil {
-		// Name the session when the request names one, even if another field is wrong.
-		var named struct {
-			Session string `json:"session"`
-		}
-		where := ""
-		if json.Unmarshal(data, &named) == nil && named.Session != "" {
-			where = fmt.Sprintf("session %s: ", wire.QuoteID(named.Session))
-		}
-		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %snot a JSON object {\"session\", \"minSeq\"?, \"timeoutMs\"?, \"unit\"?, \"nodes\"?}: %v", where, err))
-		return q, "", false
-	}
-	// Before the decoded id: decoding has turned invalid UTF-8 and lone surrogates into U+FFFD.
-	if err := wire.CheckRawIDFields(data, "session"); err != nil {
-		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err))
-		return q, "", false
-	}
-	if q.Session == "" {
-		r.fail(client.CodeBadRequest, "bad request: \"session\" is required")
-		return q, "", false
-	}
-	token, err := wire.Token(q.Session)
-	if err != nil {
-		r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: %v", err)) // err names the id, bounded
-		return q, "", false
-	}
-	// The protocol's integers are safe integers (JSON numbers as JavaScript reads them exactly).
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"minSeq", q.MinSeq}, {"timeoutMs", q.TimeoutMs}} {
-		if f.v != nil && !safeInt(*f.v) {
-			r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: %s %d is not a safe integer (|n| ≤ 2^53 − 1)", q.Session, f.name, *f.v))
-			return q, "", false
-		}
-	}
-	for _, n := range q.Nodes {
-		if !safeInt(n) {
-			r.fail(client.CodeBadRequest, fmt.Sprintf("bad request: session %q: nodes: %d is not a safe integer (|n| ≤ 2^53 − 1)", q.Session, n))
-			return q, "", false
-		}
-	}
-	return q, token, true
-}
-
-// safeInt reports whether n is a safe integer: |n| ≤ 2^53 − 1 (Number.MAX_SAFE_INTEGER).
-func safeInt(n int64) bool { return n >= -jsvalue.MaxSafeInteger && n <= jsvalue.MaxSafeInteger }
 
 // timeoutMs is how long q may wait for minSeq, in ms.
 func (q query) timeoutMs() int64 {
@@ -249,115 +138,175 @@ func (q query) timeoutMs() int64 {
 // waits reports whether q asks to wait for a seq.
 func (q query) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
-// readNow reads the stored projection once.
-func (p *Projector) readNow(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, readStatus) {
-	key := Key(token)
-	e, err := p.store.Projections.Get(ctx, key)
+// endpoint builds a subscription's handler. It only parses the request and hands it to a
+// goroutine: at most cap(s.work) are being answered at once and cap(s.slots) more are waiting;
+// beyond that the request is answered "503" at once. The subscription is thus never held up by a
+// slow answer (a large history, a KV read) and does not fall behind and drop requests (a slow
+// consumer), and a burst of large queries cannot starve small ones for long.
+func (s *queryService) endpoint(name string, allowStopped bool, h handler) func(*endpointStats, *nats.Msg) {
+	return func(ep *endpointStats, req *nats.Msg) {
+		r := &replier{nc: s.nc, reply: req.Reply, meter: meter{m: s.metrics, ep: ep, endpoint: name, start: time.Now(),
+			span: s.startSpan(name, req.Header)}}
+		r.meter.session = &r.session
+		q, token, err := parseQuery(req.Data)
+		if err != nil {
+			r.send(nil, err)
+			return
+		}
+		r.session = q.Session
+		q.deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
+		s.reqMu.Lock()
+		if s.closing {
+			s.reqMu.Unlock()
+			r.send(nil, s.stopping(q))
+			return
+		}
+		s.reqs.Add(1)
+		s.reqMu.Unlock()
+		select {
+		case s.work <- struct{}{}:
+		default:
+			s.reqs.Done()
+			r.send(nil, replyErr(client.CodeUnavailable, "session %q: projector %s is answering %d queries already; retry", q.Session, s.name, cap(s.work)))
+			return
+		}
+		go func() {
+			defer s.reqs.Done()
+			r.send(s.answer(q, token, allowStopped, h))
+		}()
+	}
+}
+
+// answer answers q with h, holding a work slot (taken by endpoint). A query that must wait (for
+// minSeq, or a messages query of a session whose state outgrew KV, which folds the log and waits
+// for a fold slot) gives the work slot back and takes a wait slot instead.
+func (s *queryService) answer(q query, token string, allowStopped bool, h handler) ([]byte, error) {
+	ctx := s.ctx
+	proj, raw, wait, err := s.readNow(ctx, q, token, allowStopped)
+	slow := err == nil && !wait && !allowStopped && tooLarge(proj)
+	if err != nil || !wait && !slow {
+		defer func() { <-s.work }()
+		if err != nil {
+			return nil, err
+		}
+		return h(ctx, q, proj, raw)
+	}
+	<-s.work
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, replyErr(client.CodeUnavailable, "session %q: projector %s has %d queries waiting already", q.Session, s.name, cap(s.slots))
+	}
+	defer func() { <-s.slots }()
+	if wait {
+		if proj, raw, err = s.waitProjection(ctx, q, token, allowStopped); err != nil {
+			return nil, err
+		}
+	}
+	return h(ctx, q, proj, raw)
+}
+
+// stopping is the "503" of a query that arrives or waits while the service stops.
+func (s *queryService) stopping(q query) error {
+	return replyErr(client.CodeUnavailable, "session %q: projector %s is stopping", q.Session, s.name)
+}
+
+// tooLarge reports whether proj stopped because its state outgrew one KV value: not a broken log;
+// answerMessages folds the log itself.
+func tooLarge(proj Projection) bool {
+	return proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge
+}
+
+// readNow reads the stored projection once: the projection and its stored value when it
+// satisfies q, wait when q must wait for minSeq, or the error to answer.
+func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
+	key := UnitKey(UnitMessages, token)
+	e, err := s.store.Projections.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
-		_, _, known, removing, merr := sessionMetaState(ctx, p.store, q.Session)
+		_, _, known, removing, merr := sessionMetaState(ctx, s.store, q.Session)
 		if removing {
-			failGone(r, q.Session, errSessionRemoving)
-			return Projection{}, nil, answered
+			return Projection{}, nil, false, errSessionRemoving
 		}
 		if q.waits() && merr == nil && !known {
-			if empty, err := logEmpty(ctx, p.store, q.Session); err == nil && empty {
+			if empty, err := logEmpty(ctx, s.store, q.Session); err == nil && empty {
 				// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
-				r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session: no metadata and no events)", q.Session))
-				return Projection{}, nil, answered
+				return Projection{}, nil, false, replyErr(client.CodeNotFound, "session %q: no projection (unknown session: no metadata and no events)", q.Session)
 			}
 		}
 		if q.waits() {
-			return Projection{}, nil, mustWait
+			return Projection{}, nil, true, nil
 		}
-		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection (unknown session, or none of its events projected yet)", q.Session))
-		return Projection{}, nil, answered
+		return Projection{}, nil, false, replyErr(client.CodeNotFound, "session %q: no projection (unknown session, or none of its events projected yet)", q.Session)
 	}
 	if err != nil {
-		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading projection %s: %v", q.Session, key, err))
-		return Projection{}, nil, answered
+		return Projection{}, nil, false, fmt.Errorf("session %q: reading projection %s: %w", q.Session, key, err)
 	}
 	proj, current, err := decodeProjection(e.Value())
-	raw := e.Value()
+	raw = e.Value()
 	if err == nil && current {
-		if proj, raw, err = p.checkStored(ctx, q.Session, token, raw, e.Revision()); failGone(r, q.Session, err) {
-			return Projection{}, nil, answered
-		} else if err != nil {
-			r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
-			return Projection{}, nil, answered
+		if proj, raw, err = s.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
+			return Projection{}, nil, false, checkedErr(q.Session, key, err)
 		}
 	}
 	switch {
 	case err != nil:
-		r.fail(client.CodeInternal, fmt.Sprintf("session %q: projection %s: %v", q.Session, key, err))
-		return Projection{}, nil, answered
+		return Projection{}, nil, false, fmt.Errorf("session %q: projection %s: %w", q.Session, key, err)
 	case !current && q.waits():
-		return Projection{}, nil, mustWait
+		return Projection{}, nil, true, nil
 	case !current:
-		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: stored projection has another stateVersion; it is being rebuilt", q.Session))
-		return Projection{}, nil, answered
-	case proj.Error != nil && allowStopped:
-		return proj, raw, ready
-	case proj.Error != nil && proj.Error.Rule == session.RuleStateTooLarge:
-		// Not a broken log: the state outgrew one KV value. answerMessages folds the log itself.
-		return proj, raw, ready
+		return Projection{}, nil, false, replyErr(client.CodeNotFound, "session %q: stored projection has another stateVersion; it is being rebuilt", q.Session)
+	case proj.Error != nil && (allowStopped || tooLarge(proj)):
+		return proj, raw, false, nil
 	case proj.Error != nil:
-		r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
-		return Projection{}, nil, answered
+		return Projection{}, nil, false, stoppedErr(q.Session, proj.Error)
 	case q.waits() && proj.AsOfSeq < *q.MinSeq:
-		return Projection{}, nil, mustWait
+		return Projection{}, nil, true, nil
 	}
-	return proj, raw, ready
+	return proj, raw, false, nil
 }
 
-// failGone answers "404" when err is checkStored's errSessionRemoving or errSessionGone (a
-// session being removed says so: client.RemovingText) and reports whether it did.
-func failGone(r responder, id string, err error) bool {
-	switch {
-	case errors.Is(err, errSessionRemoving):
-		r.fail(client.CodeNotFound, client.RemovingText(id))
-	case errors.Is(err, errSessionGone):
-		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: not found (removed, or never created)", id))
-	default:
-		return false
+// checkedErr is the error of checkStored for the projection at key: a session removed or being
+// removed as it is (wireError answers it), another failure a 500 naming the key.
+func checkedErr(id, key string, err error) error {
+	if errors.Is(err, errSessionRemoving) || errors.Is(err, errSessionGone) {
+		return err
 	}
-	return true
+	return fmt.Errorf("session %q: checking projection %s against the log: %w", id, key, err)
 }
 
-func stoppedText(id string, pe *ProjectionError) string {
-	return fmt.Sprintf("session %q: projection stopped at seq %d (rule %s): %s", id, pe.Seq, pe.Rule, pe.Message)
+// stoppedErr is the "409" of a projection stopped by a bad log.
+func stoppedErr(id string, pe *ProjectionError) error {
+	return replyErr(client.CodeStopped, "session %q: projection stopped at seq %d (rule %s): %s", id, pe.Seq, pe.Rule, pe.Message)
 }
 
 // waitProjection watches the projection's KV key until asOfSeq >= minSeq (or the projection
-// stops), for at most timeoutMs. On failure it has already answered: "408" on timeout, "409" for a
-// stopped projection (unless allowStopped), "503" when the projector stops meanwhile.
-func (p *Projector) waitProjection(ctx context.Context, r responder, q query, token string, allowStopped bool) (Projection, []byte, bool) {
-	key := Key(token)
+// stops), for at most timeoutMs. Errors: "408" on timeout, "409" for a stopped projection (unless
+// allowStopped), "503" when the service stops meanwhile.
+func (s *queryService) waitProjection(ctx context.Context, q query, token string, allowStopped bool) (Projection, []byte, error) {
+	key := UnitKey(UnitMessages, token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
-	w, err := p.store.Projections.Watch(wctx, key)
+	w, err := s.store.Projections.Watch(wctx, key)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
-		r.fail(client.CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs))
-		return Projection{}, nil, false
+		return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs)
 	}
 	if err != nil {
-		r.fail(client.CodeInternal, fmt.Sprintf("session %q: watching projection %s: %v", q.Session, key, err))
-		return Projection{}, nil, false
+		return Projection{}, nil, fmt.Errorf("session %q: watching projection %s: %w", q.Session, key, err)
 	}
 	defer func() { _ = w.Stop() }()
-	p.waiting.Add(1)
-	defer p.waiting.Add(-1)
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
 	var last *Projection
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				r.fail(client.CodeInternal, fmt.Sprintf("session %q: watch of projection %s ended", q.Session, key))
-				return Projection{}, nil, false
+				return Projection{}, nil, fmt.Errorf("session %q: watch of projection %s ended", q.Session, key)
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
@@ -369,57 +318,82 @@ func (p *Projector) waitProjection(ctx context.Context, r responder, q query, to
 			raw := e.Value()
 			if proj.Error != nil || proj.AsOfSeq >= minSeq {
 				// Never answer from a state of another log (lost records, a re-create).
-				if proj, raw, err = p.checkStored(wctx, q.Session, token, raw, e.Revision()); failGone(r, q.Session, err) {
-					return Projection{}, nil, false
-				} else if err != nil {
-					if wctx.Err() != nil {
+				if proj, raw, err = s.checkStored(wctx, q.Session, token, raw, e.Revision()); err != nil {
+					if wctx.Err() != nil && !errors.Is(err, errSessionRemoving) && !errors.Is(err, errSessionGone) {
 						continue // the deadline case below answers
 					}
-					r.fail(client.CodeInternal, fmt.Sprintf("session %q: checking projection %s against the log: %v", q.Session, key, err))
-					return Projection{}, nil, false
+					return Projection{}, nil, checkedErr(q.Session, key, err)
 				}
 			}
 			last = &proj
 			if proj.Error != nil {
-				if allowStopped || proj.Error.Rule == session.RuleStateTooLarge {
-					return proj, raw, true // too large: answerMessages folds the log
+				if allowStopped || tooLarge(proj) {
+					return proj, raw, nil // too large: answerMessages folds the log
 				}
-				r.fail(client.CodeStopped, stoppedText(q.Session, proj.Error))
-				return Projection{}, nil, false
+				return Projection{}, nil, stoppedErr(q.Session, proj.Error)
 			}
 			if proj.AsOfSeq >= minSeq {
-				return proj, raw, true
+				return proj, raw, nil
 			}
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				r.fail(client.CodeUnavailable, fmt.Sprintf("session %q: projector %s is stopping", q.Session, p.name))
-				return Projection{}, nil, false
+				return Projection{}, nil, s.stopping(q)
 			}
 			at := "no projection yet"
 			if last != nil {
 				at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
 			}
-			r.fail(client.CodeTimeout, fmt.Sprintf("session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at))
-			return Projection{}, nil, false
+			return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at)
 		}
 	}
-}
-
-// encodeReply encodes v without HTML-escaping (messages keep their bytes '<', '>', '&' as stored)
-// and without the encoder's trailing newline.
-func encodeReply(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // answerSurface serves client.SurfaceSubject: the stored projection JSON, as stored (Projection),
 // including its "error" when the projection is stopped (no "409" here: this endpoint is how a
 // stopped projection is inspected).
-func (p *Projector) answerSurface(_ context.Context, r responder, _ query, _ Projection, raw []byte) {
-	r.respond(raw)
+func (s *queryService) answerSurface(_ context.Context, _ query, _ Projection, raw []byte) ([]byte, error) {
+	return raw, nil
 }
+
+// replier sends the one reply of a request, a success or an error (micro's error headers), and
+// counts it (meter).
+type replier struct {
+	nc      *nats.Conn
+	reply   string
+	session string // named in the error of a reply that could not be sent ("" before parsing)
+	meter
+}
+
+// send replies b, or err's code and description (wireError). It is where every reply of the
+// service is sent; a reply that cannot be sent (larger than the server's max payload) is answered
+// with an error reply instead.
+func (r *replier) send(b []byte, err error) {
+	if err == nil && r.reply != "" {
+		if perr := r.nc.Publish(r.reply, b); perr != nil {
+			err = &queryError{code: publishErrCode(perr),
+				desc: fmt.Sprintf("session %q: the reply of %d bytes could not be sent (the server's max payload bounds one reply): %v", r.session, len(b), perr)}
+		}
+	}
+	if err == nil {
+		r.done(codeOK, "")
+		return
+	}
+	code, desc := wireError(r.session, err)
+	r.done(code, desc)
+	if r.reply != "" {
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
+			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
+	}
+}
+
+// publishErrCode is the code of a reply that could not be sent: 413 when it is larger than the
+// server's max payload, 500 otherwise.
+func publishErrCode(err error) client.Code {
+	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
+		return client.CodeTooLarge
+	}
+	return client.CodeInternal
+}
+
+// codeOK is the code label of a successful reply.
+const codeOK client.Code = "200"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -22,30 +21,10 @@ type RebuildResult struct {
 	Empty    int
 }
 
-// ListSessions returns the ids of every session with metadata in agentlog_sessions, sorted.
-func ListSessions(ctx context.Context, st *store.Store) ([]string, error) {
-	keys, err := st.Sessions.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing sessions (KV bucket %s): %w", wire.SessionsBucket, err)
-	}
-	var ids []string
-	for k := range keys.Keys() {
-		id, err := wire.IDFromToken(k)
-		if err != nil {
-			continue // not a session key
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
-// Rebuild recomputes unit's state of each session in ids (nil: every session, ListSessions) from
-// the session log, from seq 0, and stores it over the current value with a revision
-// compare-and-swap; it runs next to live projectors (one that holds the session in memory gets a
+// Rebuild recomputes unit's state of each session in ids (list every session with
+// client.Client.SessionIDs, which leaves out the sessions being removed) from the session log,
+// from seq 0, and stores it over the current value with a revision compare-and-swap; a session
+// being removed meanwhile is skipped (counted nowhere). It runs next to live projectors (one that holds the session in memory gets a
 // revision conflict at its next write, reloads the rebuilt state and goes on from it). The
 // revision is read before the log, so a projector that writes meanwhile makes the swap fail and
 // the session is rebuilt again: a rebuild never moves a state back. progress, if not nil, is
@@ -56,28 +35,22 @@ func Rebuild(ctx context.Context, st *store.Store, reg *Registry, unit string, i
 	if target == nil {
 		return res, fmt.Errorf("projector: no projection unit %q is registered (units: %v)", unit, reg.Keys())
 	}
-	if ids == nil {
-		var err error
-		if ids, err = ListSessions(ctx, st); err != nil {
-			return res, err
-		}
-	}
 	defs := []*Definition{reg.list()[0]}
 	if !target.gate {
 		defs = append(defs, target)
 	}
 	for i, id := range ids {
-		stopped, empty, err := rebuildOne(ctx, st, defs, id)
+		outcome, err := rebuildOne(ctx, st, defs, id)
 		if err != nil {
 			return res, err
 		}
-		switch {
-		case empty:
+		switch outcome {
+		case rebuiltEmpty:
 			res.Empty++
-		case stopped:
+		case rebuiltStopped:
 			res.Stopped++
 			res.Sessions++
-		default:
+		case rebuilt:
 			res.Sessions++
 		}
 		if progress != nil {
@@ -87,17 +60,30 @@ func Rebuild(ctx context.Context, st *store.Store, reg *Registry, unit string, i
 	return res, nil
 }
 
+// What rebuildOne did with a session.
+type rebuildOutcome int
+
+const (
+	rebuilt        rebuildOutcome = iota
+	rebuiltStopped                // rebuilt up to a rule its log breaks
+	rebuiltEmpty                  // no events: nothing written
+	rebuildSkipped                // being removed: nothing written
+)
+
 // rebuildOne folds defs (the gate, then the unit) over one session's log and writes the last one.
-func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id string) (stopped, empty bool, err error) {
+func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id string) (rebuildOutcome, error) {
 	token, err := wire.Token(id)
 	if err != nil {
-		return false, false, err // names the id
+		return rebuilt, err // names the id
 	}
 	d := defs[len(defs)-1]
 	key := UnitKey(d.Key, token)
-	h, inc, _, err := sessionMeta(ctx, st, id)
+	h, inc, _, removing, err := sessionMetaState(ctx, st, id)
 	if err != nil {
-		return false, false, err
+		return rebuilt, err
+	}
+	if removing {
+		return rebuildSkipped, nil // no state may be kept for it (the rm purges them)
 	}
 	for attempt := 0; attempt < casRetries; attempt++ {
 		var rev uint64
@@ -107,16 +93,16 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			rev = e.Revision()
 		case errors.Is(gerr, jetstream.ErrKeyNotFound):
 		default:
-			return false, false, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
+			return rebuilt, fmt.Errorf("session %q: reading %s: %w", id, key, gerr)
 		}
 		ss := newSessState(defs, token, h)
 		ss.incarnation = inc
 		if err := catchUp(ctx, st, ss); err != nil {
-			return false, false, fmt.Errorf("folding the log: %w", err) // err names the session
+			return rebuilt, fmt.Errorf("folding the log: %w", err) // err names the session
 		}
 		u := ss.units[len(ss.units)-1]
 		if ss.gate().asOfSeq < 0 && ss.gate().err == nil {
-			return false, true, nil // no events
+			return rebuiltEmpty, nil // no events
 		}
 		u.rev = rev
 		if !d.gate && u.err == nil {
@@ -124,7 +110,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			// if a later compaction shrank the surface): the rebuilt unit stops with it.
 			ge, gerr := st.Projections.Get(ctx, UnitKey(defs[0].Key, token))
 			if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-				return false, false, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
+				return rebuilt, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
 			}
 			var gv storedValue
 			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == session.RuleStateTooLarge {
@@ -148,11 +134,14 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 		u.written = false
 		conflicts, werr := writeSessions(ctx, st.JS, []*sessState{ss})
 		if werr != nil {
-			return false, false, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
+			return rebuilt, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
 		}
 		if len(conflicts) == 0 {
-			return u.err != nil, false, nil
+			if u.err != nil {
+				return rebuiltStopped, nil
+			}
+			return rebuilt, nil
 		}
 	}
-	return false, false, fmt.Errorf("session %q: %s kept changing during the rebuild (%d revision conflicts)", id, key, casRetries)
+	return rebuilt, fmt.Errorf("session %q: %s kept changing during the rebuild (%d revision conflicts)", id, key, casRetries)
 }

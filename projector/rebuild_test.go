@@ -2,13 +2,16 @@ package projector
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // counter is a user unit counting events; v2 counts twice as much, so that a state folded by v1
@@ -28,7 +31,7 @@ func (e *env) startProjectorWith(name string, reg *Registry) *Projector {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := New(st, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
+	p := mustNew(e.t, st, nc, Options{Name: name, Logger: quietLogger(), Registry: reg})
 	if err := p.Start(ctx(e.t)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -88,10 +91,21 @@ func TestRebuildCommand(t *testing.T) {
 		e.appendRecord(id, events)
 	}
 	e.create("empty")
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range []string{"a", "b", "c", "removing"} {
+		if id == "removing" {
+			e.create(id)
+			e.appendRecord(id, events)
+		}
 		if _, err := queryMessages(ctx(t), e.nc, id, 11); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// "removing" is being removed (an rm stopped part-way): the listing leaves it out, and
+	// named, it is skipped.
+	testnats.MarkRemoving(t, e.store, "removing")
+	rtok, _ := wire.Token("removing")
+	if err := e.store.Projections.Purge(ctx(t), UnitKey(UnitTitle, rtok)); err != nil {
+		t.Fatal(err)
 	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
 	tok, _ := wire.Token("b")
@@ -104,8 +118,13 @@ func TestRebuildCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
+	c, _ := queryClient(e.nc, -1)
+	ids, err := c.SessionIDs(ctx(t), "", 0)
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("SessionIDs: %v %v; want a, b, c and empty", ids, err)
+	}
 	var calls []int
-	res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, nil, func(done, total int) {
+	res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, ids, func(done, total int) {
 		if total != 4 {
 			t.Errorf("total %d, want 4", total)
 		}
@@ -123,6 +142,12 @@ func TestRebuildCommand(t *testing.T) {
 	}
 	if _, err := Rebuild(ctx(t), e.store, reg, "nope", nil, nil); err == nil {
 		t.Fatal("rebuild of an unknown unit accepted")
+	}
+	if res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"removing"}, nil); err != nil || res != (RebuildResult{}) {
+		t.Fatalf("rebuild of a session being removed: %+v %v; want it skipped", res, err)
+	}
+	if _, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, rtok)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the session being removed got a title state: %v", err)
 	}
 	// One session only.
 	res, err = Rebuild(ctx(t), e.store, reg, UnitMessages, []string{"a"}, nil)

@@ -47,8 +47,11 @@ func TestHelperProjector(t *testing.T) {
 	if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	p := New(st, nc, Options{Name: name, Logger: logger})
-	if err := p.Start(context.Background()); err != nil {
+	p, err := New(st, nc, Options{Name: name, Logger: logger})
+	if err == nil {
+		err = p.Start(context.Background())
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
@@ -542,8 +545,8 @@ func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
 	e.appendChunked("long", evs, 100)
 	e.appendRecord("small", evs[:1])
 	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == session.RuleStateTooLarge })
-	errs := make(chan error, cap(p.work))
-	for range cap(p.work) {
+	errs := make(chan error, cap(p.query.work))
+	for range cap(p.query.work) {
 		go func() {
 			c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -555,7 +558,7 @@ func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
 	if _, err := queryMessages(ctx(t), e.nc, "small", 0); err != nil {
 		t.Fatalf("another session while the too-large session's queries wait: %v", err)
 	}
-	for range cap(p.work) {
+	for range cap(p.query.work) {
 		queryErr(t, <-errs, client.CodeTimeout, "long")
 	}
 }

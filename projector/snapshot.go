@@ -143,21 +143,18 @@ func loadAll(ctx context.Context, sto *store.Store, defs []*Definition, token, i
 }
 
 // answerSnapshot serves client.SnapshotSubject (and client.ProjectionSubject when q.Unit is set).
-func (p *Projector) answerSnapshot(ctx context.Context, r responder, q query, _ Projection, _ []byte) {
-	if q.Unit != "" && p.registry.get(q.Unit) == nil {
-		r.fail(client.CodeNotFound, fmt.Sprintf("session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, p.registry.Keys()))
-		return
+func (s *queryService) answerSnapshot(ctx context.Context, q query, _ Projection, _ []byte) ([]byte, error) {
+	if q.Unit != "" && s.registry.get(q.Unit) == nil {
+		return nil, replyErr(client.CodeNotFound, "session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, s.registry.Keys())
 	}
-	snap, err := readSnapshot(ctx, p.store, p.registry, q.Session, func(cause, desc string, fresh *sessState) {
-		p.noteRefold("snapshot", q.Session, cause, desc, fresh)
+	snap, err := readSnapshot(ctx, s.store, s.registry, q.Session, func(cause, desc string, fresh *sessState) {
+		s.refolded("snapshot", q.Session, cause, desc, fresh)
 	})
 	if errors.Is(err, ErrNoProjection) {
-		r.fail(client.CodeNotFound, err.Error())
-		return
+		return nil, err // names the session
 	}
 	if err != nil {
-		r.fail(client.CodeInternal, fmt.Sprintf("session %q: reading the snapshot: %v", q.Session, err))
-		return
+		return nil, fmt.Errorf("session %q: reading the snapshot: %w", q.Session, err)
 	}
 	var b []byte
 	if q.Unit != "" {
@@ -166,8 +163,7 @@ func (p *Projector) answerSnapshot(ctx context.Context, r responder, q query, _ 
 		b, err = json.Marshal(snap)
 	}
 	if err != nil {
-		r.fail(client.CodeInternal, fmt.Sprintf("session %q: encoding the reply: %v", q.Session, err))
-		return
+		return nil, fmt.Errorf("session %q: encoding the reply: %w", q.Session, err)
 	}
-	r.respond(b)
+	return b, nil
 }

@@ -85,7 +85,7 @@ func TestMessagesReplyPaged(t *testing.T) {
 func TestDuplicateNameRefused(t *testing.T) {
 	e := newEnv(t)
 	p1 := e.startProjector("same")
-	p2 := New(e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
+	p2 := mustNew(t, e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
 	err := p2.Start(ctx(t))
 	if err == nil {
 		p2.Stop()
@@ -97,7 +97,7 @@ func TestDuplicateNameRefused(t *testing.T) {
 	if err := p1.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	p3 := New(e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
+	p3 := mustNew(t, e.store, e.nc, Options{Name: "same", Logger: quietLogger()})
 	if err := p3.Start(ctx(t)); err != nil {
 		t.Fatalf("restart after a graceful stop: %v", err)
 	}
@@ -135,19 +135,19 @@ func TestBusyProjectorAnswers503(t *testing.T) {
 	if _, err := queryMessages(ctx(t), e.nc, "s", 2); err != nil {
 		t.Fatal(err)
 	}
-	for range cap(p.work) {
-		p.work <- struct{}{}
+	for range cap(p.query.work) {
+		p.query.work <- struct{}{}
 	}
 	_, err := queryMessages(ctx(t), e.nc, "s", -1)
 	qe := queryErr(t, err, client.CodeUnavailable, "s")
 	if !strings.Contains(qe.Description, "retry") {
 		t.Fatalf("503 description %q does not say to retry", qe.Description)
 	}
-	<-p.work
+	<-p.query.work
 	if _, err := queryMessages(ctx(t), e.nc, "s", -1); err != nil {
 		t.Fatalf("after a slot freed: %v", err)
 	}
-	for range cap(p.work) - 1 {
-		<-p.work
+	for range cap(p.query.work) - 1 {
+		<-p.query.work
 	}
 }

@@ -43,14 +43,14 @@ func (p *Projector) startFoldSpan(msg jetstream.Msg, part int) trace.Span {
 	return span
 }
 
-// startQuerySpan starts the span of one query ("agentlog.query <endpoint>"), a child of the
-// trace context in the request's headers (client.Client sends it).
-func (p *Projector) startQuerySpan(endpoint string, h nats.Header) trace.Span {
+// startSpan starts the span of one query ("agentlog.query <endpoint>"), a child of the trace
+// context in the request's headers (client.Client sends it).
+func (s *queryService) startSpan(endpoint string, h nats.Header) trace.Span {
 	ctx := context.Background()
 	if sc := tracing.Extract(h); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	_, span := p.tracer.Start(ctx, "agentlog.query "+endpoint, trace.WithSpanKind(trace.SpanKindServer),
+	_, span := s.tracer.Start(ctx, "agentlog.query "+endpoint, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("agentlog.endpoint", endpoint)))
 	return span
 }

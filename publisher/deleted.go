@@ -36,7 +36,7 @@ func (p *Publisher) undoIfDeleted(ctx context.Context, id, inc string, streamSeq
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
 	if _, perr := p.store.PurgeThrough(pctx, id, streamSeq); perr != nil {
-		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (remove it with `agentlog rm`): %v", err, streamSeq, perr)
+		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (purging it failed: %v)", err, streamSeq, perr)
 	}
 	return fmt.Errorf("%w; its first record, stream seq %d, was removed again", err, streamSeq)
 }

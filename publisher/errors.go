@@ -47,6 +47,10 @@ var (
 	// store.ErrSessionDeleted.
 	ErrSessionDeleted error = &sentinel{"session deleted under this writer", store.ErrSessionDeleted}
 
+	// ErrInvalidOption is returned (wrapped, with the option's own error) by Publisher.Open for an
+	// OpenOption that refuses its input. Nothing was done.
+	ErrInvalidOption = errors.New("invalid option")
+
 	// ErrAlreadyOpen is returned (wrapped) by Publisher.Create/Open for a session that already has an
 	// open Writer in this Publisher (one writer per session per publisher, so that Nats-Msg-Id values
 	// never repeat).

@@ -3,6 +3,7 @@ package publisher
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,4 +272,45 @@ func TestLegacySessionWithoutIncarnation(t *testing.T) {
 		t.Fatalf("Nats-Msg-Id %q, want w1.old.0", got)
 	}
 
+}
+
+// TestOpenOptionRefused: an OpenOption that refuses its input, or a nil one, fails Open with
+// ErrInvalidOption naming the session and the option's reason, before anything is done: no lease
+// is taken, no closer written, and the session opens once the option is left out.
+func TestOpenOptionRefused(t *testing.T) {
+	e := newEnv(t)
+	clk := newFakeClock()
+	ctx := ctxT(t)
+	pa := e.publisher(t, "wa", clk)
+	wa, err := pa.Create(ctx, header("opt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := fixtureEvents(t, len(fixture))
+	writeFlush(t, wa, all[:5]) // an open turn: a real Open writes closers; wa's lease is live
+	refuse := OpenOption(func(*openOptions) error { return errors.New("want a positive bound, got -1") })
+	pb := e.publisher(t, "wb", clk)
+	for _, opts := range [][]OpenOption{{Takeover(), refuse}, {nil}} {
+		_, err := pb.Open(ctx, "opt", opts...)
+		if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), `"opt"`) {
+			t.Fatalf("Open with %d options: %v, want ErrInvalidOption naming the session", len(opts), err)
+		}
+		if len(opts) == 2 && !strings.Contains(err.Error(), "want a positive bound, got -1") {
+			t.Fatalf("Open with a refusing option: %v, want the option's reason", err)
+		}
+		if n := len(e.stored(t, "opt")); n != 5 {
+			t.Fatalf("a refused Open wrote: %d events", n)
+		}
+	}
+	l, _, err := e.store.GetLease(ctx, "opt")
+	if err != nil || l.Writer != "wa" {
+		t.Fatalf("lease after the refused Opens: %+v %v; want wa's, untouched", l, err)
+	}
+	wb, err := pb.Open(ctx, "opt", Takeover())
+	if err != nil {
+		t.Fatalf("Open without the refusing option: %v", err)
+	}
+	if err := wb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -298,15 +298,21 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	return w, nil
 }
 
-// OpenOption is an option of Publisher.Open.
-type OpenOption func(*openOptions)
+// OpenOption is an option of Publisher.Open. An option that refuses its input (or a nil one)
+// makes Open fail, before it does anything, with an error wrapping ErrInvalidOption.
+type OpenOption func(*openOptions) error
 
 type openOptions struct{ takeover bool }
 
 // Takeover makes Open take the session over from a live writer: its lease is overwritten, and the
 // old writer is fenced (ErrFenced) at its next write or lease renewal. Crash repair then runs as
 // if it had died.
-func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
+func Takeover() OpenOption {
+	return func(o *openOptions) error {
+		o.takeover = true
+		return nil
+	}
+}
 
 // Open resumes a stored session for writing (the reference's resume): it takes the session's
 // writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
@@ -315,13 +321,18 @@ func Takeover() OpenOption { return func(o *openOptions) { o.takeover = true } }
 // durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
 // wrapped store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
-	var o openOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	token, err := wire.Token(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
+	}
+	var o openOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("publisher: open session %q: option %d is nil: %w", id, i+1, ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("publisher: open session %q: %w: %w", id, ErrInvalidOption, err)
+		}
 	}
 	if err := p.reserve(id); err != nil {
 		return nil, err
@@ -395,7 +406,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, err := p.writeRecord(ctx, id, lastStreamSeq, msgID, tail)
+		res, _, err := p.writeRecord(ctx, id, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
 			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
 		}
@@ -509,17 +520,7 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 	return fmt.Sprintf("%s.%s.%s.%d", p.opts.WriterID, token, incarnation, firstSeq)
 }
 
-// writeRecord writes events as one record guarded with guard (the stream seq of the session's
-// previous record, 0 for none) and returns the stream seq of the record. Transient errors are
-// retried with exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved
-// by reading the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the
-// write succeeded; otherwise the error wraps ErrConflict.
-func (p *Publisher) writeRecord(ctx context.Context, id string, guard uint64, msgID string, events []session.Event) (uint64, error) {
-	seq, _, err := p.writeRecordX(ctx, id, acked{streamSeq: guard, nextSeq: events[0].Seq}, msgID, events)
-	return seq, err
-}
-
-// checkedWrite is writeRecordX for a Writer's record after a: when the connection reconnected
+// checkedWrite is writeRecord for a Writer's record after a: when the connection reconnected
 // since validGen (the connGen at the last check of the tail) it first re-reads the tail from the
 // stream leader and refuses to write unless the tail is still a's record (checkTail). It returns
 // the connGen the write was checked against.
@@ -537,25 +538,30 @@ func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validG
 			return 0, false, validGen, fmt.Errorf("session %q: %w", id, err) // checkTail leaves naming it to its caller
 		}
 	}
-	seq, maybeStored, err := p.writeRecordX(ctx, id, a, msgID, events)
+	seq, maybeStored, err := p.writeRecord(ctx, id, a, msgID, events)
 	return seq, maybeStored, gen, err
 }
 
-// writeRecordX is writeRecord that also reports, on failure, whether the record may have been
-// stored all the same (maybeStored): some try was sent and got no answer (a timeout, a lost
-// connection). Such a record must be retried as exactly the same record — same events, same
-// Nats-Msg-Id — so that the retry dedupes or finds it at the tail.
+// writeRecord writes events as one record guarded with a.streamSeq (the stream seq of the
+// session's previous record, 0 for none; a is what the writer knows durable) and returns the
+// stream seq of the record, in an "agentlog.append" span. Transient errors are retried with
+// exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved by reading
+// the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the write
+// succeeded; acknowledged events that are gone give an *AckedLostError (checkTail); otherwise the
+// error wraps ErrConflict.
 //
-// a is what the writer knows durable (a.streamSeq is the guard). On a guard conflict the tail is
-// checked against it (checkTail): acknowledged events that are gone give an *AckedLostError.
-func (p *Publisher) writeRecordX(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+// On failure, maybeStored reports whether the record may have been stored all the same: some try
+// was sent and got no answer (a timeout, a lost connection). Such a record must be retried as
+// exactly the same record — same events, same Nats-Msg-Id — so that the retry dedupes or finds
+// it at the tail.
+func (p *Publisher) writeRecord(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
 	ctx, span := p.startAppendSpan(ctx, id, msgID, events)
 	seq, maybeStored, err := p.writeRecordTries(ctx, id, a, msgID, events, tracing.RecordOpts(ctx, msgID))
 	endAppendSpan(span, seq, err)
 	return seq, maybeStored, err
 }
 
-// writeRecordTries is writeRecordX's tries of the write, with the store's options opts.
+// writeRecordTries is writeRecord's tries of the write, with the store's options opts.
 func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
 	guard := a.streamSeq
 	last := events[len(events)-1].Seq

@@ -854,7 +854,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := p.writeRecord(ctx, "lost", 0, msgID, evs)
+	seq, _, err := p.writeRecord(ctx, "lost", acked{nextSeq: evs[0].Seq}, msgID, evs)
 	if err != nil {
 		t.Fatalf("retry after a lost ack: %v", err)
 	}
@@ -865,7 +865,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 		t.Fatalf("events appended twice: %d stored", n)
 	}
 	// A stale guard whose tail is someone else's record: conflict.
-	if _, err := p.writeRecord(ctx, "lost", 0, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
+	if _, _, err := p.writeRecord(ctx, "lost", acked{nextSeq: evs[0].Seq}, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale guard: %v, want ErrConflict", err)
 	}
 }

@@ -336,7 +336,7 @@ func (w *Writer) kickLocked() {
 	go w.write(batch, a, w.validGen, parent)
 }
 
-// write writes batch as one record; its span (see Publisher.writeRecordX) is a child of parent
+// write writes batch as one record; its span (see Publisher.writeRecord) is a child of parent
 // when that is valid (the span of the Flush or Close that asked for it).
 func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent trace.SpanContext) {
 	defer w.wg.Done()

@@ -124,7 +124,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			if errors.Is(err, natsjs.ErrBucketNotFound) {
-				return nil, fmt.Errorf("%w: KV bucket %s does not exist (run `agentlog provision`)", ErrNotProvisioned, bucket)
+				return nil, fmt.Errorf("%w: KV bucket %s does not exist", ErrNotProvisioned, bucket)
 			}
 			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
@@ -147,7 +147,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.Stream, error) {
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: stream %s does not exist (run `agentlog provision`)", ErrNotProvisioned, name)
+		return nil, fmt.Errorf("%w: stream %s does not exist", ErrNotProvisioned, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up stream %s: %w", name, err)

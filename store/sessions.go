@@ -131,7 +131,7 @@ func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, err
 	if err == nil && e.Header.Get(wire.DeletingHeader) != "" {
 		// Its records may still be there: callers that accept a log without metadata (a fork's
 		// source) tell this case apart by ErrSessionDeleted.
-		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way; `agentlog rm` finishes it)",
+		return SessionInfo{}, fmt.Errorf("read session %q: %w: %w (key %s in KV bucket %s is marked %s: a removal stopped half-way)",
 			id, ErrSessionNotFound, ErrSessionDeleted, tok, wire.SessionsBucket, wire.DeletingHeader)
 	}
 	if err != nil {

@@ -357,9 +357,7 @@ func markOffline(c *cobra.Command) *cobra.Command {
 	}
 	c.Annotations[offlineAnnotation] = "true"
 	for _, sub := range c.Commands() {
-		if !sub.Hidden { // a hidden subcommand (bench writer) dials NATS
-			markOffline(sub)
-		}
+		markOffline(sub)
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -55,12 +56,12 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 	}
 	p := demoPrinter{out}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := startStack(ctx, stackOptions{DataDir: dir, Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1, Logger: quiet})
+	s, err := devstack.Start(ctx, devstack.Options{DataDir: dir, Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1, Logger: quiet})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	p.line("agentlog demo: embedded nats-server at %s, data in %s", s.url, dir)
+	p.line("agentlog demo: embedded nats-server at %s, data in %s", s.URL(), dir)
 	p.line("streams %s and %s, KV buckets %s, %s, %s and %s, 1 projector, 1 forker", wire.StreamName, wire.ErrorsStream,
 		wire.SessionsBucket, wire.ProjectionsBucket, wire.WritersBucket, projector.MembersBucket)
 
@@ -99,15 +100,15 @@ func runDemo(ctx context.Context, out io.Writer, files []string, keep bool) erro
 }
 
 // demoOne imports one session and shows its events, messages and two forks.
-func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, events []session.Event) error {
+func demoOne(ctx context.Context, p demoPrinter, s *devstack.Stack, h session.Header, events []session.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	id := h.ID
 	p.section(fmt.Sprintf("session %q: appending %d events through the publisher (200 ms window, guarded records)", id, len(events)))
-	if _, err := importLog(ctx, s.store, s.nc, h, events); err != nil {
+	if _, err := importLog(ctx, s.Store(), s.Conn(), h, events); err != nil {
 		return err
 	}
-	stored, _, err := s.store.Read(ctx, id)
+	stored, _, err := s.Store().Read(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -115,14 +116,14 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 	for _, ev := range stored {
 		p.line("  %s", summarizeEvent(ev))
 	}
-	msgs, err := queryMessages(ctx, s.store, s.nc, id, -2)
+	msgs, err := queryMessages(ctx, s.Store(), s.Conn(), id, -2)
 	if err != nil {
 		return err
 	}
 	p.section(fmt.Sprintf("derived messages (deriveMessages, from the projector: %d)", len(msgs)))
 	printMessages(p, msgs)
 
-	c, err := client.New(s.nc)
+	c, err := client.New(s.Conn())
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func demoOne(ctx context.Context, p demoPrinter, s *stack, h session.Header, eve
 		}
 		b, _ := json.Marshal(res)
 		p.section(fmt.Sprintf("fork at turn boundary seq %d -> %s", good, b))
-		cmsgs, err := queryMessages(ctx, s.store, s.nc, res.Child, -2)
+		cmsgs, err := queryMessages(ctx, s.Store(), s.Conn(), res.Child, -2)
 		if err != nil {
 			return err
 		}

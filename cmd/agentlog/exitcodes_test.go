@@ -39,7 +39,7 @@ func TestExitCodesAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := func(stdin string, args ...string) (int, string, string) {
-		return runCLIStdin(ctx, s.url, stdin, args...)
+		return runCLIStdin(ctx, s.URL(), stdin, args...)
 	}
 
 	// import - reads stdin, and --json prints the result.

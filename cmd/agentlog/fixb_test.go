@@ -23,7 +23,7 @@ func TestCLIBlankIDsSeedCodeAndUnknownWait(t *testing.T) {
 		{"events", ""}, {"events", " "}, {"rm", ""}, {"fork", ""}, {"messages", ""}, {"status", ""},
 		{"fork", "k9", "--child", ""}, {"import", "x.jsonl", "--session", ""},
 	} {
-		if code, _, errOut := runCLI(ctx, s.url, args...); code != 2 {
+		if code, _, errOut := runCLI(ctx, s.URL(), args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errOut)
 		}
 	}
@@ -34,19 +34,19 @@ func TestCLIBlankIDsSeedCodeAndUnknownWait(t *testing.T) {
 		opsEv(1, "user/message", `{"id":"m1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":""}}`),
 		opsEv(2, "turn/end", `{"turn":1,"reason":{"kind":"completed"}}`),
 	}
-	if err := s.store.CreateSession(ctx, session.Header{ID: "k9", CreatedAt: 1785000000000}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: "k9", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Append(ctx, "k9", 0, evs); err != nil {
+	if _, err := s.Store().Append(ctx, "k9", 0, evs); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut := runCLI(ctx, s.url, "fork", "k9", "--child", "live1", "--at", "2")
+	code, _, errOut := runCLI(ctx, s.URL(), "fork", "k9", "--child", "live1", "--at", "2")
 	if code != 1 || !strings.Contains(errOut, "INVALID_SEED: seed user/message at index 1 message has invalid source") {
 		t.Fatalf("fork with an invalid seed: exit %d, stderr %q", code, errOut)
 	}
 
 	start := time.Now()
-	code, _, errOut = runCLI(ctx, s.url, "messages", "nosuch", "--min-seq", "3")
+	code, _, errOut = runCLI(ctx, s.URL(), "messages", "nosuch", "--min-seq", "3")
 	if code != 1 || !strings.Contains(errOut, "nosuch") || time.Since(start) > 10*time.Second {
 		t.Fatalf("messages nosuch --min-seq 3: exit %d after %s, stderr %q", code, time.Since(start), errOut)
 	}

@@ -29,40 +29,45 @@ func TestHalfRemovedSession(t *testing.T) {
 {"type":"turn/start","seq":0,"time":1785000000001,"data":{"turn":1,"trigger":{"kind":"message"}}}
 {"type":"user/message","seq":1,"time":1785000000002,"data":{"id":"m1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"surfaceOp":"append"}
 `
-		if code, _, errOut := runCLIStdin(ctx, s.url, log, "import", "-"); code != 0 {
+		if code, _, errOut := runCLIStdin(ctx, s.URL(), log, "import", "-"); code != 0 {
 			t.Fatalf("import %s: exit %d: %s", id, code, errOut)
 		}
-		if code, _, errOut := runCLI(ctx, s.url, "messages", id); code != 0 { // its projection is stored
+		if code, _, errOut := runCLI(ctx, s.URL(), "messages", id); code != 0 { // its projection is stored
 			t.Fatalf("messages %s: exit %d: %s", id, code, errOut)
 		}
 	}
-	testnats.MarkRemoving(t, s.store, "hr")
-	const want = `session "hr" is being removed (an earlier agentlog rm stopped part-way): run agentlog rm hr to finish`
+	testnats.MarkRemoving(t, s.Store(), "hr")
+	const want = `session "hr" is being removed (an earlier removal stopped part-way)`
+	const hint = "; run `agentlog rm hr` to finish\n"
 
-	// The CLI: each read fails (exit 1), prints nothing on stdout and says why on stderr.
+	// The CLI: each read fails (exit 1), prints nothing on stdout and says why on stderr, with
+	// the command that finishes the removal.
 	for _, args := range [][]string{
 		{"status", "hr"}, {"events", "hr"}, {"events", "hr", "--tail", "1"}, {"events", "hr", "--no-header"},
 		{"messages", "hr"}, {"messages", "hr", "--min-seq", "-1"}, {"messages", "hr", "--watch"},
 	} {
-		code, out, errOut := runCLI(ctx, s.url, args...)
-		if code != 1 || out != "" || !strings.Contains(errOut, want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", args, code, out, errOut, want)
+		code, out, errOut := runCLI(ctx, s.URL(), args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, want) || !strings.HasSuffix(errOut, hint) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1, %q and %q", args, code, out, errOut, want, hint)
 		}
 	}
-	code, out, errOut := runCLI(ctx, s.url, "sessions")
+	code, out, errOut := runCLI(ctx, s.URL(), "sessions")
 	if code != 0 || strings.Contains(out, `"hr"`) || !strings.Contains(out, "hr-kept") {
 		t.Errorf("sessions: exit %d: %s%s; want hr-kept listed and hr left out", code, out, errOut)
 	}
 
-	// The client: every read of it is ErrNotFound and ErrRemoving, with the same text.
-	c, err := client.New(s.nc)
+	// The client: every read of it is ErrNotFound and ErrRemoving (code 410), naming it, with the
+	// same text and no CLI hint.
+	c, err := client.New(s.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, client.ErrNotFound) || !errors.Is(err, client.ErrRemoving) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v; want ErrNotFound, ErrRemoving and %q", what, err, want)
+		var ce *client.Error
+		if !errors.Is(err, client.ErrNotFound) || !errors.Is(err, client.ErrRemoving) || !strings.Contains(err.Error(), want) ||
+			!errors.As(err, &ce) || ce.Code != client.CodeRemoving || ce.Session != "hr" || strings.Contains(err.Error(), "agentlog rm") {
+			t.Errorf("%s: %v; want ErrNotFound, ErrRemoving (code %s, session hr) and %q, without a hint", what, err, client.CodeRemoving, want)
 		}
 	}
 	_, err = c.Status(ctx, "hr")
@@ -97,7 +102,7 @@ func TestHalfRemovedSession(t *testing.T) {
 	}
 
 	// The inspector's pages answer 404 with the same text.
-	ins, err := inspector.New(s.nc, inspector.Options{})
+	ins, err := inspector.New(s.Conn(), inspector.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +116,7 @@ func TestHalfRemovedSession(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "is being removed (an earlier agentlog rm stopped part-way)") {
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "is being removed (an earlier removal stopped part-way)") {
 			t.Errorf("GET %s: %d %.300s; want 404 saying it is being removed", path, resp.StatusCode, body)
 		}
 	}
@@ -126,7 +131,7 @@ func TestHalfRemovedSession(t *testing.T) {
 	}
 
 	// rm finishes the removal; then it is a plain not-found.
-	if code, out, errOut := runCLI(ctx, s.url, "rm", "hr"); code != 0 {
+	if code, out, errOut := runCLI(ctx, s.URL(), "rm", "hr"); code != 0 {
 		t.Fatalf("rm: exit %d: %s%s", code, out, errOut)
 	}
 	// (The CLI would now resolve "hr" as a prefix of hr-kept.)

@@ -20,14 +20,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/agentlog/agentlog/internal/tracing"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// Traces: off unless OTEL_TRACES_EXPORTER names an exporter (deploy/README.md, "Traces").
-	shutdown, err := tracing.Setup(ctx, traceServiceName(os.Args[1:]))
+	shutdown, err := setupTraces(ctx, traceServiceName(os.Args[1:]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentlog:", err)
 		os.Exit(2)
@@ -84,7 +82,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "agentlog:", ee.err)
+			fmt.Fprintln(stderr, "agentlog:", withHint(ee.err))
 		}
 		return ee.code
 	}
@@ -93,7 +91,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "agentlog:", err)
 		return 2
 	}
-	fmt.Fprintln(stderr, "agentlog:", err)
+	fmt.Fprintln(stderr, "agentlog:", withHint(err))
 	return 1
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -22,11 +24,13 @@ func newRebuildCmd(g *globals) *cobra.Command {
 		Use:   "rebuild UNIT [--session ID]...",
 		Short: "Recompute a projection unit's states from the session logs",
 		Long: `rebuild recomputes the state of projection unit UNIT (messages, transcript, title, todos, usage,
-tools, turns) for every session, or for the sessions named with --session, from seq 0 of each log, and
+tools, turns) for every session (not those being removed), or for the sessions named with --session, from
+seq 0 of each log, and
 stores it in the agentlog_projections KV bucket with a revision compare-and-swap. Running projectors
 need not stop: one that holds a rebuilt session in memory reloads it at its next write. A session whose
 log breaks a rule is rebuilt up to that event and keeps the error. A --session that names no session
-(neither metadata nor records) is refused (exit 1) before anything is rebuilt. A progress bar goes to
+(neither metadata nor records), or one being removed, is refused (exit 1) before anything is rebuilt.
+A progress bar goes to
 stderr when it is a terminal; --json prints the result as one JSON object.
 
 A new stateVersion of a unit needs no rebuild: stored states of another stateVersion are rebuilt in
@@ -46,10 +50,17 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 				return err
 			}
 			defer nc.Close()
-			var sel []string
+			sel := ids
 			if len(ids) > 0 {
-				sel = ids
 				if err := checkSessionsExist(cmd.Context(), store, ids); err != nil {
+					return err
+				}
+			} else {
+				c, err := client.New(nc)
+				if err != nil {
+					return err
+				}
+				if sel, err = c.SessionIDs(cmd.Context(), "", 0); err != nil { // not those being removed
 					return err
 				}
 			}
@@ -77,7 +88,7 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 			el := time.Since(start)
 			if asJSON {
 				return writeJSON(g.stdout, rebuildResult{Unit: unit, Sessions: res.Sessions, Stopped: res.Stopped, Empty: res.Empty,
-					ElapsedMs: ms(el)}, false)
+					ElapsedMs: float64(el.Microseconds()) / 1000}, false)
 			}
 			fmt.Fprintf(g.stdout, "rebuilt %s: %d session(s) (%d stopped by a rule their log breaks), %d without events, in %s\n",
 				unit, res.Sessions, res.Stopped, res.Empty, el.Round(time.Millisecond))
@@ -99,7 +110,8 @@ type rebuildResult struct {
 	ElapsedMs float64 `json:"elapsedMs"`
 }
 
-// checkSessionsExist refuses ids that name no session: neither metadata nor records.
+// checkSessionsExist refuses ids that name no session (neither metadata nor records) or a session
+// being removed.
 func checkSessionsExist(ctx context.Context, st *store.Store, ids []string) error {
 	for _, id := range ids {
 		if _, err := wire.Token(id); err != nil {
@@ -108,6 +120,9 @@ func checkSessionsExist(ctx context.Context, st *store.Store, ids []string) erro
 		_, err := st.GetSession(ctx, id)
 		if err == nil {
 			continue
+		}
+		if errors.Is(err, store.ErrSessionDeleted) {
+			return fmt.Errorf("session %q is being removed (an earlier removal stopped part-way): nothing was rebuilt; run `agentlog rm %s` to finish", id, shellquote.Quote(id))
 		}
 		if !errors.Is(err, store.ErrSessionNotFound) {
 			return err

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/session"
 )
 
 func TestRebuildCmd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1,
+	s, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -27,16 +28,16 @@ func TestRebuildCmd(t *testing.T) {
 	ev := func(seq int64, typ, data string) session.Event {
 		return session.Event{Type: typ, Seq: seq, Time: "1785000000000", Data: json.RawMessage(data)}
 	}
-	if _, err := s.store.Append(ctx, "r1", 0, []session.Event{
+	if _, err := s.Store().Append(ctx, "r1", 0, []session.Event{
 		ev(0, "turn/start", `{"turn":1}`),
 		ev(1, "session/title", `{"title":"hello","messageSeqs":[],"source":{"kind":"fallback"}}`),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.CreateSession(ctx, session.Header{ID: "r1", CreatedAt: 1785000000000}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: "r1", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	qc, err := client.New(s.nc)
+	qc, err := client.New(s.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestRebuildCmd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	g := &globals{natsURL: s.url, timeout: 30 * time.Second, stdout: &out, stderr: &errOut}
+	g := &globals{natsURL: s.URL(), timeout: 30 * time.Second, stdout: &out, stderr: &errOut}
 	c := newRebuildCmd(g)
 	c.SetArgs([]string{"title", "--session", "r1"})
 	if err := c.ExecuteContext(ctx); err != nil {

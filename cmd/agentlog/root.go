@@ -90,7 +90,7 @@ Quick start:
 		markOffline(newInspectCmd(g)),
 		markOffline(newDemoCmd(g)),
 		withUnitCompletion(newRebuildCmd(g)),
-		markOffline(newBenchCmd(g)), // its own embedded server, except the hidden writer
+		markOffline(newBenchCmd(g)), // its own embedded server
 		newSessionsCmd(g),
 		newStatusCmd(g),
 		markOffline(newVersionCmd(g)),
@@ -182,10 +182,7 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.
 	st, err := store.Open(ctx, js)
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, store.ErrNotProvisioned) {
-			return nil, nil, fmt.Errorf("NATS at %s: %w (run `agentlog provision` or `agentlog dev` first)", g.natsURL, err)
-		}
-		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err)
+		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
 	st.MaxEventBytes = g.maxEventBytes
 	return nc, st, nil
@@ -210,7 +207,7 @@ func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Log
 		}
 		if !waiting {
 			waiting = true
-			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", err)
+			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", withHint(err))
 		}
 		select {
 		case <-ctx.Done():

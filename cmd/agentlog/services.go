@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
@@ -21,7 +21,7 @@ import (
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	var o stackOptions
+	var o devstack.Options
 	var metricsAddr string
 	var ui uiOptions
 	c := &cobra.Command{
@@ -47,8 +47,13 @@ credentials use the global account, as before. --http serves the server's monito
 			if o.Forkers < 0 {
 				return &usageError{fmt.Errorf("--forkers must be >= 0, got %d", o.Forkers)}
 			}
-			if _, _, err := net.SplitHostPort(o.Listen); err != nil {
-				return &usageError{fmt.Errorf("--listen %q: want HOST:PORT: %w", o.Listen, err)}
+			if _, _, err := devstack.HostPort("--listen", o.Listen); err != nil {
+				return &usageError{err}
+			}
+			if o.HTTP != "" {
+				if _, _, err := devstack.HostPort("--http", o.HTTP); err != nil {
+					return &usageError{err}
+				}
 			}
 			abs, err := filepath.Abs(o.DataDir)
 			if err != nil {
@@ -58,10 +63,11 @@ credentials use the global account, as before. --http serves the server's monito
 				return fmt.Errorf("--data %s: %w", abs, err)
 			}
 			o.DataDir = abs
-			if ui.listen != "" {
+			if ui.Listen != "" {
 				if err := ui.check(); err != nil {
 					return err
 				}
+				o.UI = ui.UIOptions
 			}
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 			o.MaxEventBytes = g.maxEventBytes
@@ -77,31 +83,26 @@ credentials use the global account, as before. --http serves the server's monito
 			}
 			defer ob.Close()
 			ob.setReady(notReady("starting the embedded nats-server"))
-			s, err := startStack(cmd.Context(), o)
+			s, err := devstack.Start(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			s.register(ob.registerer())
-			ob.setReady(s.ready)
-			fmt.Fprintf(g.stdout, "agentlog dev: nats-server listening on %s (data %s, %d projector(s), %d forker(s))\n", s.url, o.DataDir, o.Projectors, o.Forkers)
-			fmt.Fprintf(g.stdout, "  export AGENTLOG_NATS_URL=%s\n", s.url)
+			s.Register(ob.registerer())
+			ob.setReady(s.Ready)
+			fmt.Fprintf(g.stdout, "agentlog dev: nats-server listening on %s (data %s, %d projector(s), %d forker(s))\n", s.URL(), o.DataDir, o.Projectors, o.Forkers)
+			fmt.Fprintf(g.stdout, "  export AGENTLOG_NATS_URL=%s\n", s.URL())
 			if o.SystemUser != "" {
-				fmt.Fprintf(g.stdout, "  system account: nats --server %s --user %s --password %s server ls\n", s.url, o.SystemUser, o.SystemPassword)
+				fmt.Fprintf(g.stdout, "  system account: nats --server %s --user %s --password %s server ls\n", s.URL(), o.SystemUser, o.SystemPassword)
 			}
-			if a := natsdev.MonitorAddr(s.srv); a != "" {
+			if a := natsdev.MonitorAddr(s.Server()); a != "" {
 				fmt.Fprintf(g.stdout, "  monitoring: http://%s/varz (and /jsz, /connz, ...)\n", a)
 			}
 			io.Copy(g.stdout, &out)
-			uiWait := func() error { return nil }
-			if ui.listen != "" {
-				if _, uiWait, err = startUI(cmd.Context(), s.nc, ui, o.Logger, g.stdout); err != nil {
-					s.Close()
-					return err
-				}
+			if u := s.UI(); u != nil {
+				printUI(g.stdout, u, ui.AllowFork)
 			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
-			_ = uiWait()
 			ob.setReady(notReady("shutting down"))
 			return s.Close()
 		},
@@ -115,7 +116,7 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().StringVar(&o.SystemUser, "system-user", "sys", "user of the system account (\"\": no system account)")
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
-	c.Flags().StringVar(&ui.listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
+	c.Flags().StringVar(&ui.Listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
 	ui.addFlags(c, "ui-allow-fork")
 	g.addMaxEventBytesFlag(c)
 	return c
@@ -202,9 +203,12 @@ waited for.`,
 			}
 			defer ob.Close()
 			defer nc.Close()
-			p := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
+			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
 				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
+			if err != nil {
+				return err
+			}
 			ob.register(p.Collector())
 			ob.setReady(p.Ready)
 			if err := p.Start(cmd.Context()); err != nil {
@@ -240,7 +244,10 @@ func newForkerCmd(g *globals) *cobra.Command {
 			}
 			defer ob.Close()
 			defer nc.Close()
-			f := forker.New(store, nc, forker.Options{Logger: logger})
+			f, err := forker.New(store, nc, forker.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
 			ob.register(f.Collector())
 			ob.setReady(f.Ready)
 			if err := f.Start(cmd.Context()); err != nil {

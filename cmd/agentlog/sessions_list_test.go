@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -56,17 +57,17 @@ func TestSessionsStatusCLI(t *testing.T) {
 	defer cancel()
 	s := startTestStack(ctx, t)
 	for _, id := range []string{"job-1", "job-2", "solo"} {
-		if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+		if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.store.Append(ctx, id, 0, opsEvents()); err != nil {
+		if _, err := s.Store().Append(ctx, id, 0, opsEvents()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if code, out, errOut := runCLI(ctx, s.url, "fork", "sol", "--child", "solo-fork"); code != 0 {
+	if code, out, errOut := runCLI(ctx, s.URL(), "fork", "sol", "--child", "solo-fork"); code != 0 {
 		t.Fatalf("fork by prefix: %d %s %s", code, out, errOut)
 	}
-	code, out, errOut := runCLI(ctx, s.url, "sessions", "--json")
+	code, out, errOut := runCLI(ctx, s.URL(), "sessions", "--json")
 	if code != 0 {
 		t.Fatalf("sessions: %d %s", code, errOut)
 	}
@@ -81,15 +82,15 @@ func TestSessionsStatusCLI(t *testing.T) {
 	if len(got) != 4 || got[2].ID != "solo" || got[2].Children[0] != "solo-fork" || got[3].ParentSession != "solo" || got[0].LastSeq != 3 {
 		t.Fatalf("sessions --json: %s", out)
 	}
-	code, out, errOut = runCLI(ctx, s.url, "sessions", "--limit", "1", "--prefix", "job")
+	code, out, errOut = runCLI(ctx, s.URL(), "sessions", "--limit", "1", "--prefix", "job")
 	if code != 0 || !strings.Contains(out, "job-1") || strings.Contains(out, "job-2") || !strings.Contains(errOut, "next: --after job-1") {
 		t.Fatalf("sessions --limit 1: %d %q %q", code, out, errOut)
 	}
-	qc, _ := client.New(s.nc)
+	qc, _ := client.New(s.Conn())
 	if _, err := qc.Messages(ctx, "solo-fork", client.MinSeq(4)); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = runCLI(ctx, s.url, "status", "solo-f", "--json")
+	code, out, errOut = runCLI(ctx, s.URL(), "status", "solo-f", "--json")
 	var st client.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 		t.Fatalf("status: %d %q %q", code, out, errOut)
@@ -109,35 +110,35 @@ func TestSessionsStatusCLI(t *testing.T) {
 		{[]string{"sessions", "--limit", "-1"}, 2, "--limit"},
 		{[]string{"events", "job-1", "--tail", "-1"}, 2, "--tail"},
 	} {
-		if code, _, errOut := runCLI(ctx, s.url, tc.args...); code != tc.code || !strings.Contains(errOut, tc.err) {
+		if code, _, errOut := runCLI(ctx, s.URL(), tc.args...); code != tc.code || !strings.Contains(errOut, tc.err) {
 			t.Errorf("%v: exit %d %q, want %d %q", tc.args, code, errOut, tc.code, tc.err)
 		}
 	}
-	code, out, _ = runCLI(ctx, s.url, "events", "job-2", "--tail", "1", "--no-header")
+	code, out, _ = runCLI(ctx, s.URL(), "events", "job-2", "--tail", "1", "--no-header")
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"turn/end"`) {
 		t.Fatalf("events --tail 1: %d %q", code, out)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "rm", "job-2"); code != 0 {
+	if code, _, errOut := runCLI(ctx, s.URL(), "rm", "job-2"); code != 0 {
 		t.Fatalf("rm: %s", errOut)
 	}
-	if code, out, _ := runCLI(ctx, s.url, "sessions", "--prefix", "job", "--json"); code != 0 || strings.Contains(out, "job-2") || !strings.Contains(out, "job-1") {
+	if code, out, _ := runCLI(ctx, s.URL(), "sessions", "--prefix", "job", "--json"); code != 0 || strings.Contains(out, "job-2") || !strings.Contains(out, "job-1") {
 		t.Fatalf("sessions after rm: %q", out)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "status", "job"); code != 0 || !strings.Contains(errOut, `no session is named "job"; using "job-1"`) {
+	if code, _, errOut := runCLI(ctx, s.URL(), "status", "job"); code != 0 || !strings.Contains(errOut, `no session is named "job"; using "job-1"`) {
 		t.Fatalf("status by the prefix left unique (it must say which id it read): %d %s", code, errOut)
 	}
-	if _, _, errOut := runCLI(ctx, s.url, "status", "job-1"); strings.Contains(errOut, "no session is named") {
+	if _, _, errOut := runCLI(ctx, s.URL(), "status", "job-1"); strings.Contains(errOut, "no session is named") {
 		t.Fatalf("status by the exact id notes a prefix: %s", errOut)
 	}
-	code, out, _ = runCLI(ctx, s.url, "__complete", "status", "jo")
+	code, out, _ = runCLI(ctx, s.URL(), "__complete", "status", "jo")
 	if code != 0 || !strings.Contains(out, "job-1\n") || strings.Contains(out, "job-2") {
 		t.Fatalf("complete: %d %q", code, out)
 	}
-	code, out, _ = runCLI(ctx, s.url, "__complete", "rebuild", "tu")
+	code, out, _ = runCLI(ctx, s.URL(), "__complete", "rebuild", "tu")
 	if code != 0 || !strings.HasPrefix(out, "turns\n") {
 		t.Fatalf("complete units: %d %q", code, out)
 	}
-	code, out, _ = runCLI(ctx, s.url, "version", "--json")
+	code, out, _ = runCLI(ctx, s.URL(), "version", "--json")
 	var v versionInfo
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.NATSServer == "" || v.RecordFormat != "1" || !strings.HasPrefix(v.Go, "go") {
 		t.Fatalf("version: %d %q", code, out)
@@ -153,13 +154,13 @@ func TestSessionsScale(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 0,
+	s, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 0,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	url, nc, store := s.url, s.nc, s.store
+	url, nc, store := s.URL(), s.Conn(), s.Store()
 	if u := os.Getenv("AGENTLOG_SESSIONS_URL"); u != "" { // fill that server instead (to time a separate process)
 		g := &globals{natsURL: u}
 		if nc, store, err = g.connect(ctx, "scale"); err != nil {
@@ -245,7 +246,7 @@ func TestSessionsScale(t *testing.T) {
 
 	// The web inspector's list page and a session page (its fork tree reads every header too).
 	if os.Getenv("AGENTLOG_SESSIONS_URL") == "" {
-		_, base := startUIStackOn(t, ctx, s, uiOptions{})
+		base := startUIOn(t, ctx, s, devstack.UIOptions{})
 		for _, path := range []string{"/", "/?prefix=sess-00500", fmt.Sprintf("/?after=sess-%07d", n/2), "/sessions/sess-0000001"} {
 			var times []time.Duration
 			for range 3 {
@@ -285,9 +286,9 @@ func TestTermSafe(t *testing.T) {
 
 // startTestStack starts a dev stack (embedded server, one projector, one forker, logs discarded)
 // in a temporary directory, closed when the test ends.
-func startTestStack(ctx context.Context, t *testing.T) *stack {
+func startTestStack(ctx context.Context, t *testing.T) *devstack.Stack {
 	t.Helper()
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
+	s, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

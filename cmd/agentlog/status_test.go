@@ -19,15 +19,15 @@ func TestStatusOpenTurnAsOf(t *testing.T) {
 {"type":"turn/start","seq":0,"time":1785000000001,"data":{"turn":1,"trigger":{"kind":"message"}}}
 {"type":"user/message","seq":1,"time":1785000000002,"data":{"id":"m1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"surfaceOp":"append"}
 `
-	if code, _, errOut := runCLIStdin(ctx, s.url, log, "import", "-"); code != 0 {
+	if code, _, errOut := runCLIStdin(ctx, s.URL(), log, "import", "-"); code != 0 {
 		t.Fatalf("import: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "messages", "st"); code != 0 { // waits until seq 1 is folded
+	if code, _, errOut := runCLI(ctx, s.URL(), "messages", "st"); code != 0 { // waits until seq 1 is folded
 		t.Fatalf("messages: exit %d: %s", code, errOut)
 	}
 	openTurn := func() string {
 		t.Helper()
-		code, out, errOut := runCLI(ctx, s.url, "status", "st")
+		code, out, errOut := runCLI(ctx, s.URL(), "status", "st")
 		if code != 0 {
 			t.Fatalf("status: exit %d: %s", code, errOut)
 		}
@@ -43,12 +43,12 @@ func TestStatusOpenTurnAsOf(t *testing.T) {
 		t.Fatalf("open turn %q, want %q", got, want)
 	}
 	// The turn ends while no projector runs: the stored open turn is behind the log, and says so.
-	for _, p := range s.projectors {
+	for _, p := range s.Projectors() {
 		if err := p.Stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tail, err := s.store.GetTailFromLeader(ctx, "st")
+	tail, err := s.Store().GetTailFromLeader(ctx, "st")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestStatusOpenTurnAsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Append(ctx, "st", tail.LastStreamSeq, []session.Event{end}); err != nil {
+	if _, err := s.Store().Append(ctx, "st", tail.LastStreamSeq, []session.Event{end}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := openTurn(), "1 (as of seq 1 of 2: the projection lags)"; got != want {

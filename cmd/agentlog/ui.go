@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/inspector"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -18,18 +18,17 @@ import (
 // --ui-tls-key on both commands (the global --token, --tls-cert and --tls-key are NATS's); on
 // `agentlog ui` with --listen and --allow-fork, on `agentlog dev` with --ui and --ui-allow-fork.
 type uiOptions struct {
-	listen, token, tokenFile string
-	tlsCert, tlsKey          string
-	allowFork                bool
+	devstack.UIOptions
+	tokenFile string
 }
 
 func (o *uiOptions) addFlags(c *cobra.Command, allowFork string) {
 	const prefix = "ui-"
-	c.Flags().StringVar(&o.token, prefix+"token", os.Getenv("AGENTLOG_UI_TOKEN"), "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address (env AGENTLOG_UI_TOKEN; a flag is visible to ps, prefer --"+prefix+"token-file)")
+	c.Flags().StringVar(&o.Token, prefix+"token", os.Getenv("AGENTLOG_UI_TOKEN"), "token every request must carry (Authorization: Bearer, or the cookie ?token= sets); required for a non-loopback address (env AGENTLOG_UI_TOKEN; a flag is visible to ps, prefer --"+prefix+"token-file)")
 	c.Flags().StringVar(&o.tokenFile, prefix+"token-file", "", "read the token from this file (first line)")
-	c.Flags().BoolVar(&o.allowFork, allowFork, false, "enable \"fork from here\" (without it the inspector is read-only)")
-	c.Flags().StringVar(&o.tlsCert, prefix+"tls-cert", "", "serve HTTPS with this certificate (PEM; with --"+prefix+"tls-key)")
-	c.Flags().StringVar(&o.tlsKey, prefix+"tls-key", "", "the key of --"+prefix+"tls-cert (PEM)")
+	c.Flags().BoolVar(&o.AllowFork, allowFork, false, "enable \"fork from here\" (without it the inspector is read-only)")
+	c.Flags().StringVar(&o.TLSCert, prefix+"tls-cert", "", "serve HTTPS with this certificate (PEM; with --"+prefix+"tls-key)")
+	c.Flags().StringVar(&o.TLSKey, prefix+"tls-key", "", "the key of --"+prefix+"tls-cert (PEM)")
 }
 
 // check resolves the token file and checks the address before anything starts.
@@ -38,10 +37,10 @@ func (o *uiOptions) check() error {
 	if err := o.resolveToken(); err != nil {
 		return err
 	}
-	if err := inspector.CheckAddr(o.listen, o.token); err != nil {
+	if err := inspector.CheckAddr(o.Listen, o.Token); err != nil {
 		return &usageError{err}
 	}
-	if (o.tlsCert == "") != (o.tlsKey == "") {
+	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return &usageError{fmt.Errorf("--%stls-cert and --%stls-key go together", prefix, prefix)}
 	}
 	return nil
@@ -53,44 +52,27 @@ func (o *uiOptions) resolveToken() error {
 	if o.tokenFile == "" {
 		return nil
 	}
-	if o.token != "" {
+	if o.Token != "" {
 		return &usageError{fmt.Errorf("--%stoken (or AGENTLOG_UI_TOKEN) and --%stoken-file: give one", prefix, prefix)}
 	}
 	b, err := os.ReadFile(o.tokenFile)
 	if err != nil {
 		return fmt.Errorf("--%stoken-file: %w", prefix, err)
 	}
-	o.token, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if o.token = strings.TrimSpace(o.token); o.token == "" {
+	o.Token, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if o.Token = strings.TrimSpace(o.Token); o.Token == "" {
 		return fmt.Errorf("--%stoken-file %s is empty", prefix, o.tokenFile)
 	}
 	return nil
 }
 
-// startUI serves the inspector over nc on o.listen until ctx ends; it prints the URL to out and
-// returns it. The returned wait blocks until the server has stopped.
-func startUI(ctx context.Context, nc *nats.Conn, o uiOptions, logger *slog.Logger, out io.Writer) (url string, wait func() error, err error) {
-	ln, err := inspector.Listen(o.listen, o.token, o.tlsCert, o.tlsKey)
-	if err != nil {
-		return "", nil, err
-	}
-	srv, err := inspector.New(nc, inspector.Options{Token: o.token, AllowFork: o.allowFork, Logger: logger})
-	if err != nil {
-		ln.Close()
-		return "", nil, err
-	}
-	if o.token != "" && len(o.token) < 16 {
-		logger.Warn("agentlog ui: the token is short; use at least 16 random characters (openssl rand -hex 16)")
-	}
+// printUI prints the inspector's URL and mode to out.
+func printUI(out io.Writer, u *devstack.UI, allowFork bool) {
 	mode := "read-only"
-	if o.allowFork {
+	if allowFork {
 		mode = "forks allowed"
 	}
-	url = inspector.URL(ln, o.token)
-	fmt.Fprintf(out, "agentlog ui: %s (%s)\n", url, mode)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	return url, func() error { return <-done }, nil
+	fmt.Fprintf(out, "agentlog ui: %s (%s)\n", u.URL(), mode)
 }
 
 func newUICmd(g *globals) *cobra.Command {
@@ -121,17 +103,18 @@ global --token, --tls-cert and --tls-key are the NATS connection's.) It is read-
 				return err
 			}
 			defer nc.Close()
-			_, wait, err := startUI(cmd.Context(), nc, o, logger, g.stdout)
+			u, err := devstack.StartUI(cmd.Context(), nc, o.UIOptions, logger)
 			if err != nil {
 				return err
 			}
-			if err := wait(); err != nil && !errors.Is(err, context.Canceled) {
+			printUI(g.stdout, u, o.AllowFork)
+			if err := u.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address HOST:PORT (non-loopback needs --ui-token)")
+	c.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:8080", "HTTP listen address HOST:PORT (non-loopback needs --ui-token)")
 	o.addFlags(c, "allow-fork")
 	return c
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/agentlog/agentlog/client"
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -160,11 +160,17 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := projector.New(st, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		p, err := projector.New(st, nc, projector.Options{Name: fmt.Sprintf("p%d", i), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f := forker.New(st, nc, forker.Options{Logger: quiet})
+		f, err := forker.New(st, nc, forker.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +186,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 			t.Fatal(err)
 		}
 		for s := 0; s < 5; s++ {
-			evs, _ := sessiontest.ChunkTurn(uint64(ti*10+s), 20, 200, 1_700_000_000_000)
+			evs, _ := loggen.ChunkTurn(uint64(ti*10+s), 20, 200, 1_700_000_000_000)
 			w, err := pub.Create(ctx, session.Header{ID: fmt.Sprintf("t%d-s%d", ti, s), CreatedAt: 1_700_000_000_000})
 			if err != nil {
 				t.Fatal(err)
@@ -202,7 +208,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	t0 := tenants[0]
 	pub, _ := publisher.New(t0.store, t0.nc, publisher.Options{})
 	c, _ := client.New(t0.nc)
-	evs, _ := sessiontest.ChunkTurn(99, 100, 200, 1_700_000_000_000)
+	evs, _ := loggen.ChunkTurn(99, 100, 200, 1_700_000_000_000)
 	w, err := pub.Create(ctx, session.Header{ID: "t0-latency", CreatedAt: 1_700_000_000_000})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 )
@@ -63,7 +64,7 @@ func asLoadError(id string, err error) *loadError {
 	}
 	switch {
 	case errors.Is(err, client.ErrRemoving):
-		return &loadError{http.StatusNotFound, "Session not found", client.RemovingText(id) + "."}
+		return &loadError{http.StatusNotFound, "Session not found", client.RemovingText(id) + ": `agentlog rm " + shellquote.Quote(id) + "` finishes it."}
 	case errors.Is(err, client.ErrNotFound):
 		return &loadError{http.StatusNotFound, "Session not found", fmt.Sprintf("There is no session %q (no metadata in agentlog_sessions).", id)}
 	case errors.Is(err, client.ErrBadRequest):

@@ -1,6 +1,7 @@
 // Package sessiontest is test support only: session-level helpers shared by the tests of several
 // packages (event generators, comparisons, the recorded sessions in ../shared/data). It starts no
-// servers. Production code does not import it; cmd/agentlog's bench commands do, for ChunkTurn.
+// servers, and production code does not import it (it links package testing); the benchmarks'
+// event generator is loggen.ChunkTurn.
 package sessiontest
 
 import (

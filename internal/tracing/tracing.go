@@ -1,11 +1,12 @@
 // Package tracing holds agentlog's OpenTelemetry plumbing: the W3C trace context (traceparent,
 // tracestate) carried in NATS headers of records and service requests (Inject, Extract,
-// Carrier), the instrumentation scope every package names its tracer with (Tracer), and the SDK
-// set-up of the binary from the standard OTEL_* environment (Setup).
+// Carrier), and the instrumentation scope every package names its tracer with (Tracer). It uses
+// the OpenTelemetry API only: the SDK and its exporters are set up by the binary
+// (cmd/agentlog/traces.go), so a library never links them.
 //
-// Tracing is off unless OTEL_TRACES_EXPORTER names an exporter: the library packages then use
-// otel.GetTracerProvider(), the no-op provider, and Inject writes nothing (no header, no
-// allocation) because the span context is not valid.
+// Without an SDK installed, the library packages use otel.GetTracerProvider(), the no-op
+// provider, and Inject writes nothing (no header, no allocation) because the span context is
+// not valid.
 package tracing
 
 import (

@@ -5,47 +5,9 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
-
-func TestEnabled(t *testing.T) {
-	for _, c := range []struct {
-		exporter, disabled string
-		want               bool
-	}{{"", "", false}, {"none", "", false}, {"otlp", "", true}, {"console", "true", false}, {"otlp", "false", true}} {
-		t.Setenv("OTEL_TRACES_EXPORTER", c.exporter)
-		t.Setenv("OTEL_SDK_DISABLED", c.disabled)
-		if got := Enabled(); got != c.want {
-			t.Errorf("OTEL_TRACES_EXPORTER=%q OTEL_SDK_DISABLED=%q: Enabled() = %v, want %v", c.exporter, c.disabled, got, c.want)
-		}
-	}
-}
-
-// TestSetupOff: without an exporter Setup leaves the global no-op provider in place.
-func TestSetupOff(t *testing.T) {
-	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	before := otel.GetTracerProvider()
-	shutdown, err := Setup(context.Background(), "agentlog-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if otel.GetTracerProvider() != before {
-		t.Fatal("Setup installed a provider with tracing off")
-	}
-	if err := shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestSetupBadExporter: an exporter name autoexport does not know is an error naming it.
-func TestSetupBadExporter(t *testing.T) {
-	t.Setenv("OTEL_TRACES_EXPORTER", "nosuch")
-	if _, err := Setup(context.Background(), "agentlog-test"); err == nil {
-		t.Fatal("Setup accepted OTEL_TRACES_EXPORTER=nosuch")
-	}
-}
 
 // TestInjectExtract: a span context survives Inject and Extract through nats headers, with the
 // W3C lower-case keys; without a valid span context nothing is written.

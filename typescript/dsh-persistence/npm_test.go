@@ -1,6 +1,7 @@
 // Package dshpersistence_test runs the TypeScript package @agentlog/dsh-session-persistence
-// (this directory) against a real agentlog stack: it builds ./cmd/agentlog, starts `agentlog dev`
-// on a free port, and runs the package's `npm test` with AGENTLOG_NATS_URL and AGENTLOG_BIN set.
+// (this directory) against a real agentlog stack: it builds ./cmd/agentlog and the Go writer process
+// of the race test (./integration_test/writer), starts `agentlog dev` on a free port, and runs the
+// package's `npm test` with AGENTLOG_NATS_URL, AGENTLOG_BIN and AGENTLOG_WRITER_BIN set.
 // The vitest suites are the reference's two contract suites, the Go/TS interop tests, the
 // two-writer race and a scripted dsh session.
 //
@@ -53,11 +54,11 @@ func TestNpm(t *testing.T) {
 	}
 
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "agentlog")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/agentlog")
+	bin, writer := filepath.Join(tmp, "agentlog"), filepath.Join(tmp, "writer")
+	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/agentlog", "./integration_test/writer")
 	build.Dir = filepath.Join(pkg, "../..")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/agentlog: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/agentlog ./integration_test/writer: %v\n%s", err, out)
 	}
 	url, stop := startDev(t, bin, filepath.Join(tmp, "data"))
 	defer stop()
@@ -66,7 +67,7 @@ func TestNpm(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, npm, "test")
 	cmd.Dir = pkg
-	cmd.Env = append(os.Environ(), "AGENTLOG_NATS_URL="+url, "AGENTLOG_BIN="+bin, "FORCE_COLOR=0", "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "AGENTLOG_NATS_URL="+url, "AGENTLOG_BIN="+bin, "AGENTLOG_WRITER_BIN="+writer, "FORCE_COLOR=0", "NO_COLOR=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

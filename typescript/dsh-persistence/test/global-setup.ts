@@ -1,6 +1,8 @@
 // Starts (or attaches to) an agentlog stack for the tests. With AGENTLOG_NATS_URL set (the Go test
-// driver typescript/dsh-persistence/npm_test.go sets it, with AGENTLOG_BIN), it uses that server;
-// otherwise it builds ./cmd/agentlog with `go build` and runs `agentlog dev` on a free port.
+// driver typescript/dsh-persistence/npm_test.go sets it, with AGENTLOG_BIN and AGENTLOG_WRITER_BIN),
+// it uses that server; otherwise it builds ./cmd/agentlog with `go build` and runs `agentlog dev` on
+// a free port. The Go writer process of the race test (./integration_test/writer) is built unless
+// AGENTLOG_WRITER_BIN names it.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -11,7 +13,7 @@ import type { TestProject } from 'vitest/node'
 const repoRoot = resolve(import.meta.dirname, '../../..')
 
 declare module 'vitest' {
-  export interface ProvidedContext { natsUrl: string; agentlogBin: string }
+  export interface ProvidedContext { natsUrl: string; agentlogBin: string; writerBin: string }
 }
 
 async function freePort(): Promise<number> {
@@ -28,12 +30,17 @@ async function freePort(): Promise<number> {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   let url = process.env.AGENTLOG_NATS_URL
   let bin = process.env.AGENTLOG_BIN
+  let writer = process.env.AGENTLOG_WRITER_BIN
   let dev: ChildProcess | undefined
   let tmp: string | undefined
-  if (!bin || !url) tmp = mkdtempSync(join(tmpdir(), 'dsh-agentlog-'))
+  if (!bin || !writer || !url) tmp = mkdtempSync(join(tmpdir(), 'dsh-agentlog-'))
   if (!bin) {
     bin = join(tmp!, 'agentlog')
     execFileSync('go', ['build', '-o', bin, './cmd/agentlog'], { cwd: repoRoot, stdio: 'inherit' })
+  }
+  if (!writer) {
+    writer = join(tmp!, 'writer')
+    execFileSync('go', ['build', '-o', writer, './integration_test/writer'], { cwd: repoRoot, stdio: 'inherit' })
   }
   if (!url) {
     const port = await freePort()
@@ -52,6 +59,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   project.provide('natsUrl', url)
   project.provide('agentlogBin', bin)
+  project.provide('writerBin', writer)
   return async () => {
     if (dev) {
       dev.kill('SIGINT')

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { encodeEventLine, recordHeaders, sessionSubject, token, type WireEvent } from '../src/index.ts'
+import AgentlogSessionPersistence, { sessionSubject, token, type WireEvent } from '../src/index.ts'
+import { encodeEventLine, recordHeaders } from '../src/wire.ts'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Objm } from '@nats-io/obj'
@@ -197,7 +198,7 @@ describe('retries after a lost ack', () => {
     const h = natsHeaders()
     for (const [k, v] of recordHeaders(tok, events[0]!.seq, events.length)) h.set(k, v)
     h.set('Nats-Expected-Last-Subject-Sequence', String(guard))
-    h.set('Nats-Msg-Id', (backend as any).msgIdOf(id, tok, events[0]!.seq))
+    h.set('Nats-Msg-Id', (backend as any).writer.msgIdOf(id, tok, events[0]!.seq))
     const ack = await jetstream(nc).publish(sessionSubject(id, 16), events.map(e => encodeEventLine(id, e)).join('\n'), { headers: h })
     return ack.seq
   }
@@ -207,7 +208,7 @@ describe('retries after a lost ack', () => {
   it('a first record and a later one are found at the tail, and only the rest is written', async () => {
     const id = uniqueId('lost-ack')
     const meta = metaFor(id, undefined)
-    const tails = (backend as any).tails as Map<string, unknown>
+    const tails = (backend as any).writer.tails as Map<string, unknown>
     // First record: written, then its ack "lost" (the backend forgets the tail); the coordinator
     // retries the first batch, now with two more events, still as an unmaterialized session.
     await backend.appendBatch(meta, log(0, 3) as SessionEvent[], false)
@@ -224,7 +225,7 @@ describe('retries after a lost ack', () => {
     expect(stored!.events.map(e => e.seq)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
     expect((await goEvents(id)).events).toEqual(log(0, 8))
     // The metadata entry carries an incarnation, and the records' Msg-Ids name it.
-    const meta2 = await (backend as any).readMeta(await (backend as any).ready, token(id))
+    const meta2 = await (await (backend as any).ready).readMeta(token(id))
     expect(meta2.incarnation).toMatch(/^[A-Za-z0-9]{22}$/)
     const tail = await (await jetstreamManager(nc)).streams.getMessage('AGENTLOG', { last_by_subj: sessionSubject(id, 16) })
     expect(tail!.header.get('Nats-Msg-Id')).toBe(`${backend.writerId}.${token(id)}.${meta2.incarnation}.7`)

@@ -1,5 +1,5 @@
-// A TS writer (this backend's write path) and a Go writer (the publisher, in the hidden
-// `agentlog bench writer` process) on one session, 200 rounds. Each round both start from the same
+// A TS writer (this backend's write path) and a Go writer (the publisher, in the fault tests'
+// writer process, integration_test/writer) on one session, 200 rounds. Each round both start from the same
 // tail; the guard must let exactly one of the two concurrent writes in (a write that read the tail
 // after the other's record is serialized, not concurrent: the other writer, now stale, must then be
 // fenced). The log stays contiguous throughout.
@@ -10,7 +10,7 @@ import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
 import AgentlogSessionPersistence, { AgentlogConflictError, AgentlogLeaseHeldError, errorsSubject } from '../src/index.ts'
 import { jetstreamManager } from '@nats-io/jetstream'
-import { agentlogBin, agentlogConfig, natsUrl, uniqueId } from './stack.ts'
+import { agentlogConfig, natsUrl, uniqueId, writerBin } from './stack.ts'
 
 const ROUNDS = Number(process.env.RACE_ROUNDS ?? 200)
 
@@ -27,7 +27,7 @@ afterAll(async () => { await fiber?.dispose() })
 /** One Go writer process: opens (resumes) the session, which writes its end-seed record. */
 function goWriter(id: string, ...extra: string[]): Promise<{ ok: boolean; out: string }> {
   return new Promise(resolve => {
-    execFile(agentlogBin(), ['--nats', natsUrl(), 'bench', 'writer', '--session', id, '--events', '1', '--writer-id', 'go-racer', ...extra],
+    execFile(writerBin(), ['--nats', natsUrl(), '--session', id, '--events', '1', '--writer-id', 'go-racer', ...extra],
       (err, stdout, stderr) => resolve({ ok: err === null, out: stdout + stderr }))
   })
 }

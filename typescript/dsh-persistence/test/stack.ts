@@ -8,6 +8,8 @@ import type { Config, NamesConfig } from '../src/index.ts'
 
 export const natsUrl = (): string => inject('natsUrl')
 export const agentlogBin = (): string => inject('agentlogBin')
+/** The Go publisher process of the fault and race tests (integration_test/writer). */
+export const writerBin = (): string => inject('writerBin')
 
 let counter = 0
 const runId = Math.random().toString(36).slice(2, 8)

@@ -1,4 +1,4 @@
-package sessiontest
+package loggen
 
 import (
 	"encoding/json"
@@ -8,7 +8,8 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// ChunkTurn returns the m events of one bench session: a closed turn of streamed assistant chunks
+// ChunkTurn returns the m events of one bench session (the benchmarks, the fault tests' writer
+// process and tests that need many well-formed events): a closed turn of streamed assistant chunks
 // (turn/start, step/start, assistant/chunk…, step/end, turn/end; only chunks when m < 4).
 // Every assistant/chunk is padded so that its encoded JSON line is size bytes (when size leaves
 // room for the envelope; the four turn/step events are ~60–90 bytes). The padding text is

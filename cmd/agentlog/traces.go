@@ -1,4 +1,4 @@
-package tracing
+package main
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// Enabled reports whether the environment asks for traces: OTEL_TRACES_EXPORTER is set to
+// tracesEnabled reports whether the environment asks for traces: OTEL_TRACES_EXPORTER is set to
 // something other than "none", and OTEL_SDK_DISABLED is not "true".
-func Enabled() bool {
+func tracesEnabled() bool {
 	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
 		return false
 	}
@@ -24,15 +24,15 @@ func Enabled() bool {
 	return exp != "" && exp != "none"
 }
 
-// Setup installs the OpenTelemetry SDK as the global tracer provider when Enabled: the exporter
+// setupTraces installs the OpenTelemetry SDK as the global tracer provider when tracesEnabled: the exporter
 // named by OTEL_TRACES_EXPORTER (otlp, console; autoexport reads OTEL_EXPORTER_OTLP_* for the
 // endpoint, protocol and headers), a batch span processor (OTEL_BSP_*), the sampler of
 // OTEL_TRACES_SAMPLER, and a resource from OTEL_RESOURCE_ATTRIBUTES with service.name
 // defaulting to service (OTEL_SERVICE_NAME wins). It also sets the global propagator to W3C
 // trace context and baggage. Otherwise it does nothing. shutdown flushes the spans still queued.
-func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
+func setupTraces(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
-	if !Enabled() {
+	if !tracesEnabled() {
 		return noop, nil
 	}
 	exp, err := autoexport.NewSpanExporter(ctx)

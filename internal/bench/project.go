@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,19 +15,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 )
 
-// benchProjectOptions are the flags of `agentlog bench project`.
-type benchProjectOptions struct {
+// ProjectOptions are the flags of `agentlog bench project`.
+type ProjectOptions struct {
 	Sessions    int
 	Events      int
 	Size        int
@@ -41,9 +40,9 @@ type benchProjectOptions struct {
 	CPUProfile  string // write a CPU profile (pprof) of the last round's fold phase here
 }
 
-// benchProjectResult is the JSON line printed by `agentlog bench project --json`. Rates are
+// ProjectResult is the JSON line printed by `agentlog bench project --json`. Rates are
 // events/s, durations ms.
-type benchProjectResult struct {
+type ProjectResult struct {
 	Sessions int `json:"sessions"`
 	Events   int `json:"events"`
 	Records  int `json:"records"`
@@ -88,60 +87,31 @@ type benchProjectResult struct {
 	LagAppendEventsPerSec       float64 `json:"lag_append_events_per_sec"`
 }
 
-// newBenchProjectCmd is `agentlog bench project`: (a) the fold rate of one projector instance
-// (all built-in units, events applied and checkpointed), (b) the raw rate of an ordered consumer
-// reading (and decoding) the same stream, their ratio, and the projection lag under a steady
-// append load (append acknowledged -> QueryMessages with minSeq answered).
-func newBenchProjectCmd(g *globals) *cobra.Command {
-	var o benchProjectOptions
-	c := &cobra.Command{
-		Use:   "project [--json]",
-		Short: "Measure one projector's fold rate against a raw ordered consumer, and the projection lag",
-		Args:  exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Sessions < 1 || o.Events < 1 || o.Size < 1 || o.Batch < 1 || o.Rounds < 1 || o.Partitions < 1 {
-				return &usageError{fmt.Errorf("--sessions, --events, --size, --batch, --rounds and --partitions must be >= 1")}
-			}
-			if o.LagLoad < 0 || o.LagLoad > 1 || (o.LagLoad > 0 && (o.LagFor <= 0 || o.LagSessions < 1)) {
-				return &usageError{fmt.Errorf("--lag-load must be in [0, 1] (0: no lag phase), with --lag-for > 0 and --lag-sessions >= 1; got %g, %s and %d", o.LagLoad, o.LagFor, o.LagSessions)}
-			}
-			r, err := runBenchProject(cmd.Context(), o, g.stderr)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				b, _ := json.Marshal(r)
-				fmt.Fprintln(g.stdout, string(b))
-				return nil
-			}
-			fmt.Fprintf(g.stdout, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f (%.3f against decoding every record)\nlag at %.0f of %.0f events/s: p50 %.1f ms, p99 %.1f ms (%d samples, %d failed %s)\n",
-				r.Sessions, r.Events, r.Records, r.Rounds, r.EventsPerSec, r.FoldMs, r.StartMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio, r.DecodeRatio,
-				r.LagAppendEventsPerSec, r.LagPublisherMaxEventsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples, r.LagFailures, r.LagFirstError)
-			return nil
-		},
+// PrintProject writes r as one JSON line (asJSON) or as text.
+func PrintProject(w io.Writer, asJSON bool, r ProjectResult) error {
+	if asJSON {
+		b, _ := json.Marshal(r)
+		_, err := fmt.Fprintln(w, string(b))
+		return err
 	}
-	c.Flags().IntVar(&o.Sessions, "sessions", 400, "sessions in the pre-filled stream")
-	c.Flags().IntVar(&o.Events, "events", 1000, "events per session")
-	c.Flags().IntVar(&o.Rounds, "rounds", 3, "alternate (b) and (a) this many times and report the median round of each (steadier on a shared machine)")
-	c.Flags().IntVar(&o.Size, "size", 512, "approximate event size in bytes")
-	c.Flags().IntVar(&o.Batch, "batch", 10, "events per record")
-	c.Flags().IntVar(&o.Partitions, "partitions", 16, "partitions of the stream")
-	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
-	c.Flags().Float64Var(&o.LagLoad, "lag-load", 0.8, "the lag phase appends at this fraction of the publishers' maximum rate, measured first (0: skip the phase)")
-	c.Flags().IntVar(&o.LagSessions, "lag-sessions", 50, "publishers (one session each) of the lag phase")
-	c.Flags().DurationVar(&o.LagFor, "lag-for", 5*time.Second, "length of the lag phase (the maximum rate is measured for half of it before)")
-	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the last round's fold phase (after Start) to this file")
-	return c
+	_, err := fmt.Fprintf(w, "%d sessions, %d events in %d records; median of %d rounds\n(a) projector: %.0f events/s (%.0f ms, after a start of %.0f ms)\n(b) ordered consumer: %.0f events/s (%.0f ms; %.0f events/s decoding every record)\nratio %.3f (%.3f against decoding every record)\nlag at %.0f of %.0f events/s: p50 %.1f ms, p99 %.1f ms (%d samples, %d failed %s)\n",
+		r.Sessions, r.Events, r.Records, r.Rounds, r.EventsPerSec, r.FoldMs, r.StartMs, r.BaselineEventsPerSec, r.BaselineMs, r.BaselineDecodeEventsPerSec, r.Ratio, r.DecodeRatio,
+		r.LagAppendEventsPerSec, r.LagPublisherMaxEventsPerSec, r.LagP50Ms, r.LagP99Ms, r.LagSamples, r.LagFailures, r.LagFirstError)
+	return err
 }
 
-func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer) (benchProjectResult, error) {
-	res := benchProjectResult{Sessions: o.Sessions, Events: o.Sessions * o.Events}
+// RunProject measures (a) the fold rate of one projector instance (all built-in units, events
+// applied and checkpointed), (b) the raw rate of an ordered consumer reading (and decoding) the
+// same stream, their ratio, and the projection lag under a steady append load (append
+// acknowledged -> a messages query with minSeq answered); progress goes to logw.
+func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectResult, error) {
+	res := ProjectResult{Sessions: o.Sessions, Events: o.Sessions * o.Events}
 	dir, err := os.MkdirTemp("", "agentlog-bench-project-")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir}, "agentlog-bench-project", store.Config{Partitions: o.Partitions})
+	nc, st, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, Name: "agentlog-bench-project", Config: store.Config{Partitions: o.Partitions}})
 	if err != nil {
 		return res, err
 	}
@@ -160,7 +130,7 @@ func runBenchProject(ctx context.Context, o benchProjectOptions, logw io.Writer)
 		go func() {
 			defer wg.Done()
 			for s := range next {
-				evs, err := sessiontest.ChunkTurn(uint64(s), o.Events, o.Size, t0)
+				evs, err := loggen.ChunkTurn(uint64(s), o.Events, o.Size, t0)
 				if err != nil {
 					errs <- err
 					return
@@ -303,7 +273,10 @@ func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.Je
 		}
 		defer f.Close()
 	}
-	p := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return 0, 0, 0, nil, err

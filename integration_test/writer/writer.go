@@ -3,16 +3,21 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
-	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/loggen"
+	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
-// benchWriterOptions are the flags of the hidden `agentlog bench writer`.
-type benchWriterOptions struct {
+// writerOptions are the flags of the writer.
+type writerOptions struct {
+	NATS       string
 	Session    string
 	Events     int
 	Size       int
@@ -26,10 +31,7 @@ type benchWriterOptions struct {
 	Takeover   bool
 }
 
-// newBenchWriterCmd is a hidden command used by the fault tests (integration_test): a real
-// publisher process that writes the deterministic bench events of one session and reports on
-// stdout what the publisher acknowledged, so that it can be killed with SIGKILL mid-window and
-// the log checked afterwards.
+// newWriterCmd is the writer's command line; it reports on out.
 //
 // Protocol (one line each, stdout, flushed as written):
 //
@@ -38,33 +40,43 @@ type benchWriterOptions struct {
 //	durable <n>        Flush returned: every seq < n is durable
 //	done <n>           Close returned with n events written
 //
-// The events are sessiontest.ChunkTurn(0, --events, --size, --t0) (an open turn of assistant/chunk
+// The events are loggen.ChunkTurn(0, --events, --size, --t0) (an open turn of assistant/chunk
 // events until the last two), so the caller can rebuild them exactly. Only the create-or-resume branch
 // differs: when the session already exists it is opened (resume: closers + end-seed) and the
 // events continue from its next seq with the same generator's tail shifted to that seq. A session
 // whose writer is live is refused unless --takeover.
-func newBenchWriterCmd(g *globals) *cobra.Command {
-	o := benchWriterOptions{}
+func newWriterCmd(out io.Writer) *cobra.Command {
+	o := writerOptions{}
 	c := &cobra.Command{
-		Use:    "writer --session ID",
-		Short:  "A publisher process for fault tests (hidden)",
-		Hidden: true,
-		Args:   exactArgs(0, "no arguments"),
+		Use:           "writer --nats URL --session ID",
+		Short:         "A publisher process for the fault tests",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return &usageError{fmt.Errorf("writer takes no arguments (got %d)", len(args))}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Session == "" || o.Events < 1 || o.Batch < 1 || o.FlushEvery < 1 {
-				return &usageError{errors.New("--session, --events >= 1, --batch >= 1, --flush-every >= 1 are required")}
+			if o.NATS == "" || o.Session == "" || o.Events < 1 || o.Batch < 1 || o.FlushEvery < 1 {
+				return &usageError{errors.New("--nats, --session, --events >= 1, --batch >= 1, --flush-every >= 1 are required")}
 			}
 			ctx := cmd.Context()
-			nc, store, err := g.connect(ctx, "agentlog-bench-writer")
+			nc, js, err := natsdev.Connect(o.NATS, nats.Name("agentlog-test-writer"))
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			events, err := sessiontest.ChunkTurn(0, o.Events, o.Size, o.T0)
+			st, err := store.Open(ctx, js)
+			if err != nil {
+				return fmt.Errorf("NATS at %s: %w", o.NATS, err)
+			}
+			events, err := loggen.ChunkTurn(0, o.Events, o.Size, o.T0)
 			if err != nil {
 				return err
 			}
-			p, err := publisher.New(store, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID, LeaseTTL: o.LeaseTTL})
+			p, err := publisher.New(st, nc, publisher.Options{Window: o.Window, WriterID: o.WriterID, LeaseTTL: o.LeaseTTL})
 			if err != nil {
 				return &usageError{err} // --window or --writer-id
 			}
@@ -79,7 +91,6 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := g.stdout
 			next := w.NextSeq()
 			fmt.Fprintf(out, "ready %d\n", next)
 			round := 0
@@ -110,6 +121,8 @@ func newBenchWriterCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	c.Flags().StringVar(&o.NATS, "nats", "", "NATS URL of a provisioned agentlog (agentlog dev)")
 	c.Flags().StringVar(&o.Session, "session", "", "session id")
 	c.Flags().IntVar(&o.Events, "events", 1000, "events to write in total")
 	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event")

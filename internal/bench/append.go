@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -14,18 +14,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 )
 
-// benchAppendOptions are the flags of `agentlog bench append`.
-type benchAppendOptions struct {
+// AppendOptions are the flags of `agentlog bench append`.
+type AppendOptions struct {
 	Sessions   int
 	Events     int
 	Size       int
@@ -39,9 +38,9 @@ type benchAppendOptions struct {
 	Rounds     int    // alternating (b), (a) rounds; the median of each is reported
 }
 
-// benchAppendResult is the JSON line printed by `agentlog bench append --json`. Rates are events/s,
+// AppendResult is the JSON line printed by `agentlog bench append --json`. Rates are events/s,
 // durations ms, sizes bytes.
-type benchAppendResult struct {
+type AppendResult struct {
 	Sessions         int   `json:"sessions"`
 	EventsPerSession int   `json:"events_per_session"`
 	EventBytes       int   `json:"event_bytes"`
@@ -70,62 +69,8 @@ type benchAppendResult struct {
 	benchRounds                   // with --rounds > 1 the figures above are the median round's
 }
 
-func newBenchAppendCmd(g *globals) *cobra.Command {
-	o := benchAppendOptions{}
-	c := &cobra.Command{
-		Use:   "append [--sessions N] [--events M] [--size BYTES] [--json]",
-		Short: "Publisher throughput against raw async JetStream publishing, in one run",
-		Long: `append starts an embedded nats-server (file storage in a temporary directory, or --data) and
-measures, in the same run and on the same server:
-
-  (b) baseline: raw nats.go async publishing (jetstream.PublishMsgAsync) of the same events, one
-      message per event, no guard, N sessions concurrently, each waiting for all its acks at the end,
-      into a stream configured like AGENTLOG (file storage, S2);
-  (a) agentlog: the publisher writing M events to each of N sessions concurrently (Append each
-      event, then Flush), batched by the window into guarded records.
-
-Events are assistant/chunk events padded to --size bytes of JSON inside one closed turn. Sessions
-are created (KV metadata) before the timed phase; create_ms reports that separately. The rate is
-N*M events over the wall time from the first Append to the last Flush (the last ack for (b)).
-flush_p50_ms/flush_p99_ms are the latencies of the final Flush of each session.
-
-Both the server and the clients run in this process and share its CPUs.`,
-		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Sessions < 1 || o.Events < 1 || o.Size < 1 {
-				return &usageError{fmt.Errorf("--sessions, --events and --size must be >= 1 (got %d, %d, %d)", o.Sessions, o.Events, o.Size)}
-			}
-			if o.Rounds < 1 {
-				return &usageError{fmt.Errorf("--rounds must be >= 1, got %d", o.Rounds)}
-			}
-			if o.Window <= 0 {
-				return &usageError{fmt.Errorf("--window must be > 0, got %s", o.Window)}
-			}
-			if o.Skip != "" && o.Skip != "baseline" && o.Skip != "publisher" {
-				return &usageError{fmt.Errorf("--skip must be baseline or publisher, got %q", o.Skip)}
-			}
-			res, err := runBenchAppend(cmd.Context(), o, g.stderr)
-			if err != nil {
-				return err
-			}
-			return printBenchAppend(g.stdout, o.JSON, res)
-		},
-	}
-	c.Flags().IntVar(&o.Sessions, "sessions", 1000, "number of sessions written concurrently")
-	c.Flags().IntVar(&o.Events, "events", 200, "events per session")
-	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event")
-	c.Flags().DurationVar(&o.Window, "window", publisher.DefaultWindow, "the publisher's batching window")
-	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line instead of text")
-	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "run the server with sync: always (fsync every write)")
-	c.Flags().StringVar(&o.DataDir, "data", "", "JetStream storage directory (default: a temporary directory, removed afterwards)")
-	c.Flags().IntVar(&o.MaxPending, "baseline-max-pending", 4000, "the baseline's async publish window (jetstream.WithPublishAsyncMaxPending; nats.go's default is 4000)")
-	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the publisher phase to this file")
-	c.Flags().IntVar(&o.Rounds, "rounds", 1, "alternate (b) and (a) this many times and report the median round of each (steadier on a shared machine)")
-	c.Flags().StringVar(&o.Skip, "skip", "", "skip one phase: baseline or publisher")
-	return c
-}
-
-func printBenchAppend(w io.Writer, asJSON bool, r benchAppendResult) error {
+// PrintAppend writes r as one JSON line (asJSON) or as text.
+func PrintAppend(w io.Writer, asJSON bool, r AppendResult) error {
 	if asJSON {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -145,8 +90,10 @@ func printBenchAppend(w io.Writer, asJSON bool, r benchAppendResult) error {
 	return err
 }
 
-func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (benchAppendResult, error) {
-	res := benchAppendResult{
+// RunAppend measures (b) raw async publishing and (a) the publisher, o.Rounds times each, on one
+// embedded server, and returns the median rounds and their ratio; progress goes to logw.
+func RunAppend(ctx context.Context, o AppendOptions, logw io.Writer) (AppendResult, error) {
+	res := AppendResult{
 		Sessions: o.Sessions, EventsPerSession: o.Events, EventBytes: o.Size,
 		WindowMs: o.Window.Milliseconds(), SyncAlways: o.SyncAlways, GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
@@ -155,33 +102,33 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		return res, err
 	}
 	defer cleanup()
-	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, SyncAlways: o.SyncAlways, ServerName: "agentlog-bench"}, "agentlog-bench", store.Config{})
+	nc, store, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, SyncAlways: o.SyncAlways, Name: "agentlog-bench"})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	js := st.JS
+	js := store.JS
 
 	// The same events for both phases (generated before any timing).
 	events := make([][]session.Event, o.Sessions)
 	t0 := time.Now().UnixMilli()
 	for i := range events {
-		if events[i], err = sessiontest.ChunkTurn(uint64(i), o.Events, o.Size, t0); err != nil {
+		if events[i], err = loggen.ChunkTurn(uint64(i), o.Events, o.Size, t0); err != nil {
 			return res, err
 		}
 	}
 
 	// Rounds alternate (b) and (a) so that load from outside this process hits both alike; the
 	// figures reported are the median round of each.
-	var base, pub []benchAppendResult
+	var base, pub []AppendResult
 	for r := range o.Rounds {
 		if o.Skip != "baseline" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (b) raw async publishing, %d sessions x %d events...\n", r+1, o.Rounds, o.Sessions, o.Events)
-			el, stored, err := benchBaseline(ctx, nc, js, st, events, o.MaxPending)
+			el, stored, err := benchBaseline(ctx, nc, js, store, events, o.MaxPending)
 			if err != nil {
 				return res, fmt.Errorf("baseline: %w", err)
 			}
-			base = append(base, benchAppendResult{
+			base = append(base, AppendResult{
 				BaselineElapsedMs:    ms(el),
 				BaselineEventsPerSec: float64(o.Sessions*o.Events) / el.Seconds(),
 				BaselineStoredBytes:  stored,
@@ -189,15 +136,15 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		}
 		if o.Skip != "publisher" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (a) agentlog publisher, %d sessions x %d events, window %s...\n", r+1, o.Rounds, o.Sessions, o.Events, o.Window)
-			var pr benchAppendResult
-			if err := benchPublisher(ctx, nc, st, o, r, events, &pr); err != nil {
+			var pr AppendResult
+			if err := benchPublisher(ctx, nc, store, o, r, events, &pr); err != nil {
 				return res, fmt.Errorf("publisher: %w", err)
 			}
 			pub = append(pub, pr)
 		}
 	}
 	if len(base) > 0 {
-		slices.SortFunc(base, func(a, b benchAppendResult) int { return cmp.Compare(a.BaselineEventsPerSec, b.BaselineEventsPerSec) })
+		slices.SortFunc(base, func(a, b AppendResult) int { return cmp.Compare(a.BaselineEventsPerSec, b.BaselineEventsPerSec) })
 		for _, b := range base {
 			res.RoundsBaselineEventsPerSec = append(res.RoundsBaselineEventsPerSec, round1(b.BaselineEventsPerSec))
 		}
@@ -205,7 +152,7 @@ func runBenchAppend(ctx context.Context, o benchAppendOptions, logw io.Writer) (
 		res.BaselineElapsedMs, res.BaselineEventsPerSec, res.BaselineStoredBytes = m.BaselineElapsedMs, m.BaselineEventsPerSec, m.BaselineStoredBytes
 	}
 	if len(pub) > 0 {
-		slices.SortFunc(pub, func(a, b benchAppendResult) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
+		slices.SortFunc(pub, func(a, b AppendResult) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
 		for _, p := range pub {
 			res.RoundsEventsPerSec = append(res.RoundsEventsPerSec, round1(p.EventsPerSec))
 		}
@@ -292,7 +239,7 @@ func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *
 
 // benchPublisher creates every session (untimed), then Appends all events of all sessions
 // concurrently and Flushes each session at its end.
-func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o benchAppendOptions, round int, events [][]session.Event, res *benchAppendResult) error {
+func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o AppendOptions, round int, events [][]session.Event, res *AppendResult) error {
 	before, err := st.Stream.Info(ctx)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package inspector_test
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -142,17 +143,73 @@ func screenshot(t *testing.T, tab context.Context, dir, name string) {
 	t.Logf("screenshot: %s", p)
 }
 
-// startUIStack runs the dev stack (server, projector, forker) and the inspector on it.
-func startUIStack(t *testing.T, ctx context.Context, o uiOptions) (*stack, string) {
+// startUIStack runs the dev stack (server, projector, forker) with the inspector; it returns the
+// inspector's base URL (without the token).
+func startUIStack(t *testing.T, ctx context.Context, o devstack.UIOptions) (*devstack.Stack, string) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := startStack(ctx, stackOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1, Logger: logger})
+	o.Listen = "127.0.0.1:0"
+	s, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 1, Forkers: 1, Logger: logger, UI: o})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	_, base := startUIStackOn(t, ctx, s, o)
-	return s, base
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the dev stack: %v", err)
+		}
+	})
+	return s, baseURL(s.UI().URL())
+}
+
+// baseURL is an inspector URL without its ?token= and final slash.
+func baseURL(url string) string {
+	base, _, _ := strings.Cut(url, "/?")
+	return strings.TrimSuffix(base, "/")
+}
+
+// messages returns the derived messages of id once the projector has applied its last event, as
+// `agentlog messages ID` asks for them.
+func messages(t *testing.T, ctx context.Context, s *devstack.Stack, id string) []json.RawMessage {
+	t.Helper()
+	tail, err := s.Store().GetTail(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(s.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Messages(ctx, id, client.MinSeq(tail.NextSeq-1))
+	if err != nil {
+		t.Fatalf("messages of %q: %v", id, err)
+	}
+	return r.Messages
+}
+
+// fork forks source at boundary (into child, unless "") through the fork service.
+func fork(ctx context.Context, s *devstack.Stack, source string, boundary int64, child string) (client.ForkResult, error) {
+	c, err := client.New(s.Conn())
+	if err != nil {
+		return client.ForkResult{}, err
+	}
+	return c.Fork(ctx, client.ForkRequest{Source: source, Boundary: &boundary, Child: child})
+}
+
+// opsEvents is one closed turn: a user message and the assistant's answer.
+func opsEvents() []session.Event {
+	ev := func(seq int64, typ, data string) session.Event {
+		e := session.Event{Type: typ, Seq: seq, Time: "1785000000000", Data: json.RawMessage(data)}
+		if typ == "user/message" || typ == "assistant/message" {
+			e.SurfaceOp = json.RawMessage(`"append"`)
+		}
+		return e
+	}
+	return []session.Event{
+		ev(0, "turn/start", `{"turn":1}`),
+		ev(1, "user/message", `{"id":"m1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}`),
+		ev(2, "assistant/message", `{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","content":[{"type":"text","text":"hello"}],"source":{"kind":"model","provider":"p","model":"m"}}}`),
+		ev(3, "turn/end", `{"turn":1,"reason":{"kind":"completed"}}`),
+	}
 }
 
 type css = chromedp.CSS
@@ -161,23 +218,23 @@ func TestUIBrowser(t *testing.T) {
 	chromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, base := startUIStack(t, ctx, uiOptions{allowFork: true})
+	s, base := startUIStack(t, ctx, devstack.UIOptions{AllowFork: true})
 	dir := artifacts(t)
 	id := "alpha"
-	if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.store.Append(ctx, id, 0, uiEvents())
+	res, err := s.Store().Append(ctx, id, 0, uiEvents())
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := runCLI(ctx, s.url, "messages", id)
-	if code != 0 {
-		t.Fatalf("agentlog messages: %d %s", code, errOut)
-	}
 	var want []any
-	if err := json.Unmarshal([]byte(out), &want); err != nil {
-		t.Fatal(err)
+	for _, m := range messages(t, ctx, s, id) {
+		var v any
+		if err := json.Unmarshal(m, &v); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, v)
 	}
 
 	// The sessions list, live: it stays open while the session is forked in another tab.
@@ -207,7 +264,7 @@ func TestUIBrowser(t *testing.T) {
 		got = append(got, v)
 	}
 	if len(got) == 0 || !reflect.DeepEqual(got, want) {
-		t.Errorf("the model view differs from agentlog messages:\n got %v\nwant %v", got, want)
+		t.Errorf("the model view differs from the messages query:\n got %v\nwant %v", got, want)
 	}
 	if pwned != "undefined" || strings.Contains(docTitle, "pwned") || injected != 0 {
 		t.Errorf("injected markup ran or was parsed: window.__pwned=%s, title %q, %d script/img/b elements in main", pwned, docTitle, injected)
@@ -238,12 +295,13 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("%d script/img elements after the expanders", n)
 	}
 
-	// A fork inside an open turn, through the service: the reference's text, as the CLI prints it.
+	// A fork inside an open turn, through the service: the reference's text, as the service says it.
 	tabDo(t, tab, "fork refused", chromedp.SetValue(css(`#forkform input[name="boundary"]`), "12"),
 		chromedp.Submit(css(`#forkform`)), chromedp.WaitVisible(css(`#refusal-text`)))
 	served := tabGet(t, tab, chromedp.TextContent(css(`#refusal-text`)))
-	if _, _, cliErr := runCLI(ctx, s.url, "fork", id, "--at", "12"); served == "" || !strings.Contains(cliErr, "OPEN_TURN: "+served) {
-		t.Errorf("refusal on the page %q, the CLI says %q", served, cliErr)
+	var refused *client.Error
+	if _, err := fork(ctx, s, id, 12, ""); served == "" || !errors.As(err, &refused) || !errors.Is(err, client.ErrOpenTurn) || refused.Description != served {
+		t.Errorf("refusal on the page %q, the fork service says %v", served, err)
 	}
 
 	// Fork at the boundary of turn 1: the child's page, its tree, and the child live in the list.
@@ -263,9 +321,9 @@ func TestUIBrowser(t *testing.T) {
 	if treeNow := tabGet(t, tab, chromedp.TextContent(css(`#tree`))); !strings.Contains(treeNow, child) {
 		t.Errorf("the parent's tree lacks the child %q: %q", child, treeNow)
 	}
-	// A fork made elsewhere (the CLI) appears in the open page's tree.
-	if code, _, errOut := runCLI(ctx, s.url, "fork", id, "--at", "13", "--child", "alpha-2"); code != 0 {
-		t.Fatalf("fork: %s", errOut)
+	// A fork made elsewhere (through the client) appears in the open page's tree.
+	if _, err := fork(ctx, s, id, 13, "alpha-2"); err != nil {
+		t.Fatalf("fork: %v", err)
 	}
 	tabDo(t, tab, "the tree, live", chromedp.WaitVisible(css(`#tree li.tnode[data-id="alpha-2"]`)))
 	more := []session.Event{
@@ -273,7 +331,7 @@ func TestUIBrowser(t *testing.T) {
 			Data: json.RawMessage(`{"id":"m9","role":"user","content":[{"type":"text","text":"live message 42"}],"source":{"kind":"user"}}`)},
 		{Type: "turn/end", Seq: 16, Time: "1785000000101", Data: json.RawMessage(`{"turn":3,"reason":{"kind":"completed"}}`)},
 	}
-	if _, err := s.store.Append(ctx, id, res.StreamSeq, more); err != nil {
+	if _, err := s.Store().Append(ctx, id, res.StreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
 	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
@@ -295,28 +353,46 @@ func TestUIBrowser(t *testing.T) {
 	}
 	screenshot(t, tab, dir, "ui-session-dark")
 
-	// messages.json is what `agentlog messages` prints.
-	_, cliMsgs, _ := runCLI(ctx, s.url, "messages", id)
+	// messages.json holds the derived messages (byte for byte what `agentlog messages` prints:
+	// cmd/agentlog's TestUIDownloadsAreTheCLIOutput).
+	var wantNow []any
+	for _, m := range messages(t, ctx, s, id) {
+		var v any
+		if err := json.Unmarshal(m, &v); err != nil {
+			t.Fatal(err)
+		}
+		wantNow = append(wantNow, v)
+	}
 	mresp, err := http.Get(base + "/sessions/alpha/messages.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mj, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	if string(mj) != cliMsgs {
-		t.Errorf("messages.json differs from agentlog messages:\n%s\n%s", mj, cliMsgs)
+	var gotNow []any
+	if err := json.Unmarshal(mj, &gotNow); err != nil || !reflect.DeepEqual(gotNow, wantNow) {
+		t.Errorf("messages.json differs from the messages query (%v):\n%s\n%v", err, mj, wantNow)
 	}
 
-	// The raw log is what `agentlog events` prints.
-	_, cliEvents, _ := runCLI(ctx, s.url, "events", id)
+	// The raw log is the session's dsh JSONL (`agentlog events`), every event as stored.
 	resp, err := http.Get(base + "/sessions/alpha/events.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if string(raw) != cliEvents || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
-		t.Errorf("raw log download differs from agentlog events (%d vs %d bytes, %q)", len(raw), len(cliEvents), resp.Header.Get("Content-Disposition"))
+	stored, _, err := s.Store().Read(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, rawEvents, err := session.ReadJSONL(strings.NewReader(string(raw)), id)
+	if err != nil || h.ID != id || len(rawEvents) != len(stored) || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("raw log download: %v, %d events of %d, %q", err, len(rawEvents), len(stored), resp.Header.Get("Content-Disposition"))
+	}
+	for i := range stored {
+		if err := sessiontest.SameEvent(rawEvents[i], stored[i]); err != nil {
+			t.Errorf("raw log download: %v", err)
+		}
 	}
 }
 
@@ -325,11 +401,11 @@ func TestUIBrowser(t *testing.T) {
 func TestUISecurity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if _, _, err := startUI(ctx, nil, uiOptions{listen: "0.0.0.0:0"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--ui-token") {
+	if _, err := devstack.StartUI(ctx, nil, devstack.UIOptions{Listen: "0.0.0.0:0"}, nil); err == nil || !strings.Contains(err.Error(), "--ui-token") {
 		t.Errorf("a non-loopback address without a token: %v", err)
 	}
-	s, base := startUIStack(t, ctx, uiOptions{})
-	if err := s.store.CreateSession(ctx, session.Header{ID: "a/b <x>", CreatedAt: 1785000000000}); err != nil {
+	s, base := startUIStack(t, ctx, devstack.UIOptions{})
+	if err := s.Store().CreateSession(ctx, session.Header{ID: "a/b <x>", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -367,19 +443,17 @@ func TestUISecurity(t *testing.T) {
 	}
 	// A session whose todos unit stops: the page (as served, without script) shows the timeline,
 	// the model view and the stopped unit with its seq and rule.
-	if err := s.store.CreateSession(ctx, session.Header{ID: "stopped", CreatedAt: 1785000000000, Cwd: "/work/<repo>", AgentPreset: "coder"}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: "stopped", CreatedAt: 1785000000000, Cwd: "/work/<repo>", AgentPreset: "coder"}); err != nil {
 		t.Fatal(err)
 	}
 	bad := append(opsEvents(), session.Event{Type: "todo/write", Seq: 4, Time: "1785000000004", Data: json.RawMessage(`{"todos":"not a list"}`)})
-	if _, err := s.store.Append(ctx, "stopped", 0, bad); err != nil {
+	if _, err := s.Store().Append(ctx, "stopped", 0, bad); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "messages", "stopped"); code != 0 {
-		t.Fatal(errOut)
-	}
+	messages(t, ctx, s, "stopped")
 	errSubj, _ := wire.ErrorsSubject("stopped")
 	report := `{"type":"agent/error","session":"stopped","firstSeq":5,"lastSeq":6,"error":"write <b>failed</b>","time":1785000000009,"writerId":"w1","fenced":true}`
-	js, err := natsjs.New(s.nc)
+	js, err := natsjs.New(s.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +469,7 @@ func TestUISecurity(t *testing.T) {
 	}
 
 	// With a token and --allow-fork.
-	_, tbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret", allowFork: true})
+	_, tbase := startUIStackOn(t, ctx, s, devstack.UIOptions{Token: "s3cret", AllowFork: true})
 	if r, _ := do("GET", tbase+"/", nil, ""); r.StatusCode != 401 {
 		t.Errorf("no token: %d, want 401", r.StatusCode)
 	}
@@ -442,7 +516,7 @@ func TestUISecurity(t *testing.T) {
 
 	// HTTPS: the login cookie is Secure.
 	certFile, keyFile, pool := selfSigned(t, t.TempDir())
-	_, sbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret", tlsCert: certFile, tlsKey: keyFile})
+	_, sbase := startUIStackOn(t, ctx, s, devstack.UIOptions{Token: "s3cret", TLSCert: certFile, TLSKey: keyFile})
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := hc.Get(sbase + "/?token=s3cret")
@@ -487,22 +561,19 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 }
 
 // startUIStackOn starts an inspector on s's connection; it stops at cleanup.
-func startUIStackOn(t *testing.T, ctx context.Context, s *stack, o uiOptions) (*stack, string) {
+func startUIStackOn(t *testing.T, ctx context.Context, s *devstack.Stack, o devstack.UIOptions) (*devstack.Stack, string) {
 	t.Helper()
-	uctx, stop := context.WithCancel(ctx)
-	o.listen = "127.0.0.1:0"
-	url, wait, err := startUI(uctx, s.nc, o, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	o.Listen = "127.0.0.1:0"
+	u, err := devstack.StartUI(ctx, s.Conn(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stop()
-		if err := wait(); err != nil {
+		if err := u.Close(); err != nil {
 			t.Errorf("ui: %v", err)
 		}
 	})
-	base, _, _ := strings.Cut(url, "/?")
-	return s, strings.TrimSuffix(base, "/")
+	return s, baseURL(u.URL())
 }
 
 // TestUISpeed measures, for a 10,000-event session, the server's time to the whole HTML of the
@@ -512,24 +583,22 @@ func startUIStackOn(t *testing.T, ctx context.Context, s *stack, o uiOptions) (*
 func TestUISpeed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, base := startUIStack(t, ctx, uiOptions{})
+	s, base := startUIStack(t, ctx, devstack.UIOptions{})
 	id := "long"
-	if err := s.store.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
 	evs := sessiontest.AgentTurns(10000)
 	var last uint64
 	for i := 0; i < len(evs); i += 500 {
-		res, err := s.store.Append(ctx, id, last, evs[i:min(i+500, len(evs))])
+		res, err := s.Store().Append(ctx, id, last, evs[i:min(i+500, len(evs))])
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = res.StreamSeq
 	}
 	// Wait for the projection (the page would wait for it too, and that is not what is measured).
-	if code, _, errOut := runCLI(ctx, s.url, "messages", id); code != 0 {
-		t.Fatalf("messages: %s", errOut)
-	}
+	messages(t, ctx, s, id)
 	get := func(url string) (int, time.Duration) {
 		start := time.Now()
 		resp, err := http.Get(url)
@@ -554,7 +623,7 @@ func TestUISpeed(t *testing.T) {
 	cssBytes, _ := get(base + "/static/app.css")
 	jsBytes, _ := get(base + "/static/app.js")
 	// The raw baseline: reading the session's events through the client, as the page does first.
-	c, err := client.New(s.nc)
+	c, err := client.New(s.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,10 +644,14 @@ func TestUISpeed(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		os.WriteFile("/tmp/long.html", b, 0o644)
-		for _, args := range [][]string{{"events", id}, {"messages", id, "--min-seq", "-1"}, {"status", id}} {
+		for what, read := range map[string]func() error{
+			"events":   func() error { return c.Events(ctx, id, client.EventsQuery{}, func(session.Event) error { return nil }) },
+			"messages": func() error { _, err := c.Messages(ctx, id); return err },
+			"status":   func() error { _, err := c.Status(ctx, id); return err },
+		} {
 			start := time.Now()
-			runCLI(ctx, s.url, args...)
-			t.Logf("agentlog %v: %s", args, time.Since(start))
+			err := read()
+			t.Logf("client %s: %s (%v)", what, time.Since(start), err)
 		}
 	}
 	if _, err := exec.LookPath("chromium"); err != nil {
@@ -601,34 +674,6 @@ func TestUISpeed(t *testing.T) {
 		len(evs), size, float64(best.Microseconds())/1000, float64(raw.Microseconds())/1000, float64(best)/float64(raw), fcp)
 }
 
-// TestDevUI: `dev --ui` and `ui` serve the inspector, print its URL and stop cleanly; a
-// non-loopback address without a token is a usage error before anything starts.
-func TestDevUI(t *testing.T) {
-	var errb strings.Builder
-	if code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "0.0.0.0:0"},
-		strings.NewReader(""), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--ui-token") {
-		t.Errorf("dev --ui 0.0.0.0:0 without a token: exit %d, %s", code, errb.String())
-	}
-	out, _ := runCmd(t, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "127.0.0.1:0")
-	natsURL := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
-	devUI := waitOutput(t, out, `agentlog ui: (http://\S+/) \(read-only\)`)
-	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--ui-token", "t0k")
-	ui := waitOutput(t, uiOut, `agentlog ui: (http://\S+) \(read-only\)`)
-	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar} // the ?token= login sets a cookie, then redirects
-	for _, u := range []string{devUI, ui} {
-		resp, err := hc.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `id="sessions"`) {
-			t.Errorf("GET %s: %d %.300s", u, resp.StatusCode, body)
-		}
-	}
-}
-
 // TestUILargeEvent: a 5 MiB tool result is not inlined whole: the model view carries its first
 // InlineJSONBytes, says it was cut and how big it is, and links the whole event, which loads on
 // demand (behind the token, as everything) as text; in a browser it replaces the cut JSON in place,
@@ -636,7 +681,7 @@ func TestDevUI(t *testing.T) {
 func TestUILargeEvent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, base := startUIStack(t, ctx, uiOptions{})
+	s, base := startUIStack(t, ctx, devstack.UIOptions{})
 	big := `<script>window.__pwned=5</script>` + strings.Repeat("L", 5<<20)
 	bigJSON, _ := json.Marshal(big)
 	ev := func(seq int64, typ, data string) session.Event {
@@ -652,15 +697,13 @@ func TestUILargeEvent(t *testing.T) {
 		ev(2, "tool/call", `{"turn":1,"step":1,"callId":"c1","name":"read","arguments":"{}"}`),
 		ev(3, "tool/result", `{"turn":1,"step":1,"message":{"id":"r1","role":"user","content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":`+string(bigJSON)+`}]}],"source":{"kind":"tool","callId":"c1"}}}`),
 	}
-	if err := s.store.CreateSession(ctx, session.Header{ID: "huge", CreatedAt: 1785000000000}); err != nil {
+	if err := s.Store().CreateSession(ctx, session.Header{ID: "huge", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Append(ctx, "huge", 0, events); err != nil {
+	if _, err := s.Store().Append(ctx, "huge", 0, events); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := runCLI(ctx, s.url, "messages", "huge"); code != 0 {
-		t.Fatal(errOut)
-	}
+	messages(t, ctx, s, "huge")
 	get := func(url string, hdr ...string) (*http.Response, string) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
 		if len(hdr) == 2 {
@@ -692,7 +735,7 @@ func TestUILargeEvent(t *testing.T) {
 	if _, body := get(base + "/sessions/nope/events/0"); strings.Contains(body, "has no event at seq") {
 		t.Errorf("an unknown session's event: %q, want it not found, not short of events", body)
 	}
-	_, tbase := startUIStackOn(t, ctx, s, uiOptions{token: "s3cret"})
+	_, tbase := startUIStackOn(t, ctx, s, devstack.UIOptions{Token: "s3cret"})
 	if r, _ := get(tbase + "/sessions/huge/events/3"); r.StatusCode != 401 {
 		t.Errorf("the whole event without the token: %d, want 401", r.StatusCode)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,16 +9,16 @@ import (
 	"time"
 )
 
-// TestBenchProject runs `agentlog bench project` small (AGENTLOG_BENCH_PROJECT=full: the defaults,
+// TestBenchProject runs RunProject (`agentlog bench project`) small (AGENTLOG_BENCH_PROJECT=full: the defaults,
 // and the JSON line is logged).
 func TestBenchProject(t *testing.T) {
-	o := benchProjectOptions{Sessions: 20, Events: 50, Size: 256, Batch: 10, LagLoad: 0.8, LagSessions: 10, LagFor: time.Second, Partitions: 4, Rounds: 2}
+	o := ProjectOptions{Sessions: 20, Events: 50, Size: 256, Batch: 10, LagLoad: 0.8, LagSessions: 10, LagFor: time.Second, Partitions: 4, Rounds: 2}
 	if os.Getenv("AGENTLOG_BENCH_PROJECT") == "full" {
-		o = benchProjectOptions{Sessions: 400, Events: 1000, Size: 512, Batch: 10, LagLoad: 0.8, LagSessions: 50, LagFor: 5 * time.Second, Partitions: 16, Rounds: 3}
+		o = ProjectOptions{Sessions: 400, Events: 1000, Size: 512, Batch: 10, LagLoad: 0.8, LagSessions: 50, LagFor: 5 * time.Second, Partitions: 16, Rounds: 3}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	r, err := runBenchProject(ctx, o, io.Discard)
+	r, err := RunProject(ctx, o, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -17,18 +17,16 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/loggen"
-	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 )
 
-// benchForkOptions are the flags of `agentlog bench fork`.
-type benchForkOptions struct {
+// ForkOptions are the flags of `agentlog bench fork`.
+type ForkOptions struct {
 	Events       int
 	Size         int
 	RecordEvents int
@@ -39,8 +37,8 @@ type benchForkOptions struct {
 	CPUProfile   string
 }
 
-// benchForkResult is the JSON line of `agentlog bench fork --json`. Durations are ms, sizes bytes.
-type benchForkResult struct {
+// ForkResult is the JSON line of `agentlog bench fork --json`. Durations are ms, sizes bytes.
+type ForkResult struct {
 	Events        int    `json:"events"`
 	Source        string `json:"source"`
 	SourceBytes   uint64 `json:"source_bytes"`   // stored bytes of the source's records
@@ -67,80 +65,41 @@ type benchForkResult struct {
 	BaselinePeakRSSGrowthBytes int64 `json:"baseline_peak_rss_growth_bytes"`
 }
 
-func newBenchForkCmd(g *globals) *cobra.Command {
-	o := benchForkOptions{}
-	c := &cobra.Command{
-		Use:   "fork [--events N] [--size BYTES] [--rounds R] [--json]",
-		Short: "Fork latency against reading the source and publishing the same bytes, in one run",
-		Long: `fork starts an embedded nats-server (file storage in a temporary directory, or --data), stores one
-source session of --events events (records of --record-events events) and measures, in the same run
-and on the same server, alternating --rounds times:
-
-  (b) baseline: the raw work of a fork: read the source's subject with an ordered consumer and
-      publish each record's bytes (its data and headers) once to a new subject with async
-      publishing, waiting for every ack;
-  (a) agentlog: client.Fork of the whole source (default boundary) to a new child, through a
-      forker service in this process: checks, the streaming read and seed validation, the child's
-      metadata and its records (one atomic batch).
-
-ratio = the median fork time / the median baseline time. The source is, with --source chunks, one
-closed turn of assistant/chunk events of --size bytes each; with --source generated, a long,
-well-formed generated session (messages, tool calls and results, compaction replaces) whose event
-sizes are the generator's. fork_peak_rss_growth_bytes is the growth of this process's peak RSS
-during one fork (the server runs in this process).`,
-		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Events < 1 || o.Size < 1 || o.RecordEvents < 1 || o.Rounds < 1 {
-				return &usageError{fmt.Errorf("--events, --size, --record-events and --rounds must be >= 1")}
-			}
-			if o.Source != "chunks" && o.Source != "generated" {
-				return &usageError{fmt.Errorf("--source must be chunks or generated, got %q", o.Source)}
-			}
-			res, err := runBenchFork(cmd.Context(), o, g.stderr)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				b, err := json.Marshal(res)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(g.stdout, string(b))
-				return err
-			}
-			_, err = fmt.Fprintf(g.stdout, `agentlog bench fork: %d events (%s, %d bytes in %d records), child %d records, GOMAXPROCS %d
+// PrintFork writes res as one JSON line (asJSON) or as text.
+func PrintFork(w io.Writer, asJSON bool, res ForkResult) error {
+	if asJSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	_, err := fmt.Fprintf(w, `agentlog bench fork: %d events (%s, %d bytes in %d records), child %d records, GOMAXPROCS %d
   fork:      %8.1f ms  (CPU %.1f ms; peak RSS +%d bytes)
   raw copy:  %8.1f ms  (CPU %.1f ms; peak RSS +%d bytes)
   ratio:     %8.2f  (CPU %.2f)
 `, res.Events, res.Source, res.SourceBytes, res.SourceRecords, res.ChildRecords, res.GOMAXPROCS,
-				res.ForkMs, res.ForkCPUMs, res.ForkPeakRSSGrowthBytes, res.BaselineMs, res.BaselineCPUMs, res.BaselinePeakRSSGrowthBytes, res.Ratio, res.CPURatio)
-			return err
-		},
-	}
-	c.Flags().IntVar(&o.Events, "events", 10000, "events of the source session")
-	c.Flags().IntVar(&o.Size, "size", 512, "bytes of JSON per event (--source chunks)")
-	c.Flags().IntVar(&o.RecordEvents, "record-events", 50, "events per record of the source")
-	c.Flags().StringVar(&o.Source, "source", "chunks", "the source's events: chunks or generated")
-	c.Flags().IntVar(&o.Rounds, "rounds", 5, "alternate (b) and (a) this many times and report the median of each")
-	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line instead of text")
-	c.Flags().StringVar(&o.DataDir, "data", "", "JetStream storage directory (default: a temporary directory, removed afterwards)")
-	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the rounds (both phases) to this file")
-	return c
+		res.ForkMs, res.ForkCPUMs, res.ForkPeakRSSGrowthBytes, res.BaselineMs, res.BaselineCPUMs, res.BaselinePeakRSSGrowthBytes, res.Ratio, res.CPURatio)
+	return err
 }
 
 // benchForkSource returns the source's events.
-func benchForkSource(o benchForkOptions) ([]session.Event, error) {
+func benchForkSource(o ForkOptions) ([]session.Event, error) {
 	t0 := time.Now().UnixMilli()
 	if o.Source == "chunks" {
-		return sessiontest.ChunkTurn(1, o.Events, o.Size, t0)
+		return loggen.ChunkTurn(1, o.Events, o.Size, t0)
 	}
 	l := loggen.GenerateWith(1, loggen.Options{MaxTurns: max(o.Events/20, 1), MaxEvents: o.Events, Steady: true})
 	_, evs, err := session.ReadJSONL(bytes.NewReader(l.JSONL()), "bench-src")
 	return evs, err
 }
 
-func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benchForkResult, error) {
-	res := benchForkResult{Source: o.Source, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+// RunFork measures (b) reading a session's subject and publishing the same bytes once and (a) a
+// fork of it through a forker service, o.Rounds times each, on one embedded server, and returns
+// the medians and their ratio; progress goes to logw.
+func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, error) {
+	res := ForkResult{Source: o.Source, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	dir := o.DataDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "agentlog-bench-fork-")
@@ -150,7 +109,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	nc, st, stop, err := benchServer(ctx, natsdev.ServerOptions{DataDir: dir, ServerName: "agentlog-bench"}, "agentlog-bench", store.Config{})
+	nc, store, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, Name: "agentlog-bench"})
 	if err != nil {
 		return res, err
 	}
@@ -162,30 +121,33 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	res.Events = len(events)
 	const src = "bench-src"
 	fmt.Fprintf(logw, "bench: storing the source (%d events)...\n", len(events))
-	if err := st.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
+	if err := store.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
 		return res, err
 	}
 	var last uint64
-	before, err := st.Stream.Info(ctx)
+	before, err := store.Stream.Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	for i := 0; i < len(events); i += o.RecordEvents {
-		r, err := st.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
+		r, err := store.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
 		if err != nil {
 			return res, fmt.Errorf("storing the source: %w", err)
 		}
 		last = r.StreamSeq
 		res.SourceRecords++
 	}
-	after, err := st.Stream.Info(ctx)
+	after, err := store.Stream.Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.SourceBytes = after.State.Bytes - before.State.Bytes
 	events = nil
 
-	f := forker.New(st, nc, forker.Options{Logger: benchLogger})
+	f, err := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	if err != nil {
+		return res, err
+	}
 	if err := f.Start(ctx); err != nil {
 		return res, err
 	}
@@ -197,7 +159,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 	res.ForkPeakRSSGrowthBytes, res.BaselinePeakRSSGrowthBytes = -1, -1
 	var forks, bases, forkCPU, baseCPU []float64
 	// Both phases of every round: the profile's stacks tell them apart (forker.(*Forker).serve,
-	// main.benchRawCopy and the server goroutines they drive).
+	// bench.benchRawCopy and the server goroutines they drive).
 	stopProfile, err := startCPUProfile(o.CPUProfile)
 	if err != nil {
 		return res, err
@@ -208,7 +170,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 		debug.FreeOSMemory() // so that the peak RSS counts what the phase needs, not free heap
 		rss0, reset := resetPeakRSS()
 		t, c := time.Now(), processCPU()
-		if err := benchRawCopy(ctx, st, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
+		if err := benchRawCopy(ctx, store, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
 			return res, fmt.Errorf("baseline: %w", err)
 		}
 		bases, baseCPU = append(bases, ms(time.Since(t))), append(baseCPU, ms(processCPU()-c))
@@ -230,7 +192,7 @@ func runBenchFork(ctx context.Context, o benchForkOptions, logw io.Writer) (benc
 			res.ForkPeakRSSGrowthBytes = peakRSS() - rss0
 		}
 		if r == 0 {
-			n, err := st.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
+			n, err := store.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
 			if err != nil || n == 0 {
 				return res, fmt.Errorf("reading the child back: %v", err)
 			}

@@ -1,8 +1,7 @@
-package main
+package bench
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -10,25 +9,10 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
-	"github.com/spf13/cobra"
 )
-
-func newBenchCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append, project, memory, fork or scale)"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, memory, fork or scale)", cmd.CommandPath())}
-		},
-	}
-	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchWriterCmd(g), newBenchForkCmd(g),
-		newBenchScaleCmd(g), newBenchScaleServerCmd(g))
-	return c
-}
 
 // benchRounds is every round's rate of a benchmark, (a) and (b), sorted; the figures a result
 // reports are the median round's.
@@ -67,25 +51,16 @@ func heapBytes(gc bool) int64 {
 
 var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-// benchServer starts an embedded nats-server with opts, connects to it as name and provisions cfg;
-// stop closes the connection and shuts the server down.
-func benchServer(ctx context.Context, opts natsdev.ServerOptions, name string, cfg store.Config) (nc *nats.Conn, st *store.Store, stop func(), err error) {
-	srv, err := natsdev.RunServer(opts)
+// benchServer starts a dev stack without services (the benchmark starts the ones it times): an
+// embedded nats-server with opts, its connection and the provisioned store; stop closes the
+// connection and shuts the server down.
+func benchServer(ctx context.Context, opts devstack.Options) (nc *nats.Conn, st *store.Store, stop func(), err error) {
+	opts.Logger = benchLogger
+	s, err := devstack.Start(ctx, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	stopServer := func() { srv.Shutdown(); srv.WaitForShutdown() }
-	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(name))
-	if err != nil {
-		stopServer()
-		return nil, nil, nil, err
-	}
-	if st, err = store.Provision(ctx, js, cfg); err != nil {
-		nc.Close()
-		stopServer()
-		return nil, nil, nil, fmt.Errorf("provision: %w", err)
-	}
-	return nc, st, func() { nc.Close(); stopServer() }, nil
+	return s.Conn(), s.Store(), func() { _ = s.Close() }, nil
 }
 
 // startCPUProfile starts a CPU profile written to path (none when path is ""); stop ends it and

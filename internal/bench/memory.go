@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,11 +15,10 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
-	"github.com/spf13/cobra"
 )
 
-// benchMemoryOptions are the flags of `agentlog bench memory`.
-type benchMemoryOptions struct {
+// MemoryOptions are the flags of `agentlog bench memory`.
+type MemoryOptions struct {
 	Events  int
 	Size    int
 	Binary  string // the agentlog binary measured (default: this one)
@@ -27,8 +26,8 @@ type benchMemoryOptions struct {
 	Timeout time.Duration
 }
 
-// benchMemoryResult is the JSON object `agentlog bench memory` prints. Sizes are bytes, times ms.
-type benchMemoryResult struct {
+// MemoryResult is the JSON object `agentlog bench memory` prints. Sizes are bytes, times ms.
+type MemoryResult struct {
 	Binary    string `json:"binary"`
 	Events    int    `json:"events"`
 	FileBytes int64  `json:"file_bytes"`
@@ -49,62 +48,35 @@ type benchMemoryResult struct {
 	// started it, so this is the floor of the figures above.
 	HarnessPeakRSS int64 `json:"harness_peak_rss_bytes"`
 
-	Targets benchMemoryTargets `json:"targets"`
-	Pass    map[string]bool    `json:"pass"`
+	Targets MemoryTargets   `json:"targets"`
+	Pass    map[string]bool `json:"pass"`
 }
 
-type benchMemoryTargets struct {
+// MemoryTargets are the targets of RunMemory's figures (bytes, ms).
+type MemoryTargets struct {
 	ImportPeakRSSBytes int64   `json:"import_peak_rss_bytes"`
 	EventsPeakRSSBytes int64   `json:"events_peak_rss_bytes"`
 	ForkServerGrowth   int64   `json:"fork_server_rss_growth_bytes"`
 	FirstMessagesMs    float64 `json:"first_messages_ms"`
 }
 
-var memoryTargets = benchMemoryTargets{
+var memoryTargets = MemoryTargets{
 	ImportPeakRSSBytes: 256 << 20, EventsPeakRSSBytes: 256 << 20, ForkServerGrowth: 256 << 20, FirstMessagesMs: 1000,
 }
 
-func newBenchMemoryCmd(g *globals) *cobra.Command {
-	o := benchMemoryOptions{}
-	c := &cobra.Command{
-		Use:   "memory [--events N] [--size BYTES] [--binary PATH]",
-		Short: "Peak memory of import, events and fork of one big session, and the first messages' latency",
-		Long: `memory writes one session of --events assistant/chunk events (about --size bytes of JSON each;
-the defaults make 400,000 events, about 60 MB of JSONL) to a JSONL file, starts ` + "`agentlog dev --projectors 0`" + `
-(the server and a forker) and a separate ` + "`agentlog projector`" + ` as child processes in a temporary
-directory, and measures, each as a child process of --binary (default: this binary):
-
-  import           agentlog import FILE: its peak RSS (getrusage of the child) and wall time
-  first messages   agentlog messages ID right after the import: wall time (the projector folds the
-                   session first)
-  events           agentlog events ID > /dev/null: its peak RSS and wall time
-  fork             agentlog fork ID: the dev process's peak RSS growth while it runs (VmHWM after
-                   resetting it through /proc/PID/clear_refs, minus VmRSS before)
-
-It prints one JSON object with the figures, the issue's targets and whether each is met. Linux only
-(it reads /proc). The machine is shared: wall times are noisy.`,
-		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Events < 4 || o.Size < 1 {
-				return &usageError{fmt.Errorf("--events must be >= 4 and --size >= 1 (got %d, %d)", o.Events, o.Size)}
-			}
-			res, err := runBenchMemory(cmd.Context(), o, g.stderr)
-			if err != nil {
-				return err
-			}
-			return writeJSON(g.stdout, res, true)
-		},
-	}
-	c.Flags().IntVar(&o.Events, "events", 400_000, "events in the session")
-	c.Flags().IntVar(&o.Size, "size", 80, "bytes of each chunk's data JSON (80: a 400,000-event file of about 60 MB)")
-	c.Flags().StringVar(&o.Binary, "binary", "", "the agentlog binary to measure (default: this one; e.g. a build of main, for a before/after)")
-	c.Flags().StringVar(&o.DataDir, "data", "", "working directory (default: a temporary directory, removed afterwards)")
-	c.Flags().DurationVar(&o.Timeout, "step-timeout", 10*time.Minute, "deadline of each measured command")
-	return c
+// PrintMemory writes res as one indented JSON object (not HTML-escaped).
+func PrintMemory(w io.Writer, res MemoryResult) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
 }
 
-func runBenchMemory(ctx context.Context, o benchMemoryOptions, logw io.Writer) (benchMemoryResult, error) {
-	res := benchMemoryResult{Events: o.Events, Targets: memoryTargets}
+// RunMemory measures the peak memory of one big session's import, events and fork, and the first
+// messages' latency, each a child process of o.Binary (default: this binary) against `agentlog
+// dev` and `agentlog projector` children; progress goes to logw. Linux only (it reads /proc).
+func RunMemory(ctx context.Context, o MemoryOptions, logw io.Writer) (MemoryResult, error) {
+	res := MemoryResult{Events: o.Events, Targets: memoryTargets}
 	bin := o.Binary
 	if bin == "" {
 		self, err := os.Executable()

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -22,19 +22,18 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 )
 
-// benchScaleOptions are the flags of `agentlog bench scale`.
-type benchScaleOptions struct {
+// ScaleOptions are the flags of `agentlog bench scale`.
+type ScaleOptions struct {
 	Sessions int
 	Million  bool
 	Events   int // events per session in the fill (one record)
@@ -47,9 +46,9 @@ type benchScaleOptions struct {
 	ServerCPUProfile string
 }
 
-// benchScaleFigures are the figures of one run (at one session count). Rates are events/s (or
+// ScaleFigures are the figures of one run (at one session count). Rates are events/s (or
 // sessions/s), durations ms, sizes bytes.
-type benchScaleFigures struct {
+type ScaleFigures struct {
 	Sessions            int     `json:"sessions"`
 	FillSessionsPerSec  float64 `json:"fill_sessions_per_sec"`  // metadata + one record each
 	AppendEventsPerSec  float64 `json:"append_events_per_sec"`  // guarded appends to a sample of the sessions, the stream holding all of them
@@ -66,115 +65,62 @@ type benchScaleFigures struct {
 	MessagesP99Ms       float64 `json:"messages_p99_ms"`
 }
 
-// benchScaleResult is the JSON line of `agentlog bench scale --json`: the figures at 1,000 sessions
+// ScaleResult is the JSON line of `agentlog bench scale --json`: the figures at 1,000 sessions
 // and at N, from the same run, and their ratios (N / 1k). ratio is the append throughput's.
-type benchScaleResult struct {
-	At1k       benchScaleFigures  `json:"at_1k"`
-	AtN        benchScaleFigures  `json:"at_n"`
+type ScaleResult struct {
+	At1k       ScaleFigures       `json:"at_1k"`
+	AtN        ScaleFigures       `json:"at_n"`
 	Ratio      float64            `json:"ratio"` // append_events_per_sec at N / at 1k (target >= 0.8 at 100,000)
 	Ratios     map[string]float64 `json:"ratios"`
 	GOMAXPROCS int                `json:"gomaxprocs"`
 }
 
-func newBenchScaleCmd(g *globals) *cobra.Command {
-	o := benchScaleOptions{}
-	c := &cobra.Command{
-		Use:   "scale [--sessions N | --million] [--json]",
-		Short: "Append, memory, disk, projector start, listing and query latency at N sessions against 1,000",
-		Long: `scale runs twice, on a fresh nats-server each time (a child process of this one, so that its
-RSS is its own, file storage in a temporary directory or under --data): with 1,000 sessions, then
-with --sessions (default 100,000; --million: 1,000,000). Each run:
-
-  1. fills the stream: every session gets its metadata (a KV create) and one record of --events
-     events, 64 at a time (fill_sessions_per_sec);
-  2. measures append throughput: --sample sessions spread over the id space get --records
-     guarded records of --events events each, --workers at a time, while the stream holds every
-     session (append_events_per_sec: the same work in both runs);
-  3. reads the server's RSS and the storage directory's size;
-  4. starts a projector in this process and times its Start and its catch-up (every event folded
-     and checkpointed), and this process's RSS growth;
-  5. times client.Sessions (the first page of 100, median of 3; and every session once) and
-     client.Messages of sampled sessions (first query each).
-
-ratio = append_events_per_sec at N / at 1,000; ratios holds every figure's N / 1k.`,
-		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Million {
-				o.Sessions = 1_000_000
-			}
-			if o.Sessions < 1000 || o.Events < 1 || o.Sample < 1 || o.Records < 1 || o.Workers < 1 {
-				return &usageError{fmt.Errorf("--sessions must be >= 1000, and --events, --sample, --records, --workers >= 1")}
-			}
-			if o.Sessions > 200_000 && !o.Million && o.Sessions != 1_000_000 {
-				return &usageError{fmt.Errorf("--sessions %d: above 200,000 give --million (1,000,000) explicitly", o.Sessions)}
-			}
-			res, err := runBenchScale(cmd.Context(), o, g.stderr)
-			if err != nil {
-				return err
-			}
-			b, err := json.Marshal(res)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				_, err = fmt.Fprintln(g.stdout, string(b))
-				return err
-			}
-			_, err = fmt.Fprintf(g.stdout, "agentlog bench scale: %d sessions against 1,000\n  append: %.0f events/s against %.0f (ratio %.2f)\n  %s\n",
-				res.AtN.Sessions, res.AtN.AppendEventsPerSec, res.At1k.AppendEventsPerSec, res.Ratio, b)
-			return err
-		},
+// PrintScale writes res as one JSON line (asJSON) or as text.
+func PrintScale(w io.Writer, asJSON bool, res ScaleResult) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
 	}
-	c.Flags().IntVar(&o.Sessions, "sessions", 100_000, "sessions of the large run (the other has 1,000)")
-	c.Flags().BoolVar(&o.Million, "million", false, "the large run has 1,000,000 sessions")
-	c.Flags().IntVar(&o.Events, "events", 4, "events per record (the fill writes one record per session)")
-	c.Flags().IntVar(&o.Sample, "sample", 1000, "sessions the append phase writes to")
-	c.Flags().IntVar(&o.Records, "records", 20, "records the append phase writes to each sampled session")
-	c.Flags().IntVar(&o.Workers, "workers", 64, "concurrent writers of the fill and the append phase")
-	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
-	c.Flags().StringVar(&o.DataDir, "data", "", "parent of the runs' storage directories (default: a temporary directory, removed afterwards)")
-	c.Flags().StringVar(&o.ServerCPUProfile, "server-cpuprofile", "", "write a CPU profile (pprof) of the large run's server process to this file")
-	return c
+	if asJSON {
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	_, err = fmt.Fprintf(w, "agentlog bench scale: %d sessions against 1,000\n  append: %.0f events/s against %.0f (ratio %.2f)\n  %s\n",
+		res.AtN.Sessions, res.AtN.AppendEventsPerSec, res.At1k.AppendEventsPerSec, res.Ratio, b)
+	return err
 }
 
-// newBenchScaleServerCmd is the hidden child of bench scale: an embedded nats-server on a random
-// port in --data, which prints its client URL on stdout and runs until stdin closes or a signal.
-func newBenchScaleServerCmd(g *globals) *cobra.Command {
-	var dir, profile string
-	c := &cobra.Command{
-		Use:    "scale-server --data DIR",
-		Hidden: true,
-		Args:   exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			stopProfile, err := startCPUProfile(profile)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Port: -1, ServerName: "agentlog-bench-scale"})
-			if err != nil {
-				return err
-			}
-			defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-			fmt.Fprintln(g.stdout, srv.ClientURL())
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(done) }()
-			select {
-			case <-sig:
-			case <-done:
-			}
-			return nil
-		},
+// ScaleServer is the child process of RunScale (`agentlog bench scale-server`): an embedded
+// nats-server on a random port storing in dir (and writing a CPU profile of its whole life to
+// profile unless ""), which prints its client URL on stdout and runs until stdin closes or
+// SIGINT/SIGTERM.
+func ScaleServer(dir, profile string, stdout io.Writer) error {
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
 	}
-	c.Flags().StringVar(&dir, "data", "", "JetStream storage directory")
-	c.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile (pprof) of this process to this file")
-	return c
+	defer stopProfile()
+	srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Port: -1, ServerName: "agentlog-bench-scale"})
+	if err != nil {
+		return err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	fmt.Fprintln(stdout, srv.ClientURL())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(done) }()
+	select {
+	case <-sig:
+	case <-done:
+	}
+	return nil
 }
 
-func runBenchScale(ctx context.Context, o benchScaleOptions, logw io.Writer) (benchScaleResult, error) {
-	res := benchScaleResult{GOMAXPROCS: runtime.GOMAXPROCS(0), Ratios: map[string]float64{}}
+// RunScale runs the scale bench twice, on a fresh server process (ScaleServer, started from this
+// binary) each time: with 1,000 sessions, then with o.Sessions; progress goes to logw.
+func RunScale(ctx context.Context, o ScaleOptions, logw io.Writer) (ScaleResult, error) {
+	res := ScaleResult{GOMAXPROCS: runtime.GOMAXPROCS(0), Ratios: map[string]float64{}}
 	parent, cleanup, err := benchDir(o.DataDir, "agentlog-bench-scale-")
 	if err != nil {
 		return res, err
@@ -202,8 +148,8 @@ func runBenchScale(ctx context.Context, o benchScaleOptions, logw io.Writer) (be
 
 // benchScaleRun is one run of bench scale with n sessions, its server storing in dir (and
 // profiling itself into profile unless "").
-func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile string, logw io.Writer) (benchScaleFigures, error) {
-	f := benchScaleFigures{Sessions: n}
+func benchScaleRun(ctx context.Context, o ScaleOptions, n int, dir, profile string, logw io.Writer) (ScaleFigures, error) {
+	f := ScaleFigures{Sessions: n}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return f, err
 	}
@@ -231,7 +177,7 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	}
 	id := func(i int) string { return fmt.Sprintf("scale-%07d", i) }
 	t0 := time.Now().UnixMilli()
-	evs, err := sessiontest.ChunkTurn(1, o.Events*(1+o.Records), 256, t0)
+	evs, err := loggen.ChunkTurn(1, o.Events*(1+o.Records), 256, t0)
 	if err != nil {
 		return f, err
 	}
@@ -286,7 +232,10 @@ func benchScaleRun(ctx context.Context, o benchScaleOptions, n int, dir, profile
 	total := int64(n*o.Events + len(sample)*o.Records*o.Events)
 	debug.FreeOSMemory()
 	rss0 := procRSS(os.Getpid())
-	p := projector.New(st, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench-scale", Logger: benchLogger})
+	if err != nil {
+		return f, err
+	}
 	start = time.Now()
 	if err := p.Start(ctx); err != nil {
 		return f, err

@@ -1,4 +1,4 @@
-package main
+package devstack
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// stackOptions configure an in-process stack: an embedded nats-server plus the agentlog services.
-type stackOptions struct {
+// Options configure an in-process stack: an embedded nats-server plus the agentlog services.
+type Options struct {
 	DataDir    string // JetStream file storage directory
-	Listen     string // host:port for the server; port 0 picks a free one
+	Listen     string // host:port for the server; port 0 picks a free one ("": 127.0.0.1:0)
 	Projectors int    // projector instances to run (0: none)
 	Forkers    int    // forker instances to run (0: none)
 	SyncAlways bool   // fsync every write
@@ -30,33 +30,48 @@ type stackOptions struct {
 
 	HTTP                       string // host:port of the server's monitoring endpoints ("": none)
 	SystemUser, SystemPassword string // the system account's user ("": none)
+
+	// Name is the server's name and the stack connection's (default "agentlog-dev").
+	Name string
+	// Config provisions the stream and buckets (zero: the defaults).
+	Config store.Config
+	// UI serves the web inspector on the stack's connection when UI.Listen is set.
+	UI UIOptions
 }
 
-// stack is a running embedded server with its services. Close stops everything in reverse order and
+// Stack is a running embedded server with its services. Close stops everything in reverse order and
 // leaves the data directory intact.
-type stack struct {
+type Stack struct {
 	srv        *server.Server
 	nc         *nats.Conn
 	store      *store.Store
 	projectors []*projector.Projector
 	forkers    []*forker.Forker
 	url        string
+	ui         *UI
 }
 
-// startStack starts the embedded server, provisions the stream and buckets (idempotently), and
-// starts the requested services. On error everything already started is stopped.
-func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
-	host, port, err := hostPort("--listen", o.Listen)
+// Start starts the embedded server, provisions the stream and buckets (idempotently), and
+// starts the requested services and the inspector. On error everything already started is
+// stopped. The inspector serves until Close (or until ctx ends).
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	host, port, err := HostPort("--listen", o.Listen)
 	if err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: "agentlog-dev",
+	if o.Name == "" {
+		o.Name = "agentlog-dev"
+	}
+	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: o.Name,
 		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword}
 	if o.HTTP != "" {
-		if sopts.HTTPHost, sopts.HTTPPort, err = hostPort("--http", o.HTTP); err != nil {
+		if sopts.HTTPHost, sopts.HTTPPort, err = HostPort("--http", o.HTTP); err != nil {
 			return nil, err
 		}
 	}
@@ -64,47 +79,59 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, err // natsdev names the server, its data directory and address
 	}
-	s := &stack{srv: srv, url: srv.ClientURL()}
+	s := &Stack{srv: srv, url: srv.ClientURL()}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	nc, js, err := natsdev.Connect(s.url, nats.Name("agentlog-dev"))
+	nc, js, err := natsdev.Connect(s.url, nats.Name(o.Name))
 	if err != nil {
 		return nil, err
 	}
 	s.nc = nc
-	if s.store, err = store.Provision(ctx, js, store.Config{}); err != nil {
+	if s.store, err = store.Provision(ctx, js, o.Config); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 	s.store.MaxEventBytes = o.MaxEventBytes
 	for i := 0; i < o.Projectors; i++ {
-		p := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		p, err := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("projector %d: %w", i+1, err)
+		}
 		if err := p.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start projector %d: %w", i+1, err)
 		}
 		s.projectors = append(s.projectors, p)
 	}
 	for i := 0; i < o.Forkers; i++ {
-		f := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		f, err := forker.New(s.store, nc, forker.Options{Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("forker %d: %w", i+1, err)
+		}
 		if err := f.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start forker %d: %w", i+1, err)
 		}
 		s.forkers = append(s.forkers, f)
 	}
+	if o.UI.Listen != "" {
+		if s.ui, err = StartUI(ctx, nc, o.UI, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-// hostPort parses a HOST:PORT flag for nats-server: port 0 becomes -1 (pick a free one).
-func hostPort(flag, v string) (string, int, error) {
+// HostPort parses a HOST:PORT flag value for nats-server: port 0 becomes -1 (pick a free one).
+// Errors name flag.
+func HostPort(flag, v string) (string, int, error) {
 	host, portStr, err := net.SplitHostPort(v)
 	if err != nil {
-		return "", 0, &usageError{fmt.Errorf("%s %q: want HOST:PORT: %w", flag, v, err)}
+		return "", 0, fmt.Errorf("%s %q: want HOST:PORT: %w", flag, v, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return "", 0, &usageError{fmt.Errorf("%s %q: port must be 0..65535", flag, v)}
+		return "", 0, fmt.Errorf("%s %q: port must be 0..65535", flag, v)
 	}
 	if port == 0 {
 		port = -1 // nats-server's "pick a random port"
@@ -112,9 +139,9 @@ func hostPort(flag, v string) (string, int, error) {
 	return host, port, nil
 }
 
-// register registers the services' metrics with r (nil: none); several forkers are labelled
+// Register registers the services' metrics with r (nil: none); several forkers are labelled
 // forker="<n>".
-func (s *stack) register(r prometheus.Registerer) {
+func (s *Stack) Register(r prometheus.Registerer) {
 	if r == nil {
 		return
 	}
@@ -130,8 +157,8 @@ func (s *stack) register(r prometheus.Registerer) {
 	}
 }
 
-// ready reports why the stack cannot serve: the server, the connection, a service.
-func (s *stack) ready(ctx context.Context) error {
+// Ready reports why the stack cannot serve: the server, the connection, a service.
+func (s *Stack) Ready(ctx context.Context) error {
 	if !s.srv.Running() {
 		return errors.New("nats-server not running")
 	}
@@ -151,9 +178,13 @@ func (s *stack) ready(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the services, drains the connection and shuts the server down, waiting for it.
-func (s *stack) Close() error {
+// Close stops the inspector and the services, closes the connection and shuts the server down,
+// waiting for it.
+func (s *Stack) Close() error {
 	var errs []error
+	if s.ui != nil {
+		errs = append(errs, s.ui.Close())
+	}
 	for _, f := range s.forkers {
 		errs = append(errs, f.Stop())
 	}

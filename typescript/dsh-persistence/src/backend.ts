@@ -1,0 +1,173 @@
+/**
+ * The backend: the cordis plugin dsh loads, a `SessionPersistence` whose storage primitives are
+ * the store's, the read path's and the writer's.
+ */
+import { Context, Service } from '@deepseek-ai/cordis'
+import type { SessionEvent, SessionHeader, SessionId, SessionPreparation } from '@deepseek-ai/dsh-session'
+import {
+  PersistenceCoordinator, SessionPersistence, type SessionPersistenceRevision,
+  type PersistenceBackend, type SessionInspection, type SessionPersistenceSnapshot, type StoredPrefix,
+} from '@deepseek-ai/dsh-session-persistence'
+import type { NatsConnection } from '@nats-io/transport-node'
+import { ConfigSchema, parseConfig, type Config } from './config.js'
+import { EncodedLines } from './encoder.js'
+import { listStored, readEvents, readHead } from './read.js'
+import { Store } from './store.js'
+import { token, type WireEvent } from './wire.js'
+import { Writer } from './write.js'
+
+/**
+ * The agentlog persistence backend. Load it as a cordis plugin (`ctx.plugin(AgentlogSessionPersistence,
+ * { servers })`); it registers as `ctx.sessionPersistence`. The {@link PersistenceCoordinator} does the
+ * buffering, serialization, lazy creation, crash repair and adoption; this class implements the
+ * storage primitives over JetStream.
+ */
+export class AgentlogSessionPersistence extends SessionPersistence implements PersistenceBackend<never> {
+  static inject = ['sessions']
+  static Config = ConfigSchema
+
+  override readonly supportsRawArtifacts = false
+  override readonly name = 'session-persistence-agentlog'
+
+  readonly config: Config
+  /** Prefix of this instance's Nats-Msg-Id values. */
+  readonly writerId: string
+  private readonly ready: Promise<Store>
+  private readonly writer: Writer
+  private readonly coordinator: PersistenceCoordinator<never>
+  private closed = false
+
+  constructor(ctx: Context, config: Config) {
+    super(ctx)
+    this.config = config
+    const settings = parseConfig(config)
+    this.writerId = settings.writerId
+    this.writer = new Writer(settings.writerId, settings.maxEventBytes, settings.leaseTtlMs)
+    this.ready = Store.open(config, settings)
+    this.ready.catch(() => {})
+    // The coordinator's constructor may call loadStored for live sessions: every primitive awaits
+    // `ready`, so it can be built before the connection is up.
+    this.coordinator = new PersistenceCoordinator<never>(this.ctx, this, {
+      preparedSessionCacheSize: settings.preparedSessionCacheSize,
+      writeBatchMaxDelayMs: settings.writeBatchMaxDelayMs,
+    })
+  }
+
+  /** Startup: `await ctx.plugin(...)` fails with the connection error, if any. */
+  async [Service.init](): Promise<void> {
+    await this.ready
+  }
+
+  /** The NATS connection, once connected (for tools and tests). */
+  connection(): Promise<NatsConnection> {
+    return this.ready.then(s => s.nc)
+  }
+
+  // --- service API (delegated to the coordinator) ---
+
+  locate(_meta: SessionHeader): undefined {
+    return undefined
+  }
+
+  create(meta: SessionHeader): Promise<void> {
+    return this.coordinator.create(meta)
+  }
+
+  append(id: SessionId, events: readonly SessionEvent[]): Promise<void> {
+    return this.coordinator.append(id, events)
+  }
+
+  override prepare(id: SessionId, signal?: AbortSignal): Promise<SessionPreparation> {
+    return this.coordinator.prepare(id, signal)
+  }
+
+  load(id: SessionId): Promise<SessionInspection> {
+    return this.coordinator.load(id)
+  }
+
+  inspect(id: SessionId, signal?: AbortSignal): Promise<SessionInspection> {
+    return this.coordinator.inspect(id, signal)
+  }
+
+  readFrom(id: SessionId, fromSeq: number, signal?: AbortSignal): Promise<{ meta: SessionHeader; events: SessionEvent[] }> {
+    return this.coordinator.readFrom(id, fromSeq, signal)
+  }
+
+  async list(signal?: AbortSignal): Promise<SessionHeader[]> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    return (await listStored(s, signal)).map(x => x.header as SessionHeader)
+  }
+
+  async listSnapshots(signal?: AbortSignal): Promise<SessionPersistenceSnapshot[]> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    const out: SessionPersistenceSnapshot[] = []
+    for (const { header, records } of await listStored(s, signal)) {
+      out.push({ header: header as SessionHeader, revision: s.revision(records) })
+    }
+    return out
+  }
+
+  // --- PersistenceBackend: storage primitives ---
+
+  async loadStored(id: SessionId, signal?: AbortSignal): Promise<StoredPrefix<never> | undefined> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    signal?.throwIfAborted()
+    const tok = token(id)
+    const head = await readHead(s, id, tok, signal)
+    if (head === undefined) {
+      this.writer.loadedTail(id, undefined)
+      return undefined
+    }
+    this.writer.loadedIncarnation(id, head.entry.incarnation)
+    const { events, records, tail } = await readEvents(s, id, tok, head.last, signal)
+    this.writer.loadedTail(id, tail)
+    return { meta: head.meta as SessionHeader, events: events as SessionEvent[], revision: s.revision(records) }
+  }
+
+  async readStoredRevision(id: SessionId, signal?: AbortSignal): Promise<SessionPersistenceRevision | undefined> {
+    signal?.throwIfAborted()
+    const s = await this.ready
+    const n = await s.recordCount(s.subject(token(id)))
+    signal?.throwIfAborted()
+    return n === 0 ? undefined : s.revision(n)
+  }
+
+  async appendBatch(meta: SessionHeader, events: readonly SessionEvent[], isMaterialized: boolean): Promise<void> {
+    if (events.length === 0) return
+    // The coordinator hands over detached, validated lossless-JSON snapshots; encodeLines still
+    // refuses what JSON.stringify cannot encode, naming the session, seq and type.
+    const lines = EncodedLines.of(meta.id, events as readonly WireEvent[])
+    let acked = false
+    try {
+      const s = await this.ready
+      if (this.closed) {
+        throw new Error(`agentlog: session ${JSON.stringify(meta.id)} seqs ${events[0]!.seq}..${events[events.length - 1]!.seq}: the backend is closed`)
+      }
+      await this.writer.append(s, meta, events as readonly WireEvent[], isMaterialized, lines)
+      acked = true
+    } finally {
+      lines.release(acked)
+    }
+  }
+
+  async commitRepair(meta: SessionHeader, _torn: undefined, closers: readonly SessionEvent[]): Promise<void> {
+    // Records are atomic: there is never a torn tail, only closers to append.
+    if (closers.length > 0) await this.appendBatch(meta, closers, true)
+  }
+
+  /** Teardown, run by the coordinator after it drained every buffered batch: drain the connection. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    this.writer.leases.stop()
+    const s = await this.ready.catch(() => undefined)
+    if (s !== undefined && !s.nc.isClosed()) {
+      await this.writer.leases.release(s)
+      await s.nc.drain()
+      s.acks.stop(new Error('agentlog: the backend is closed'))
+    }
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * Provisioning: create the stream and buckets an agentlog deployment needs, with the settings
+ * `agentlog provision` uses, when they are missing.
+ */
+import type { NatsConnection } from '@nats-io/transport-node'
+import {
+  DiscardPolicy, jetstream, RetentionPolicy, StorageType, StoreCompression,
+  type JetStreamManager, type StreamConfig,
+} from '@nats-io/jetstream'
+import { Kvm, type KvOptions } from '@nats-io/kv'
+import { Objm, type ObjectStoreOptions } from '@nats-io/obj'
+import type { NamesConfig, ProvisionConfig } from './config.js'
+import { isStreamNotFound } from './errors.js'
+import { DEFAULT_PARTITIONS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET, STORE_FORMAT } from './wire.js'
+
+/**
+ * Create what is missing with `agentlog provision`'s settings; existing ones are kept as they are.
+ * The writer leases bucket is created only when `leases`. A create that loses a race with another
+ * provisioner passes when the stream exists afterwards.
+ */
+export async function provision(nc: NatsConnection, jsm: JetStreamManager, n: Required<NamesConfig>, p: ProvisionConfig, leases: boolean): Promise<void> {
+  const replicas = p.replicas ?? 1
+  const maxPayload = nc.info?.max_payload ?? 1 << 20
+  const exists = async (name: string) => jsm.streams.info(name).then(() => true, (err: unknown) => {
+    if (isStreamNotFound(err)) return false
+    throw err
+  })
+  if (!await exists(n.stream)) {
+    const cfg: Partial<StreamConfig> & { name: string } = {
+      name: n.stream,
+      description: 'agentlog session logs: one subject per session, one record (1..K events) per message',
+      subjects: [`${n.subjectPrefix}.>`],
+      retention: RetentionPolicy.Limits,
+      max_consumers: -1, max_msgs: -1, max_bytes: -1, max_msgs_per_subject: -1,
+      discard: DiscardPolicy.Old,
+      max_msg_size: Math.min(p.maxMsgSize ?? 1 << 20, maxPayload),
+      storage: StorageType.File,
+      num_replicas: replicas,
+      duplicate_window: 120_000_000_000,
+      allow_direct: true,
+      deny_delete: true,
+      compression: StoreCompression.S2,
+      allow_atomic: true,
+      metadata: { [META_PARTITIONS]: String(p.partitions ?? DEFAULT_PARTITIONS), [META_FORMAT]: STORE_FORMAT },
+    }
+    await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.stream)) throw err })
+  }
+  const kvm = new Kvm(jetstream(nc))
+  if (leases && !await exists(`KV_${n.writersBucket}`)) {
+    const opts: Partial<KvOptions> = { history: 1, replicas, storage: StorageType.File, markerTTL: 60_000 }
+    await kvm.create(n.writersBucket, opts).catch(async (err: unknown) => {
+      if (!await exists(`KV_${n.writersBucket}`)) throw err
+    })
+  }
+  for (const bucket of [n.sessionsBucket, ...n.sessionsBucket === SESSIONS_BUCKET ? [PROJECTIONS_BUCKET] : []]) {
+    if (!await exists(`KV_${bucket}`)) {
+      const opts: Partial<KvOptions> = { history: 1, replicas, storage: StorageType.File }
+      await kvm.create(bucket, opts).catch(async (err: unknown) => {
+        if (!await exists(`KV_${bucket}`)) throw err
+      })
+    }
+  }
+  if (!await exists(n.errorsStream)) {
+    const cfg: Partial<StreamConfig> & { name: string } = {
+      name: n.errorsStream,
+      description: 'agentlog agent/error reports (kept for inspection, never session events)',
+      subjects: [`${n.errorsPrefix}.>`],
+      retention: RetentionPolicy.Limits, max_consumers: -1, max_msgs: -1,
+      max_bytes: 256 << 20, max_age: 7 * 24 * 3600 * 1e9, max_msgs_per_subject: 1000,
+      discard: DiscardPolicy.Old, storage: StorageType.File, num_replicas: replicas, allow_direct: true,
+    }
+    await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.errorsStream)) throw err })
+  }
+  if (!await exists(`OBJ_${n.blobsBucket}`)) {
+    const opts: Partial<ObjectStoreOptions> = {
+      description: 'agentlog offloaded events: <token>/<seq>/<id>, the event\'s line, for events larger than one record',
+      storage: StorageType.File, replicas, compression: true,
+    }
+    await new Objm(jetstream(nc)).create(n.blobsBucket, opts).catch(async (err: unknown) => { if (!await exists(`OBJ_${n.blobsBucket}`)) throw err })
+  }
+}

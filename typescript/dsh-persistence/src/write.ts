@@ -1,0 +1,317 @@
+/**
+ * The write path (PROTOCOL.md §5–§6): a session's metadata create, its writer lease, and each batch
+ * as one guarded record (an atomic batch of records when too big, offloaded events first), a lost
+ * ack, dedupe or guard conflict resolved by reading the tail.
+ */
+import { nuid } from '@nats-io/transport-node'
+import type { PubAck } from '@nats-io/jetstream'
+import type { SessionHeader } from '@deepseek-ai/dsh-session'
+import { headersOf } from './ackmux.js'
+import { BLOB_MAX_AGE_AT_PUBLISH_MS, offload, type Offloaded } from './blobs.js'
+import type { EncodedLines } from './encoder.js'
+import { AgentlogConflictError, isBatchDuplicateMsgId, isWrongLastSequence } from './errors.js'
+import { Leases } from './lease.js'
+import type { Store, Tail } from './store.js'
+import {
+  AgentlogWireError, HEADER_BLOB, HEADER_EXPECTED_LAST_SUBJECT_SEQ, HEADER_FORMAT, HEADER_INCARNATION, HEADER_MSG_ID,
+  MAX_BATCH_RECORDS, RECORD_FORMAT_BLOBS, blobHeaderValue, headerLine, headerWireSize, recordHeaders, token,
+  type BlobRef, type WireEvent,
+} from './wire.js'
+
+/** What one writer knows of the sessions it writes: their tails and incarnations, and its leases. */
+export class Writer {
+  private readonly tails = new Map<string, Tail>()
+  /** Each session's incarnation (its metadata entry's Agentlog-Incarnation header; "" for legacy). */
+  private readonly incarnations = new Map<string, string>()
+  readonly leases: Leases
+
+  /** writerId prefixes the Nats-Msg-Id values; maxEventBytes caps one event's line; leaseTtlMs > 0 takes leases. */
+  constructor(private readonly writerId: string, private readonly maxEventBytes: number, leaseTtlMs: number) {
+    this.leases = new Leases(writerId, leaseTtlMs)
+  }
+
+  /** The session's incarnation, as its metadata entry read now holds it. */
+  loadedIncarnation(id: string, incarnation: string): void {
+    this.incarnations.set(id, incarnation)
+  }
+
+  /** The session's tail, as a read found it (undefined: the session has no record). */
+  loadedTail(id: string, tail: Tail | undefined): void {
+    if (tail === undefined) this.tails.delete(id)
+    else this.tails.set(id, tail)
+  }
+
+  /** The Nats-Msg-Id of the record starting at firstSeq (PROTOCOL.md §5.2). */
+  private msgIdOf(id: string, tok: string, firstSeq: number): string {
+    const inc = this.incarnations.get(id) ?? ''
+    return inc === '' ? `${this.writerId}.${tok}.${firstSeq}` : `${this.writerId}.${tok}.${inc}.${firstSeq}`
+  }
+
+  /**
+   * Append events (consecutive seqs, encoded as lines) to the session: for a session not yet
+   * materialized, create its metadata first (events must start at seq 0). A failure is also
+   * reported on the errors stream.
+   */
+  async append(s: Store, meta: SessionHeader, events: readonly WireEvent[], isMaterialized: boolean, lines: EncodedLines): Promise<void> {
+    const id = meta.id
+    const first = events[0]!.seq
+    const last = events[events.length - 1]!.seq
+    const tok = token(id)
+    try {
+      let tail: Tail
+      if (!isMaterialized) {
+        if (first !== 0) {
+          throw new AgentlogWireError(id, first, 'record-continue', 'the first record of a session must start at seq 0')
+        }
+        // The metadata create and the lease take one round trip together; a lease taken for a
+        // session whose create is refused is given back at once.
+        const [m, l] = await Promise.allSettled([this.createMeta(s, meta, tok), this.leases.ensure(s, id, tok, first, last)])
+        if (m.status === 'rejected') {
+          if (l.status === 'fulfilled') await this.leases.drop(s, id, tok)
+          throw m.reason
+        }
+        if (l.status === 'rejected') throw l.reason
+        tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
+      } else {
+        await this.leases.ensure(s, id, tok, first, last)
+        if (!this.incarnations.has(id)) this.incarnations.set(id, (await s.readMeta(tok))?.incarnation ?? '')
+        tail = this.tails.get(id) ?? await s.leaderTail(id, tok)
+      }
+      if (tail.nextSeq !== first) {
+        throw new AgentlogConflictError(id, first, last, tail.streamSeq,
+          `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
+      }
+      await this.write(s, id, tok, tail.streamSeq, events, lines)
+    } catch (err) {
+      this.report(s, id, tok, first, last, err as Error)
+      throw err
+    }
+  }
+
+  /**
+   * Register the session's metadata: a KV create by hand (PROTOCOL.md §6), so that the entry
+   * carries a fresh incarnation in its Agentlog-Incarnation header. A retry of our own create
+   * (same header line, same incarnation) passes, and so does a retry of our own first record.
+   */
+  private async createMeta(s: Store, meta: SessionHeader, tok: string): Promise<void> {
+    const value = headerLine(meta)
+    const id = meta.id
+    const bucket = s.names.sessionsBucket
+    const subject = `$KV.${bucket}.${tok}`
+    let inc = this.incarnations.get(id)
+    if (inc === undefined || inc === '') {
+      inc = nuid.next()
+      this.incarnations.set(id, inc)
+    }
+    let expect = 0
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await s.acks.publish(subject, value, [[HEADER_INCARNATION, inc], [HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(expect)]])
+        return
+      } catch (err) {
+        if (!isWrongLastSequence(err)) {
+          throw new Error(`agentlog: create session ${JSON.stringify(id)} (key ${tok} in KV bucket ${bucket}): ${(err as Error).message}`, { cause: err })
+        }
+        const entry = await s.readMeta(tok)
+        if (entry === null && attempt === 0) {
+          // The key's last entry is a delete marker (the metadata of an unwritten session was
+          // removed): create over it.
+          const m = await s.jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: subject })
+          if (m !== null) { expect = m.seq; continue }
+        }
+        if (entry === null) throw new Error(`agentlog: create session ${JSON.stringify(id)} (key ${tok} in KV bucket ${bucket}): ${(err as Error).message}`, { cause: err })
+        const ours = entry.value === value && entry.incarnation === inc
+        const last = await s.lastRecord(s.subject(tok))
+        if (last !== null) {
+          // A retry of our own first record whose ack was lost: write() finds it at the tail.
+          const firstId = this.msgIdOf(id, tok, 0)
+          const msgId = last.header.get(HEADER_MSG_ID)
+          if (ours && (msgId === firstId || msgId.startsWith(`${firstId}~`))) return
+          throw new Error(`agentlog: session ${JSON.stringify(id)} already exists (it has records up to stream seq ${last.seq}); load or resume it instead`)
+        }
+        if (!ours) {
+          throw new Error(`agentlog: session ${JSON.stringify(id)} already exists: another writer registered its metadata (key ${tok} in KV bucket ${bucket}) and has not written yet`)
+        }
+        return // our own earlier try (its record was not written): carry on
+      }
+    }
+  }
+
+  /**
+   * Write events as one guarded record (or an atomic batch of records when too big), and resolve
+   * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5).
+   */
+  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: EncodedLines): Promise<void> {
+    const subject = s.subject(tok)
+    for (;;) {
+      const first = events[0]!.seq
+      const last = events[events.length - 1]!.seq
+      const msgId = this.msgIdOf(id, tok, first)
+      let ack: PubAck
+      try {
+        ack = await this.publish(s, id, tok, subject, guard, msgId, events, lines)
+      } catch (err) {
+        if (!isWrongLastSequence(err) && !isBatchDuplicateMsgId(err)) {
+          if (err instanceof AgentlogWireError || err instanceof AgentlogConflictError) throw err
+          throw new Error(`agentlog: append to session ${JSON.stringify(id)} seqs ${first}..${last} (expected last stream seq ${guard}): ${(err as Error).message}`, { cause: err })
+        }
+        const tail = await s.leaderTail(id, tok)
+        const stored = ownTail(tail, msgId, first, last)
+        if (stored < 0) {
+          throw new AgentlogConflictError(id, first, last, guard,
+            `the tail record is at stream seq ${tail.streamSeq} (Nats-Msg-Id ${JSON.stringify(tail.msgId)}, next seq ${tail.nextSeq})`, { cause: err })
+        }
+        ack = { stream: s.names.stream, seq: tail.streamSeq, duplicate: true } as PubAck
+        if (stored < events.length) {
+          // An earlier try stored a prefix of this batch: write the rest after it.
+          this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
+          guard = tail.streamSeq
+          events = events.slice(stored)
+          lines = lines.from(stored)
+          continue
+        }
+      }
+      if (ack.duplicate) {
+        if (ack.seq <= guard) {
+          throw new AgentlogConflictError(id, first, last, guard, `Nats-Msg-Id ${JSON.stringify(msgId)} matched stream seq ${ack.seq}, at or before the guard`)
+        }
+        const tail = await s.leaderTail(id, tok)
+        const stored = tail.streamSeq === ack.seq ? ownTail(tail, msgId, first, last) : -1
+        if (stored < 0) {
+          throw new AgentlogConflictError(id, first, last, guard,
+            `Nats-Msg-Id ${JSON.stringify(msgId)} was deduplicated as stream seq ${ack.seq}, but the tail record is stream seq ${tail.streamSeq} (next seq ${tail.nextSeq})`)
+        }
+        this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
+        if (stored < events.length) {
+          guard = tail.streamSeq
+          events = events.slice(stored)
+          lines = lines.from(stored)
+          continue
+        }
+        return
+      }
+      this.tails.set(id, { streamSeq: ack.seq, nextSeq: last + 1, msgId })
+      return
+    }
+  }
+
+  /**
+   * Publish events as one record, its events too large for any record of the window offloaded to
+   * blobs first; as an atomic batch of records within the max message size when one is too big.
+   */
+  private async publish(s: Store, id: string, tok: string, subject: string, guard: number, msgId: string,
+    events: readonly WireEvent[], lines: EncodedLines): Promise<PubAck> {
+    const first = events[0]!.seq
+    const limit = s.maxMsgSize
+    const n = events.length
+    // Worst-case headers of any record of a split of this window (every number at its widest).
+    const worst = recordHeaders(tok, events[n - 1]!.seq, n)
+    worst.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, `${msgId}~${n}`],
+      ['Nats-Batch-Id', 'x'.repeat(22)], ['Nats-Batch-Sequence', String(n)], ['Nats-Batch-Commit', '1'])
+    const budget = limit - headerWireSize(worst)
+    // An event no record of the window can hold goes to agentlog_blobs first, then its record
+    // (written again when that took so long that a collector could take the blobs for orphans).
+    const started = Date.now()
+    let off: { lines: EncodedLines; blobs: Offloaded[] } = { lines, blobs: [] }
+    if (lines.longest() > Math.min(budget, this.maxEventBytes)) {
+      off = await offload(s, id, tok, events, lines, budget, this.maxEventBytes)
+      if (off.blobs.length > 0 && Date.now() - started > BLOB_MAX_AGE_AT_PUBLISH_MS) off = await offload(s, id, tok, events, lines, budget, this.maxEventBytes)
+    }
+    lines = off.lines
+    const blobAt = new Map(off.blobs.map(b => [b.index, b.ref]))
+    const pairs = withBlobs(recordHeaders(tok, first, n), blobAt, 0, n)
+    pairs.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)], [HEADER_MSG_ID, msgId])
+    // One UTF-8 encoding of the whole body, written line by line into one buffer.
+    const body = lines.body(0, n)
+    if (headerWireSize(pairs) + body.length <= limit) {
+      return s.acks.publish(subject, body, pairs)
+    }
+    // Split: cut into records within the limit, committed as one atomic batch (ADR-50).
+    const parts = splitRecords(id, events, lines, blobAt, budget, limit)
+    const record = (k: number) => {
+      const [a, b] = parts[k]!
+      const h = withBlobs(recordHeaders(tok, events[a]!.seq, b - a), blobAt, a, b)
+      if (k === 0) h.push([HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(guard)])
+      h.push([HEADER_MSG_ID, k === parts.length - 1 ? msgId : `${msgId}~${k + 1}`])
+      return { data: lines.body(a, b), headers: headersOf(h) }
+    }
+    const r0 = record(0)
+    const batch = await s.js.startBatch(subject, r0.data, { headers: r0.headers })
+    for (let k = 1; k < parts.length - 1; k++) {
+      const r = record(k)
+      batch.add(subject, r.data, { headers: r.headers })
+    }
+    const rl = record(parts.length - 1)
+    const ack = await batch.commit(subject, rl.data, { headers: rl.headers })
+    return { stream: ack.stream, seq: ack.seq, duplicate: false } as PubAck
+  }
+
+  /** Publish an agent/error report (best effort; never a session event). */
+  private report(s: Store, id: string, tok: string, firstSeq: number, lastSeq: number, err: Error): void {
+    try {
+      if (s.nc.isClosed()) return
+      s.nc.publish(`${s.names.errorsPrefix}.${tok}`, JSON.stringify({
+        type: 'agent/error', session: id, firstSeq, lastSeq, error: err.message, time: Date.now(), writerId: this.writerId,
+      }))
+    } catch { /* a report is best effort */ }
+  }
+}
+
+/** Record headers h of events [a, b) marked format 2 with an Agentlog-Blob value per offloaded event. */
+function withBlobs(h: [string, string][], blobAt: ReadonlyMap<number, BlobRef>, a: number, b: number): [string, string][] {
+  if (blobAt.size === 0) return h // the common case: no offloaded event
+  for (let i = a; i < b; i++) {
+    const ref = blobAt.get(i)
+    if (ref === undefined) continue
+    const f = h.findIndex(([k]) => k === HEADER_FORMAT)
+    h[f] = [HEADER_FORMAT, RECORD_FORMAT_BLOBS]
+    h.push([HEADER_BLOB, blobHeaderValue(ref)])
+  }
+  return h
+}
+
+/**
+ * Cut events into runs [a, b) whose bodies fit budget bytes (an offloaded event counts as its
+ * Agentlog-Blob header); an event that fits no record, or more runs than an atomic batch holds,
+ * is an AgentlogWireError.
+ */
+function splitRecords(id: string, events: readonly WireEvent[], lines: EncodedLines, blobAt: ReadonlyMap<number, BlobRef>, budget: number, limit: number): [number, number][] {
+  const n = events.length
+  const parts: [number, number][] = []
+  let from = 0
+  let size = 0
+  for (let i = 0; i < n; i++) {
+    const ref = blobAt.get(i)
+    const len = ref !== undefined ? HEADER_BLOB.length + blobHeaderValue(ref).length + 4 : lines.bytes(i)
+    if (len > budget) {
+      throw new AgentlogWireError(id, events[i]!.seq, 'event-too-large',
+        `the event is ${len} bytes encoded (plus ${limit - budget} bytes of record headers), the max message size is ${limit} bytes`)
+    }
+    let add = i > from ? len + 1 : len
+    if (i > from && size + add > budget) {
+      parts.push([from, i])
+      from = i
+      size = 0
+      add = len
+    }
+    size += add
+  }
+  parts.push([from, n])
+  if (parts.length > MAX_BATCH_RECORDS) {
+    const first = events[0]!.seq
+    throw new AgentlogWireError(id, first, 'batch-too-large',
+      `seqs ${first}..${events[n - 1]!.seq} need ${parts.length} records of at most ${limit} bytes, more than the ${MAX_BATCH_RECORDS} an atomic batch may hold`)
+  }
+  return parts
+}
+
+/**
+ * How many of events[first..last] the tail record shows as stored by this writer (its Nats-Msg-Id
+ * is msgId, or msgId plus a split-part suffix, and it ends inside the batch); −1 when the tail is
+ * not ours.
+ */
+function ownTail(t: Tail, msgId: string, first: number, last: number): number {
+  const ours = t.msgId === msgId || (t.msgId.startsWith(msgId) && t.msgId.length > msgId.length && t.msgId[msgId.length] === '~')
+  if (!ours || t.nextSeq <= first || t.nextSeq > last + 1) return -1
+  return t.nextSeq - first
+}
