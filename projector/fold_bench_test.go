@@ -3,7 +3,7 @@ package projector
 import (
 	"testing"
 
-	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 )
@@ -13,7 +13,7 @@ import (
 func benchRecords(b *testing.B, sessions, events, size, batch int) (hs []wire.Header, bodies [][]byte, n int) {
 	b.Helper()
 	for s := range sessions {
-		evs, err := sessiontest.ChunkTurn(uint64(s), events, size, 1_700_000_000_000)
+		evs, err := loggen.ChunkTurn(uint64(s), events, size, 1_700_000_000_000)
 		if err != nil {
 			b.Fatal(err)
 		}
