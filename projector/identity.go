@@ -263,6 +263,7 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
 	h, inc, known, removing, err := sessionMetaState(ctx, s.store, id)
+	s.metrics.storeRequest(reqMetadata, 1)
 	if err != nil {
 		return Projection{}, nil, err
 	}
@@ -270,6 +271,10 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 		return Projection{}, nil, errSessionRemoving
 	}
 	tail, err := s.store.GetTailFromLeader(ctx, id)
+	s.metrics.storeRequest(reqTail, 1)
+	if err == nil && tail.LastStreamSeq > ss.streamSeq && ss.streamSeq != 0 {
+		s.metrics.storeRequest(reqRecord, 1) // logMismatch reads the last record folded
+	}
 	if err != nil && !isSessionError(err) {
 		return Projection{}, nil, err
 	}

@@ -179,7 +179,18 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	}
 	before := l.last
 	var added int64
+	read := 0
+	defer func() {
+		c.m.storeRequest(reqTail, 1) // ReadRecordsAfter reads the tail first
+		if read > 4 {
+			c.m.storeRequest(reqRecord, 4)
+			c.m.storeRequest(reqConsumer, 1)
+		} else {
+			c.m.storeRequest(reqRecord, read)
+		}
+	}()
 	_, err := st.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
+		read++
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
 				continue
@@ -196,6 +207,7 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	}
 	if err == nil && l.last != before {
 		var m *jetstream.RawStreamMsg
+		c.m.storeRequest(reqRecord, 1)
 		if m, err = st.Stream.GetMsg(ctx, l.last); err == nil {
 			l.lastAt = m.Time
 		}
@@ -214,6 +226,7 @@ func (c *nodeCache) checkLast(ctx context.Context, st *store.Store, l *nodeLog) 
 	if l.last == 0 {
 		return nil
 	}
+	c.m.storeRequest(reqRecord, 1)
 	m, err := st.Stream.GetMsg(ctx, l.last)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):

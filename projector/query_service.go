@@ -222,14 +222,17 @@ func tooLarge(proj Projection) bool {
 func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
 	key := UnitKey(UnitMessages, token)
 	e, err := s.store.Projections.Get(ctx, key)
+	s.metrics.storeRequest(reqProjection, 1)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
 		_, _, known, removing, merr := sessionMetaState(ctx, s.store, q.Session)
+		s.metrics.storeRequest(reqMetadata, 1)
 		if removing {
 			return Projection{}, nil, false, errSessionRemoving
 		}
 		if q.waits() && merr == nil && !known {
+			s.metrics.storeRequest(reqTail, 1)
 			if empty, err := logEmpty(ctx, s.store, q.Session); err == nil && empty {
 				// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
 				return Projection{}, nil, false, replyErr(client.CodeNotFound, "session %q: no projection (unknown session: no metadata and no events)", q.Session)
@@ -291,6 +294,7 @@ func (s *queryService) waitProjection(ctx context.Context, q query, token string
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	w, err := s.store.Projections.Watch(wctx, key)
+	s.metrics.storeRequest(reqConsumer, 1)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
 		return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs)

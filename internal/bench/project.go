@@ -85,6 +85,14 @@ type ProjectResult struct {
 	LagPublisherMaxEventsPerSec float64 `json:"lag_publisher_max_events_per_sec"`
 	LagLoad                     float64 `json:"lag_load"`
 	LagAppendEventsPerSec       float64 `json:"lag_append_events_per_sec"`
+	// The lag phase's p99.9 lag, its p99 turn latency (from the start of Flush to the answer, as
+	// bench turn measures it), its failed writes (the writers keep their events and retry; a
+	// failure is counted, never fatal) and the reconnects of the connection.
+	LagP999Ms          float64 `json:"lag_p999_ms"`
+	LagTurnP99Ms       float64 `json:"lag_turn_p99_ms"`
+	LagWriteFailures   int     `json:"lag_write_failures"`
+	LagFirstWriteError string  `json:"lag_first_write_error,omitempty"`
+	LagReconnects      uint64  `json:"lag_reconnects"`
 }
 
 // PrintProject writes r as one JSON line (asJSON) or as text.
@@ -248,10 +256,12 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 	// projector running); append acknowledged (a Flush returned) -> the query service answers
 	// minSeq.
 	if o.LagLoad > 0 {
-		lr, err := benchLagUnderLoad(ctx, st, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
+		lr, ph, err := benchLagUnderLoad(ctx, st, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
 		if err != nil {
 			return res, fmt.Errorf("lag phase: %w", err)
 		}
+		res.LagP999Ms, res.LagTurnP99Ms, res.LagReconnects = ph.LagP999Ms, ph.TurnP99Ms, ph.Reconnects
+		res.LagWriteFailures, res.LagFirstWriteError = ph.WriteFailures, ph.FirstWriteError
 		res.LagSamples, res.LagFailures, res.LagFirstError = lr.Samples, lr.Failures, lr.FirstError
 		res.LagP50Ms, res.LagP99Ms = lr.P50Ms, lr.P99Ms
 		res.LagPublisherMaxEventsPerSec, res.LagAppendEventsPerSec, res.LagLoad = lr.MaxEventsPerSec, lr.AppendEventsPerSec, o.LagLoad
