@@ -29,6 +29,39 @@ type unitState struct {
 	pos     *LogPosition // as decoded (nil: none stored, or a legacy value)
 
 	hdr *session.Header // the session's header (its sessState's), for InitSession
+
+	// The gate's: the stream seq of the record holding each surface node (0: unknown), stored as
+	// State.NodeRecords, so that a query reads only the records of the nodes it lacks.
+	nodeAt map[int64]uint64
+}
+
+// noteNode records that node seq of the gate's surface is in the record at stream seq at.
+func (u *unitState) noteNode(seq int64, at uint64) {
+	if u.nodeAt == nil {
+		u.nodeAt = map[int64]uint64{}
+	}
+	u.nodeAt[seq] = at
+	if surf, _ := u.state.(*session.Surface); surf != nil && len(u.nodeAt) > 2*len(surf.Nodes)+64 {
+		keep := make(map[int64]uint64, len(surf.Nodes))
+		for _, n := range surf.Nodes {
+			if a, ok := u.nodeAt[n]; ok {
+				keep[n] = a
+			}
+		}
+		u.nodeAt = keep // nodes a replace took out
+	}
+}
+
+// nodeRecords is State.NodeRecords for the gate's surface: every node's record, nil when one is
+// unknown.
+func (u *unitState) nodeRecords(nodes []int64) []uint64 {
+	out := make([]uint64, len(nodes))
+	for i, n := range nodes {
+		if out[i] = u.nodeAt[n]; out[i] == 0 {
+			return nil
+		}
+	}
+	return out
 }
 
 // sessState is the fold state of one session: every registered unit, the gate first.
@@ -129,6 +162,13 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 	if u.def.gate {
 		p := Projection{AsOfSeq: v.AsOfSeq, State: st.(State)}
 		st = toSurface(p)
+		u.nodeAt = nil
+		if recs := p.State.NodeRecords; len(recs) == len(p.State.Nodes) {
+			u.nodeAt = make(map[int64]uint64, len(recs))
+			for i, n := range p.State.Nodes {
+				u.nodeAt[n] = recs[i]
+			}
+		}
 	}
 	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
 	u.logged = v.Error != nil // logged and counted when it stopped
@@ -204,7 +244,7 @@ func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []s
 	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
 		return nil
 	}
-	lk := &logLookup{ctx: ctx, store: sto, id: ss.id, batch: events}
+	lk := &logLookup{ctx: ctx, store: sto, id: ss.id, batch: events, batchAt: streamSeq}
 	todo := events
 	foldedLog := false // the whole log was folded, not only this record (a log read for a lookup
 	// reaches past the record, so only a fold of all of it moves the position to its end)
@@ -260,6 +300,7 @@ func catchUp(ctx context.Context, sto *store.Store, ss *sessState) error {
 // apply folds events in order: the gate first, then each running unit behind the event.
 func (ss *sessState) apply(events []session.Scanned, lk *logLookup) error {
 	g := ss.gate()
+	recordAt := lk.recordAt(events)
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq > g.asOfSeq {
@@ -276,6 +317,9 @@ func (ss *sessState) apply(events []session.Scanned, lk *logLookup) error {
 				return nil
 			}
 			g.asOfSeq, g.enc, g.written = ev.Seq, nil, false
+			if session.SurfaceEligible(ev.Type) {
+				g.noteNode(ev.Seq, recordAt(i)) // accepted: it is a node now (append or replace)
+			}
 			ss.dirty = true
 		}
 		for _, u := range ss.units[1:] {
@@ -341,7 +385,9 @@ func (u *unitState) encode(pos *LogPosition) ([]byte, error) {
 	if u.enc == nil {
 		var st any = u.state
 		if u.def.gate {
-			st = fromSurface(u.state.(*session.Surface)).State
+			gs := fromSurface(u.state.(*session.Surface)).State
+			gs.NodeRecords = u.nodeRecords(gs.Nodes)
+			st = gs
 		}
 		b, err := json.Marshal(st)
 		if err != nil {
@@ -405,7 +451,7 @@ func stopTooLarge(ss *sessState, u *unitState, size int, limit int64) {
 // resetState puts u back to its initial state (stored small, with its error).
 func (u *unitState) resetState() {
 	if u.def.gate {
-		u.state = session.NewSurface()
+		u.state, u.nodeAt = session.NewSurface(), nil
 	} else {
 		u.state = u.def.init(*u.hdr)
 	}

@@ -270,6 +270,18 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 	if removing {
 		return Projection{}, nil, errSessionRemoving
 	}
+	if known && inc != "" && inc == ss.incarnation && !ss.legacy && ss.streamSeq != 0 && !ss.stopped() {
+		// The node cache's read of the log up to the state's last record (which a messages
+		// answer reads anyway) shows that the record is there and ends at asOfSeq: no tail read.
+		ok, err := s.nodes.verify(ctx, s.store, id, LogPosition{Incarnation: inc, StreamSeq: ss.streamSeq}, ss.folded())
+		if err != nil {
+			return Projection{}, nil, err
+		}
+		if ok {
+			proj, _, err := decodeProjection(raw)
+			return proj, raw, err
+		}
+	}
 	tail, err := s.store.GetTailFromLeader(ctx, id)
 	s.metrics.storeRequest(reqTail, 1)
 	if err == nil && tail.LastStreamSeq > ss.streamSeq && ss.streamSeq != 0 {

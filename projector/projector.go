@@ -288,9 +288,11 @@ type logLookup struct {
 	ctx    context.Context
 	store  *store.Store
 	id     string
-	batch  []session.Scanned
-	log    []session.Scanned
-	loaded bool
+	batch   []session.Scanned
+	batchAt uint64 // the stream seq of the record batch is (0: unknown)
+	log     []session.Scanned
+	logAt   []uint64 // the stream seq of each event's record in log (nil: unknown)
+	loaded  bool
 	// lastStreamSeq is the stream seq of the log's last record, once loaded from the store.
 	lastStreamSeq uint64
 	// transient is set when reading the log failed for a reason other than a bad log.
@@ -305,7 +307,15 @@ func (l *logLookup) loadLog() error {
 		l.log, l.loaded = l.batch, true
 		return nil
 	}
-	events, last, err := l.store.Read(l.ctx, l.id)
+	var events []session.Event
+	var at []uint64
+	last, err := l.store.ReadRecords(l.ctx, l.id, func(streamSeq uint64, evs []session.Event) error {
+		events = append(events, evs...)
+		for range evs {
+			at = append(at, streamSeq)
+		}
+		return nil
+	})
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {
@@ -314,8 +324,21 @@ func (l *logLookup) loadLog() error {
 		l.transient = &transientError{fmt.Errorf("reading the log: %w", err)} // err names the session
 		return l.transient
 	}
-	l.log, l.loaded, l.lastStreamSeq = scanAll(events), true, last
+	l.log, l.logAt, l.loaded, l.lastStreamSeq = scanAll(events), at, true, last
 	return nil
+}
+
+// recordAt returns the stream seq of the record of each event of events, which are l's batch or
+// its log (0: unknown).
+func (l *logLookup) recordAt(events []session.Scanned) func(i int) uint64 {
+	if l != nil && len(events) > 0 && len(l.log) == len(events) && &l.log[0] == &events[0] && len(l.logAt) == len(events) {
+		return func(i int) uint64 { return l.logAt[i] }
+	}
+	var at uint64
+	if l != nil && len(events) > 0 && len(l.batch) == len(events) && &l.batch[0] == &events[0] {
+		at = l.batchAt
+	}
+	return func(int) uint64 { return at }
 }
 
 // scanAll wraps events in the shared form (each is scanned when first read).

@@ -54,7 +54,8 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	if sp.AsOfSeq != 10 || int64s(sp.State.Nodes) != toolNodes || sp.State.ReplaceGeneration != 1 {
 		t.Fatalf("surface endpoint: %+v", sp)
 	}
-	// The stored value has exactly the documented shape.
+	// The stored value has exactly the documented shape (nodeRecords: the stream seq of each
+	// node's record).
 	tok, _ := wire.Token("s1")
 	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
 	if err != nil {
@@ -64,7 +65,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"stateVersion":1,"asOfSeq":10,"log":{"incarnation":"` + info.Incarnation + `","streamSeq":4},"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2}}`
+	want := `{"stateVersion":1,"asOfSeq":10,"log":{"incarnation":"` + info.Incarnation + `","streamSeq":4},"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2,"nodeRecords":[1,2,4,4]}}`
 	if string(ent.Value()) != want {
 		t.Fatalf("stored value\n got %s\nwant %s", ent.Value(), want)
 	}

@@ -90,6 +90,8 @@ type TurnPhase struct {
 	WriteFailures    int    `json:"write_failures"`
 	FirstWriteError  string `json:"first_write_error,omitempty"`
 	Reconnects       uint64 `json:"reconnects"`
+	// ProjectorReconnects: the projector's connection's reconnects (0 with SharedConn: the same).
+	ProjectorReconnects uint64 `json:"projector_reconnects"`
 	BaselineFailures int    `json:"baseline_failures"`
 	// StoreRequestsPerQuery is the JetStream requests the query service made per query answered
 	// (agentlog_query_store_requests_total over agentlog_query_requests_total; -1 when the
@@ -109,8 +111,8 @@ func PrintTurn(w io.Writer, asJSON bool, r TurnResult) error {
 	}
 	fmt.Fprintf(w, "%d agents, events of %d bytes, %d partitions; maximum %.0f events/s\n", r.Sessions, r.EventBytes, r.Partitions, r.MaxEventsPerSec)
 	for _, p := range r.Phases {
-		if _, err := fmt.Fprintf(w, "at %.0f%% (%.0f events/s): turn p50 %.1f p99 %.1f p999 %.1f ms (lag p99 %.1f ms), raw p99 %.1f ms, ratio %.2f; %d turns, %d failed queries, %d failed writes, %d reconnects, %.1f store requests per query\n",
-			p.Load*100, p.AppendEventsPerSec, p.TurnP50Ms, p.TurnP99Ms, p.TurnP999Ms, p.LagP99Ms, p.BaselineP99Ms, p.Ratio, p.Turns, p.QueryFailures, p.WriteFailures, p.Reconnects, p.StoreRequestsPerQuery); err != nil {
+		if _, err := fmt.Fprintf(w, "at %.0f%% (%.0f events/s): turn p50 %.1f p99 %.1f p999 %.1f ms (lag p99 %.1f ms), raw p99 %.1f ms, ratio %.2f; %d turns, %d failed queries, %d failed writes, %d+%d reconnects, %.1f store requests per query\n",
+			p.Load*100, p.AppendEventsPerSec, p.TurnP50Ms, p.TurnP99Ms, p.TurnP999Ms, p.LagP99Ms, p.BaselineP99Ms, p.Ratio, p.Turns, p.QueryFailures, p.WriteFailures, p.Reconnects, p.ProjectorReconnects, p.StoreRequestsPerQuery); err != nil {
 			return err
 		}
 	}
@@ -157,6 +159,9 @@ func RunTurn(ctx context.Context, o TurnOptions, logw io.Writer) (TurnResult, er
 	}
 	defer rig.close()
 	rig.counters = projectorCounters(p)
+	if pnc != nc {
+		rig.pnc = pnc
+	}
 	fmt.Fprintf(logw, "bench turn: %d agents at their maximum rate for %s...\n", o.Sessions, o.MaxFor)
 	res.MaxEventsPerSec, res.MaxFailures = rig.maxRate(ctx, o.MaxFor)
 	stopProfile, err := startCPUProfile(o.CPUProfile)
@@ -217,6 +222,7 @@ type turnRig struct {
 	pad      string
 	raw      natsjs.Stream
 	prefix   string
+	pnc      *nats.Conn                                // the projector's connection (nil: the agents')
 	counters func() (store, queries, seconds float64) // nil: none
 }
 
@@ -349,6 +355,10 @@ func (r *turnRig) phase(ctx context.Context, load, rate float64, dur, probeEvery
 	var qf, wf, rf failures
 	var total atomic.Int64
 	reconnects := r.nc.Stats().Reconnects
+	var preconnects uint64
+	if r.pnc != nil {
+		preconnects = r.pnc.Stats().Reconnects
+	}
 	var store0, queries0, seconds0 float64
 	if r.counters != nil {
 		store0, queries0, seconds0 = r.counters()
@@ -457,6 +467,9 @@ func (r *turnRig) phase(ctx context.Context, load, rate float64, dur, probeEvery
 	res.WriteFailures, res.FirstWriteError = wf.n, wf.first
 	res.BaselineFailures = rf.n
 	res.Reconnects = r.nc.Stats().Reconnects - reconnects
+	if r.pnc != nil {
+		res.ProjectorReconnects = r.pnc.Stats().Reconnects - preconnects
+	}
 	if r.counters != nil {
 		s1, q1, sec1 := r.counters()
 		if s1 >= 0 && q1 > queries0 {
