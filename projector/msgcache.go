@@ -66,7 +66,7 @@ type nodeLog struct {
 	vAt    time.Time
 	vEpoch uint64
 	size   int64         // bytes held (the events' raw fields); guarded by nodeCache.mu
-	elem   *list.Element           // nil once evicted; guarded by nodeCache.mu
+	elem   *list.Element // nil once evicted; guarded by nodeCache.mu
 }
 
 func newNodeCache(maxBytes int64) *nodeCache {

@@ -285,9 +285,9 @@ func sessionError(id string, seq int64, err error) *ProjectionError {
 // logLookup is the session.Lookup of one fold: the events being folded first, then the session
 // read from the log, lazily and at most once.
 type logLookup struct {
-	ctx    context.Context
-	store  *store.Store
-	id     string
+	ctx     context.Context
+	store   *store.Store
+	id      string
 	batch   []session.Scanned
 	batchAt uint64 // the stream seq of the record batch is (0: unknown)
 	log     []session.Scanned

@@ -85,14 +85,14 @@ type TurnPhase struct {
 	// Failures: queries that failed (not in the percentiles), flushes and appends that failed
 	// (the writer keeps the events and retries), the first of each, and the agents' connection's
 	// reconnects during the phase.
-	QueryFailures    int    `json:"query_failures"`
-	FirstQueryError  string `json:"first_query_error,omitempty"`
-	WriteFailures    int    `json:"write_failures"`
-	FirstWriteError  string `json:"first_write_error,omitempty"`
-	Reconnects       uint64 `json:"reconnects"`
+	QueryFailures   int    `json:"query_failures"`
+	FirstQueryError string `json:"first_query_error,omitempty"`
+	WriteFailures   int    `json:"write_failures"`
+	FirstWriteError string `json:"first_write_error,omitempty"`
+	Reconnects      uint64 `json:"reconnects"`
 	// ProjectorReconnects: the projector's connection's reconnects (0 with SharedConn: the same).
 	ProjectorReconnects uint64 `json:"projector_reconnects"`
-	BaselineFailures int    `json:"baseline_failures"`
+	BaselineFailures    int    `json:"baseline_failures"`
 	// StoreRequestsPerQuery is the JetStream requests the query service made per query answered
 	// (agentlog_query_store_requests_total over agentlog_query_requests_total; -1 when the
 	// projector does not count them).
@@ -222,7 +222,7 @@ type turnRig struct {
 	pad      string
 	raw      natsjs.Stream
 	prefix   string
-	pnc      *nats.Conn                                // the projector's connection (nil: the agents')
+	pnc      *nats.Conn                               // the projector's connection (nil: the agents')
 	counters func() (store, queries, seconds float64) // nil: none
 }
 
