@@ -228,7 +228,7 @@ func (c *Client) fillExternal(ctx context.Context, id string, page *MessagesRepl
 	bad := func(format string, args ...any) error {
 		return &Error{Service: QueryService, Code: CodeInternal, Session: id, Description: fmt.Sprintf("session %q: ", id) + fmt.Sprintf(format, args...)}
 	}
-	st, err := c.openStore(ctx)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,7 @@ func (c *Client) fillExternal(ctx context.Context, id string, page *MessagesRepl
 		if x.Index < 0 || x.Index > len(msgs) {
 			return bad("malformed reply: external message of node %d at index %d of %d", x.Node, x.Index, len(msgs))
 		}
-		rec, found, err := st.GetRecordFromLeader(ctx, id, x.StreamSeq)
+		rec, found, err := ss.RecordFromLeader(ctx, x.StreamSeq)
 		if err != nil {
 			return &Error{Service: QueryService, Code: CodeInternal, Session: id, Description: fmt.Sprintf("read the event of surface node %d (stream seq %d)", x.Node, x.StreamSeq), Err: err}
 		}

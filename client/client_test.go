@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
@@ -69,7 +70,7 @@ func stack(t *testing.T) *nats.Conn {
 	if err := te.Store.CreateSession(ctx(t), session.Header{ID: "s", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := te.Store.Append(ctx(t), "s", 0, events()); err != nil {
+	if _, err := storetest.Session(te.Store, "s").Append(ctx(t), 0, events()); err != nil {
 		t.Fatal(err)
 	}
 	return te.NC

@@ -32,11 +32,11 @@ const MaxLineageNodes = 1000
 // Errors: ErrBadRequest (invalid id), ErrNotFound (no metadata; ErrRemoving too for a session
 // being removed, which is left out of every tree), ErrInternal.
 func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return Lineage{}, err
 	}
-	all, err := scanMeta(ctx, st, false)
+	all, err := scanMeta(ctx, ss.Store(), false)
 	if err != nil {
 		return Lineage{}, err
 	}
@@ -45,7 +45,7 @@ func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
 		byID[m.id] = m
 	}
 	if _, ok := byID[id]; !ok {
-		if _, _, err := lookup(ctx, st, id); err != nil { // being removed: say so
+		if _, _, err := lookup(ctx, ss); err != nil { // being removed: say so
 			return Lineage{}, err
 		}
 		return Lineage{}, notFoundError(id)

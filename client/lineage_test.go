@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -59,7 +60,7 @@ func TestLineage(t *testing.T) {
 			t.Errorf("missing parent %q", l.MissingParent)
 		}
 	}
-	if _, err := te.Store.Append(ctx(t), "root", 0, events()); err != nil {
+	if _, err := storetest.Session(te.Store, "root").Append(ctx(t), 0, events()); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.LastSeq(ctx(t), "root"); err != nil || n != int64(len(events())-1) {
@@ -97,7 +98,7 @@ func TestLineage(t *testing.T) {
 	}
 	for i := range 7 {
 		subj, _ := wire.ErrorsSubject("k1")
-		if _, err := te.Store.JS.Publish(ctx(t), subj, fmt.Appendf(nil, `{"type":"agent/error","n":%d}`, i)); err != nil {
+		if _, err := te.Store.JetStream().Publish(ctx(t), subj, fmt.Appendf(nil, `{"type":"agent/error","n":%d}`, i)); err != nil {
 			t.Fatal(err)
 		}
 	}

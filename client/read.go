@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -29,84 +30,36 @@ func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(s
 	if q.FromSeq < 0 || q.Tail < 0 {
 		return &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("events: fromSeq %d, tail %d: want >= 0", q.FromSeq, q.Tail)}
 	}
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return err
 	}
-	if _, _, err := lookup(ctx, st, id); err != nil { // a log without metadata is read all the same
+	if _, _, err := lookup(ctx, ss); err != nil { // a log without metadata is read all the same
 		return err
-	}
-	subject, err := st.Subject(id)
-	if err != nil {
-		return &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
 	}
 	from := q.FromSeq
 	if q.Tail > 0 {
-		t, err := st.GetTail(ctx, id)
+		t, err := ss.Tail(ctx)
 		if err != nil {
 			return &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
 		}
 		from = max(from, t.NextSeq-q.Tail)
 	}
-	next := int64(0)
-	give := func(evs []session.Event) error {
-		for _, ev := range evs {
+	var opts []store.ReadOpt
+	if q.Follow {
+		opts = append(opts, store.Follow())
+	}
+	_, err = ss.Records(ctx, func(r store.Record) error {
+		for _, ev := range r.Events {
 			if ev.Seq >= from {
 				if err := fn(ev); err != nil {
 					return &fnError{err}
 				}
 			}
 		}
-		next = evs[len(evs)-1].Seq + 1
 		return nil
-	}
-	last, err := st.ReadRecords(ctx, id, func(_ uint64, evs []session.Event) error { return give(evs) })
-	if err != nil {
-		return unwrapFn(err)
-	}
-	if !q.Follow {
-		return nil
-	}
-	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
-	if last > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, last+1
-	}
-	cons, err := st.Stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
-	}
-	if info := cons.CachedInfo(); info != nil && info.Name != "" {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.JS.Options().DefaultTimeout)
-			_ = st.Stream.DeleteConsumer(dctx, info.Name)
-			cancel()
-		}()
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(natsjs.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &Error{Code: CodeInternal, Session: id, Description: "follow " + subject, Err: err}
-		}
-		evs, err := st.DecodeRecord(ctx, m.Headers(), m.Data())
-		if err != nil {
-			return err
-		}
-		if evs[0].Seq != next {
-			return &Error{Code: CodeInternal, Session: id,
-				Description: fmt.Sprintf("session %q: a record starts at seq %d, want %d", id, evs[0].Seq, next)}
-		}
-		if err := give(evs); err != nil {
-			return unwrapFn(err)
-		}
-	}
+	}, opts...)
+	return unwrapFn(err)
 }
 
 // fnError carries the error of a caller's callback through a read.
@@ -128,14 +81,15 @@ func unwrapFn(err error) error {
 // each new asOfSeq. Errors: ErrRemoving (an rm stopped part-way), ErrStopped when the projection
 // stops, and Messages' errors.
 func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesReply) error) error {
-	st, tok, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return err
 	}
-	if _, _, err := lookup(ctx, st, id); err != nil { // an unknown one is watched until it appears
+	tok := ss.Token()
+	if _, _, err := lookup(ctx, ss); err != nil { // an unknown one is watched until it appears
 		return err
 	}
-	w, err := st.Projections.Watch(ctx, "messages."+tok, natsjs.IgnoreDeletes())
+	w, err := ss.WatchProjection(ctx, "messages", natsjs.IgnoreDeletes())
 	if err != nil {
 		return &Error{Code: CodeInternal, Session: id, Description: "watch projection", Err: err}
 	}
@@ -153,7 +107,7 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 			if ctx.Err() != nil { // the watcher closes its channel when ctx ends: that is the cancel, not a failure
 				return ctx.Err()
 			}
-			return &Error{Code: CodeInternal, Session: id, Description: "the watch of projection messages." + tok + " ended"}
+			return &Error{Code: CodeInternal, Session: id, Description: "the watch of projection " + wire.ProjectionKey("messages", tok) + " ended"}
 		}
 		if e == nil {
 			continue
@@ -180,11 +134,11 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 // JSONL written from it carries every field). Errors: ErrBadRequest, ErrNotFound (ErrRemoving
 // too for a session being removed), ErrInternal.
 func (c *Client) Header(ctx context.Context, id string) (session.Header, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return session.Header{}, err
 	}
-	info, found, err := lookup(ctx, st, id)
+	info, found, err := lookup(ctx, ss)
 	if err != nil {
 		return session.Header{}, err
 	}
@@ -199,23 +153,19 @@ func (c *Client) Header(ctx context.Context, id string) (session.Header, error) 
 // firstSeq, lastSeq, error, time, writerId, fenced?, lost?}). A failed write is reported there,
 // never written as a session event. Errors: ErrBadRequest, ErrInternal.
 func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.RawMessage, error) {
-	subject, err := wire.ErrorsSubject(id)
-	if err != nil || n <= 0 {
-		if err == nil {
-			err = fmt.Errorf("error reports: n %d, want > 0", n)
-		}
-		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	if n <= 0 {
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("error reports: n %d, want > 0", n)}
 	}
-	st, err := c.openStore(ctx)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	var out []json.RawMessage
-	err = scanStream(ctx, st.JS, wire.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m streamMsg) error {
+	err = ss.ErrorReports(ctx, func(report []byte) error {
 		if len(out) == n {
 			out = append(out[:0], out[1:]...)
 		}
-		out = append(out, append(json.RawMessage(nil), m.Data()...))
+		out = append(out, report)
 		return nil
 	})
 	if err != nil {
@@ -228,11 +178,11 @@ func (c *Client) ErrorReports(ctx context.Context, id string, n int) ([]json.Raw
 // (a direct get, which on a replicated stream may read a lagging follower). Errors:
 // ErrBadRequest, ErrInternal.
 func (c *Client) LastSeq(ctx context.Context, id string) (int64, error) {
-	st, _, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	t, err := st.GetTail(ctx, id)
+	t, err := ss.Tail(ctx)
 	if err != nil {
 		return 0, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
 	}

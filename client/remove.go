@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/agentlog/agentlog/store"
-	"github.com/agentlog/agentlog/wire"
 )
 
 // Removed is what Remove removed (the `agentlog rm --json` object): the session, its incarnation,
@@ -24,14 +23,15 @@ type Removed = store.Removed
 // An id with nothing stored is an *Error with CodeNotFound (errors.Is ErrNotFound); an invalid
 // id one with CodeBadRequest; others wrap the store's error.
 func (c *Client) Remove(ctx context.Context, id string) (Removed, error) {
-	if _, err := wire.Token(id); err != nil {
-		return Removed{}, &Error{Code: CodeBadRequest, Session: id, Description: "remove", Err: err}
-	}
 	st, err := c.openStore(ctx)
 	if err != nil {
 		return Removed{}, err
 	}
-	rm, err := st.RemoveSession(ctx, id)
+	ss, err := st.Session(id)
+	if err != nil {
+		return Removed{}, &Error{Code: CodeBadRequest, Session: id, Description: "remove", Err: err}
+	}
+	rm, err := ss.Remove(ctx)
 	if errors.Is(err, store.ErrSessionNotFound) {
 		return rm, &Error{Code: CodeNotFound, Session: id, Description: "remove", Err: err}
 	}

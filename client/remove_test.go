@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -17,7 +18,7 @@ func TestRemove(t *testing.T) {
 	if err := te.Store.CreateSession(ctx(t), session.Header{ID: "gone", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := te.Store.Append(ctx(t), "gone", 0, events()); err != nil {
+	if _, err := storetest.Session(te.Store, "gone").Append(ctx(t), 0, events()); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(te.NC)
@@ -31,7 +32,7 @@ func TestRemove(t *testing.T) {
 	if rm.Session != "gone" || !rm.Metadata || rm.Records != 1 || rm.Events != int64(len(events())) {
 		t.Fatalf("Removed %+v: want the session's metadata, 1 record, %d events", rm, len(events()))
 	}
-	if _, err := te.Store.GetSession(ctx(t), "gone"); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(te.Store, "gone").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after Remove: %v", err)
 	}
 	if _, err := c.Remove(ctx(t), "gone"); !errors.Is(err, client.ErrNotFound) || !errors.Is(err, store.ErrSessionNotFound) {

@@ -10,13 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Lineage, Header, Events,
@@ -201,17 +200,18 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if _, err := wire.Token(idOrPrefix); err != nil {
+	ss, err := st.Session(idOrPrefix)
+	if err != nil {
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
 	}
-	_, err = st.GetSessionInfo(ctx, idOrPrefix)
+	_, err = ss.Info(ctx)
 	if err == nil || errors.Is(err, store.ErrSessionDeleted) {
 		return idOrPrefix, nil // with metadata, or being removed (the command reports it)
 	}
 	if !errors.Is(err, store.ErrSessionNotFound) {
 		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
 	}
-	if t, err := st.GetTail(ctx, idOrPrefix); err == nil && t.NextSeq > 0 {
+	if t, err := ss.Tail(ctx); err == nil && t.NextSeq > 0 {
 		return idOrPrefix, nil // a log without metadata
 	}
 	ids, err := c.SessionIDs(ctx, idOrPrefix, 22)
@@ -250,14 +250,17 @@ func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	return st, nil
 }
 
-// sessionStore checks session id (ErrBadRequest) and opens the store; it returns id's token.
-func (c *Client) sessionStore(ctx context.Context, id string) (*store.Store, string, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return nil, "", &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
-	}
+// session opens the store and returns session id's handle; an invalid id is ErrBadRequest.
+func (c *Client) session(ctx context.Context, id string) (*store.Session, error) {
 	st, err := c.openStore(ctx)
-	return st, tok, err
+	if err != nil {
+		return nil, err
+	}
+	ss, err := st.Session(id)
+	if err != nil {
+		return nil, &Error{Code: CodeBadRequest, Session: id, Description: err.Error()}
+	}
+	return ss, nil
 }
 
 // notFoundError is ErrNotFound for session id, which has no metadata.
@@ -269,8 +272,9 @@ func notFoundError(id string) *Error {
 // false when it has none. A session being removed (its entry marked by an agentlog rm that
 // stopped part-way, whatever else is left of it) is removingError, so no read serves it; a failed
 // read is ErrInternal.
-func lookup(ctx context.Context, st *store.Store, id string) (info store.SessionInfo, found bool, err error) {
-	info, err = st.GetSessionInfo(ctx, id)
+func lookup(ctx context.Context, ss *store.Session) (info store.SessionInfo, found bool, err error) {
+	id := ss.ID()
+	info, err = ss.Info(ctx)
 	switch {
 	case errors.Is(err, store.ErrSessionDeleted):
 		return info, false, removingError(id)
@@ -303,28 +307,25 @@ func (e *meta) decode() {
 	}
 }
 
-const sessionsKeyPrefix = "$KV." + wire.SessionsBucket + "."
-
 // scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
 // with one ordered consumer, drops deleted keys, keys being removed (marked wire.DeletingHeader:
 // an rm stopped part-way; not found, as lookup says) and keys that are not tokens, and returns
 // the sessions sorted by id.
 func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
-	err := scanStream(ctx, st.JS, "KV_"+wire.SessionsBucket, sessionsKeyPrefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, func(n uint64) {
+	err := st.ScanSessions(ctx, keysOnly, func(n uint64) {
 		out = make([]meta, 0, n)
-	}, func(m streamMsg) error {
-		if deleted(m.Headers()) || m.Headers().Get(wire.DeletingHeader) != "" {
+	}, func(se store.SessionEntry) error {
+		if se.Header.Get(wire.DeletingHeader) != "" {
 			return nil
 		}
-		tok := strings.TrimPrefix(m.Subject(), sessionsKeyPrefix)
-		id, err := wire.IDFromToken(tok)
+		id, err := wire.IDFromToken(se.Token)
 		if err != nil {
 			return nil // not a session key
 		}
-		e := meta{id: id, token: tok}
+		e := meta{id: id, token: se.Token}
 		if !keysOnly {
-			decodeMeta(m.Data(), &e)
+			decodeMeta(se.Value, &e)
 		}
 		out = append(out, e)
 		return nil
@@ -395,14 +396,6 @@ func jsonInt(n json.Number) int64 {
 	return int64(f)
 }
 
-func deleted(h nats.Header) bool {
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
-		return true
-	}
-	return h.Get(natsjs.MarkerReasonHeader) != ""
-}
-
 // childrenOf maps each parent id to its children's ids (sorted, as all is).
 func childrenOf(all []meta) map[string][]string {
 	ch := map[string][]string{}
@@ -414,92 +407,6 @@ func childrenOf(all []meta) map[string][]string {
 	return ch
 }
 
-// scanStream calls fn for the messages of stream matching filter that policy delivers (all, or
-// the last of each subject) when it starts, through an ordered consumer (headers only with
-// headersOnly), in stream order. sized, when not nil, gets their number first.
-func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool,
-	sized func(n uint64), fn func(streamMsg) error) error {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	if s.CachedInfo().State.Msgs == 0 {
-		if sized != nil {
-			sized(0)
-		}
-		return nil
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  policy,
-		HeadersOnly:    headersOnly,
-	})
-	if err != nil {
-		return err
-	}
-	info := cons.CachedInfo()
-	// The consumer's pending count at creation bounds the read: what is appended later is not
-	// wanted. (An ordered consumer that resets resumes after the last message delivered.)
-	total := info.NumPending + info.Delivered.Consumer
-	if sized != nil {
-		sized(total)
-	}
-	if total == 0 {
-		return nil
-	}
-	// Consume with a callback: messages are handed over in order, on one goroutine, with no
-	// per-message channel hop, which is what a pass over 100,000 sessions spends its time on.
-	var (
-		mu    sync.Mutex // n and fnErr: the callback may still run when ctx ends
-		n     uint64
-		fnErr error
-		done  = make(chan struct{})
-		once  sync.Once
-	)
-	finish := func() { once.Do(func() { close(done) }) }
-	cc, err := cons.Consume(func(m natsjs.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if fnErr != nil || n >= total {
-			return
-		}
-		if fnErr = fn(m); fnErr != nil {
-			finish()
-			return
-		}
-		if n++; n == total {
-			finish()
-		}
-	}, natsjs.PullMaxMessages(8192), natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
-		_ = err // an ordered consumer resets itself; a fatal error ends with the ctx
-	}))
-	if err != nil {
-		return err
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	cc.Stop()
-	<-cc.Closed()
-	mu.Lock()
-	defer mu.Unlock()
-	if fnErr != nil {
-		return fnErr
-	}
-	if n < total {
-		return ctx.Err()
-	}
-	return nil
-}
-
-// streamMsg is what scanStream's callers read of a message.
-type streamMsg interface {
-	Subject() string
-	Headers() nats.Header
-	Data() []byte
-}
-
 // lastRecord is what a listing reads of a session's last record: the seq of its last event and
 // when the stream stored it (Unix ms).
 type lastRecord struct{ seq, at int64 }
@@ -509,17 +416,15 @@ type lastRecord struct{ seq, at int64 }
 // times slower, the server scanning the stream once per filter.)
 func scanLastSeqs(ctx context.Context, st *store.Store) (map[string]lastRecord, error) {
 	var out map[string]lastRecord
-	err := scanStream(ctx, st.JS, wire.StreamName, wire.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, func(n uint64) {
+	err := st.ScanTails(ctx, func(n uint64) {
 		out = make(map[string]lastRecord, n)
-	}, func(m streamMsg) error {
-		if last, ok := wire.RecordLastSeq(m.Headers()); ok {
+	}, func(h nats.Header, stored time.Time) error {
+		if last, ok := wire.RecordLastSeq(h); ok {
 			lr := lastRecord{seq: last}
-			if jm, ok := m.(natsjs.Msg); ok {
-				if md, err := jm.Metadata(); err == nil {
-					lr.at = md.Timestamp.UnixMilli()
-				}
+			if !stored.IsZero() {
+				lr.at = stored.UnixMilli()
 			}
-			out[m.Headers().Get(wire.HeaderSession)] = lr
+			out[h.Get(wire.HeaderSession)] = lr
 		}
 		return nil
 	})
@@ -533,27 +438,17 @@ func scanLastSeqs(ctx context.Context, st *store.Store) (map[string]lastRecord, 
 // time.
 func getLastSeqs(ctx context.Context, st *store.Store, rows []meta) (map[string]lastRecord, error) {
 	out := map[string]lastRecord{}
-	subjects := make([]string, 0, len(rows))
+	tokens := make([]string, 0, len(rows))
 	for _, m := range rows {
-		subj, err := st.Subject(m.id)
-		if err != nil {
-			return nil, &Error{Code: CodeInternal, Session: m.id, Description: "subject", Err: err}
-		}
-		subjects = append(subjects, subj)
+		tokens = append(tokens, m.token)
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, st.JS, wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
-	if err == nil {
-		for m, merr := range msgs {
-			if merr != nil {
-				err = merr
-				break
-			}
-			if last, ok := wire.RecordLastSeq(m.Header); ok {
-				out[m.Header.Get(wire.HeaderSession)] = lastRecord{seq: last, at: m.Time.UnixMilli()}
-			}
+	err := st.TailsOf(ctx, tokens, func(h nats.Header, stored time.Time) error {
+		if last, ok := wire.RecordLastSeq(h); ok {
+			out[h.Get(wire.HeaderSession)] = lastRecord{seq: last, at: stored.UnixMilli()}
 		}
-	}
-	if err != nil && !errors.Is(err, jetstreamext.ErrNoMessages) {
+		return nil
+	})
+	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "read the last records of stream " + wire.StreamName, Err: err}
 	}
 	return out, nil

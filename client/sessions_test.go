@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
@@ -51,13 +52,13 @@ func opsStack(t *testing.T) (*testnats.Env, *client.Client) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := te.Store.Append(ctx(t), "a", 0, events()); err != nil {
+	if _, err := storetest.Session(te.Store, "a").Append(ctx(t), 0, events()); err != nil {
 		t.Fatal(err)
 	}
 	evs := events()[:4]
 	evs = append(evs, ev(4, "turn/start", `{"turn":2}`, false),
 		ev(5, "tool/call", `{"turn":2,"step":1,"callId":"t1","name":"x","input":{}}`, false))
-	if _, err := te.Store.Append(ctx(t), "ab", 0, evs); err != nil {
+	if _, err := storetest.Session(te.Store, "ab").Append(ctx(t), 0, evs); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(te.NC, client.Timeout(20*time.Second))
@@ -232,11 +233,11 @@ func TestEventsFollowAndWatch(t *testing.T) {
 		ev(6, "assistant/message", `{"turn":2,"step":1,"message":{"id":"a2","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}}}`, true),
 		ev(7, "turn/end", `{"turn":2,"reason":{"kind":"completed"}}`, false),
 	}
-	tail, err := te.Store.GetTail(ctx(t), "a")
+	tail, err := storetest.Session(te.Store, "a").Tail(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := te.Store.Append(ctx(t), "a", tail.LastStreamSeq, more); err != nil {
+	if _, err := storetest.Session(te.Store, "a").Append(ctx(t), tail.LastStreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
 	if e := recv("appended event", evc); e.Seq != 6 {

@@ -52,18 +52,19 @@ type Status struct {
 // ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	st, tok, err := c.sessionStore(ctx, id)
+	ss, err := c.session(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	info, found, err := lookup(ctx, st, id)
+	st, tok := ss.Store(), ss.Token()
+	info, found, err := lookup(ctx, ss)
 	if err != nil {
 		return Status{}, err
 	}
 	if !found {
 		return Status{}, notFoundError(id)
 	}
-	tail, err := st.GetTail(ctx, id)
+	tail, err := ss.Tail(ctx)
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
 	}
@@ -75,7 +76,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		s.ParentSession = &h.ParentSession
 	}
 
-	w, err := st.Projections.WatchFiltered(ctx, []string{"*." + tok}, natsjs.IgnoreDeletes())
+	w, err := ss.WatchProjections(ctx, natsjs.IgnoreDeletes())
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read projections", Err: err}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -122,8 +123,8 @@ func TestSingleNodeRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.MaxMsgSize != 1<<20 {
-		t.Errorf("max msg size %d, want 1 MiB", s.MaxMsgSize)
+	if s.MaxMsgSize() != 1<<20 {
+		t.Errorf("max msg size %d, want 1 MiB", s.MaxMsgSize())
 	}
 }
 
@@ -179,7 +180,7 @@ func TestClusterRunsR3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("provision --replicas 3: %v", err)
 	}
-	info, err := s.Stream.Info(ctx)
+	info, err := s.Stream().Info(ctx)
 	if err != nil || info.Config.Replicas != 3 {
 		t.Fatalf("AGENTLOG replicas: %+v, %v", info, err)
 	}
@@ -188,14 +189,14 @@ func TestClusterRunsR3(t *testing.T) {
 	}
 	// A guarded append and a read on the replicated stream.
 	ev := session.Event{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: []byte(`{"turn":1}`)}
-	r, err := s.Append(ctx, "r3", 0, []session.Event{ev}, store.WithMsgID("r3-1"))
+	r, err := storetest.Session(s, "r3").Append(ctx, 0, []session.Event{ev}, store.WithMsgID("r3-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "r3", 0, []session.Event{ev}, store.WithMsgID("r3-other")); !errors.Is(err, store.ErrConflict) {
+	if _, err := storetest.Session(s, "r3").Append(ctx, 0, []session.Event{ev}, store.WithMsgID("r3-other")); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second writer on R3: %v, want ErrConflict", err)
 	}
-	got, last, err := s.Read(ctx, "r3")
+	got, last, err := storetest.ReadAll(ctx, storetest.Session(s, "r3"))
 	if err != nil || len(got) != 1 || last != r.StreamSeq {
 		t.Fatalf("Read on R3: %d events, last %d, %v", len(got), last, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 )
@@ -41,7 +42,7 @@ func TestForkCopiesBlobs(t *testing.T) {
 	if err != nil || res.SeedLength != 3 {
 		t.Fatalf("fork: %+v, %v", res, err)
 	}
-	objs, err := e.store.Blobs.List(ctx(t))
+	objs, err := storetest.BlobsOS(e.store).List(ctx(t))
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("%d blobs after the fork (%v), want the source's and the child's", len(objs), err)
 	}
@@ -49,7 +50,7 @@ func TestForkCopiesBlobs(t *testing.T) {
 	if !strings.HasPrefix(objs[0].Name, kidTok+"/") && !strings.HasPrefix(objs[1].Name, kidTok+"/") {
 		t.Fatalf("no blob of the child: %s, %s", objs[0].Name, objs[1].Name)
 	}
-	if _, err := e.store.RemoveSession(ctx(t), "src"); err != nil {
+	if _, err := storetest.Session(e.store, "src").Remove(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	_, events, msgs := e.child("kid")
@@ -66,11 +67,11 @@ func TestForkCopiesBlobs(t *testing.T) {
 	if len(msgs) != 1 || !bytes.Equal(msgs[0], json.RawMessage(src[1].Data)) {
 		t.Fatalf("child messages: %d", len(msgs))
 	}
-	rm, err := e.store.RemoveSession(ctx(t), "kid")
+	rm, err := storetest.Session(e.store, "kid").Remove(ctx(t))
 	if err != nil || rm.Blobs != 1 {
 		t.Fatalf("rm kid: %+v, %v", rm, err)
 	}
-	if objs, _ := e.store.Blobs.List(ctx(t)); len(objs) != 0 {
+	if objs, _ := storetest.BlobsOS(e.store).List(ctx(t)); len(objs) != 0 {
 		t.Fatalf("%d blobs left", len(objs))
 	}
 }

@@ -3,7 +3,6 @@ package forker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -24,17 +22,17 @@ import (
 // wire.MaxSessionIDBytes bytes).
 const ChildSuffix = "~fork~"
 
-// exists reports whether session id has metadata or events. Its errors name the session.
-func (f *Forker) exists(ctx context.Context, id string) (hdr *session.Header, events bool, err error) {
-	h, err := f.store.GetSession(ctx, id)
+// exists reports whether session ss has metadata or events. Its errors name the session.
+func (f *Forker) exists(ctx context.Context, ss *store.Session) (hdr *session.Header, events bool, err error) {
+	info, err := ss.Info(ctx)
 	switch {
 	case err == nil:
-		hdr = &h
+		hdr = &info.Header
 	case errors.Is(err, store.ErrSessionNotFound):
 	default:
 		return nil, false, fmt.Errorf("reading the metadata: %w", err)
 	}
-	tail, err := f.store.GetTail(ctx, id)
+	tail, err := ss.Tail(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("reading the log tail: %w", err)
 	}
@@ -71,27 +69,29 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if req.Source == "" {
 		return client.ForkResult{}, &requestError{"bad request: \"source\" is required"}
 	}
-	if err := checkSource(req.Source); err != nil {
+	src, err := f.store.Session(req.Source)
+	if err != nil {
 		return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: source: %v", err)}
 	}
+	var ch *store.Session // the child
 	if req.Child != "" {
-		if _, err := wire.Token(req.Child); err != nil {
+		if ch, err = f.store.Session(req.Child); err != nil {
 			return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
 		}
-		hdr, evs, err := f.exists(ctx, req.Child)
+		hdr, evs, err := f.exists(ctx, ch)
 		if err != nil {
 			return client.ForkResult{}, fmt.Errorf("forker: the child: %w", err)
 		}
 		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
 			// An earlier fork of this source onto this child claimed the id and died before its
 			// record (a crash between steps 4 and 5): undo its claim and fork again.
-			if rerr := f.rollback(ctx, req.Child, *hdr); rerr != nil {
+			if rerr := f.rollback(ctx, ch, *hdr); rerr != nil {
 				// Another retry of the same fork may have cleared (and re-claimed) it first: look
 				// again. Another claim or events mean the child exists; nothing means go on, and
 				// the KV create below settles any race; the same claim still there means the
 				// rollback itself failed (retry the fork).
 				abandonedAt := hdr.CreatedAt
-				if hdr, evs, err = f.exists(ctx, req.Child); err != nil {
+				if hdr, evs, err = f.exists(ctx, ch); err != nil {
 					return client.ForkResult{}, fmt.Errorf("forker: clearing an incomplete earlier fork of %q: %v; then: %w", req.Child, rerr, err)
 				}
 				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
@@ -108,7 +108,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		}
 	}
 	var srcHdr *session.Header
-	srcInfo, err := f.store.GetSessionInfo(ctx, req.Source)
+	srcInfo, err := src.Info(ctx)
 	if err == nil {
 		srcHdr = &srcInfo.Header
 	} else if errors.Is(err, store.ErrSessionDeleted) {
@@ -121,7 +121,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	// The log is read up to its last record as the stream leader has it now (or up to the
 	// boundary), streaming: the seed goes into the child's records as it is read and validated,
 	// so no fork holds a whole log (ARCHITECTURE.md, "A fork").
-	tail, err := f.store.GetTailFromLeader(ctx, req.Source)
+	tail, err := src.TailFromLeader(ctx)
 	if err != nil {
 		return client.ForkResult{}, readSourceErr(err)
 	}
@@ -132,26 +132,28 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if srcHdr == nil && tail.LastStreamSeq == 0 {
 		return client.ForkResult{}, notFound(req.Source)
 	}
-	child := req.Child
-	if child == "" {
-		child = DefaultChildID(req.Source)
+	if ch == nil {
+		if ch, err = f.store.Session(DefaultChildID(req.Source)); err != nil {
+			return client.ForkResult{}, fmt.Errorf("forker: the default child id: %w", err) // cannot be: the id is cut to fit
+		}
 	}
+	child := ch.ID()
 	msgID := "fork:" + nuid.Next()
-	app, err := f.store.BeginAppend(child, 0, tracing.RecordOpts(ctx, msgID)...)
+	app, err := ch.BeginAppend(0, tracing.RecordOpts(ctx, msgID)...)
 	if err != nil {
 		return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 	}
 	defer app.Discard()
-	seed, ferr, err := f.streamSeed(ctx, req.Source, req.Boundary, last, tail.LastStreamSeq, app)
+	seed, ferr, err := f.streamSeed(ctx, src, req.Boundary, last, tail.LastStreamSeq, app)
 	if err != nil {
 		return client.ForkResult{}, err
 	}
 	if f.afterSourceRead != nil {
 		f.afterSourceRead(req.Source)
 	}
-	// A removal (store.Store.RemoveSession) marks the metadata before it purges the records: the
+	// A removal (store.Session.Remove) marks the metadata before it purges the records: the
 	// metadata unchanged after the read means the read saw the whole log.
-	if gone, err := f.sourceGone(ctx, req.Source, srcHdr != nil, srcInfo, tail.LastStreamSeq); err != nil {
+	if gone, err := f.sourceGone(ctx, src, srcHdr != nil, srcInfo, tail.LastStreamSeq); err != nil {
 		return client.ForkResult{}, err
 	} else if gone {
 		return client.ForkResult{}, notFound(req.Source)
@@ -190,7 +192,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	// back.
 	res, err := app.Commit(ctx)
 	if err == nil {
-		if err := f.childRemoved(ctx, req.Source, child, inc, res.StreamSeq); err != nil {
+		if err := f.childRemoved(ctx, req.Source, ch, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
 		}
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events)
@@ -201,7 +203,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		return client.ForkResult{}, &childLeftError{child, fmt.Errorf("forker: the outcome of writing the record of child session %q is unknown: %w",
 			child, err)}
 	}
-	if rerr := f.rollback(context.WithoutCancel(ctx), child, hdr); rerr != nil {
+	if rerr := f.rollback(context.WithoutCancel(ctx), ch, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
 	}
 	if errors.Is(err, store.ErrConflict) {
@@ -220,7 +222,8 @@ var errSeedRead = errors.New("read up to the fork boundary")
 // record at stream seq lastStreamSeq) and passes each seed event, validated, to app. ferr is the
 // refusal of the boundary or of the seed (the read goes on to the boundary after a seed refusal,
 // since OPEN_TURN comes first); err a failure to read the source or to write the child.
-func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
+func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, ferr *session.ForkError, err error) {
+	source := src.ID()
 	// Where each record of the source starts, for the rare lookup of a tool/result replace's
 	// target (one entry per record, not per event).
 	var firsts []int64
@@ -237,7 +240,7 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 		if i == 0 {
 			return session.Event{}, fmt.Errorf("seq %d is not in the seed", seq)
 		}
-		rec, found, err := f.store.GetRecordFromLeader(ctx, source, streamSeqs[i-1])
+		rec, found, err := src.RecordFromLeader(ctx, streamSeqs[i-1])
 		if err != nil || !found {
 			return session.Event{}, fmt.Errorf("reading seq %d of the source again: found %v: %v", seq, found, err)
 		}
@@ -257,7 +260,8 @@ func (f *Forker) streamSeed(ctx context.Context, source string, boundary *int64,
 		return seed, seed.Finish(), nil
 	}
 	var werr error // a failure to write the child
-	_, err = f.store.ReadRecordBodies(ctx, source, func(streamSeq uint64, evs []session.Event, body []byte) error {
+	_, err = src.Records(ctx, func(r store.Record) error {
+		streamSeq, evs, body := r.StreamSeq, r.Events, r.Body
 		firsts, streamSeqs = append(firsts, evs[0].Seq), append(streamSeqs, streamSeq)
 		for i := range evs {
 			line := body
@@ -336,27 +340,20 @@ func (f *Forker) abandoned(hdr session.Header, source string) bool {
 }
 
 // rollback removes the child metadata this fork created (step 4) after its record could not be
-// written: a KV delete guarded by the revision read, and only when the stored header is still the
-// one this fork wrote (same parentSession, seedLength and createdAt). Its errors leave naming the
-// child to the caller.
-func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header) error {
-	key, err := wire.Token(child)
-	if err != nil {
-		return err
-	}
-	e, err := f.store.Sessions.Get(ctx, key)
+// written: a delete guarded by the revision read (store.Session.DeleteMetadata), and only when the
+// stored header is still the one this fork wrote (same parentSession, seedLength and createdAt).
+// Its errors leave naming the child to the caller.
+func (f *Forker) rollback(ctx context.Context, ch *store.Session, hdr session.Header) error {
+	info, err := ch.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the metadata to roll back: %w", err)
 	}
-	var got session.Header
-	if err := json.Unmarshal(e.Value(), &got); err != nil {
-		return fmt.Errorf("the metadata to roll back does not decode: %w", err)
-	}
+	got := info.Header
 	if got.ID != hdr.ID || got.ParentSession != hdr.ParentSession || got.CreatedAt != hdr.CreatedAt ||
 		got.SeedLength == nil || *got.SeedLength != *hdr.SeedLength {
 		return errors.New("the metadata is no longer the one this fork created; left as is")
 	}
-	if err := f.store.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+	if err := ch.DeleteMetadata(ctx, info.Revision); err != nil {
 		return fmt.Errorf("deleting the metadata: %w", err)
 	}
 	return nil
@@ -365,9 +362,10 @@ func (f *Forker) rollback(ctx context.Context, child string, hdr session.Header)
 // sourceGone reports whether the source was removed (or is being removed) since it was read:
 // its metadata is no longer the entry read (info), or, without metadata, its last record is no
 // longer lastStreamSeq.
-func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, info store.SessionInfo, lastStreamSeq uint64) (bool, error) {
+func (f *Forker) sourceGone(ctx context.Context, src *store.Session, hadMeta bool, info store.SessionInfo, lastStreamSeq uint64) (bool, error) {
+	source := src.ID()
 	if hadMeta {
-		now, err := f.store.GetSessionInfo(ctx, source)
+		now, err := src.Info(ctx)
 		if errors.Is(err, store.ErrSessionNotFound) {
 			return true, nil
 		}
@@ -376,7 +374,7 @@ func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, in
 		}
 		return now.Revision != info.Revision, nil
 	}
-	tail, err := f.store.GetTailFromLeader(ctx, source)
+	tail, err := src.TailFromLeader(ctx)
 	if err != nil {
 		return false, fmt.Errorf("fork of session %q: reading the log tail again: %w", source, err)
 	}
@@ -386,8 +384,9 @@ func (f *Forker) sourceGone(ctx context.Context, source string, hadMeta bool, in
 // childRemoved checks, after the child's record was stored at streamSeq, that the child was not
 // removed meanwhile; if it was, the record (its subject was empty, so it is this fork's) is purged
 // again and the fork fails with an error saying so.
-func (f *Forker) childRemoved(ctx context.Context, source, child, inc string, streamSeq uint64) error {
-	err := f.store.CheckCurrent(ctx, child, inc)
+func (f *Forker) childRemoved(ctx context.Context, source string, ch *store.Session, inc string, streamSeq uint64) error {
+	child := ch.ID()
+	err := ch.CheckCurrent(ctx, inc)
 	if err == nil {
 		return nil
 	}
@@ -395,7 +394,7 @@ func (f *Forker) childRemoved(ctx context.Context, source, child, inc string, st
 		f.logger.Warn("fork: cannot check the child's metadata after its record", "child", child, "err", err)
 		return nil
 	}
-	if _, perr := f.store.PurgeThrough(context.WithoutCancel(ctx), child, streamSeq); perr != nil {
+	if _, perr := ch.PurgeThrough(context.WithoutCancel(ctx), streamSeq); perr != nil {
 		return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left without metadata: %w", source, child, streamSeq, perr)}
 	}
 	return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record was removed again: %w", source, child, err)

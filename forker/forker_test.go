@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -104,7 +105,7 @@ func (e *env) appendRecords(id string, events []session.Event, n int) {
 	var last uint64
 	for i := 0; i < len(events); i += n {
 		j := min(i+n, len(events))
-		res, err := e.store.Append(ctx(e.t), id, last, events[i:j], store.WithMsgID("src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10)))
+		res, err := storetest.Session(e.store, id).Append(ctx(e.t), last, events[i:j], store.WithMsgID("src-"+id+"-"+strconv.FormatInt(events[i].Seq, 10)))
 		if err != nil {
 			e.t.Fatalf("Append %s: %v", id, err)
 		}
@@ -147,11 +148,11 @@ func (e *env) fork(req client.ForkRequest) (client.ForkResult, error) {
 // child reads the child back: its header, events and derived messages.
 func (e *env) child(id string) (session.Header, []session.Event, []json.RawMessage) {
 	e.t.Helper()
-	h, err := e.store.GetSession(ctx(e.t), id)
+	h, err := storetest.Header(storetest.Session(e.store, id).Info(ctx(e.t)))
 	if err != nil {
 		e.t.Fatalf("GetSession %q: %v", id, err)
 	}
-	events, _, err := e.store.Read(ctx(e.t), id)
+	events, _, err := storetest.ReadAll(ctx(e.t), storetest.Session(e.store, id))
 	if err != nil {
 		e.t.Fatalf("Read %q: %v", id, err)
 	}
@@ -216,10 +217,10 @@ func TestForkParentExample(t *testing.T) {
 	_, err = e.fork(client.ForkRequest{Source: "parent", Boundary: ptr(-1), Child: "c-neg"})
 	forkErr(t, err, session.CodeInvalidBoundary, `fork boundary for session "parent" must be a non-negative safe integer, got -1`)
 	for _, id := range []string{"c-2", "c-8", "c-neg"} {
-		if _, err := e.store.GetSession(ctx(t), id); !errors.Is(err, store.ErrSessionNotFound) {
+		if _, err := storetest.Header(storetest.Session(e.store, id).Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 			t.Fatalf("refused fork left metadata for %s: %v", id, err)
 		}
-		if tail, err := e.store.GetTail(ctx(t), id); err != nil || tail.LastStreamSeq != 0 {
+		if tail, err := storetest.Session(e.store, id).Tail(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
 			t.Fatalf("refused fork left events for %s: %+v %v", id, tail, err)
 		}
 	}
@@ -255,8 +256,8 @@ func TestForkDefaultChildAndHeaders(t *testing.T) {
 	}
 	// The child's record is its own: one record, none of the source's Nats-* headers
 	// (Nats-Msg-Id of the source records is "src-parent-<seq>").
-	sub, _ := e.store.Subject(res.Child)
-	msg, err := e.store.Stream.GetLastMsgForSubject(ctx(t), sub)
+	sub, _ := wire.SessionSubject(res.Child, e.store.Partitions())
+	msg, err := e.store.Stream().GetLastMsgForSubject(ctx(t), sub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,16 +347,16 @@ func TestForkRollsBackWhenTheRecordLosesTheRace(t *testing.T) {
 	// Events appear on the child's subject (without metadata) after the existence check: the
 	// guarded record then conflicts and the fork must undo its metadata.
 	e.f.beforeRecord = func(child string) {
-		if _, err := e.store.Append(context.Background(), child, 0, parent[:1]); err != nil {
+		if _, err := storetest.Session(e.store, child).Append(context.Background(), 0, parent[:1]); err != nil {
 			t.Errorf("racing Append: %v", err)
 		}
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "raced"})
 	forkErr(t, err, session.CodeSessionAlreadyExists, `session "raced" already exists`)
-	if _, err := e.store.GetSession(ctx(t), "raced"); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(e.store, "raced").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("the metadata of the failed fork was left behind: %v", err)
 	}
-	events, _, err := e.store.Read(ctx(t), "raced")
+	events, _, err := storetest.ReadAll(ctx(t), storetest.Session(e.store, "raced"))
 	if err != nil || len(events) != 1 {
 		t.Fatalf("the racing writer's record: %d events, %v", len(events), err)
 	}
@@ -418,12 +419,12 @@ func TestForkOfUnreadableSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A record with valid headers and a body that is not events.
-	sub, _ := e.store.Subject("broken")
+	sub, _ := wire.SessionSubject("broken", e.store.Partitions())
 	h, _, err := wire.EncodeRecord("broken", []session.Event{{Type: "turn/start", Seq: 0, Time: "1", Data: json.RawMessage(`{"turn":1}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
+	if _, err := e.store.JetStream().PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.fork(client.ForkRequest{Source: "broken", Child: "b-child"})
@@ -434,7 +435,7 @@ func TestForkOfUnreadableSource(t *testing.T) {
 	if !errors.Is(err, client.ErrBadSource) {
 		t.Fatalf("an unreadable source is a 422, not a reference refusal: %v", err)
 	}
-	if _, err := e.store.GetSession(ctx(t), "b-child"); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(e.store, "b-child").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("failed fork left metadata: %v", err)
 	}
 }
@@ -466,11 +467,11 @@ func TestForkResumesAnAbandonedFork(t *testing.T) {
 	if err != nil || res.Child != "abandoned" {
 		t.Fatalf("resuming an abandoned fork: %+v, %v", res, err)
 	}
-	h, err := e.store.GetSession(ctx(t), "abandoned")
+	h, err := storetest.Header(storetest.Session(e.store, "abandoned").Info(ctx(t)))
 	if err != nil || h.CreatedAt != now.UnixMilli() || h.ParentSession != "parent" {
 		t.Fatalf("child metadata after the resumed fork: %+v, %v", h, err)
 	}
-	events, _, err := e.store.Read(ctx(t), "abandoned")
+	events, _, err := storetest.ReadAll(ctx(t), storetest.Session(e.store, "abandoned"))
 	if err != nil || len(events) != res.SeedLength+1 || events[len(events)-1].Type != "session/end-seed" {
 		t.Fatalf("child log: %d events, %v; want the seed and an end-seed", len(events), err)
 	}
@@ -504,7 +505,7 @@ func TestConcurrentResumesOfAnAbandonedFork(t *testing.T) {
 				t.Fatalf("%s: %v, want success or SESSION_ALREADY_EXISTS", child, err)
 			}
 		}
-		events, _, err := e.store.Read(ctx(t), child)
+		events, _, err := storetest.ReadAll(ctx(t), storetest.Session(e.store, child))
 		if won != 1 || err != nil || len(events) == 0 || events[len(events)-1].Type != "session/end-seed" {
 			t.Fatalf("%s: %d forks won, %d events, %v", child, won, len(events), err)
 		}

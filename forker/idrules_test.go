@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/wire"
 )
 
@@ -32,7 +33,7 @@ func TestForkIDRulesOnRawRequest(t *testing.T) {
 			t.Errorf("%.60s: got %s %.300q (%d bytes), want 400 naming %s", c.body, code, desc, len(desc), c.rule)
 		}
 	}
-	if _, err := e.store.GetSession(ctx(t), "\uFFFD"); err == nil {
+	if _, err := storetest.Header(storetest.Session(e.store, "\uFFFD").Info(ctx(t))); err == nil {
 		t.Fatal("a child named U+FFFD was created")
 	}
 	// In process too: an over-long source is a bad request, not SESSION_NOT_FOUND.

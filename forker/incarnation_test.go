@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 )
 
 // TestForkChildIncarnation: a forked child gets an incarnation of its own (CreateSession gives
@@ -14,11 +15,11 @@ func TestForkChildIncarnation(t *testing.T) {
 	if _, err := e.fork(client.ForkRequest{Source: "parent", Child: "c-inc"}); err != nil {
 		t.Fatal(err)
 	}
-	parent, err := e.store.GetSessionInfo(ctx(t), "parent")
+	parent, err := storetest.Session(e.store, "parent").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	child, err := e.store.GetSessionInfo(ctx(t), "c-inc")
+	child, err := storetest.Session(e.store, "c-inc").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -19,7 +20,7 @@ func TestRemoveSourceAfterFork(t *testing.T) {
 	if _, err := e.fork(client.ForkRequest{Source: "parent", Child: "kept"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.RemoveSession(ctx(t), "parent"); err != nil {
+	if _, err := storetest.Session(e.store, "parent").Remove(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, events, _ := e.child("kept")
@@ -36,16 +37,16 @@ func TestRemoveSourceDuringFork(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
 	e.f.afterSourceRead = func(source string) {
-		if _, err := e.store.RemoveSession(context.Background(), source); err != nil {
+		if _, err := storetest.Session(e.store, source).Remove(context.Background()); err != nil {
 			t.Errorf("rm: %v", err)
 		}
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "orphan"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
-	if _, err := e.store.GetSession(ctx(t), "orphan"); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(e.store, "orphan").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("child metadata: %v", err)
 	}
-	if tail, err := e.store.GetTailFromLeader(ctx(t), "orphan"); err != nil || tail.LastStreamSeq != 0 {
+	if tail, err := storetest.Session(e.store, "orphan").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
 		t.Fatalf("child log: %+v, %v", tail, err)
 	}
 }
@@ -56,7 +57,7 @@ func TestRemoveChildDuringFork(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
 	e.f.beforeRecord = func(child string) {
-		if _, err := e.store.RemoveSession(context.Background(), child); err != nil {
+		if _, err := storetest.Session(e.store, child).Remove(context.Background()); err != nil {
 			t.Errorf("rm: %v", err)
 		}
 	}
@@ -64,10 +65,10 @@ func TestRemoveChildDuringFork(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !errors.Is(err, store.ErrSessionDeleted) {
 		t.Fatalf("fork onto a child removed meanwhile: %v", err)
 	}
-	if _, err := e.store.GetSession(ctx(t), "c"); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(e.store, "c").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("child metadata: %v", err)
 	}
-	if tail, err := e.store.GetTailFromLeader(ctx(t), "c"); err != nil || tail.LastStreamSeq != 0 {
+	if tail, err := storetest.Session(e.store, "c").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
 		t.Fatalf("child log: %+v, %v", tail, err)
 	}
 	e.f.beforeRecord = nil
@@ -85,11 +86,11 @@ func TestForkOfSourceWhoseRemovalStoppedHalfWay(t *testing.T) {
 	testnats.MarkRemoving(t, e.store, "parent")
 	_, err := e.fork(client.ForkRequest{Source: "parent", Child: "of-half-removed"})
 	forkErr(t, err, session.CodeSessionNotFound, `session "parent" not found`)
-	if tail, err := e.store.GetTailFromLeader(ctx(t), "of-half-removed"); err != nil || tail.LastStreamSeq != 0 {
+	if tail, err := storetest.Session(e.store, "of-half-removed").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
 		t.Fatalf("child log: %+v, %v", tail, err)
 	}
 	// The rm run again finishes it; then the id is free.
-	if _, err := e.store.RemoveSession(ctx(t), "parent"); err != nil {
+	if _, err := storetest.Session(e.store, "parent").Remove(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.fork(client.ForkRequest{Source: "parent", Child: "of-half-removed"})

@@ -7,6 +7,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 )
@@ -60,7 +61,7 @@ func TestForkStreamsALongSeed(t *testing.T) {
 			t.Fatalf("seedLength %d, want %d", res.SeedLength, len(seed))
 		}
 		var records int
-		if _, err := e.store.ReadRecords(ctx(t), res.Child, func(uint64, []session.Event) error { records++; return nil }); err != nil {
+		if _, err := storetest.Session(e.store, res.Child).Records(ctx(t), func(store.Record) error { records++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if records < 2 {
@@ -100,7 +101,7 @@ func TestForkOfALongSeedRefusedLeavesNothing(t *testing.T) {
 	}
 	_, err := e.fork(client.ForkRequest{Source: "src", Boundary: &b, Child: "refused"})
 	forkErr(t, err, session.CodeOpenTurn, ferr.Msg)
-	hdr, evs, err := e.f.exists(ctx(t), "refused")
+	hdr, evs, err := e.f.exists(ctx(t), storetest.Session(e.store, "refused"))
 	if err != nil || hdr != nil || evs {
 		t.Fatalf("after a refused fork the child has metadata %v, records %v (%v)", hdr, evs, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -101,7 +102,7 @@ func TestFollowWatchSessionsStatus(t *testing.T) {
 	_, st := connectStore(t, devURL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tail, err := st.GetTail(ctx, id)
+	tail, err := storetest.Session(st, id).Tail(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestFollowWatchSessionsStatus(t *testing.T) {
 		{Type: "user/message", Seq: 5, Time: "1785000000005", SurfaceOp: json.RawMessage(`"append"`),
 			Data: json.RawMessage(`{"id":"m2","role":"user","content":[{"type":"text","text":"more"}],"source":{"kind":"user"}}`)},
 	}
-	if _, err := st.Append(ctx, id, tail.LastStreamSeq, more); err != nil {
+	if _, err := storetest.Session(st, id).Append(ctx, tail.LastStreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []int64{4, 5} {

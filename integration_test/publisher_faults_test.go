@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -167,7 +168,8 @@ func TestPublisherFaultsThroughProxy(t *testing.T) {
 		// The guard is the stream sequence of the session's previous record: with the sessions
 		// interleaved on one stream, consecutive records of a session are not consecutive in it.
 		var prev uint64
-		if _, err := direct.ReadRecords(ctx, fw.w.ID(), func(seq uint64, _ []session.Event) error {
+		if _, err := storetest.Session(direct, fw.w.ID()).Records(ctx, func(r store.Record) error {
+			seq := r.StreamSeq
 			if prev != 0 && seq != prev+1 {
 				interleaved = true
 			}
@@ -223,7 +225,7 @@ func TestPublisherLostAck(t *testing.T) {
 			flushed := make(chan error, 1)
 			go func() { flushed <- w.Flush(ctx) }()
 			eventually(t, "the record to be stored", func() bool {
-				tail, err := direct.GetTail(ctx, id)
+				tail, err := storetest.Session(direct, id).Tail(ctx)
 				return err == nil && tail.NextSeq == int64(len(sent))
 			})
 			if c.expired {
@@ -243,7 +245,7 @@ func TestPublisherLostAck(t *testing.T) {
 			}
 			checkLog(t, direct, id, sent, len(sent))
 			n := 0
-			if _, err := direct.ReadRecords(ctx, id, func(uint64, []session.Event) error { n++; return nil }); err != nil {
+			if _, err := storetest.Session(direct, id).Records(ctx, func(store.Record) error { n++; return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if n != 2 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -244,7 +245,7 @@ func checkLog(t *testing.T, st *store.Store, id string, sent []session.Event, ac
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil && !(errors.Is(err, store.ErrSessionNotFound) && acked == 0) {
 		t.Fatalf("session %q: read back: %v", id, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -75,7 +76,7 @@ func TestStaleWriterAfterDataLoss(t *testing.T) {
 	if err := flush(3, 6); err != nil {
 		t.Fatal(err)
 	}
-	lostTail, err := st.GetTailFromLeader(ctx, id)
+	lostTail, err := storetest.Session(st, id).TailFromLeader(ctx)
 	if err != nil || lostTail.NextSeq != 6 {
 		t.Fatalf("tail before the loss: %+v, %v", lostTail, err)
 	}
@@ -94,7 +95,7 @@ func TestStaleWriterAfterDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail, err := st.GetTailFromLeader(ctx, id)
+	tail, err := storetest.Session(st, id).TailFromLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +115,14 @@ func TestStaleWriterAfterDataLoss(t *testing.T) {
 	if lost.Session != id || lost.FromSeq != 3 || lost.ToSeq != 5 {
 		t.Fatalf("lost %+v, want session %q seqs 3..5", lost, id)
 	}
-	after, err := st.GetTailFromLeader(ctx, id)
+	after, err := storetest.Session(st, id).TailFromLeader(ctx)
 	if err != nil || after.LastStreamSeq != tail.LastStreamSeq {
 		t.Fatalf("A wrote after the loss: tail %+v (was %+v), %v", after, tail, err)
 	}
 	if err := wb.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatalf("log after the loss does not read back: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -207,7 +208,7 @@ func TestPublisherKill9MidWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			after, _, err := st.Read(ctx, id)
+			after, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +267,7 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 	if !errors.As(werr, &ee) || !strings.Contains(wp.stderr.String(), "guard conflict") && !strings.Contains(wp.stderr.String(), "fenced") {
 		t.Fatalf("live writer: exit %v, stderr %q; want it fenced (by a guard conflict or its lost lease)", werr, wp.stderr.String())
 	}
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestOpenAfterWriterKilled(t *testing.T) {
 	if waited := time.Since(killed); waited > ttl+3*time.Second {
 		t.Errorf("Open succeeded %s after the kill, the lease TTL is %s", waited, ttl)
 	}
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatal(err)
 	}

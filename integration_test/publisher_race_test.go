@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -148,7 +149,7 @@ func TestPublisherTwoWritersRace(t *testing.T) {
 			}
 			id = fmt.Sprintf("race-old-%d", r)
 		}
-		evs, _, err := st.Read(ctx, id)
+		evs, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 		if err != nil {
 			t.Fatalf("session %q: %v", id, err)
 		}

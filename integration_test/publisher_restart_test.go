@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -67,7 +68,7 @@ func TestIdleWriterAcrossServerRestart(t *testing.T) {
 				t.Fatalf("first write %s after the server was back, want within 10 s", took)
 			}
 			eventually(t, "the writer to hold its lease again", func() bool {
-				l, _, err := st.GetLease(ctx, id)
+				l, _, err := storetest.Session(st, id).Lease(ctx)
 				return err == nil && l.Writer == "A"
 			})
 			ncB, stB := connectStore(t, srv.URL(), nil)
@@ -124,7 +125,7 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail, err := st.GetTailFromLeader(ctx, id)
+	tail, err := storetest.Session(st, id).TailFromLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,17 +140,17 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	if err := wa.Flush(ctx); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("A's Flush: %v, want ErrLeaseLost (fenced by its renewal)", err)
 	}
-	after, err := st.GetTailFromLeader(ctx, id)
+	after, err := storetest.Session(st, id).TailFromLeader(ctx)
 	if err != nil || after.LastStreamSeq != tail.LastStreamSeq {
 		t.Fatalf("A wrote after B took the session: tail %+v (was %+v), %v", after, tail, err)
 	}
-	if l, _, err := st.GetLease(ctx, id); err != nil || l.Writer != "B" {
+	if l, _, err := storetest.Session(st, id).Lease(ctx); err != nil || l.Writer != "B" {
 		t.Fatalf("lease after A was fenced: %+v, %v; want B's", l, err)
 	}
 	if err := wb.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := st.Read(ctx, id)
+	got, _, err := storetest.ReadAll(ctx, storetest.Session(st, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,12 +181,12 @@ func TestWriterLeaseBucketLost(t *testing.T) {
 	if err := writeSome(ctx, w, evs[:3]); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.JS.DeleteKeyValue(ctx, wire.WritersBucket); err != nil {
+	if err := st.JetStream().DeleteKeyValue(ctx, wire.WritersBucket); err != nil {
 		t.Fatal(err)
 	}
 	lost := time.Now()
 	eventually(t, "the writer to hold its lease again", func() bool {
-		l, _, err := st.GetLease(ctx, id)
+		l, _, err := storetest.Session(st, id).Lease(ctx)
 		return err == nil && l.Writer == "A"
 	})
 	t.Logf("lease back %s after the bucket was deleted", time.Since(lost).Round(time.Millisecond))

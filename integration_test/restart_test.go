@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -243,11 +244,11 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := st.JS.DeleteKeyValue(ctx, "agentlog_projector_members"); err != nil {
+		if err := st.JetStream().DeleteKeyValue(ctx, "agentlog_projector_members"); err != nil {
 			t.Fatal(err)
 		}
-		for p := 0; p < st.Partitions; p++ {
-			if err := st.JS.DeleteConsumer(ctx, wire.StreamName, fmt.Sprintf("agentlog-projector-%d", p)); err != nil {
+		for p := 0; p < st.Partitions(); p++ {
+			if err := st.JetStream().DeleteConsumer(ctx, wire.StreamName, fmt.Sprintf("agentlog-projector-%d", p)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -382,11 +383,11 @@ func lostAckedRecords(t *testing.T, separate bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		for i := 0; i < records; i++ {
-			tail, err := st.GetTail(ctx, id)
+			tail, err := storetest.Session(st, id).Tail(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Append(ctx, id, tail.LastStreamSeq, userEvents(fmt.Sprintf("%s%d", tag, i), int(tail.NextSeq), n)); err != nil {
+			if _, err := storetest.Session(st, id).Append(ctx, tail.LastStreamSeq, userEvents(fmt.Sprintf("%s%d", tag, i), int(tail.NextSeq), n)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -451,15 +452,15 @@ func recreate(t *testing.T, url, id string) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	subject, err := st.Subject(id)
+	subject, err := wire.SessionSubject(id, st.Partitions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
+	if err := st.Stream().Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := wire.Token(id)
-	if err := st.Sessions.Delete(ctx, tok); err != nil {
+	if err := storetest.SessionsKV(st).Delete(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -507,9 +508,9 @@ func TestPurgedAndRecreatedSession(t *testing.T) {
 			// New appends are folded on top of the new incarnation.
 			nc, st := connectStore(t, url, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			tail, err := st.GetTail(ctx, id)
+			tail, err := storetest.Session(st, id).Tail(ctx)
 			if err == nil {
-				_, err = st.Append(ctx, id, tail.LastStreamSeq, userEvents("more", int(tail.NextSeq), 1))
+				_, err = storetest.Session(st, id).Append(ctx, tail.LastStreamSeq, userEvents("more", int(tail.NextSeq), 1))
 			}
 			cancel()
 			nc.Close()

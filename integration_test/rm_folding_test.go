@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -59,7 +60,7 @@ func projectionKeys(t *testing.T, st *store.Store, tok string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := st.Projections.ListKeysFiltered(ctx, "*."+tok)
+	l, err := storetest.ProjectionsKV(st).ListKeysFiltered(ctx, "*."+tok)
 	if errors.Is(err, natsjs.ErrNoKeysFound) {
 		return nil
 	}
@@ -80,7 +81,7 @@ func TestImportOntoOrphanRecords(t *testing.T) {
 	_, st := connectStore(t, devURL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := st.Append(ctx, id, 0, userEvents("raw", 0, 1)); err != nil {
+	if _, err := storetest.Session(st, id).Append(ctx, 0, userEvents("raw", 0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	log := writeLog(t, t.TempDir(), "x.jsonl", userLine(0, "imported"))
@@ -89,10 +90,10 @@ func TestImportOntoOrphanRecords(t *testing.T) {
 		!strings.Contains(r.stderr, "agentlog rm "+id) || strings.Contains(r.stderr, "wrong last sequence") {
 		t.Fatalf("import onto orphan records: exit %d, stderr %q; want 1 naming the session, the missing metadata and agentlog rm", r.code, r.stderr)
 	}
-	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(st, id).Info(ctx)); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after the refused import: %v (want none)", err)
 	}
-	if tail, err := st.GetTailFromLeader(ctx, id); err != nil || tail.NextSeq != 1 {
+	if tail, err := storetest.Session(st, id).TailFromLeader(ctx); err != nil || tail.NextSeq != 1 {
 		t.Fatalf("log after the refused import: %+v, %v (want the one raw record)", tail, err)
 	}
 	mustAgentlog(t, nil, "rm", id)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -166,7 +167,7 @@ func TestRmFencesLiveWriter(t *testing.T) {
 		if err := w.Flush(ctx); err == nil || !errors.Is(err, publisher.ErrConflict) && !errors.Is(err, publisher.ErrFenced) {
 			t.Fatalf("written %v: write after rm: %v, want a conflict or fenced error", written, err)
 		}
-		if tail, err := st.GetTailFromLeader(ctx, id); err != nil || tail.LastStreamSeq != 0 {
+		if tail, err := storetest.Session(st, id).TailFromLeader(ctx); err != nil || tail.LastStreamSeq != 0 {
 			t.Fatalf("written %v: the removed session's log after the fenced write: %+v, %v", written, tail, err)
 		}
 		_ = w.Close(ctx)
@@ -213,7 +214,7 @@ func TestImportEmptyLogRefused(t *testing.T) {
 	_, st := connectStore(t, devURL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
+	if _, err := storetest.Header(storetest.Session(st, id).Info(ctx)); !errors.Is(err, store.ErrSessionNotFound) {
 		t.Fatalf("metadata after a refused empty import: %v", err)
 	}
 	mustAgentlog(t, nil, "import", writeLog(t, dir, "one.jsonl", userLine(0, "hi")), "--session", id)

@@ -13,6 +13,7 @@ import (
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -70,8 +71,8 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 	}
 
 	// The record carries the append span's trace context in its headers.
-	sub, _ := env.Store.Subject(id)
-	rec, err := env.Store.Stream.GetLastMsgForSubject(ctx, sub)
+	sub, _ := wire.SessionSubject(id, env.Store.Partitions())
+	rec, err := env.Store.Stream().GetLastMsgForSubject(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,8 +176,8 @@ func TestNoTraceContextWhenOff(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sub, _ := env.Store.Subject("untraced")
-	rec, err := env.Store.Stream.GetLastMsgForSubject(ctx, sub)
+	sub, _ := wire.SessionSubject("untraced", env.Store.Partitions())
+	rec, err := env.Store.Stream().GetLastMsgForSubject(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 )
@@ -24,14 +25,14 @@ func TestFoldOfMissingBlob(t *testing.T) {
 		e.create(id)
 		e.appendRecord(id, events)
 	}
-	objs, err := e.store.Blobs.List(ctx(t))
+	objs, err := storetest.BlobsOS(e.store).List(ctx(t))
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("%d blobs (%v), want 2", len(objs), err)
 	}
 	lostTok, _ := wire.Token("lost")
 	for _, o := range objs {
 		if strings.HasPrefix(o.Name, lostTok+"/") {
-			if err := e.store.Blobs.Delete(ctx(t), o.Name); err != nil {
+			if err := storetest.BlobsOS(e.store).Delete(ctx(t), o.Name); err != nil {
 				t.Fatal(err)
 			}
 		}

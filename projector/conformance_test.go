@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/agentlog/agentlog/client"
 	"os"
 	"testing"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -36,7 +37,7 @@ func TestRealSessionsOffloadedMatchReference(t *testing.T) {
 	te := testnats.StartWith(t, natsdev.ServerOptions{MaxPayload: 16 << 10}, store.Config{Partitions: 4, MaxMsgSize: 1024})
 	e := &env{t: t, url: te.URL, nc: te.NC, store: te.Store, tails: map[string]uint64{}}
 	largest := checkRealSessions(t, e)
-	objs, err := e.store.Blobs.List(ctx(t))
+	objs, err := storetest.BlobsOS(e.store).List(ctx(t))
 	if err != nil || len(objs) < 100 {
 		t.Fatalf("%d events offloaded (%v), want many", len(objs), err)
 	}

@@ -189,6 +189,10 @@ func newSessState(defs []*Definition, token string, h session.Header) *sessState
 // unit has no stored value, the session is taken as new (no other unit is read): a stray value
 // of another unit then surfaces as a revision conflict at the first write, which reloads.
 func loadSession(ctx context.Context, sto *store.Store, defs []*Definition, token, id string) (*sessState, error) {
+	sh, err := sto.Session(id)
+	if err != nil {
+		return nil, err
+	}
 	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
 	var fresh []*unitState
 	for i, d := range defs {
@@ -198,13 +202,13 @@ func loadSession(ctx context.Context, sto *store.Store, defs []*Definition, toke
 			fresh = append(fresh, u)
 			continue
 		}
-		e, err := sto.Projections.Get(ctx, UnitKey(d.Key, token))
+		e, err := sh.ProjectionEntry(ctx, d.Key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			fresh = append(fresh, u)
 			continue
 		}
 		if err != nil {
-			return nil, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
+			return nil, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, wire.ProjectionKey(d.Key, token), err)}
 		}
 		if !decodeUnit(u, e.Value(), e.Revision()) {
 			fresh = append(fresh, u)
@@ -458,9 +462,6 @@ func (u *unitState) resetState() {
 	u.enc, u.written = nil, false
 }
 
-// kvSubject is the subject of a key of the agentlog_projections bucket.
-func kvSubject(key string) string { return "$KV." + wire.ProjectionsBucket + "." + key }
-
 // pendingWrite is one asynchronous compare-and-swap write.
 type pendingWrite struct {
 	ss  *sessState
@@ -500,7 +501,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 					return nil, eerr
 				}
 			}
-			m := &nats.Msg{Subject: kvSubject(UnitKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
+			m := &nats.Msg{Subject: wire.KVSubject(wire.ProjectionsBucket, wire.ProjectionKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(u.rev, 10))
 			todo = append(todo, pendingWrite{ss: ss, u: u, msg: m})
 		}
@@ -536,8 +537,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 			case ack := <-pw.fut.Ok():
 				pw.u.rev, pw.u.written = ack.Sequence, true
 			case perr := <-pw.fut.Err():
-				var apiErr *jetstream.APIError
-				if errors.As(perr, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+				if store.IsWrongLastSequence(perr) {
 					if !conflicted[pw.ss] {
 						conflicted[pw.ss] = true
 						conflicts = append(conflicts, pw.ss)
@@ -580,10 +580,14 @@ func resolveConflict(ctx context.Context, sto *store.Store, defs []*Definition, 
 	if err != nil {
 		return nil, err
 	}
+	sh, err := sto.Session(ss.id)
+	if err != nil {
+		return nil, err
+	}
 	for _, u := range fresh.units[1:] {
 		if fresh.gate().rev == 0 && u.rev == 0 {
 			// The gate is new: the other units' keys were not read; read them now.
-			e, gerr := sto.Projections.Get(ctx, UnitKey(u.def.Key, ss.token))
+			e, gerr := sh.ProjectionEntry(ctx, u.def.Key)
 			if gerr == nil {
 				u.rev = e.Revision()
 				decodeUnit(u, e.Value(), e.Revision())

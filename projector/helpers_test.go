@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -96,7 +97,7 @@ func (e *env) create(id string) {
 // appendRecord writes events as one record guarded by the session's last record.
 func (e *env) appendRecord(id string, events []session.Event) {
 	e.t.Helper()
-	res, err := e.store.Append(ctx(e.t), id, e.tails[id], events)
+	res, err := storetest.Session(e.store, id).Append(ctx(e.t), e.tails[id], events)
 	if err != nil {
 		e.t.Fatalf("Append %q seqs %d..: %v", id, events[0].Seq, err)
 	}
@@ -122,7 +123,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(e.t), UnitKey(UnitMessages, tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatalf("projection of %q: %v", id, err)
 	}
@@ -137,7 +138,7 @@ func (e *env) stored(id string) (Projection, uint64) {
 func (e *env) waitStored(id string, ok func(Projection) bool) Projection {
 	e.t.Helper()
 	tok, _ := wire.Token(id)
-	w, err := e.store.Projections.Watch(ctx(e.t), UnitKey(UnitMessages, tok))
+	w, err := storetest.ProjectionsKV(e.store).Watch(ctx(e.t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // sessionMeta returns session id's header and incarnation from its agentlog_sessions entry
-// (store.Store.GetSessionInfo, read from the bucket's leader); inc is "" for a session created
+// (store.Session.Info, read from the bucket's leader); inc is "" for a session created
 // without one. A session without metadata (deleted, or never created) gets a header naming only
 // its id, and known false. Errors are transient.
 func sessionMeta(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known bool, err error) {
@@ -21,7 +21,11 @@ func sessionMeta(ctx context.Context, st *store.Store, id string) (h session.Hea
 // sessionMetaState is sessionMeta that also says whether the session is being removed (its
 // entry is marked by an agentlog rm that stopped part-way; known is false then).
 func sessionMetaState(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known, removing bool, err error) {
-	info, err := st.GetSessionInfo(ctx, id)
+	sh, err := st.Session(id)
+	if err != nil {
+		return session.Header{}, "", false, false, err
+	}
+	info, err := sh.Info(ctx)
 	if errors.Is(err, store.ErrSessionNotFound) {
 		return session.Header{ID: id}, "", false, errors.Is(err, store.ErrSessionDeleted), nil
 	}
@@ -45,7 +49,11 @@ func sessionGone(ctx context.Context, st *store.Store, id string) (bool, error) 
 // logEmpty reports whether session id's subject holds no record (a record that does not decode is
 // a record all the same). Errors are transient.
 func logEmpty(ctx context.Context, st *store.Store, id string) (bool, error) {
-	tail, err := st.GetTailFromLeader(ctx, id)
+	sh, err := st.Session(id)
+	if err != nil {
+		return false, err
+	}
+	tail, err := sh.TailFromLeader(ctx)
 	switch {
 	case err != nil && isSessionError(err):
 		return false, nil // a record that does not decode is a record all the same
@@ -123,7 +131,11 @@ func foldedRecordMismatch(ctx context.Context, st *store.Store, ss *sessState) (
 	if s == 0 || ss.stopped() || ss.legacy {
 		return "", nil
 	}
-	rec, found, err := st.GetRecordFromLeader(ctx, ss.id, s)
+	sh, err := st.Session(ss.id)
+	if err != nil {
+		return "", err
+	}
+	rec, found, err := sh.RecordFromLeader(ctx, s)
 	switch {
 	case err != nil && isSessionError(err):
 		return fmt.Sprintf("the last record folded, stream seq %d, is now a record that does not decode", s), nil
@@ -197,7 +209,11 @@ func verify(ctx context.Context, st *store.Store, defs []*Definition, ss *sessSt
 		ss.checkedSeq = ss.streamSeq
 		return ss, "", "", nil
 	}
-	tail, err := st.GetTailFromLeader(ctx, ss.id)
+	sh, err := st.Session(ss.id)
+	if err != nil {
+		return nil, "", "", err
+	}
+	tail, err := sh.TailFromLeader(ctx)
 	if err != nil {
 		var te *transientError
 		if !errors.As(err, &te) && isSessionError(err) {
@@ -282,7 +298,11 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 			return proj, raw, err
 		}
 	}
-	tail, err := s.store.GetTailFromLeader(ctx, id)
+	sh, err := s.store.Session(id)
+	if err != nil {
+		return Projection{}, nil, err
+	}
+	tail, err := sh.TailFromLeader(ctx)
 	s.metrics.storeRequest(reqTail, 1)
 	if err == nil && tail.LastStreamSeq > ss.streamSeq && ss.streamSeq != 0 {
 		s.metrics.storeRequest(reqRecord, 1) // logMismatch reads the last record folded
@@ -316,7 +336,7 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 		return Projection{}, nil, err
 	}
 	// Best effort: a conflict means the owner wrote meanwhile; the answer is this fold all the same.
-	_, _ = writeSessions(ctx, s.store.JS, []*sessState{fresh})
+	_, _ = writeSessions(ctx, s.store.JetStream(), []*sessState{fresh})
 	s.nodes.drop(id)
 	s.refolded("query", id, cause, desc, fresh)
 	b, err := fresh.gate().encode(fresh.position())

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,16 +19,16 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 	e.create("s1")
 	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "old 0"), userMsg(1, "m1", "old 1"), userMsg(2, "m2", "old 2")})
 	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 2 })
-	old, err := e.store.GetSessionInfo(ctx(t), "s1")
+	old, err := storetest.Session(e.store, "s1").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, _ := e.store.Subject("s1")
-	if err := e.store.Stream.Purge(ctx(t), jetstream.WithPurgeSubject(sub)); err != nil {
+	sub, _ := wire.SessionSubject("s1", e.store.Partitions())
+	if err := e.store.Stream().Purge(ctx(t), jetstream.WithPurgeSubject(sub)); err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := wire.Token("s1")
-	if err := e.store.Sessions.Delete(ctx(t), tok); err != nil {
+	if err := storetest.SessionsKV(e.store).Delete(ctx(t), tok); err != nil {
 		t.Fatal(err)
 	}
 	e.create("s1")
@@ -47,8 +48,8 @@ func TestRecreatedSessionRefolds(t *testing.T) {
 	if n := p.Refolds(); n > 1 {
 		t.Fatalf("Refolds() = %d, want at most 1", n)
 	}
-	now, _ := e.store.GetSessionInfo(ctx(t), "s1")
-	ent, _ := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
+	now, _ := storetest.Session(e.store, "s1").Info(ctx(t))
+	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if now.Incarnation == old.Incarnation || !strings.Contains(string(ent.Value()), `"incarnation":"`+now.Incarnation+`"`) {
 		t.Fatalf("stored %s, incarnation %q (was %q)", ent.Value(), now.Incarnation, old.Incarnation)
 	}
@@ -62,7 +63,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "a"), userMsg(1, "m1", "b")})
 	tok, _ := wire.Token("s1")
 	// A legacy value, and a wrong one: only a refold shows both messages.
-	if _, err := e.store.Projections.Create(ctx(t), UnitKey(UnitMessages, tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), wire.ProjectionKey(UnitMessages, tok), []byte(`{"stateVersion":1,"asOfSeq":1,"state":{"nodes":[0],"replaceGeneration":0,"transcript":[0]}}`)); err != nil {
 		t.Fatal(err)
 	}
 	p := e.startProjector("p1")
@@ -70,7 +71,7 @@ func TestLegacyStateIsUpgraded(t *testing.T) {
 	if err != nil || len(r.Messages) != 2 {
 		t.Fatalf("messages %+v %v", r, err)
 	}
-	ent, _ := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
+	ent, _ := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if !strings.Contains(string(ent.Value()), `"log":{"incarnation":`) || p.Refolds() != 0 {
 		t.Fatalf("stored %s, Refolds %d", ent.Value(), p.Refolds())
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -52,7 +53,7 @@ func TestLineageOwnAndInherited(t *testing.T) {
 		if err != nil || res.ParentSession != source {
 			t.Fatalf("fork %s -> %s: %+v %v", source, child, res, err)
 		}
-		tail, err := e.store.GetTail(ctx(t), child)
+		tail, err := storetest.Session(e.store, child).Tail(ctx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,11 +97,11 @@ func TestLineageOwnAndInherited(t *testing.T) {
 	// The same from the log alone, through FoldSession with the stored header.
 	reg, _ := NewRegistry()
 	for _, id := range []string{"child", "grandchild"} {
-		h, err := e.store.GetSession(ctx(t), id)
+		h, err := storetest.Header(storetest.Session(e.store, id).Info(ctx(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs, _, err := e.store.Read(ctx(t), id)
+		evs, _, err := storetest.ReadAll(ctx(t), storetest.Session(e.store, id))
 		if err != nil {
 			t.Fatal(err)
 		}

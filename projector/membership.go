@@ -74,10 +74,10 @@ func memberKeyOf(name string) string {
 // name in it (claimName).
 func (p *Projector) join(ctx context.Context) error {
 	replicas := 1
-	if info := p.store.Stream.CachedInfo(); info != nil {
+	if info := p.store.Stream().CachedInfo(); info != nil {
 		replicas = info.Config.Replicas
 	}
-	members, err := openMembers(ctx, p.store.JS, p.memberTTL, replicas)
+	members, err := openMembers(ctx, p.store.JetStream(), p.memberTTL, replicas)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
 	}
 	p.health.fail(p.logger, "members", "projector: members bucket unavailable", err, "bucket", MembersBucket, "op", op)
 	if isMissing(err) {
-		if _, cerr := openMembers(ctx, p.store.JS, p.memberTTL, p.replicas); cerr == nil {
+		if _, cerr := openMembers(ctx, p.store.JetStream(), p.memberTTL, p.replicas); cerr == nil {
 			p.logger.Info("projector: members bucket created again", "bucket", MembersBucket)
 		}
 	}
@@ -248,7 +248,7 @@ func (p *Projector) rebalance(ctx context.Context) {
 		members = append(members, p.memberKey)
 	}
 	slices.Sort(members)
-	mine := Assign(members, p.memberKey, p.store.Partitions)
+	mine := Assign(members, p.memberKey, p.store.Partitions())
 	p.wmu.Lock()
 	if p.wstopped {
 		p.wmu.Unlock()

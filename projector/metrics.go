@@ -133,7 +133,7 @@ func (p *Projector) collectLag(ch chan<- prometheus.Metric) {
 }
 
 func (p *Projector) partitionLag(ctx context.Context, part int) (uint64, time.Duration, error) {
-	info, err := p.store.JS.Consumer(ctx, wire.StreamName, PartitionConsumer(part))
+	info, err := p.store.JetStream().Consumer(ctx, wire.StreamName, PartitionConsumer(part))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -142,7 +142,7 @@ func (p *Projector) partitionLag(ctx context.Context, part int) (uint64, time.Du
 	if behind == 0 {
 		return 0, 0, nil
 	}
-	msg, err := p.store.Stream.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(wire.PartitionSubject(part)))
+	msg, err := p.store.Stream().GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(wire.PartitionSubject(part)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return behind, 0, nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/obs"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
@@ -176,7 +177,7 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	var v storedValue
 	var raw []byte
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ent, err := e.store.Projections.Get(ctx(t), UnitKey("poison", tok))
+		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey("poison", tok))
 		if err == nil {
 			raw = ent.Value()
 			if err := json.Unmarshal(raw, &v); err != nil {

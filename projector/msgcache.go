@@ -25,7 +25,7 @@ const DefaultQueryCacheBytes = 64 << 20
 // nodeCache keeps, for the sessions queried last, their surface-eligible events (user/message,
 // assistant/message, tool/result: the only events a surface node can be, and all that
 // DeriveMessages reads) and the position in the log they were read to. A messages query then
-// reads only the records appended since the previous query of the session (ajs.ReadRecordsAfter),
+// reads only the records appended since the previous query of the session (store.AfterStreamSeq),
 // not the whole log: an agent that queries after every append pays for its new events, not for
 // its history again. Streamed chunks and other events are never kept. The cache is bounded by
 // the bytes of the events it holds, counted with an estimate of their heap overhead (least
@@ -77,6 +77,10 @@ func newNodeCache(maxBytes int64) *nodeCache {
 // pull of two) on the connection, which the server limits (max_pending) and the partitions'
 // pulls share.
 const maxLogReads = 16
+
+// directReads is how many records a read with store.UpTo gets one by one (store's directReadRecords),
+// for agentlog_query_store_requests_total.
+const directReads = 4
 
 // verifyTTL is how long a log read (or check) vouches for what it read: a state of the same
 // incarnation at or below it is answered without reading the log again. A log can lose records
@@ -138,7 +142,7 @@ func (c *nodeCache) fetch(ctx context.Context, st *store.Store, l *nodeLog, seq 
 		return 0, false, 0, ctx.Err()
 	}
 	c.m.storeRequest(reqRecord, 1)
-	m, err := st.Stream.GetMsg(ctx, seq)
+	m, err := st.Stream().GetMsg(ctx, seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, false, 0, nil
@@ -210,9 +214,18 @@ func (c *nodeCache) readTo(ctx context.Context, st *store.Store, l *nodeLog, upT
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	sh, err := st.Session(l.id)
+	if err != nil {
+		return 0, err
+	}
 	var added int64
 	read := 0
-	_, err := st.ReadRecordsTo(ctx, l.id, l.last, l.next, upTo, func(streamSeq uint64, at time.Time, evs []session.Event) error {
+	var opts []store.ReadOpt
+	if l.last != 0 {
+		opts = append(opts, store.AfterStreamSeq(l.last, l.next))
+	}
+	_, err = sh.Records(ctx, func(r store.Record) error {
+		streamSeq, at, evs := r.StreamSeq, r.Stored, r.Events
 		read++
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
@@ -224,9 +237,9 @@ func (c *nodeCache) readTo(ctx context.Context, st *store.Store, l *nodeLog, upT
 		}
 		l.last, l.next, l.lastAt = streamSeq, evs[len(evs)-1].Seq+1, at
 		return nil
-	})
-	c.m.storeRequest(reqRecord, min(read+1, store.RecordsToDirect))
-	if read >= store.RecordsToDirect {
+	}, append(opts, store.UpTo(upTo))...)
+	c.m.storeRequest(reqRecord, min(read+1, directReads))
+	if read >= directReads {
 		c.m.storeRequest(reqConsumer, 1)
 	}
 	if added > 0 {
@@ -404,7 +417,7 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	var added int64
 	read := 0
 	defer func() {
-		c.m.storeRequest(reqTail, 1) // ReadRecordsAfter reads the tail first
+		c.m.storeRequest(reqTail, 1) // Records reads the tail first
 		if read > 4 {
 			c.m.storeRequest(reqRecord, 4)
 			c.m.storeRequest(reqConsumer, 1)
@@ -412,7 +425,12 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 			c.m.storeRequest(reqRecord, read)
 		}
 	}()
-	_, err := st.ReadRecordsAfter(ctx, l.id, l.last, l.next, func(streamSeq uint64, evs []session.Event) error {
+	sh, err := st.Session(l.id)
+	if err != nil {
+		return err
+	}
+	_, err = sh.Records(ctx, func(r store.Record) error {
+		streamSeq, evs := r.StreamSeq, r.Events
 		read++
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
@@ -424,14 +442,14 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 		}
 		l.last, l.next = streamSeq, evs[len(evs)-1].Seq+1
 		return nil
-	})
+	}, store.AfterStreamSeq(l.last, l.next))
 	if added > 0 {
 		c.account(l, added)
 	}
 	if err == nil && l.last != before {
 		var m *jetstream.RawStreamMsg
 		c.m.storeRequest(reqRecord, 1)
-		if m, err = st.Stream.GetMsg(ctx, l.last); err == nil {
+		if m, err = st.Stream().GetMsg(ctx, l.last); err == nil {
 			l.lastAt = m.Time
 		}
 	}
@@ -450,7 +468,7 @@ func (c *nodeCache) checkLast(ctx context.Context, st *store.Store, l *nodeLog) 
 		return nil
 	}
 	c.m.storeRequest(reqRecord, 1)
-	m, err := st.Stream.GetMsg(ctx, l.last)
+	m, err := st.Stream().GetMsg(ctx, l.last)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("%w: session %q: stream seq %d read before is gone", store.ErrLogChanged, l.id, l.last)

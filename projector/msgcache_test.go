@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -19,7 +20,7 @@ import (
 // it kept anything.
 func (e *env) wantMessages(id string, nodes []int64) []json.RawMessage {
 	e.t.Helper()
-	events, _, err := e.store.Read(ctx(e.t), id)
+	events, _, err := storetest.ReadAll(ctx(e.t), storetest.Session(e.store, id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestMessagesQueryReadsOnlyNewRecords(t *testing.T) {
 	}
 	// The state names each node's record (nodeRecords): only those records were read.
 	for seq, at := range l.at {
-		rec, found, err := e.store.GetRecordFromLeader(ctx(t), "grow", at)
+		rec, found, err := storetest.Session(e.store, "grow").RecordFromLeader(ctx(t), at)
 		if err != nil || !found || rec.LastEvents[0].Seq > seq || rec.NextSeq <= seq {
 			t.Errorf("event seq %d kept from stream seq %d, which does not hold it (%v)", seq, at, err)
 		}
@@ -158,7 +159,7 @@ func BenchmarkMessagesQueryLongSession(b *testing.B) {
 		var tail uint64
 		seq := int64(0)
 		appendEvs := func(evs []session.Event) {
-			r, err := te.Store.Append(bctx, id, tail, evs)
+			r, err := storetest.Session(te.Store, id).Append(bctx, tail, evs)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -76,9 +76,9 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 // missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
 func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	p, name := w.p, PartitionConsumer(w.part)
-	cons, err := p.store.JS.CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
+	cons, err := p.store.JetStream().CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
 		Durable:        name,
-		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions),
+		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions()),
 		FilterSubject:  wire.PartitionSubject(w.part),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -93,7 +93,7 @@ func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	}
 	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
 	// them could be half a GiB in flight. (Why Consume, not Messages: recordFeed.)
-	iter, err := consumeFeed(p.nc, cons, jetstream.PullMaxMessagesWithBytesLimit(512, pullBytes(p.store.Partitions, p.store.MaxMsgSize)), jetstream.PullPriorityGroup(PriorityGroup),
+	iter, err := consumeFeed(p.nc, cons, jetstream.PullMaxMessagesWithBytesLimit(512, pullBytes(p.store.Partitions(), p.store.MaxMsgSize())), jetstream.PullPriorityGroup(PriorityGroup),
 		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("consuming with %s: %w", name, err)
@@ -148,7 +148,7 @@ func (w *worker) resubscribe(cause error) bool {
 			w.mu.Unlock()
 			// The server may still hold a pin of the old pull: release it (the partition is ours).
 			uctx, ucancel := context.WithTimeout(w.ctx, 5*time.Second)
-			_ = w.p.store.Stream.UnpinConsumer(uctx, PartitionConsumer(w.part), PriorityGroup)
+			_ = w.p.store.Stream().UnpinConsumer(uctx, PartitionConsumer(w.part), PriorityGroup)
 			ucancel()
 			w.health.ok(w.p.logger, "consume", "projector: partition consumer resumed", "partition", w.part)
 			return true
@@ -185,7 +185,7 @@ func (w *worker) stop() {
 	// next owner is served at once instead of after the pinned TTL. Unpinning another client
 	// only makes it pin again at its next pull.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := w.p.store.Stream.UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup)
+	err := w.p.store.Stream().UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup)
 	cancel()
 	if err != nil {
 		w.p.logger.Debug("projector: unpin", "partition", w.part, "err", err)
@@ -278,7 +278,7 @@ func (w *worker) retry(what string, op func() error) bool {
 // handle folds one record into its session's state (loaded from the cache, else from KV).
 func (w *worker) handle(msg jetstream.Msg) {
 	p := w.p
-	_, token, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions)
+	_, token, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions())
 	if err != nil {
 		p.logger.Error("projector: record on a subject that names no session; skipped", "subject", msg.Subject(), "err", err)
 		w.folded, w.count = append(w.folded, msg), w.count+1
@@ -467,7 +467,11 @@ func (w *worker) dropGone(ss *sessState) bool {
 	delete(w.dirty, ss.token)
 	w.cache.remove(ss.token)
 	return w.retry("purge "+ss.id, func() error {
-		keys, err := w.p.store.PurgeProjections(w.ctx, ss.id)
+		sh, err := w.p.store.Session(ss.id)
+		if err != nil {
+			return err
+		}
+		keys, err := sh.PurgeProjections(w.ctx)
 		if err == nil && len(keys) > 0 {
 			w.p.logger.Info("projector: session removed; its projection states purged", "session", ss.id, "keys", keys)
 		}
@@ -490,7 +494,7 @@ func (w *worker) flush() {
 		}
 		for attempt := 0; len(sessions) > 0; attempt++ {
 			start := time.Now()
-			conflicts, err := writeSessions(w.ctx, p.store.JS, sessions)
+			conflicts, err := writeSessions(w.ctx, p.store.JetStream(), sessions)
 			p.metrics.checkpoint(start, err)
 			if err != nil {
 				if w.ctx.Err() == nil {

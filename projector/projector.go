@@ -217,7 +217,7 @@ func (p *Projector) Start(ctx context.Context) error {
 		p.loop.Add(1)
 		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
 	}
-	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions, "owned", p.Owned(), "service", client.QueryService)
+	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions(), "owned", p.Owned(), "service", client.QueryService)
 	return nil
 }
 
@@ -309,13 +309,17 @@ func (l *logLookup) loadLog() error {
 	}
 	var events []session.Event
 	var at []uint64
-	last, err := l.store.ReadRecords(l.ctx, l.id, func(streamSeq uint64, evs []session.Event) error {
-		events = append(events, evs...)
-		for range evs {
-			at = append(at, streamSeq)
-		}
-		return nil
-	})
+	sh, err := l.store.Session(l.id)
+	var last uint64
+	if err == nil {
+		last, err = sh.Records(l.ctx, func(r store.Record) error {
+			events = append(events, r.Events...)
+			for range r.Events {
+				at = append(at, r.StreamSeq)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		var se *session.Error
 		if errors.As(err, &se) {

@@ -2,10 +2,11 @@ package projector
 
 import (
 	"encoding/json"
-	"github.com/agentlog/agentlog/client"
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -57,11 +58,11 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	// The stored value has exactly the documented shape (nodeRecords: the stream seq of each
 	// node's record).
 	tok, _ := wire.Token("s1")
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitMessages, tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := e.store.GetSessionInfo(ctx(t), "s1")
+	info, err := storetest.Session(e.store, "s1").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,17 +98,17 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	if err := p1.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for part := 0; part < e.store.Partitions; part++ {
-		if err := e.store.JS.DeleteConsumer(ctx(t), wire.StreamName, PartitionConsumer(part)); err != nil {
+	for part := 0; part < e.store.Partitions(); part++ {
+		if err := e.store.JetStream().DeleteConsumer(ctx(t), wire.StreamName, PartitionConsumer(part)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.startProjector("p2")
 	// Wait until the consumer of s1's partition has redelivered and acknowledged every record
 	// of s1 (2 records: they are the only ones on the stream).
-	sub, _ := e.store.Subject("s1")
-	part, _, _, _ := wire.ParseSubject(sub, e.store.Partitions)
-	cons, err := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
+	sub, _ := wire.SessionSubject("s1", e.store.Partitions())
+	part, _, _, _ := wire.ParseSubject(sub, e.store.Partitions())
+	cons, err := e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +159,12 @@ func TestGapRereadsTheLog(t *testing.T) {
 	}
 	tok, _ := wire.Token("s1")
 	b, _ := json.Marshal(fromSurface(s))
-	if _, err := e.store.Projections.Create(ctx(t), UnitKey(UnitMessages, tok), b); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Create(ctx(t), wire.ProjectionKey(UnitMessages, tok), b); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
-	sub, _ := e.store.Subject("s1")
-	msg, err := e.store.Stream.GetLastMsgForSubject(ctx(t), sub)
+	sub, _ := wire.SessionSubject("s1", e.store.Partitions())
+	msg, err := e.store.Stream().GetLastMsgForSubject(ctx(t), sub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if err := foldEvents(ctx(t), e.store, ss, scanAll(recEvents), msg.Sequence); err != nil {
 		t.Fatalf("fold: %v", err)
 	}
-	if conflicts, err := writeSessions(ctx(t), e.store.JS, []*sessState{ss}); err != nil || len(conflicts) != 0 {
+	if conflicts, err := writeSessions(ctx(t), e.store.JetStream(), []*sessState{ss}); err != nil || len(conflicts) != 0 {
 		t.Fatalf("write: %v (conflicts %d)", err, len(conflicts))
 	}
 	got, _ := e.stored("s1")
@@ -190,7 +191,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	}
 	// Every other unit was folded from seq 0 (it had no state): the transcript is complete.
 	var tr storedValue
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTranscript, tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTranscript, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,23 +214,23 @@ func TestBadSessionStopsOnlyItself(t *testing.T) {
 	e.appendRecord("bad", []session.Event{noOp, events[3]}) // seq 2 lacks its surfaceOp
 	e.appendRecord("good", events[2:6])
 	// A record whose body is not events, published with valid headers.
-	sub, _ := e.store.Subject("garbage")
+	sub, _ := wire.SessionSubject("garbage", e.store.Partitions())
 	h, _, err := wire.EncodeRecord("garbage", events[0:1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
+	if _, err := e.store.JetStream().PublishMsg(ctx(t), &nats.Msg{Subject: sub, Header: h, Data: []byte("not json")}); err != nil {
 		t.Fatal(err)
 	}
 	e.appendRecord("bad", []session.Event{userMsg(4, "m9", "later")}) // acked and ignored
 	// A record of session "good" stored under the subject of session "alien".
 	e.create("alien")
-	asub, _ := e.store.Subject("alien")
+	asub, _ := wire.SessionSubject("alien", e.store.Partitions())
 	gh, gbody, err := wire.EncodeRecord("good", events[0:1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.JS.PublishMsg(ctx(t), &nats.Msg{Subject: asub, Header: gh, Data: gbody}); err != nil {
+	if _, err := e.store.JetStream().PublishMsg(ctx(t), &nats.Msg{Subject: asub, Header: gh, Data: gbody}); err != nil {
 		t.Fatal(err)
 	}
 	e.appendRecord("good", events[6:11])
@@ -400,7 +401,7 @@ func TestStaleStateVersionIsRebuilt(t *testing.T) {
 	tok, _ := wire.Token("s1")
 	_, rev := e.stored("s1")
 	stale := `{"stateVersion":0,"asOfSeq":3,"state":{"nodes":[99],"replaceGeneration":7,"transcript":[99],"openTurn":null}}`
-	if _, err := e.store.Projections.Update(ctx(t), UnitKey(UnitMessages, tok), []byte(stale), rev); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Update(ctx(t), wire.ProjectionKey(UnitMessages, tok), []byte(stale), rev); err != nil {
 		t.Fatal(err)
 	}
 	e.appendRecord("s1", events[4:11])

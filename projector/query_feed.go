@@ -63,7 +63,7 @@ func (f *changeFeed) start(ctx context.Context) (done <-chan struct{}, err error
 }
 
 func (f *changeFeed) open(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return f.st.Projections.Watch(ctx, UnitKey(UnitMessages, "*"), jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	return f.st.WatchUnit(ctx, UnitMessages, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 }
 
 // watch reads w until it ends or ctx does.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 )
 
 // answerMessages serves client.MessagesSubject: the stored projection's nodes, and their messages
@@ -82,6 +83,10 @@ func (s *queryService) answerMessages(ctx context.Context, q query, proj Project
 // q's deadline. Errors: "409" when the log breaks a rule, "408" when it does not reach minSeq (or
 // no fold slot frees) in time, "503" when the service stops, a failure to read the log.
 func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[int64]session.Event, map[int64]uint64, error) {
+	sh, err := s.store.Session(q.Session)
+	if err != nil {
+		return Projection{}, nil, nil, replyErr(client.CodeBadRequest, "bad request: %v", err)
+	}
 	deadline := q.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(time.Duration(q.timeoutMs()) * time.Millisecond)
@@ -100,7 +105,7 @@ func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[in
 	}
 	if q.waits() {
 		for {
-			tail, err := s.store.GetTail(dctx, q.Session)
+			tail, err := sh.Tail(dctx)
 			if err == nil && tail.NextSeq-1 >= *q.MinSeq {
 				break
 			}
@@ -126,14 +131,14 @@ func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[in
 	}
 	surf := session.NewSurface()
 	var refused error
-	_, err := s.store.ReadRecords(ctx, q.Session, func(streamSeq uint64, evs []session.Event) error {
-		for _, ev := range evs {
+	_, err = sh.Records(ctx, func(rec store.Record) error {
+		for _, ev := range rec.Events {
 			if err := surf.Apply(q.Session, ev, byseq); err != nil {
 				refused = err
 				return err
 			}
 			if session.SurfaceEligible(ev.Type) {
-				kept[ev.Seq], at[ev.Seq] = owned(ev), streamSeq
+				kept[ev.Seq], at[ev.Seq] = owned(ev), rec.StreamSeq
 			}
 		}
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -278,8 +279,12 @@ func tooLarge(proj Projection) bool {
 // readNow reads the stored projection once: the projection and its stored value when it
 // satisfies q, wait when q must wait for minSeq, or the error to answer.
 func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
-	key := UnitKey(UnitMessages, token)
-	e, err := s.store.Projections.Get(ctx, key)
+	sh, err := s.store.Session(q.Session)
+	if err != nil {
+		return Projection{}, nil, false, replyErr(client.CodeBadRequest, "bad request: %v", err)
+	}
+	key := wire.ProjectionKey(UnitMessages, token)
+	e, err := sh.ProjectionEntry(ctx, UnitMessages)
 	s.metrics.storeRequest(reqProjection, 1)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
@@ -351,9 +356,13 @@ func stoppedErr(id string, pe *ProjectionError) error {
 // and every feedRecheck without one. Errors: "408" on timeout, "409" for a stopped projection
 // (unless allowStopped), "503" when the service stops meanwhile.
 func (s *queryService) waitProjection(ctx context.Context, q query, token string, allowStopped bool, w *feedWaiter, last *Projection) (Projection, []byte, error) {
-	key := UnitKey(UnitMessages, token)
+	key := wire.ProjectionKey(UnitMessages, token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
+	sh, err := s.store.Session(q.Session)
+	if err != nil {
+		return Projection{}, nil, replyErr(client.CodeBadRequest, "bad request: %v", err)
+	}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	s.waiting.Add(1)
@@ -367,7 +376,7 @@ func (s *queryService) waitProjection(ctx context.Context, q query, token string
 				return Projection{}, nil, err
 			}
 		}
-		e, err := s.store.Projections.Get(wctx, key)
+		e, err := sh.ProjectionEntry(wctx, UnitMessages)
 		s.metrics.storeRequest(reqProjection, 1)
 		if err == nil {
 			proj, current, derr := decodeProjection(e.Value())

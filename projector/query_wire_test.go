@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/micro"
@@ -44,7 +45,7 @@ func TestRemovingSessionIsCode410(t *testing.T) {
 	check("projection stored")
 	tok, _ := wire.Token("hr")
 	for _, unit := range Builtins() {
-		_ = e.store.Projections.Purge(ctx(t), UnitKey(unit.Definition().Key, tok))
+		_ = storetest.ProjectionsKV(e.store).Purge(ctx(t), wire.ProjectionKey(unit.Definition().Key, tok))
 	}
 	check("projection purged")
 	// The client reads the code as ErrRemoving, which is an ErrNotFound too.

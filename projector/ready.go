@@ -33,7 +33,7 @@ func (p *Projector) Ready(ctx context.Context) error {
 		return fmt.Errorf("member lease %s in %s is held by another process", p.memberKey, MembersBucket)
 	}
 	for _, part := range p.Owned() {
-		if _, err := p.store.JS.Consumer(ctx, wire.StreamName, PartitionConsumer(part)); err != nil {
+		if _, err := p.store.JetStream().Consumer(ctx, wire.StreamName, PartitionConsumer(part)); err != nil {
 			return fmt.Errorf("partition %d: consumer %s: %w", part, PartitionConsumer(part), err)
 		}
 	}

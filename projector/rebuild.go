@@ -72,12 +72,13 @@ const (
 
 // rebuildOne folds defs (the gate, then the unit) over one session's log and writes the last one.
 func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id string) (rebuildOutcome, error) {
-	token, err := wire.Token(id)
+	sh, err := st.Session(id)
 	if err != nil {
 		return rebuilt, err // names the id
 	}
+	token := sh.Token()
 	d := defs[len(defs)-1]
-	key := UnitKey(d.Key, token)
+	key := wire.ProjectionKey(d.Key, token)
 	h, inc, _, removing, err := sessionMetaState(ctx, st, id)
 	if err != nil {
 		return rebuilt, err
@@ -87,7 +88,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 	}
 	for attempt := 0; attempt < casRetries; attempt++ {
 		var rev uint64
-		e, gerr := st.Projections.Get(ctx, key)
+		e, gerr := sh.ProjectionEntry(ctx, d.Key)
 		switch {
 		case gerr == nil:
 			rev = e.Revision()
@@ -108,9 +109,9 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 		if !d.gate && u.err == nil {
 			// The projector stops a session for good when its stored gate state outgrew KV (even
 			// if a later compaction shrank the surface): the rebuilt unit stops with it.
-			ge, gerr := st.Projections.Get(ctx, UnitKey(defs[0].Key, token))
+			ge, gerr := sh.ProjectionEntry(ctx, defs[0].Key)
 			if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-				return rebuilt, fmt.Errorf("session %q: reading %s: %w", id, UnitKey(defs[0].Key, token), gerr)
+				return rebuilt, fmt.Errorf("session %q: reading %s: %w", id, wire.ProjectionKey(defs[0].Key, token), gerr)
 			}
 			var gv storedValue
 			if gerr == nil && json.Unmarshal(ge.Value(), &gv) == nil && gv.Error != nil && gv.Error.Rule == session.RuleStateTooLarge {
@@ -123,7 +124,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			// The gate is not written here, so writeSessions would not see that its state is too
 			// large to store: the projector has stopped the session there; stop the unit too.
 			if b, err := g.encode(ss.position()); err == nil {
-				if limit := maxStateBytes(st.JS); limit > 0 && int64(len(b)) > limit {
+				if limit := maxStateBytes(st.JetStream()); limit > 0 && int64(len(b)) > limit {
 					stopTooLarge(ss, g, len(b), limit)
 				}
 			}
@@ -132,7 +133,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 			o.written = true // only the rebuilt unit is written
 		}
 		u.written = false
-		conflicts, werr := writeSessions(ctx, st.JS, []*sessState{ss})
+		conflicts, werr := writeSessions(ctx, st.JetStream(), []*sessState{ss})
 		if werr != nil {
 			return rebuilt, fmt.Errorf("session %q: writing %s: %w", id, key, werr)
 		}

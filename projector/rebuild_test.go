@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -72,11 +73,11 @@ func TestNewStateVersionRebuildsInPlace(t *testing.T) {
 	}
 	// The query service wrote the rebuilt state back.
 	tok, _ := wire.Token("idle")
-	info, err := e.store.GetSessionInfo(ctx(t), "idle")
+	info, err := storetest.Session(e.store, "idle").Info(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey("counter", tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey("counter", tok))
 	if err != nil || string(ent.Value()) != `{"stateVersion":2,"asOfSeq":4,"log":{"incarnation":"`+info.Incarnation+`","streamSeq":2},"state":10}` {
 		t.Fatalf("idle: stored %s %v", ent.Value(), err)
 	}
@@ -104,17 +105,17 @@ func TestRebuildCommand(t *testing.T) {
 	// named, it is skipped.
 	testnats.MarkRemoving(t, e.store, "removing")
 	rtok, _ := wire.Token("removing")
-	if err := e.store.Projections.Purge(ctx(t), UnitKey(UnitTitle, rtok)); err != nil {
+	if err := storetest.ProjectionsKV(e.store).Purge(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); err != nil {
 		t.Fatal(err)
 	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
 	tok, _ := wire.Token("b")
 	e.waitFor(func() bool {
-		ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
 		return err == nil && json.Valid(ent.Value()) && string(ent.Value()) != "" && ent != nil &&
 			func() bool { var v storedValue; _ = json.Unmarshal(ent.Value(), &v); return v.AsOfSeq == 11 }()
 	})
-	if _, err := e.store.Projections.Put(ctx(t), UnitKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
+	if _, err := storetest.ProjectionsKV(e.store).Put(ctx(t), wire.ProjectionKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := NewRegistry()
@@ -146,7 +147,7 @@ func TestRebuildCommand(t *testing.T) {
 	if res, err := Rebuild(ctx(t), e.store, reg, UnitTitle, []string{"removing"}, nil); err != nil || res != (RebuildResult{}) {
 		t.Fatalf("rebuild of a session being removed: %+v %v; want it skipped", res, err)
 	}
-	if _, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, rtok)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the session being removed got a title state: %v", err)
 	}
 	// One session only.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/wire"
 )
 
@@ -32,7 +33,7 @@ func TestRSSManySessions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 8 {
-				if _, err := e.store.Append(context.Background(), fmt.Sprintf("rss-%06d", i), 0, events); err != nil {
+				if _, err := storetest.Session(e.store, fmt.Sprintf("rss-%06d", i)).Append(context.Background(), 0, events); err != nil {
 					t.Errorf("append: %v", err)
 					return
 				}
@@ -45,8 +46,8 @@ func TestRSSManySessions(t *testing.T) {
 	start = time.Now()
 	e.waitFor(func() bool {
 		time.Sleep(500 * time.Millisecond)
-		for part := 0; part < e.store.Partitions; part++ {
-			cons, err := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
+		for part := 0; part < e.store.Partitions(); part++ {
+			cons, err := e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 			if err != nil {
 				return false
 			}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentlog/agentlog/client"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -17,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -88,7 +89,7 @@ func (e *env) waitMembers(names ...string) map[string][]int {
 	var owned map[string][]int
 	e.waitFor(func() bool {
 		if kv == nil {
-			k, err := e.store.JS.KeyValue(ctx(e.t), MembersBucket)
+			k, err := e.store.JetStream().KeyValue(ctx(e.t), MembersBucket)
 			if err != nil {
 				return false
 			}
@@ -113,7 +114,7 @@ func (e *env) waitMembers(names ...string) map[string][]int {
 				return false
 			}
 			var v MemberValue
-			if json.Unmarshal(ent.Value(), &v) != nil || !slices.Equal(v.Owned, Assign(names, n, e.store.Partitions)) {
+			if json.Unmarshal(ent.Value(), &v) != nil || !slices.Equal(v.Owned, Assign(names, n, e.store.Partitions())) {
 				return false
 			}
 			owned[n] = v.Owned
@@ -164,7 +165,7 @@ func (l *loader) write(id string, i int) {
 	var tail uint64
 	for k := 0; len(events) > 0; k++ {
 		size := min((i+k)%3+1, len(events))
-		res, err := store.Append(c, id, tail, events[:size])
+		res, err := storetest.Session(store, id).Append(c, tail, events[:size])
 		if err != nil {
 			l.e.t.Errorf("Append %s: %v", id, err)
 			return
@@ -189,8 +190,8 @@ func (l *loader) checkAll(t *testing.T) {
 		r, err := queryMessages(ctx(t), l.e.nc, id, 10)
 		if err != nil {
 			tok, _ := wire.Token(id)
-			part := wire.Partition(tok, l.e.store.Partitions)
-			cons, _ := l.e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
+			part := wire.Partition(tok, l.e.store.Partitions())
+			cons, _ := l.e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 			ci, _ := cons.Info(ctx(t))
 			t.Fatalf("%s (partition %d, consumer %+v): %v", id, part, ci, err)
 		}
@@ -247,8 +248,8 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 			return
 		}
 		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
-			for part := 0; part < e.store.Partitions; part++ {
-				cons, _ := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
+			for part := 0; part < e.store.Partitions(); part++ {
+				cons, _ := e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 				ci, _ := cons.Info(ctx(t))
 				t.Logf("partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
 			}
@@ -264,9 +265,9 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 		for k := 0; len(probes) < len(victim); k++ {
 			id := fmt.Sprintf("probe-%d", k)
 			tok, _ := wire.Token(id)
-			if slices.Contains(victim, wire.Partition(tok, e.store.Partitions)) && !slices.ContainsFunc(probes, func(p string) bool {
+			if slices.Contains(victim, wire.Partition(tok, e.store.Partitions())) && !slices.ContainsFunc(probes, func(p string) bool {
 				pt, _ := wire.Token(p)
-				return wire.Partition(pt, e.store.Partitions) == wire.Partition(tok, e.store.Partitions)
+				return wire.Partition(pt, e.store.Partitions()) == wire.Partition(tok, e.store.Partitions())
 			}) {
 				e.create(id)
 				e.appendRecord(id, []session.Event{userMsg(0, "x", "probe")})
@@ -279,8 +280,8 @@ func TestKilledInstanceFailsOver(t *testing.T) {
 		failover = time.Since(killed)
 		t.Logf("probes %v projected at %s", probes, time.Now().Format("15:04:05.000"))
 		if os.Getenv("AGENTLOG_DEBUG_PINS") != "" {
-			for part := 0; part < e.store.Partitions; part++ {
-				cons, _ := e.store.JS.Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
+			for part := 0; part < e.store.Partitions(); part++ {
+				cons, _ := e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 				ci, _ := cons.Info(ctx(t))
 				t.Logf("after: partition %d victim %v: %+v waiting %d", part, slices.Contains(victim, part), ci.PriorityGroups, ci.NumWaiting)
 			}
@@ -324,8 +325,8 @@ func TestLeaseRenewalDoesNotWaitForHandover(t *testing.T) {
 	e := newEnv(t)
 	p := e.startProjector("p1")
 	owned := p.Owned()
-	if len(owned) != e.store.Partitions {
-		t.Fatalf("a lone instance owns %v of %d partitions", owned, e.store.Partitions)
+	if len(owned) != e.store.Partitions() {
+		t.Fatalf("a lone instance owns %v of %d partitions", owned, e.store.Partitions())
 	}
 	p.wmu.Lock()
 	renewed := make(chan struct{})
@@ -375,13 +376,13 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 	e := newEnv(t)
 	var n atomic.Int64
 	e.startProjectorOpts("p1", Options{Logger: slog.New(countHandler{"checkpoint failed", &n})})
-	kv, err := e.store.JS.Stream(ctx(t), "KV_"+wire.ProjectionsBucket)
+	kv, err := e.store.JetStream().Stream(ctx(t), "KV_"+wire.ProjectionsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := kv.CachedInfo().Config
 	cfg.MaxMsgSize = 8
-	if _, err := e.store.JS.UpdateStream(ctx(t), cfg); err != nil {
+	if _, err := e.store.JetStream().UpdateStream(ctx(t), cfg); err != nil {
 		t.Fatal(err)
 	}
 	e.create("s")
@@ -478,7 +479,7 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := wire.Token("long")
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +515,7 @@ func TestRebuildAfterTooLargeAndShrink(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := wire.Token("long")
-	ent, err := e.store.Projections.Get(ctx(t), UnitKey(UnitTitle, tok))
+	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
 	if err != nil {
 		t.Fatal(err)
 	}

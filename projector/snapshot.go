@@ -54,7 +54,7 @@ func readSnapshot(ctx context.Context, sto *store.Store, reg *Registry, id strin
 			if err := catchUp(ctx, sto, ss); err != nil {
 				return client.SnapshotReply{}, fmt.Errorf("folding the log: %w", err) // err names the session
 			}
-			_, _ = writeSessions(ctx, sto.JS, []*sessState{ss}) // best effort; the owner reloads on conflict
+			_, _ = writeSessions(ctx, sto.JetStream(), []*sessState{ss}) // best effort; the owner reloads on conflict
 			break
 		}
 		select {
@@ -69,7 +69,7 @@ func readSnapshot(ctx context.Context, sto *store.Store, reg *Registry, id strin
 		return client.SnapshotReply{}, err
 	}
 	if cause != "" {
-		_, _ = writeSessions(ctx, sto.JS, []*sessState{fresh}) // best effort, as above
+		_, _ = writeSessions(ctx, sto.JetStream(), []*sessState{fresh}) // best effort, as above
 		if refolded != nil {
 			refolded(cause, desc, fresh)
 		}
@@ -107,20 +107,24 @@ func (ss *sessState) views() (client.SnapshotReply, error) {
 // loadAll reads every unit's stored state; consistent reports whether they all stand at the
 // messages unit's asOfSeq (units stopped by an error excepted) with the registered stateVersion.
 func loadAll(ctx context.Context, sto *store.Store, defs []*Definition, token, id string) (*sessState, bool, error) {
+	sh, err := sto.Session(id)
+	if err != nil {
+		return nil, false, err
+	}
 	ss := &sessState{token: token, id: id, hdr: &session.Header{ID: id}}
 	consistent := true
 	var fresh []*unitState
 	for _, d := range defs {
 		u := newUnitState(d, ss.hdr)
 		ss.units = append(ss.units, u)
-		e, err := sto.Projections.Get(ctx, UnitKey(d.Key, token))
+		e, err := sh.ProjectionEntry(ctx, d.Key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			consistent = false
 			fresh = append(fresh, u)
 			continue
 		}
 		if err != nil {
-			return nil, false, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, UnitKey(d.Key, token), err)}
+			return nil, false, &transientError{fmt.Errorf("session %q: loading projection %s: %w", id, wire.ProjectionKey(d.Key, token), err)}
 		}
 		if !decodeUnit(u, e.Value(), e.Revision()) {
 			consistent = false

@@ -33,7 +33,7 @@ func (p *Projector) startFoldSpan(msg jetstream.Msg, part int) trace.Span {
 			attribute.String("agentlog.first_seq", h.Get(wire.HeaderFirstSeq)),
 			attribute.String("agentlog.events", h.Get(wire.HeaderCount)),
 		)
-		if _, _, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions); err == nil {
+		if _, _, id, err := wire.ParseSubject(msg.Subject(), p.store.Partitions()); err == nil {
 			span.SetAttributes(attribute.String("agentlog.session", id))
 		}
 		if meta, err := msg.Metadata(); err == nil {

@@ -332,7 +332,3 @@ func checkUnitKey(k string) error {
 	}
 	return nil
 }
-
-// UnitKey returns the agentlog_projections key of a unit's state for a session token:
-// "<unit>.<token>".
-func UnitKey(unit, token string) string { return unit + "." + token }

@@ -11,10 +11,10 @@ import (
 // checkCurrent refuses, with an error wrapping ErrConflict and ErrSessionDeleted, to write into a
 // session whose metadata is gone, being removed, or another incarnation's (ARCHITECTURE.md,
 // "Deleting a session"). Other errors (reading the metadata failed) are returned as they are.
-func (p *Publisher) checkCurrent(ctx context.Context, id, inc string) error {
+func (p *Publisher) checkCurrent(ctx context.Context, ss *store.Session, inc string) error {
 	cctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
-	err := p.store.CheckCurrent(cctx, id, inc)
+	err := ss.CheckCurrent(cctx, inc)
 	if errors.Is(err, store.ErrSessionDeleted) {
 		return fmt.Errorf("%w: %w", ErrConflict, &deletedError{err})
 	}
@@ -25,8 +25,9 @@ func (p *Publisher) checkCurrent(ctx context.Context, id, inc string) error {
 // removed meanwhile, that record (the subject was empty, so it is this writer's) is purged again
 // and an error wrapping ErrConflict and ErrSessionDeleted is returned. A failure to read the
 // metadata is logged and the record counts as written.
-func (p *Publisher) undoIfDeleted(ctx context.Context, id, inc string, streamSeq uint64) error {
-	err := p.checkCurrent(ctx, id, inc)
+func (p *Publisher) undoIfDeleted(ctx context.Context, ss *store.Session, inc string, streamSeq uint64) error {
+	id := ss.ID()
+	err := p.checkCurrent(ctx, ss, inc)
 	if err == nil || !errors.Is(err, ErrSessionDeleted) {
 		if err != nil {
 			p.log.Warn("agentlog publisher: cannot check the session's metadata after its first record", "session", id, "error", err)
@@ -35,7 +36,7 @@ func (p *Publisher) undoIfDeleted(ctx context.Context, id, inc string, streamSeq
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
-	if _, perr := p.store.PurgeThrough(pctx, id, streamSeq); perr != nil {
+	if _, perr := ss.PurgeThrough(pctx, streamSeq); perr != nil {
 		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (purging it failed: %v)", err, streamSeq, perr)
 	}
 	return fmt.Errorf("%w; its first record, stream seq %d, was removed again", err, streamSeq)
@@ -43,13 +44,13 @@ func (p *Publisher) undoIfDeleted(ctx context.Context, id, inc string, streamSeq
 
 // deletedUnder replaces a fencing error by one wrapping ErrConflict and ErrSessionDeleted when
 // the session was removed.
-func (p *Publisher) deletedUnder(ctx context.Context, id, inc string, err error) error {
+func (p *Publisher) deletedUnder(ctx context.Context, ss *store.Session, inc string, err error) error {
 	if errors.Is(err, ErrSessionDeleted) {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
-	if cerr := p.store.CheckCurrent(cctx, id, inc); errors.Is(cerr, store.ErrSessionDeleted) {
+	if cerr := ss.CheckCurrent(cctx, inc); errors.Is(cerr, store.ErrSessionDeleted) {
 		return fmt.Errorf("%w: %w", ErrConflict, &deletedError{cerr}) // the guard's details say nothing more
 	}
 	return err

@@ -3,6 +3,8 @@ package publisher
 import (
 	"errors"
 	"testing"
+
+	"github.com/agentlog/agentlog/internal/storetest"
 )
 
 // TestRemoveFencesWriter: a Writer whose session was removed under it fails its next write with
@@ -28,7 +30,7 @@ func TestRemoveFencesWriter(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.RemoveSession(ctx, "rm-written"); err != nil {
+	if _, err := storetest.Session(e.store, "rm-written").Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Append(evs[3]); err != nil && !errors.Is(err, ErrFenced) {
@@ -46,7 +48,7 @@ func TestRemoveFencesWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.RemoveSession(ctx, "rm-new"); err != nil {
+	if _, err := storetest.Session(e.store, "rm-new").Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := w2.Append(evs[0]); err != nil && !errors.Is(err, ErrFenced) {
@@ -71,7 +73,7 @@ func TestRemoveRacingFirstRecord(t *testing.T) {
 	ctx := ctxT(t)
 	p.beforeWrite = func(id string, first int64) {
 		if first == 0 {
-			if _, err := e.store.RemoveSession(ctx, id); err != nil {
+			if _, err := storetest.Session(e.store, id).Remove(ctx); err != nil {
 				t.Error(err)
 			}
 		}

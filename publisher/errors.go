@@ -43,7 +43,7 @@ var (
 	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
-	// removed (store.Store.RemoveSession) under it; that error also wraps ErrConflict. It wraps
+	// removed (store.Session.Remove) under it; that error also wraps ErrConflict. It wraps
 	// store.ErrSessionDeleted.
 	ErrSessionDeleted error = &sentinel{"session deleted under this writer", store.ErrSessionDeleted}
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -68,7 +69,7 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 		ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`),
 		ev(t, `{"type":"user/message","seq":1,"time":2,"data":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}`),
 	}
-	if _, err := e.store.Append(ctx, "broken", 0, bad, store.WithMsgID("raw.1")); err != nil {
+	if _, err := storetest.Session(e.store, "broken").Append(ctx, 0, bad, store.WithMsgID("raw.1")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Open(ctx, "broken")
@@ -77,9 +78,9 @@ func TestErrorTextsNameThingsOnce(t *testing.T) {
 	cancel()
 	_, err = p.Open(cctx, "broken")
 	add("Open with a canceled context", err)
-	_, _, err = e.store.Read(cctx, "broken")
+	_, _, err = storetest.ReadAll(cctx, storetest.Session(e.store, "broken"))
 	add("Read with a canceled context", err)
-	_, err = e.store.GetSession(ctx, "nobody")
+	_, err = storetest.Header(storetest.Session(e.store, "nobody").Info(ctx))
 	add("GetSession missing", err)
 	_, err = p.Open(ctx, "")
 	add("Open empty id", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -66,7 +67,7 @@ func Example() {
 	if err := p.Close(ctx); err != nil {
 		panic(err)
 	}
-	events, _, err := st.Read(ctx, "example-1")
+	events, _, err := storetest.ReadAll(ctx, storetest.Session(st, "example-1"))
 	if err != nil {
 		panic(err)
 	}

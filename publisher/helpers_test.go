@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/agentlog/agentlog/internal/testnats"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
+	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -159,11 +160,11 @@ func (e *env) records(t *testing.T, id string) []record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	subj, err := e.store.Subject(id)
+	subj, err := wire.SessionSubject(id, e.store.Partitions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := e.store.Stream.Info(ctx, njs.WithSubjectFilter(subj))
+	info, err := e.store.Stream().Info(ctx, njs.WithSubjectFilter(subj))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func (e *env) stored(t *testing.T, id string) []session.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	evs, _, err := e.store.Read(ctx, id)
+	evs, _, err := storetest.ReadAll(ctx, storetest.Session(e.store, id))
 	if err != nil {
 		t.Fatalf("Read(%q): %v", id, err)
 	}

@@ -29,10 +29,10 @@ const staleGen = ^uint64(0)
 // whenever it changed since the tail was last checked (a server restart or a dropped connection
 // may have lost acknowledged records, or given their stream seqs to other records).
 func (p *Publisher) connGen() uint64 {
-	if p.store.JS == nil || p.store.JS.Conn() == nil {
+	if p.store.JetStream() == nil || p.store.JetStream().Conn() == nil {
 		return 0
 	}
-	return p.store.JS.Conn().Stats().Reconnects
+	return p.store.JetStream().Conn().Stats().Reconnects
 }
 
 // checkTail compares the session's tail, read from the stream leader, with what the writer had
@@ -41,7 +41,8 @@ func (p *Publisher) connGen() uint64 {
 // wrapping ErrConflict when another writer appended after them. A tail that has our guard but does
 // not end at a.nextSeq is never written after (agentlog never writes a seq gap).
 // Its errors leave naming the session to the caller.
-func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t store.Tail) error {
+func (p *Publisher) checkTail(ctx context.Context, ss *store.Session, a acked, t store.Tail) error {
+	id := ss.ID()
 	if t.LastStreamSeq == a.streamSeq && t.NextSeq == a.nextSeq && (a.msgID == "" || t.LastMsgID == a.msgID) {
 		return nil
 	}
@@ -63,7 +64,7 @@ func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t store.T
 		return lost(from, "stream seq %d, where the writer's last record was, now holds another record (Nats-Msg-Id %q, next seq %d)", a.streamSeq, t.LastMsgID, t.NextSeq)
 	}
 	// The tail is another record: is the one at our guard still ours?
-	rec, found, err := p.store.GetRecordFromLeader(ctx, id, a.streamSeq)
+	rec, found, err := ss.RecordFromLeader(ctx, a.streamSeq)
 	if err != nil {
 		return fmt.Errorf("%w: tail at stream seq %d (Nats-Msg-Id %q, next seq %d); checking stream seq %d then: %v",
 			ErrConflict, t.LastStreamSeq, t.LastMsgID, t.NextSeq, a.streamSeq, err)
@@ -78,12 +79,13 @@ func (p *Publisher) checkTail(ctx context.Context, id string, a acked, t store.T
 	return fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, a.streamSeq, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
 }
 
-// acquireLease takes the writer lease of id (takeover: overwriting a live one). A live lease of
+// acquireLease takes the writer lease of ss (takeover: overwriting a live one). A live lease of
 // another writer is a *LiveError.
-func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) (store.Lease, uint64, error) {
+func (p *Publisher) acquireLease(ctx context.Context, ss *store.Session, takeover bool) (store.Lease, uint64, error) {
+	id := ss.ID()
 	l := p.lease
 	l.Since = time.Now().UnixMilli()
-	rev, err := p.store.AcquireLease(ctx, id, l, p.opts.LeaseTTL, takeover)
+	rev, err := ss.AcquireLease(ctx, l, p.opts.LeaseTTL, takeover)
 	var held *store.LeaseHeldError
 	if errors.As(err, &held) {
 		h := held.Holder
@@ -98,16 +100,16 @@ func (p *Publisher) acquireLease(ctx context.Context, id string, takeover bool) 
 	return l, rev, nil
 }
 
-// releaseLease deletes the lease of id if it is still at rev (bounded by 5 s; failures are logged:
+// releaseLease deletes the lease of ss if it is still at rev (bounded by 5 s; failures are logged:
 // the lease then ends at its TTL).
-func (p *Publisher) releaseLease(id string, rev uint64) {
+func (p *Publisher) releaseLease(ss *store.Session, rev uint64) {
 	if rev == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := p.store.ReleaseLease(ctx, id, rev); err != nil {
-		p.log.Warn("agentlog publisher: cannot release the writer lease; it ends at its TTL", "session", id, "error", err)
+	if err := ss.ReleaseLease(ctx, rev); err != nil {
+		p.log.Warn("agentlog publisher: cannot release the writer lease; it ends at its TTL", "session", ss.ID(), "error", err)
 	}
 }
 
@@ -157,7 +159,7 @@ func (w *Writer) renewLease() {
 	ttl := w.p.opts.LeaseTTL
 	ctx, cancel := context.WithTimeout(w.ctx, ttl/4)
 	defer cancel()
-	next, err := w.p.store.RenewLease(ctx, w.id, rev, l, ttl)
+	next, err := w.ss.RenewLease(ctx, rev, l, ttl)
 	if err != nil && ctx.Err() != nil {
 		// The renewal used up its time (a server unreachable, a missing bucket): give the
 		// checks below a time of their own.
@@ -171,10 +173,10 @@ func (w *Writer) renewLease() {
 		err = fmt.Errorf("%w: bucket %s was missing", store.ErrLeaseLost, wire.WritersBucket)
 	}
 	if errors.Is(err, store.ErrLeaseLost) {
-		holder, hrev, gerr := w.p.store.GetLease(ctx, w.id)
+		holder, hrev, gerr := w.ss.Lease(ctx)
 		switch {
 		case errors.Is(gerr, store.ErrNoLease):
-			next, err = w.p.store.AcquireLease(ctx, w.id, l, ttl, false) // expired: take it again
+			next, err = w.ss.AcquireLease(ctx, l, ttl, false) // expired: take it again
 			var held *store.LeaseHeldError
 			if errors.As(err, &held) {
 				w.leaseLost(held.Holder)
@@ -184,7 +186,7 @@ func (w *Writer) renewLease() {
 		case gerr == nil && holder.Writer == l.Writer && holder.Host == l.Host && holder.PID == l.PID && holder.Since == l.Since:
 			// Our own lease at another revision: the server came back with older state, which
 			// may have lost records too. Renew it there, and check the tail before the next write.
-			next, err = w.p.store.RenewLease(ctx, w.id, hrev, l, ttl)
+			next, err = w.ss.RenewLease(ctx, hrev, l, ttl)
 			w.mu.Lock()
 			w.validGen = staleGen
 			w.mu.Unlock()
@@ -199,7 +201,7 @@ func (w *Writer) renewLease() {
 	defer w.mu.Unlock()
 	if err == nil && w.leaseRev != rev {
 		// Fenced or closed meanwhile, which released (or gave up) rev: release this one too.
-		go w.p.releaseLease(w.id, next)
+		go w.p.releaseLease(w.ss, next)
 		return
 	}
 	if err != nil {
@@ -228,7 +230,7 @@ func (w *Writer) renewLease() {
 // the server's state) and creates it again; it reports whether it did. Connected only, and at most
 // once per renewal period for all the Publisher's writers.
 func (p *Publisher) writersRecreated(ctx context.Context) bool {
-	if nc := p.store.JS.Conn(); nc == nil || !nc.IsConnected() {
+	if nc := p.store.JetStream().Conn(); nc == nil || !nc.IsConnected() {
 		return false
 	}
 	p.ensureMu.Lock()
@@ -237,7 +239,7 @@ func (p *Publisher) writersRecreated(ctx context.Context) bool {
 		return p.recreated
 	}
 	p.ensuredAt = time.Now()
-	_, err := p.store.JS.KeyValue(ctx, wire.WritersBucket)
+	_, err := p.store.JetStream().KeyValue(ctx, wire.WritersBucket)
 	p.recreated = false
 	if errors.Is(err, njs.ErrBucketNotFound) {
 		if err := p.store.EnsureWritersBucket(ctx); err == nil {

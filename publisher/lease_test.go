@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -17,11 +18,11 @@ import (
 // holds).
 func (e *env) purge(t *testing.T, id string) {
 	t.Helper()
-	subj, err := e.store.Subject(id)
+	subj, err := wire.SessionSubject(id, e.store.Partitions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Stream.Purge(ctxT(t), njs.WithPurgeSubject(subj)); err != nil {
+	if err := e.store.Stream().Purge(ctxT(t), njs.WithPurgeSubject(subj)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -73,7 +74,7 @@ func TestAckedLost(t *testing.T) {
 			writeFlush(t, wa, all[3:6])
 
 			e.purge(t, id)
-			if _, err := e.store.Append(ctx, id, 0, all[:c.rewrite], store.WithMsgID("other.0")); err != nil {
+			if _, err := storetest.Session(e.store, id).Append(ctx, 0, all[:c.rewrite], store.WithMsgID("other.0")); err != nil {
 				t.Fatal(err)
 			}
 			before := len(e.records(t, id))
@@ -231,7 +232,7 @@ func TestIncarnation(t *testing.T) {
 		if err := w.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		info, err := e.store.GetSessionInfo(ctx, "again")
+		info, err := storetest.Session(e.store, "again").Info(ctx)
 		if err != nil || info.Incarnation != w.Incarnation() || info.Incarnation == "" {
 			t.Fatalf("round %d: stored incarnation %+v (%v), writer's %q", round, info, err, w.Incarnation())
 		}
@@ -242,7 +243,7 @@ func TestIncarnation(t *testing.T) {
 		incs = append(incs, info.Incarnation)
 		ids = append(ids, recs[0].header.Get(njs.MsgIDHeader))
 		e.purge(t, "again")
-		if err := e.store.DeleteSession(ctx, "again"); err != nil {
+		if err := storetest.Session(e.store, "again").DeleteMetadata(ctx, info.Revision); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +258,7 @@ func TestLegacySessionWithoutIncarnation(t *testing.T) {
 	e := newEnv(t)
 	clk := newFakeClock()
 	ctx := ctxT(t)
-	if _, err := e.store.Sessions.Create(ctx, "old", []byte(`{"type":"session","version":0,"id":"old","createdAt":1}`)); err != nil {
+	if _, err := storetest.SessionsKV(e.store).Create(ctx, "old", []byte(`{"type":"session","version":0,"id":"old","createdAt":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	p := e.publisher(t, "w1", clk)
@@ -302,7 +303,7 @@ func TestOpenOptionRefused(t *testing.T) {
 			t.Fatalf("a refused Open wrote: %d events", n)
 		}
 	}
-	l, _, err := e.store.GetLease(ctx, "opt")
+	l, _, err := storetest.Session(e.store, "opt").Lease(ctx)
 	if err != nil || l.Writer != "wa" {
 		t.Fatalf("lease after the refused Opens: %+v %v; want wa's, untouched", l, err)
 	}

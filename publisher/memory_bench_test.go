@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkWriterMemory(b *testing.B) {
 		ws := make([]*Writer, writers)
 		for i := range ws {
 			id := fmt.Sprintf("mem-%06d", i)
-			ws[i] = newWriter(p, id, id, "", session.NewSurface(), acked{})
+			ws[i] = newWriter(p, storetest.Session(p.store, id), "", session.NewSurface(), acked{})
 		}
 		idle := liveHeap()
 		for _, w := range ws[:10] {

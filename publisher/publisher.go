@@ -170,10 +170,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 	opts.MaxConcurrentWrites = cmp.Or(opts.MaxConcurrentWrites, DefaultMaxConcurrentWrites)
 	opts.MaxPendingBytes = cmp.Or(opts.MaxPendingBytes, DefaultMaxPendingBytes)
 	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
-	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes {
-		st := *sto // the Store is read only: this publisher's copy carries its cap
-		st.MaxEventBytes = opts.MaxEventBytes
-		sto = &st
+	if opts.MaxEventBytes != 0 && opts.MaxEventBytes != sto.MaxEventBytes() {
+		sto = sto.WithMaxEventBytes(opts.MaxEventBytes) // this publisher's copy carries its cap
 	}
 	p := &Publisher{
 		store:     sto,
@@ -187,8 +185,8 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Publisher, error) {
 		writers:   map[string]*Writer{},
 		reconn:    make(chan struct{}),
 	}
-	if sto.JS != nil && sto.JS.Conn() != nil {
-		p.status = sto.JS.Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
+	if sto.JetStream() != nil && sto.JetStream().Conn() != nil {
+		p.status = sto.JetStream().Conn().StatusChanged(nats.CONNECTED, nats.CLOSED)
 		go p.watchConn(p.status)
 	}
 	p.metrics = newMetrics(p)
@@ -262,7 +260,7 @@ func (p *Publisher) WriterID() string { return p.opts.WriterID }
 // An id that already exists gives an error wrapping ErrSessionExists (and store.ErrSessionExists);
 // a live lease on an id without metadata (a racing Create or Open) is a *LiveError.
 func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, error) {
-	token, err := wire.Token(h.ID)
+	ss, err := p.store.Session(h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
@@ -270,11 +268,11 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, h.ID, false)
+	lease, rev, err := p.acquireLease(ctx, ss, false)
 	if err != nil {
 		p.release(h.ID, nil)
 		if errors.Is(err, ErrSessionLive) {
-			if _, gerr := p.store.GetSession(ctx, h.ID); gerr == nil {
+			if _, gerr := ss.Info(ctx); gerr == nil {
 				return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 			}
 			return nil, err // a *LiveError, naming the session
@@ -283,14 +281,14 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 	}
 	inc := wire.NewIncarnation()
 	if err := p.store.CreateSession(ctx, h, store.WithIncarnation(inc)); err != nil {
-		p.releaseLease(h.ID, rev)
+		p.releaseLease(ss, rev)
 		p.release(h.ID, nil)
 		if errors.Is(err, store.ErrSessionExists) {
 			return nil, fmt.Errorf("publisher: create session %q: %w", h.ID, ErrSessionExists)
 		}
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
-	w := newWriter(p, h.ID, token, inc, session.NewSurface(), acked{})
+	w := newWriter(p, ss, inc, session.NewSurface(), acked{})
 	w.lease, w.leaseRev, w.validGen = lease, rev, gen
 	if err := p.install(w); err != nil {
 		return nil, err
@@ -321,7 +319,7 @@ func Takeover() OpenOption {
 // durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
 // wrapped store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
-	token, err := wire.Token(id)
+	ss, err := p.store.Session(id)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
@@ -338,7 +336,7 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		return nil, err
 	}
 	gen := p.connGen()
-	lease, rev, err := p.acquireLease(ctx, id, o.takeover)
+	lease, rev, err := p.acquireLease(ctx, ss, o.takeover)
 	if err != nil {
 		p.release(id, nil)
 		if errors.Is(err, ErrSessionLive) {
@@ -346,9 +344,9 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		}
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
-	w, err := p.open(ctx, id, token)
+	w, err := p.open(ctx, ss)
 	if err != nil {
-		p.releaseLease(id, rev)
+		p.releaseLease(ss, rev)
 		p.release(id, nil)
 		return nil, err
 	}
@@ -365,13 +363,15 @@ func openError(what string, err error) error {
 	return fmt.Errorf("publisher: open: %s: %w", what, err)
 }
 
-func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error) {
-	info, err := p.store.GetSessionInfo(ctx, id)
+func (p *Publisher) open(ctx context.Context, ss *store.Session) (*Writer, error) {
+	id, token := ss.ID(), ss.Token()
+	info, err := ss.Info(ctx)
 	if err != nil && !errors.Is(err, store.ErrSessionNotFound) {
 		return nil, openError("read metadata", err)
 	}
 	hasMeta := err == nil
-	events, lastStreamSeq, err := p.store.Read(ctx, id)
+	var events []session.Event
+	lastStreamSeq, err := ss.Records(ctx, store.Collect(&events))
 	if errors.Is(err, store.ErrSessionNotFound) {
 		events, lastStreamSeq, err = nil, 0, nil // no records yet; the metadata decides below
 	}
@@ -406,9 +406,9 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, _, err := p.writeRecord(ctx, id, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, msgID, tail)
+		res, _, err := p.writeRecord(ctx, ss, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
-			err = p.undoIfDeleted(ctx, id, info.Incarnation, res)
+			err = p.undoIfDeleted(ctx, ss, info.Incarnation, res)
 		}
 		if err != nil {
 			we := &WriteError{Session: id, FirstSeq: tail[0].Seq, LastSeq: tail[len(tail)-1].Seq, Err: err}
@@ -419,7 +419,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 	} else if lastStreamSeq > 0 {
 		// Nothing to write: learn the last record's Nats-Msg-Id, so that a later check of the
 		// tail can tell it from another record at the same stream seq.
-		t, err := p.tailFromLeader(ctx, id)
+		t, err := p.tailFromLeader(ctx, ss)
 		if err != nil {
 			return nil, openError("read the tail", err)
 		}
@@ -429,7 +429,7 @@ func (p *Publisher) open(ctx context.Context, id, token string) (*Writer, error)
 		}
 		a.msgID, a.firstSeq = t.LastMsgID, t.LastEvents[0].Seq
 	}
-	return newWriter(p, id, token, info.Incarnation, &surface, a), nil
+	return newWriter(p, ss, info.Incarnation, &surface, a), nil
 }
 
 // Close flushes and closes every open Writer, then refuses further Create/Open with ErrClosed.
@@ -457,7 +457,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.leaseLoop = false
 	}
 	if len(errs) == 0 && p.status != nil {
-		p.store.JS.Conn().RemoveStatusListener(p.status)
+		p.store.JetStream().Conn().RemoveStatusListener(p.status)
 		p.status = nil
 	}
 	p.mu.Unlock()
@@ -489,7 +489,7 @@ func (p *Publisher) install(w *Writer) error {
 		w.closing, w.closed = true, true
 		w.mu.Unlock()
 		w.cancel()
-		go p.releaseLease(w.id, w.leaseRev)
+		go p.releaseLease(w.ss, w.leaseRev)
 		return fmt.Errorf("publisher: session %q: %w", w.id, ErrClosed)
 	}
 	p.writers[w.id] = w
@@ -524,21 +524,22 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 // since validGen (the connGen at the last check of the tail) it first re-reads the tail from the
 // stream leader and refuses to write unless the tail is still a's record (checkTail). It returns
 // the connGen the write was checked against.
-func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+func (p *Publisher) checkedWrite(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
+	id := ss.ID()
 	gen := p.connGen()
 	if gen != validGen {
-		t, err := p.tailFromLeader(ctx, id)
+		t, err := p.tailFromLeader(ctx, ss)
 		if err != nil {
 			return 0, false, validGen, fmt.Errorf("re-reading the tail after a reconnect: %w", err)
 		}
 		if ownTail(t, msgID, events[len(events)-1].Seq) {
 			return t.LastStreamSeq, false, gen, nil // an earlier try, whose answer was lost, is stored
 		}
-		if err := p.checkTail(ctx, id, a, t); err != nil {
+		if err := p.checkTail(ctx, ss, a, t); err != nil {
 			return 0, false, validGen, fmt.Errorf("session %q: %w", id, err) // checkTail leaves naming it to its caller
 		}
 	}
-	seq, maybeStored, err := p.writeRecord(ctx, id, a, msgID, events)
+	seq, maybeStored, err := p.writeRecord(ctx, ss, a, msgID, events)
 	return seq, maybeStored, gen, err
 }
 
@@ -554,15 +555,16 @@ func (p *Publisher) checkedWrite(ctx context.Context, id string, a acked, validG
 // was sent and got no answer (a timeout, a lost connection). Such a record must be retried as
 // exactly the same record — same events, same Nats-Msg-Id — so that the retry dedupes or finds
 // it at the tail.
-func (p *Publisher) writeRecord(ctx context.Context, id string, a acked, msgID string, events []session.Event) (uint64, bool, error) {
-	ctx, span := p.startAppendSpan(ctx, id, msgID, events)
-	seq, maybeStored, err := p.writeRecordTries(ctx, id, a, msgID, events, tracing.RecordOpts(ctx, msgID))
+func (p *Publisher) writeRecord(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+	ctx, span := p.startAppendSpan(ctx, ss.ID(), msgID, events)
+	seq, maybeStored, err := p.writeRecordTries(ctx, ss, a, msgID, events, tracing.RecordOpts(ctx, msgID))
 	endAppendSpan(span, seq, err)
 	return seq, maybeStored, err
 }
 
 // writeRecordTries is writeRecord's tries of the write, with the store's options opts.
-func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
+func (p *Publisher) writeRecordTries(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
+	id := ss.ID()
 	guard := a.streamSeq
 	last := events[len(events)-1].Seq
 	var lastErr error
@@ -583,7 +585,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			}
 		}()
 		actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(events))
-		res, err := p.store.Append(actx, id, guard, events, opts...)
+		res, err := ss.Append(actx, guard, events, opts...)
 		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
 		cancel()
 		ccancel(nil)
@@ -602,7 +604,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			if res.Duplicate {
 				// An earlier try was stored. Make sure it is this very record (same events) and
 				// the session's tail, before counting the events durable.
-				tail, terr := p.tailFromLeader(ctx, id)
+				tail, terr := p.tailFromLeader(ctx, ss)
 				if terr != nil {
 					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
 					maybeStored = true
@@ -623,7 +625,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			maybeStored = true
 		}
 		if errors.Is(err, store.ErrConflict) {
-			tail, terr := p.tailFromLeader(ctx, id)
+			tail, terr := p.tailFromLeader(ctx, ss)
 			if terr != nil {
 				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
 				if transient(terr) && ctx.Err() == nil {
@@ -634,7 +636,7 @@ func (p *Publisher) writeRecordTries(ctx context.Context, id string, a acked, ms
 			if ownTail(tail, msgID, last) {
 				return tail.LastStreamSeq, nil
 			}
-			cerr := p.checkTail(ctx, id, a, tail)
+			cerr := p.checkTail(ctx, ss, a, tail)
 			if cerr == nil {
 				cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
 					ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
@@ -751,8 +753,8 @@ func (p *Publisher) publishReport(token string, we *WriteError) {
 
 // tailFromLeader reads the session's tail through the stream leader, bounded by AttemptTimeout
 // like a write attempt (ctx, the writer's, has no deadline of its own).
-func (p *Publisher) tailFromLeader(ctx context.Context, id string) (store.Tail, error) {
+func (p *Publisher) tailFromLeader(ctx context.Context, ss *store.Session) (store.Tail, error) {
 	tctx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 	defer cancel()
-	return p.store.GetTailFromLeader(tctx, id)
+	return ss.TailFromLeader(tctx)
 }

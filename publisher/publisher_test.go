@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -35,14 +36,14 @@ func TestCreateWritesNoRecord(t *testing.T) {
 	if recs := e.records(t, "fresh"); len(recs) != 0 {
 		t.Fatalf("Create wrote %d records, want none", len(recs))
 	}
-	tail, err := e.store.GetTail(ctx, "fresh")
+	tail, err := storetest.Session(e.store, "fresh").Tail(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tail.LastStreamSeq != 0 || tail.NextSeq != 0 {
 		t.Fatalf("tail after Create: %+v", tail)
 	}
-	h, err := e.store.GetSession(ctx, "fresh")
+	h, err := storetest.Header(storetest.Session(e.store, "fresh").Info(ctx))
 	if err != nil || h.ID != "fresh" {
 		t.Fatalf("metadata after Create: %+v, %v", h, err)
 	}
@@ -609,7 +610,7 @@ func TestOpenRefusals(t *testing.T) {
 		ev(t, `{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`),
 		ev(t, `{"type":"user/message","seq":1,"time":2,"data":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}`),
 	}
-	if _, err := e.store.Append(ctx, "broken", 0, bad, store.WithMsgID("raw.1")); err != nil {
+	if _, err := storetest.Session(e.store, "broken").Append(ctx, 0, bad, store.WithMsgID("raw.1")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Open(ctx, "broken")
@@ -773,7 +774,7 @@ func TestFailureNeverAnEvent(t *testing.T) {
 func setMaxMsgSize(t *testing.T, e *env, n int32) int32 {
 	t.Helper()
 	ctx := ctxT(t)
-	info, err := e.store.Stream.Info(ctx)
+	info, err := e.store.Stream().Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -787,7 +788,7 @@ func setMaxMsgSize(t *testing.T, e *env, n int32) int32 {
 
 func TestErrorsChannelDropsOldest(t *testing.T) {
 	p := offline(t, "w")
-	w := newWriter(p, "s", "s", "", session.NewSurface(), acked{})
+	w := newWriter(p, storetest.Session(p.store, "s"), "", session.NewSurface(), acked{})
 	for i := range errorsBuffer + 5 {
 		w.mu.Lock()
 		w.reportLocked(&WriteError{Session: "s", FirstSeq: int64(i), LastSeq: int64(i), Err: errors.New("x")})
@@ -850,11 +851,11 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	evs := fixtureEvents(t, 2)
 	// The first try was stored but its ack was lost; the retry carries the same Nats-Msg-Id.
 	msgID := p.msgID(tokenOf(t, "lost"), "inc", 0)
-	first, err := e.store.Append(ctx, "lost", 0, evs, store.WithMsgID(msgID))
+	first, err := storetest.Session(e.store, "lost").Append(ctx, 0, evs, store.WithMsgID(msgID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, _, err := p.writeRecord(ctx, "lost", acked{nextSeq: evs[0].Seq}, msgID, evs)
+	seq, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, msgID, evs)
 	if err != nil {
 		t.Fatalf("retry after a lost ack: %v", err)
 	}
@@ -865,7 +866,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 		t.Fatalf("events appended twice: %d stored", n)
 	}
 	// A stale guard whose tail is someone else's record: conflict.
-	if _, _, err := p.writeRecord(ctx, "lost", acked{nextSeq: evs[0].Seq}, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
+	if _, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale guard: %v, want ErrConflict", err)
 	}
 }

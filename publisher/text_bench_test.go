@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 )
@@ -34,7 +35,7 @@ func BenchmarkAppendText(b *testing.B) {
 			for i := range b.N {
 				seq := int64(i % 1000)
 				if seq == 0 {
-					w = newWriter(p, "bench", "bench", "", session.NewSurface(), acked{})
+					w = newWriter(p, storetest.Session(p.store, "bench"), "", session.NewSurface(), acked{})
 				}
 				ev := session.Event{Type: c.typ, Seq: seq, Time: json.Number(strconv.Itoa(1785000000000 + i)), Data: data}
 				if err := w.Append(ev); err != nil {

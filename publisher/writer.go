@@ -22,6 +22,7 @@ import (
 // a guard conflict fences the Writer. The flow and why: ARCHITECTURE.md, "An append".
 type Writer struct {
 	p           *Publisher
+	ss          *store.Session // the session's handle in the store
 	id          string
 	token       string
 	incarnation string // the session's incarnation ("" for legacy metadata), part of each Nats-Msg-Id
@@ -65,11 +66,11 @@ type Writer struct {
 	traceParent trace.SpanContext
 }
 
-func newWriter(p *Publisher, id, token, incarnation string, surface *session.Surface, a acked) *Writer {
+func newWriter(p *Publisher, ss *store.Session, incarnation string, surface *session.Surface, a acked) *Writer {
 	ctx, cancel := context.WithCancel(context.Background())
 	next := surface.AsOfSeq + 1
 	return &Writer{
-		p: p, id: id, token: token, incarnation: incarnation,
+		p: p, ss: ss, id: ss.ID(), token: ss.Token(), incarnation: incarnation,
 		errs:   make(chan error, errorsBuffer),
 		ctx:    ctx,
 		cancel: cancel,
@@ -183,7 +184,7 @@ func (w *Writer) appendLocked(ev session.Event) (session.Event, error) {
 		return ev, err
 	}
 	ev, repaired := w.sanitizeLocked(ev)
-	if err := w.p.store.CheckEventSize(w.id, ev); err != nil {
+	if err := w.ss.CheckEventSize(ev); err != nil {
 		return ev, err // it could never be written: refuse it now rather than block the session
 	}
 	size := eventBytes(ev)
@@ -255,7 +256,7 @@ func cloneEvent(ev session.Event) session.Event {
 }
 
 // lookupLocked finds an earlier event for a tool/result replace: in flight or pending first, else
-// in the stored log (store.ReadRecords, stopping at the target's record; the target is durable
+// in the stored log (store.Session.Records, stopping at the target's record; the target is durable
 // then). Called with w.mu held.
 func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 	for _, evs := range [][]session.Event{w.inflight, w.pending} {
@@ -266,7 +267,8 @@ func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 	ctx, cancel := context.WithTimeout(w.ctx, lookupTimeout)
 	defer cancel()
 	var found *session.Event
-	_, err := w.p.store.ReadRecords(ctx, w.id, func(_ uint64, evs []session.Event) error {
+	_, err := w.ss.Records(ctx, func(r store.Record) error {
+		evs := r.Events
 		if last := evs[len(evs)-1].Seq; seq >= evs[0].Seq && seq <= last {
 			x := evs[seq-evs[0].Seq]
 			found = &x
@@ -283,7 +285,7 @@ func (w *Writer) lookupLocked(seq int64) (session.Event, error) {
 	return session.Event{}, fmt.Errorf("publisher: session %q: look up seq %d: not in the stored log", w.id, seq)
 }
 
-// errFound stops ReadRecords once lookupLocked has its event.
+// errFound stops Records once lookupLocked has its event.
 var errFound = errors.New("found")
 
 func (w *Writer) openWindowLocked() {
@@ -349,7 +351,7 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent t
 	var err error
 	if a.streamSeq == 0 {
 		// The first record (guard 0) is the one write the guard cannot fence after a removal.
-		err = w.p.checkCurrent(w.ctx, w.id, w.incarnation)
+		err = w.p.checkCurrent(w.ctx, w.ss, w.incarnation)
 	}
 	if h := w.p.beforeWrite; h != nil {
 		h(w.id, first)
@@ -359,11 +361,11 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent t
 	var maybeStored bool
 	gen := validGen
 	if err == nil {
-		streamSeq, maybeStored, gen, err = w.p.checkedWrite(wctx, w.id, a, validGen, msgID, batch)
+		streamSeq, maybeStored, gen, err = w.p.checkedWrite(wctx, w.ss, a, validGen, msgID, batch)
 		if err == nil && a.streamSeq == 0 {
-			err = w.p.undoIfDeleted(w.ctx, w.id, w.incarnation, streamSeq)
+			err = w.p.undoIfDeleted(w.ctx, w.ss, w.incarnation, streamSeq)
 		} else if isFencing(err) {
-			err = w.p.deletedUnder(w.ctx, w.id, w.incarnation, err)
+			err = w.p.deletedUnder(w.ctx, w.ss, w.incarnation, err)
 		}
 	}
 
@@ -450,7 +452,7 @@ func (w *Writer) fenceLocked(we *WriteError) {
 		w.leaseRev = 0
 		done := make(chan struct{})
 		w.releasing = done
-		go func() { defer close(done); w.p.releaseLease(w.id, rev) }()
+		go func() { defer close(done); w.p.releaseLease(w.ss, rev) }()
 	}
 }
 
@@ -465,7 +467,7 @@ func (w *Writer) takeLeaseLocked() (uint64, chan struct{}) {
 // releaseLeaseOf releases rev (0: none) and waits for the release a fence started (nil: none),
 // so that the lease is gone when Close or Abort returns.
 func (w *Writer) releaseLeaseOf(rev uint64, releasing chan struct{}) {
-	w.p.releaseLease(w.id, rev)
+	w.p.releaseLease(w.ss, rev)
 	if releasing != nil {
 		<-releasing
 	}

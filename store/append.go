@@ -17,15 +17,8 @@ import (
 )
 
 // ErrConflict is returned (wrapped) when the Nats-Expected-Last-Subject-Sequence guard fails
-// (JetStream error 10071, or 10164 on replicated streams).
+// (IsWrongLastSequence: JetStream error 10071, or 10164 on replicated streams).
 var ErrConflict = errors.New("the session's last record is not the expected one (guard conflict)")
-
-// JetStream API error codes that Append maps to ErrConflict.
-const (
-	ErrCodeWrongLastSequence         = 10071 // Nats-Expected-Last-Subject-Sequence mismatch
-	ErrCodeWrongLastSequenceConstant = 10164 // guarded publish while the subject has a message in flight (R>1)
-	errCodeBatchDuplicateMsgID       = 10201 // an atomic batch contains an already stored Nats-Msg-Id
-)
 
 // AppendResult reports a committed record.
 type AppendResult struct {
@@ -33,7 +26,7 @@ type AppendResult struct {
 	Duplicate bool   // the server deduplicated it by Nats-Msg-Id: an earlier try was stored
 }
 
-// AppendOpt is an option of Store.Append.
+// AppendOpt is an option of Session.Append and Session.BeginAppend.
 type AppendOpt func(*appendOpts) error
 
 type appendOpts struct {
@@ -90,42 +83,38 @@ func WithMsgID(id string) AppendOpt {
 	}
 }
 
-// startAppend resolves what an append to session id writes to: its subject, its token and the
-// options opts. Errors name the session.
-func (s *Store) startAppend(id string, opts []AppendOpt) (subject, tok string, o appendOpts, err error) {
-	if subject, err = s.Subject(id); err != nil {
-		return "", "", o, err
-	}
-	tok, _ = wire.Token(id)
+// appendOptions applies opts of an append to the session. Errors name the session.
+func (ss *Session) appendOptions(opts []AppendOpt) (o appendOpts, err error) {
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return "", "", o, fmt.Errorf("append to session %q: %w", id, err)
+			return o, fmt.Errorf("append to session %q: %w", ss.id, err)
 		}
 	}
-	return subject, tok, o, nil
+	return o, nil
 }
 
 // recordLimit is the store's max record size, bytes; an error naming session id for a Store that
 // has none (not from Provision or Open).
 func (s *Store) recordLimit(id string) (int, error) {
-	if s.MaxMsgSize <= 0 {
+	if s.maxMsgSize <= 0 {
 		return 0, fmt.Errorf("append to session %q: the store has no max message size (use Provision or Open to get a Store)", id)
 	}
-	return int(s.MaxMsgSize), nil
+	return int(s.maxMsgSize), nil
 }
 
-// Append writes events (consecutive seqs of session id) as one record guarded with
+// Append writes events (consecutive seqs of the session) as one record guarded with
 // expectedLastStreamSeq, the stream seq of the session's last record (Tail.LastStreamSeq; 0 for a
 // new session, whose first event must be seq 0). A window over MaxMsgSize is split into at most
-// MaxBatchRecords records committed as one atomic batch. An event too large for any record is
-// offloaded first: its line is stored as a blob in BlobsBucket and the record names it (format 2).
+// wire.MaxBatchRecords records committed as one atomic batch. An event too large for any record is
+// offloaded first: its line is stored as a blob in wire.BlobsBucket and the record names it (format 2).
 // With WithMsgID, a retry whose ack was lost reports Duplicate and stores nothing (blobs it wrote
 // again are orphans, for CollectBlobs). Errors: a wrapped ErrConflict (the guard failed; no record
 // written), ErrEventTooLarge (over MaxEventBytes; nothing written), a *session.Error (codec), a
 // failure to store a blob (no record written). The events must already be valid;
 // ARCHITECTURE.md ("An append", "Large events") has the details.
-func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
-	subject, tok, o, err := s.startAppend(id, opts)
+func (ss *Session) Append(ctx context.Context, expectedLastStreamSeq uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
+	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
+	o, err := ss.appendOptions(opts)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -144,7 +133,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 	}
 
 	// A line no record of this window could hold is offloaded to a blob first (ARCHITECTURE.md,
-	// "Large events"); its record then carries an empty line and a HeaderBlob value.
+	// "Large events"); its record then carries an empty line and a wire.HeaderBlob value.
 	var blobs []wire.BlobLine
 	var written time.Time
 	if lines, blobs, written, err = s.offloadLarge(ctx, id, tok, expectedLastStreamSeq, &o, events, lines, limit); err != nil {
@@ -170,7 +159,7 @@ func (s *Store) Append(ctx context.Context, id string, expectedLastStreamSeq uin
 		body = bytes.Join(lines, []byte{'\n'}) // the offloaded lines left empty
 	}
 	if wire.HeaderWireSize(h)+len(body) <= limit {
-		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
+		ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: body})
 		if err != nil {
 			return s.appendErr(ctx, id, subject, expectedLastStreamSeq, msgID, err)
 		}
@@ -189,12 +178,12 @@ func (s *Store) offloadLarge(ctx context.Context, id, tok string, expected uint6
 		longest = max(longest, len(l))
 	}
 	inline := limit - splitWorstHeaderBytes(len(tok), events[len(events)-1].Seq, len(events), expected, len(o.msgID), o.extraBytes())
-	if longest <= inline && int64(longest) <= s.maxEventBytes() {
+	if longest <= inline && int64(longest) <= s.MaxEventBytes() {
 		return lines, nil, time.Time{}, nil
 	}
 	var idx []int
 	for i, l := range lines {
-		if maxEvent := s.maxEventBytes(); int64(len(l)) > maxEvent {
+		if maxEvent := s.MaxEventBytes(); int64(len(l)) > maxEvent {
 			return nil, nil, time.Time{}, tooLargeErr(id, events[i].Seq, int64(len(l)), maxEvent)
 		}
 		if len(l) > inline {
@@ -237,7 +226,7 @@ func setBlobHeaders(h nats.Header, blobs []wire.BlobLine) {
 
 // splitWorstHeaderBytes is the wire size of the largest headers any record of a split append of
 // n events ending at seq lastSeq can carry (a msg id of msgIDLen bytes, 0 for none, plus its part
-// suffix, the batch headers jetstreamext adds, and extra bytes of WithHeaders), without HeaderBlob
+// suffix, the batch headers jetstreamext adds, and extra bytes of WithHeaders), without wire.HeaderBlob
 // values. It computes what headerWireSize would count, without building the headers.
 func splitWorstHeaderBytes(tokLen int, lastSeq int64, n int, expected uint64, msgIDLen, extra int) int {
 	size := len("NATS/1.0\r\n") + len("\r\n") + extra
@@ -268,7 +257,7 @@ func decimalLen(v uint64) int {
 }
 
 // appendSplit cuts lines into records within limit and commits them as one atomic batch. A blob's
-// line is empty; its HeaderBlob value goes into the record that holds its seq.
+// line is empty; its wire.HeaderBlob value goes into the record that holds its seq.
 func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expected uint64, o *appendOpts, events []session.Event, lines [][]byte, blobs []wire.BlobLine, limit int) (AppendResult, error) {
 	msgID := o.msgID
 	// Worst-case headers of any part: every number takes at most as many digits as its largest
@@ -312,7 +301,7 @@ func (s *Store) appendSplit(ctx context.Context, id, tok, subject string, expect
 			id, events[0].Seq, events[n-1].Seq, len(parts), limit, wire.MaxBatchRecords)
 	}
 
-	bp, err := jetstreamext.NewBatchPublisher(s.JS)
+	bp, err := jetstreamext.NewBatchPublisher(s.js)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("session %q: start atomic batch: %w", id, err)
 	}
@@ -362,10 +351,8 @@ func partMsgID(msgID string, k int) string { return msgID + "~" + strconv.Itoa(k
 // record carries msgID, that is reported as Duplicate with its stream seq (a retry must either
 // dedupe or find its own record at the tail).
 func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint64, msgID string, err error) (AppendResult, error) {
-	var apiErr *natsjs.APIError
-	isAPI := errors.As(err, &apiErr)
-	conflict := isAPI && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)
-	dupInBatch := isAPI && apiErr.ErrorCode == errCodeBatchDuplicateMsgID
+	conflict := IsWrongLastSequence(err)
+	dupInBatch := isBatchDuplicateMsgID(err)
 	if msgID != "" && (conflict || dupInBatch) {
 		last, gerr := s.leaderLastMsg(ctx, subject) // not a direct get: a stale tail would misjudge
 		if gerr == nil && last.Header.Get(natsjs.MsgIDHeader) == msgID {
@@ -386,7 +373,7 @@ func (s *Store) appendErr(ctx context.Context, id, subject string, expected uint
 // the store's MaxMsgSize, without holding the run: it keeps the record being filled and the one
 // before it. One record is published as Append publishes one; several are one atomic batch
 // (ADR-50), sent as they fill and committed by Commit, so that nothing is visible before the
-// commit and the whole run is visible after it. Get one from Store.BeginAppend; it is not safe for
+// commit and the whole run is visible after it. Get one from Session.BeginAppend; it is not safe for
 // concurrent use.
 type StreamAppend struct {
 	s        *Store
@@ -415,12 +402,13 @@ type StreamAppend struct {
 // it bounds what is buffered between the writer and the server to a few records.
 const streamAppendAckEvery = 4
 
-// BeginAppend starts a StreamAppend of session id's events after the record at stream seq
+// BeginAppend starts a StreamAppend of the session's events after the record at stream seq
 // expectedLastStreamSeq (0 for a new session, whose first event must be seq 0), with the options
 // of Append (WithMsgID: the last record carries the id, the others "<id>~<k>", as a split Append).
-// Errors name the session: a bad id or option, or a store without a max message size.
-func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...AppendOpt) (*StreamAppend, error) {
-	subject, tok, o, err := s.startAppend(id, opts)
+// Errors name the session: a bad option, or a store without a max message size.
+func (ss *Session) BeginAppend(expectedLastStreamSeq uint64, opts ...AppendOpt) (*StreamAppend, error) {
+	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
+	o, err := ss.appendOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +438,7 @@ func (s *Store) BeginAppend(id string, expectedLastStreamSeq uint64, opts ...App
 // Add encodes ev (its raw JSON fields already valid, as a decoded record's or a validated event's
 // are) into the run. It may send the record before the one being filled. Errors: a
 // *session.Error (seqs not consecutive, an event that does not encode), a wrapped ErrEventTooLarge,
-// more records than MaxBatchRecords, or the failure to send a batch record; after an error the
+// more records than wire.MaxBatchRecords, or the failure to send a batch record; after an error the
 // StreamAppend is discarded.
 func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 	line, err := ev.AppendJSON(a.line[:0])
@@ -463,8 +451,8 @@ func (a *StreamAppend) Add(ctx context.Context, ev *session.Event) error {
 }
 
 // AddLine is Add of the event at seq given as its record line: its compact JSON, one line of a
-// stored record's body (Store.ReadRecordBodies), copied as is. line is not retained. A line no
-// record holds is offloaded to BlobsBucket first; one over the store's MaxEventBytes is refused
+// stored record's body (Record.Body), copied as is. line is not retained. A line no
+// record holds is offloaded to wire.BlobsBucket first; one over the store's MaxEventBytes is refused
 // (ErrEventTooLarge, rule event-too-large).
 func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) error {
 	if a.closed {
@@ -478,7 +466,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 		}
 		return wire.RecordError(a.id, seq, 0, session.RuleRecordSeq, "follows seq %d in the same append; seqs must be consecutive", a.next-1)
 	}
-	if maxEvent := a.s.maxEventBytes(); int64(len(line)) > maxEvent {
+	if maxEvent := a.s.MaxEventBytes(); int64(len(line)) > maxEvent {
 		a.Discard()
 		return tooLargeErr(a.id, seq, int64(len(line)), maxEvent)
 	}
@@ -486,7 +474,7 @@ func (a *StreamAppend) AddLine(ctx context.Context, seq int64, line []byte) erro
 	need := len(line) // what the line takes of the record's budget
 	if len(line) > a.budget {
 		// No record holds it: offload it (as Append does), and the record carries an empty line
-		// and its HeaderBlob value. The blob is stored before any record naming it is sent.
+		// and its wire.HeaderBlob value. The blob is stored before any record naming it is sent.
 		bl, _, err := a.s.offload(ctx, a.id, a.tok, []session.Event{{Seq: seq}}, [][]byte{line}, []int{0})
 		if err != nil {
 			a.Discard()
@@ -528,7 +516,7 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	if a.parts > wire.MaxBatchRecords {
 		a.Discard()
 		return fmt.Errorf("session %q seq %d: the append needs more than %d records of at most %d bytes, more than an atomic batch may hold",
-			a.id, a.curFirst, wire.MaxBatchRecords, a.s.MaxMsgSize)
+			a.id, a.curFirst, wire.MaxBatchRecords, a.s.maxMsgSize)
 	}
 	h := nats.Header(wire.RecordHeader(a.tok, a.curFirst, a.curCount))
 	a.opts.setExtra(h)
@@ -547,8 +535,8 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 // send adds m to the atomic batch (started by the first record sent), with its part msg id.
 func (a *StreamAppend) send(ctx context.Context, m *nats.Msg) error {
 	if a.bp == nil {
-		bp, err := jetstreamext.NewBatchPublisher(a.s.JS, jetstreamext.BatchFlowControl{
-			AckFirst: true, AckEvery: streamAppendAckEvery, AckTimeout: a.s.JS.Options().DefaultTimeout})
+		bp, err := jetstreamext.NewBatchPublisher(a.s.js, jetstreamext.BatchFlowControl{
+			AckFirst: true, AckEvery: streamAppendAckEvery, AckTimeout: a.s.js.Options().DefaultTimeout})
 		if err != nil {
 			a.Discard()
 			return fmt.Errorf("session %q: start atomic batch: %w", a.id, err)
@@ -610,7 +598,7 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 // retried with the same id (deduplicated, or found at the tail, when an earlier try was stored)
 // for up to 30 s, then reported as a wrapped ErrOutcomeUnknown.
 func (s *Store) publishRetrying(ctx context.Context, id, subject string, expected uint64, msgID string, m *nats.Msg) (AppendResult, error) {
-	ack, err := s.JS.PublishMsg(ctx, m)
+	ack, err := s.js.PublishMsg(ctx, m)
 	if err == nil {
 		return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	}
@@ -622,7 +610,7 @@ func (s *Store) publishRetrying(ctx context.Context, id, subject string, expecte
 	defer cancel()
 	for attempt := 0; attempt < 5 && wctx.Err() == nil; attempt++ {
 		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-		ack, perr := s.JS.PublishMsg(wctx, m)
+		ack, perr := s.js.PublishMsg(wctx, m)
 		if perr == nil {
 			return AppendResult{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 		}

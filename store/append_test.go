@@ -25,7 +25,7 @@ func TestAppendGuardOnZero(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[w] = s.Append(ctx, "new", 0, evs(0, 2, fmt.Sprintf("w%d", w)), WithMsgID(fmt.Sprintf("writer-%d", w)))
+			_, errs[w] = sessionOf(s, "new").Append(ctx, 0, evs(0, 2, fmt.Sprintf("w%d", w)), WithMsgID(fmt.Sprintf("writer-%d", w)))
 		}()
 	}
 	wg.Wait()
@@ -47,10 +47,10 @@ func TestAppendGuardOnZero(t *testing.T) {
 		t.Fatalf("%d writers succeeded and %d got a conflict, want 1 and 1 (%v)", ok, conflicts, errs)
 	}
 	// And sequentially: a third writer expecting 0 is refused as well.
-	if _, err := s.Append(ctx, "new", 0, evs(0, 1, "w3"), WithMsgID("writer-3")); !errors.Is(err, ErrConflict) {
+	if _, err := sessionOf(s, "new").Append(ctx, 0, evs(0, 1, "w3"), WithMsgID("writer-3")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("third writer expecting 0: %v, want ErrConflict", err)
 	}
-	got, _, err := s.Read(ctx, "new")
+	got, _, err := readAll(ctx, sessionOf(s, "new"))
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Read: %d events, %v; want the 2 of the winner", len(got), err)
 	}
@@ -59,29 +59,29 @@ func TestAppendGuardOnZero(t *testing.T) {
 func TestAppendGuardStale(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "sess", 0, evs(0, 2, "a"))
+	r1, err := sessionOf(s, "sess").Append(ctx, 0, evs(0, 2, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := s.Append(ctx, "sess", r1.StreamSeq, evs(2, 3, "b"))
+	r2, err := sessionOf(s, "sess").Append(ctx, r1.StreamSeq, evs(2, 3, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Append(ctx, "sess", r1.StreamSeq, evs(2, 3, "stale"))
+	_, err = sessionOf(s, "sess").Append(ctx, r1.StreamSeq, evs(2, 3, "stale"))
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("expected last stream seq %d", r1.StreamSeq)) || !strings.Contains(err.Error(), `"sess"`) {
 		t.Fatalf("stale writer: %v, want ErrConflict naming session and expected seq %d", err, r1.StreamSeq)
 	}
 	var apiErr *natsjs.APIError
-	if !errors.As(err, &apiErr) || apiErr.ErrorCode != ErrCodeWrongLastSequence {
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != natsjs.JSErrCodeStreamWrongLastSequence || !IsWrongLastSequence(err) {
 		t.Errorf("conflict does not carry the JetStream error 10071: %v", err)
 	}
-	tail, err := s.GetTail(ctx, "sess")
+	tail, err := sessionOf(s, "sess").Tail(ctx)
 	if err != nil || tail.LastStreamSeq != r2.StreamSeq || tail.NextSeq != 3 {
 		t.Fatalf("tail %+v, %v; want last stream seq %d, next seq 3", tail, err, r2.StreamSeq)
 	}
 	// A new session's first record must start at seq 0.
 	var se *session.Error
-	if _, err := s.Append(ctx, "other", 0, evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue {
+	if _, err := sessionOf(s, "other").Append(ctx, 0, evs(1, 2, "x")); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue {
 		t.Fatalf("first record at seq 1: %v, want rule %s", err, session.RuleRecordContinue)
 	}
 }
@@ -95,7 +95,7 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 	for round := range 5 {
 		for _, id := range ids {
 			n := int64(1 + round%3)
-			r, err := s.Append(ctx, id, tails[id], evs(next[id], next[id]+n, id), WithMsgID(fmt.Sprintf("%s-%d", id, round)))
+			r, err := sessionOf(s, id).Append(ctx, tails[id], evs(next[id], next[id]+n, id), WithMsgID(fmt.Sprintf("%s-%d", id, round)))
 			if err != nil {
 				t.Fatalf("round %d %s: %v", round, id, err)
 			}
@@ -108,11 +108,11 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 	if tails["alpha"] == uint64(next["alpha"]) {
 		t.Fatalf("test setup: stream and event seqs coincide (%d)", tails["alpha"])
 	}
-	if _, err := s.Append(ctx, "alpha", uint64(next["alpha"]-1), evs(next["alpha"], next["alpha"]+1, "x")); !errors.Is(err, ErrConflict) {
+	if _, err := sessionOf(s, "alpha").Append(ctx, uint64(next["alpha"]-1), evs(next["alpha"], next["alpha"]+1, "x")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("guard with an event seq: %v, want ErrConflict", err)
 	}
 	for _, id := range ids {
-		got, last, err := s.Read(ctx, id)
+		got, last, err := readAll(ctx, sessionOf(s, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 				t.Fatalf("%s: event %d is %s", id, i, mustJSON(t, e))
 			}
 		}
-		tail, err := s.GetTail(ctx, id)
+		tail, err := sessionOf(s, id).Tail(ctx)
 		if err != nil || tail.LastStreamSeq != tails[id] || tail.NextSeq != next[id] || tail.LastMsgID != fmt.Sprintf("%s-4", id) {
 			t.Errorf("%s: tail %+v, %v", id, tail, err)
 		}
@@ -134,34 +134,34 @@ func TestAppendInterleavedSessionsUseStreamSeq(t *testing.T) {
 func TestAppendDedupeByMsgID(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "d", 0, evs(0, 3, "a"), WithMsgID("batch-1"))
+	r1, err := sessionOf(s, "d").Append(ctx, 0, evs(0, 3, "a"), WithMsgID("batch-1"))
 	if err != nil || r1.Duplicate {
 		t.Fatalf("first append: %+v, %v", r1, err)
 	}
 	// The retry after a lost ack: same msg id, same guard. Stored once, reported as Duplicate,
 	// with the stream seq of the stored record.
-	r2, err := s.Append(ctx, "d", 0, evs(0, 3, "a"), WithMsgID("batch-1"))
+	r2, err := sessionOf(s, "d").Append(ctx, 0, evs(0, 3, "a"), WithMsgID("batch-1"))
 	if err != nil || !r2.Duplicate || r2.StreamSeq != r1.StreamSeq {
 		t.Fatalf("retry: %+v, %v; want Duplicate at stream seq %d", r2, err, r1.StreamSeq)
 	}
-	got, _, err := s.Read(ctx, "d")
+	got, _, err := readAll(ctx, sessionOf(s, "d"))
 	if err != nil || len(got) != 3 {
 		t.Fatalf("Read: %d events, %v; want 3", len(got), err)
 	}
-	if tail, _ := s.GetTail(ctx, "d"); tail.LastMsgID != "batch-1" {
+	if tail, _ := sessionOf(s, "d").Tail(ctx); tail.LastMsgID != "batch-1" {
 		t.Errorf("tail msg id %q", tail.LastMsgID)
 	}
-	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a"), WithMsgID("bad\nid")); err == nil {
+	if _, err := sessionOf(s, "d").Append(ctx, r1.StreamSeq, evs(3, 4, "a"), WithMsgID("bad\nid")); err == nil {
 		t.Errorf("msg id with a line break accepted")
 	}
-	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a"), WithMsgID("")); err == nil || !strings.Contains(err.Error(), "empty msg id") {
+	if _, err := sessionOf(s, "d").Append(ctx, r1.StreamSeq, evs(3, 4, "a"), WithMsgID("")); err == nil || !strings.Contains(err.Error(), "empty msg id") {
 		t.Errorf("empty msg id: %v, want a refusal", err)
 	}
 	// Without WithMsgID the record carries no Nats-Msg-Id.
-	if _, err := s.Append(ctx, "d", r1.StreamSeq, evs(3, 4, "a")); err != nil {
+	if _, err := sessionOf(s, "d").Append(ctx, r1.StreamSeq, evs(3, 4, "a")); err != nil {
 		t.Fatal(err)
 	}
-	if tail, _ := s.GetTail(ctx, "d"); tail.LastMsgID != "" {
+	if tail, _ := sessionOf(s, "d").Tail(ctx); tail.LastMsgID != "" {
 		t.Errorf("append without WithMsgID: tail msg id %q, want none", tail.LastMsgID)
 	}
 }
@@ -169,7 +169,7 @@ func TestAppendDedupeByMsgID(t *testing.T) {
 func TestReadManyRecords(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	if got, last, err := s.Read(ctx, "empty"); err != nil || len(got) != 0 || last != 0 {
+	if got, last, err := readAll(ctx, sessionOf(s, "empty")); err != nil || len(got) != 0 || last != 0 {
 		t.Fatalf("Read of a session without records: %d events, last %d, %v", len(got), last, err)
 	}
 	var tail, noise uint64
@@ -177,20 +177,20 @@ func TestReadManyRecords(t *testing.T) {
 	const records = 300
 	for i := range records {
 		n := int64(1 + i%4)
-		r, err := s.Append(ctx, "many", tail, evs(next, next+n, "m"))
+		r, err := sessionOf(s, "many").Append(ctx, tail, evs(next, next+n, "m"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		tail, next = r.StreamSeq, next+n
 		if i%3 == 0 { // another session in between
-			rn, err := s.Append(ctx, "noise", noise, evs(int64(i/3), int64(i/3)+1, "n"))
+			rn, err := sessionOf(s, "noise").Append(ctx, noise, evs(int64(i/3), int64(i/3)+1, "n"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			noise = rn.StreamSeq
 		}
 	}
-	got, last, err := s.Read(ctx, "many")
+	got, last, err := readAll(ctx, sessionOf(s, "many"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,67 +203,68 @@ func TestReadManyRecords(t *testing.T) {
 		}
 	}
 	nrec := 0
-	if _, err := s.ReadRecords(ctx, "many", func(uint64, []session.Event) error { nrec++; return nil }); err != nil || nrec != records {
-		t.Fatalf("ReadRecords: %d records, %v", nrec, err)
+	if _, err := sessionOf(s, "many").Records(ctx, func(Record) error { nrec++; return nil }); err != nil || nrec != records {
+		t.Fatalf("Records: %d records, %v", nrec, err)
 	}
 	stop := errors.New("stop")
-	if _, err := s.ReadRecords(ctx, "many", func(uint64, []session.Event) error { return stop }); err != stop {
-		t.Fatalf("ReadRecords does not return fn's error: %v", err)
+	if _, err := sessionOf(s, "many").Records(ctx, func(Record) error { return stop }); err != stop {
+		t.Fatalf("Records does not return fn's error: %v", err)
 	}
 	// Read cleans up its ordered consumers.
-	if info, err := s.Stream.Info(ctx); err != nil || info.State.Consumers != 0 {
+	if info, err := s.stream.Info(ctx); err != nil || info.State.Consumers != 0 {
 		t.Errorf("%d consumers left after Read (%v)", info.State.Consumers, err)
 	}
 }
 
-// TestReadRecordsAfter reads a log in steps: each step reads only the records appended since the
+// TestRecordsAfterStreamSeq reads a log in steps: each step reads only the records appended since the
 // last one, nothing new costs no consumer, and a wrong nextSeq or a position past the log's end
 // is refused.
-func TestReadRecordsAfter(t *testing.T) {
+func TestRecordsAfterStreamSeq(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
 	var after, tail uint64
 	var next, read int64
 	for step := range 5 {
 		for range step + 1 {
-			r, err := s.Append(ctx, "steps", tail, evs(next, next+2, "s"))
+			r, err := sessionOf(s, "steps").Append(ctx, tail, evs(next, next+2, "s"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			tail, next = r.StreamSeq, next+2
 		}
 		var records int
-		last, err := s.ReadRecordsAfter(ctx, "steps", after, read, func(_ uint64, events []session.Event) error {
+		last, err := sessionOf(s, "steps").Records(ctx, func(r Record) error {
+			events := r.Events
 			records++
 			if events[0].Seq != read {
 				t.Fatalf("step %d: record starts at seq %d, want %d", step, events[0].Seq, read)
 			}
 			read = events[len(events)-1].Seq + 1
 			return nil
-		})
+		}, AfterStreamSeq(after, read))
 		if err != nil || last != tail || records != step+1 || read != next {
 			t.Fatalf("step %d: last %d (want %d), %d records (want %d), read to %d (want %d): %v", step, last, tail, records, step+1, read, next, err)
 		}
 		after = last
 	}
-	before, _ := s.Stream.Info(ctx)
-	if last, err := s.ReadRecordsAfter(ctx, "steps", after, read, func(uint64, []session.Event) error {
+	before, _ := s.stream.Info(ctx)
+	if last, err := sessionOf(s, "steps").Records(ctx, func(Record) error {
 		t.Fatal("no record is new")
 		return nil
-	}); err != nil || last != after {
+	}, AfterStreamSeq(after, read)); err != nil || last != after {
 		t.Fatalf("nothing new: last %d, %v", last, err)
 	}
-	if info, _ := s.Stream.Info(ctx); info.State.Consumers != 0 || before.State.Consumers != 0 {
+	if info, _ := s.stream.Info(ctx); info.State.Consumers != 0 || before.State.Consumers != 0 {
 		t.Errorf("consumers left: %d", info.State.Consumers)
 	}
-	if _, err := s.ReadRecordsAfter(ctx, "steps", after+1000, read, func(uint64, []session.Event) error { return nil }); !errors.Is(err, ErrLogChanged) {
+	if _, err := sessionOf(s, "steps").Records(ctx, func(Record) error { return nil }, AfterStreamSeq(after+1000, read)); !errors.Is(err, ErrLogChanged) {
 		t.Fatalf("a position past the log's end: %v, want ErrLogChanged", err)
 	}
-	r, err := s.Append(ctx, "steps", tail, evs(next, next+1, "s"))
+	r, err := sessionOf(s, "steps").Append(ctx, tail, evs(next, next+1, "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.ReadRecordsAfter(ctx, "steps", after, read+5, func(uint64, []session.Event) error { return nil })
+	_, err = sessionOf(s, "steps").Records(ctx, func(Record) error { return nil }, AfterStreamSeq(after, read+5))
 	var se *session.Error
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != next {
 		t.Fatalf("a wrong nextSeq: %v, want rule %s at seq %d (record stream seq %d)", err, session.RuleRecordContinue, next, r.StreamSeq)
@@ -273,11 +274,11 @@ func TestReadRecordsAfter(t *testing.T) {
 // publishRaw stores a record bypassing Append (as a broken or foreign writer would).
 func publishRaw(t *testing.T, s *Store, id string, h nats.Header, body []byte) uint64 {
 	t.Helper()
-	subj, err := s.Subject(id)
+	subj, err := wire.SessionSubject(id, s.partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := s.JS.PublishMsg(testCtx(t), &nats.Msg{Subject: subj, Header: h, Data: body})
+	ack, err := s.js.PublishMsg(testCtx(t), &nats.Msg{Subject: subj, Header: h, Data: body})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,13 +290,13 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	ctx := testCtx(t)
 
 	// A gap between records.
-	r, err := s.Append(ctx, "gap", 0, evs(0, 2, "a"))
+	r, err := sessionOf(s, "gap").Append(ctx, 0, evs(0, 2, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, body, _ := wire.EncodeRecord("gap", evs(3, 4, "b"))
 	bad := publishRaw(t, s, "gap", h, body)
-	_, _, err = s.Read(ctx, "gap")
+	_, _, err = readAll(ctx, sessionOf(s, "gap"))
 	var se *session.Error
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 3 || se.Session != "gap" ||
 		!strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", r.StreamSeq)) {
@@ -305,25 +306,25 @@ func TestReadRefusesBrokenLogs(t *testing.T) {
 	// A first record not at seq 0.
 	h, body, _ = wire.EncodeRecord("late", evs(1, 2, "b"))
 	publishRaw(t, s, "late", h, body)
-	if _, _, err := s.Read(ctx, "late"); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 1 {
+	if _, _, err := readAll(ctx, sessionOf(s, "late")); !errors.As(err, &se) || se.Rule != session.RuleRecordContinue || se.Seq != 1 {
 		t.Fatalf("Read of a log starting at seq 1: %v", err)
 	}
 
 	// A record that does not decode.
 	h, _, _ = wire.EncodeRecord("corrupt", evs(0, 2, "b"))
 	bad = publishRaw(t, s, "corrupt", h, []byte("not json\nat all"))
-	_, _, err = s.Read(ctx, "corrupt")
+	_, _, err = readAll(ctx, sessionOf(s, "corrupt"))
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordEvent || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d", bad)) {
 		t.Fatalf("Read of a corrupt record: %v", err)
 	}
-	if _, err := s.GetTail(ctx, "corrupt"); !errors.As(err, &se) || se.Rule != session.RuleRecordEvent {
+	if _, err := sessionOf(s, "corrupt").Tail(ctx); !errors.As(err, &se) || se.Rule != session.RuleRecordEvent {
 		t.Fatalf("GetTail of a corrupt record: %v", err)
 	}
 
 	// A record of another session stored under this subject.
 	h, body, _ = wire.EncodeRecord("someone-else", evs(0, 1, "b"))
 	publishRaw(t, s, "mine", h, body)
-	if _, _, err := s.Read(ctx, "mine"); !errors.As(err, &se) || se.Rule != session.RuleRecordSession {
+	if _, _, err := readAll(ctx, sessionOf(s, "mine")); !errors.As(err, &se) || se.Rule != session.RuleRecordSession {
 		t.Fatalf("Read of a foreign record: %v", err)
 	}
 }
@@ -343,12 +344,12 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 	const limit = 4096
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
-	r0, err := s.Append(ctx, "big", 0, bigEvents(0, 2, 100), WithMsgID("w0"))
+	r0, err := sessionOf(s, "big").Append(ctx, 0, bigEvents(0, 2, 100), WithMsgID("w0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	window := bigEvents(2, 40, 500) // ~21 KB: about 6 records of ≤ 4 KiB
-	r1, err := s.Append(ctx, "big", r0.StreamSeq, window, WithMsgID("w1"))
+	r1, err := sessionOf(s, "big").Append(ctx, r0.StreamSeq, window, WithMsgID("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,7 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 		t.Fatal("split append reported as duplicate")
 	}
 	var seqs []uint64
-	_, err = s.ReadRecords(ctx, "big", func(ss uint64, _ []session.Event) error { seqs = append(seqs, ss); return nil })
+	_, err = sessionOf(s, "big").Records(ctx, func(r Record) error { seqs = append(seqs, r.StreamSeq); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 		t.Fatalf("records at %v, want the window split into several records ending at %d", seqs, r1.StreamSeq)
 	}
 	for _, ss := range seqs[1:] {
-		m, err := s.Stream.GetMsg(ctx, ss)
+		m, err := s.stream.GetMsg(ctx, ss)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +374,7 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 			t.Errorf("record at %d: %d bytes (headers and body %d), msg id %q", ss, len(m.Data), size, m.Header.Get(natsjs.MsgIDHeader))
 		}
 	}
-	got, last, err := s.Read(ctx, "big")
+	got, last, err := readAll(ctx, sessionOf(s, "big"))
 	if err != nil || len(got) != 42 || last != r1.StreamSeq {
 		t.Fatalf("Read: %d events, last %d, %v", len(got), last, err)
 	}
@@ -382,31 +383,31 @@ func TestAppendSplitsOversizedWindowAtomically(t *testing.T) {
 			t.Fatalf("event %d differs", i)
 		}
 	}
-	tail, err := s.GetTail(ctx, "big")
+	tail, err := sessionOf(s, "big").Tail(ctx)
 	if err != nil || tail.LastMsgID != "w1" || tail.NextSeq != 42 || tail.LastStreamSeq != r1.StreamSeq {
 		t.Fatalf("tail after split: %+v, %v", tail, err)
 	}
 
 	// The retry of the committed split append (lost ack): reported as Duplicate, nothing stored.
-	info0, _ := s.Stream.Info(ctx)
-	r2, err := s.Append(ctx, "big", r0.StreamSeq, window, WithMsgID("w1"))
+	info0, _ := s.stream.Info(ctx)
+	r2, err := sessionOf(s, "big").Append(ctx, r0.StreamSeq, window, WithMsgID("w1"))
 	if err != nil || !r2.Duplicate || r2.StreamSeq != r1.StreamSeq {
 		t.Fatalf("retry of split append: %+v, %v", r2, err)
 	}
 	// A stale split append: refused with ErrConflict, and none of its records is stored.
-	_, err = s.Append(ctx, "big", r0.StreamSeq, bigEvents(42, 40, 500), WithMsgID("w2"))
+	_, err = sessionOf(s, "big").Append(ctx, r0.StreamSeq, bigEvents(42, 40, 500), WithMsgID("w2"))
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale split append: %v, want ErrConflict", err)
 	}
-	info1, _ := s.Stream.Info(ctx)
+	info1, _ := s.stream.Info(ctx)
 	if info1.State.Msgs != info0.State.Msgs || info1.State.LastSeq != info0.State.LastSeq {
 		t.Fatalf("refused split appends stored records: %+v -> %+v", info0.State, info1.State)
 	}
 	// A fresh split append on a new session (guard 0), without msg id.
-	if r, err := s.Append(ctx, "big2", 0, bigEvents(0, 20, 500)); err != nil || r.StreamSeq == 0 {
+	if r, err := sessionOf(s, "big2").Append(ctx, 0, bigEvents(0, 20, 500)); err != nil || r.StreamSeq == 0 {
 		t.Fatalf("split append to a new session: %+v, %v", r, err)
 	}
-	if got, _, err := s.Read(ctx, "big2"); err != nil || len(got) != 20 {
+	if got, _, err := readAll(ctx, sessionOf(s, "big2")); err != nil || len(got) != 20 {
 		t.Fatalf("Read big2: %d, %v", len(got), err)
 	}
 }
@@ -415,29 +416,28 @@ func TestAppendEventTooLarge(t *testing.T) {
 	const limit = 4096
 	s := testStore(t, Config{MaxMsgSize: limit})
 	ctx := testCtx(t)
-	capped := *s
-	capped.MaxEventBytes = 4500
+	capped := s.WithMaxEventBytes(4500)
 	window := append(bigEvents(0, 3, 200), bigEvents(3, 1, 5000)...)
-	_, err := capped.Append(ctx, "huge", 0, window)
+	_, err := sessionOf(capped, "huge").Append(ctx, 0, window)
 	var se *session.Error
 	if !errors.Is(err, ErrEventTooLarge) || !errors.As(err, &se) || se.Rule != session.RuleEventTooLarge || se.Seq != 3 ||
 		!strings.Contains(err.Error(), "4500 bytes") || !strings.Contains(err.Error(), `"huge"`) {
 		t.Fatalf("Append with a 5 KB event over a 4500-byte max event size: %v", err)
 	}
-	if got, last, err := s.Read(ctx, "huge"); err != nil || len(got) != 0 || last != 0 {
+	if got, last, err := readAll(ctx, sessionOf(s, "huge")); err != nil || len(got) != 0 || last != 0 {
 		t.Fatalf("something was written: %d events, %v", len(got), err)
 	}
-	if objs, _ := s.Blobs.List(ctx); len(objs) != 0 {
+	if objs, _ := s.blobs.List(ctx); len(objs) != 0 {
 		t.Fatalf("a refused append stored %d blobs", len(objs))
 	}
-	if err := capped.CheckEventSize("huge", window[3]); !errors.Is(err, ErrEventTooLarge) {
+	if err := sessionOf(capped, "huge").CheckEventSize(window[3]); !errors.Is(err, ErrEventTooLarge) {
 		t.Fatalf("CheckEventSize over the max event size: %v", err)
 	}
 	// Under the cap it is offloaded (the record holds its reference).
-	if err := s.CheckEventSize("huge", window[3]); err != nil {
+	if err := sessionOf(s, "huge").CheckEventSize(window[3]); err != nil {
 		t.Fatalf("CheckEventSize of a 5 KB event with a blob bucket: %v", err)
 	}
-	if _, err := s.Append(ctx, "huge", 0, window); err != nil {
+	if _, err := sessionOf(s, "huge").Append(ctx, 0, window); err != nil {
 		t.Fatalf("a 5 KB event under a 4 KiB record limit: %v", err)
 	}
 }
@@ -445,18 +445,18 @@ func TestAppendEventTooLarge(t *testing.T) {
 func TestAppendRetryAfterSessionMovedOn(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "m", 0, evs(0, 1, "a"), WithMsgID("a-1"))
+	r1, err := sessionOf(s, "m").Append(ctx, 0, evs(0, 1, "a"), WithMsgID("a-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "m", r1.StreamSeq, evs(1, 2, "a"), WithMsgID("a-2")); err != nil {
+	if _, err := sessionOf(s, "m").Append(ctx, r1.StreamSeq, evs(1, 2, "a"), WithMsgID("a-2")); err != nil {
 		t.Fatal(err)
 	}
 	// The retry of a-1 finds a-2 at the tail: the guard fails and it is not its own record.
-	if _, err := s.Append(ctx, "m", 0, evs(0, 1, "a"), WithMsgID("a-1")); !errors.Is(err, ErrConflict) {
+	if _, err := sessionOf(s, "m").Append(ctx, 0, evs(0, 1, "a"), WithMsgID("a-1")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("retry after the session moved on: %v, want ErrConflict", err)
 	}
-	if got, _, _ := s.Read(ctx, "m"); len(got) != 2 {
+	if got, _, _ := readAll(ctx, sessionOf(s, "m")); len(got) != 2 {
 		t.Fatalf("%d events stored, want 2", len(got))
 	}
 }

@@ -2,13 +2,13 @@ package store
 
 import (
 	"errors"
-	"github.com/agentlog/agentlog/wire"
-	"github.com/nats-io/nats.go"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
@@ -16,7 +16,7 @@ import (
 // streamAppend writes events through a StreamAppend and commits it.
 func streamAppend(t *testing.T, s *Store, id string, expected uint64, events []session.Event, opts ...AppendOpt) (AppendResult, error) {
 	t.Helper()
-	a, err := s.BeginAppend(id, expected, opts...)
+	a, err := sessionOf(s, id).BeginAppend(expected, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +52,9 @@ func TestStreamAppend(t *testing.T) {
 	}{{"one", short, 1}, {"many", long, 2}} {
 		var got []session.Event
 		records := 0
-		last, err := s.ReadRecords(testCtx(t), c.id, func(_ uint64, evs []session.Event) error {
+		last, err := sessionOf(s, c.id).Records(testCtx(t), func(r Record) error {
 			records++
-			got = append(got, evs...)
+			got = append(got, r.Events...)
 			return nil
 		})
 		if err != nil {
@@ -69,7 +69,7 @@ func TestStreamAppend(t *testing.T) {
 			}
 		}
 		if c.id == "many" {
-			tail, err := s.GetTailFromLeader(testCtx(t), "many")
+			tail, err := sessionOf(s, "many").TailFromLeader(testCtx(t))
 			if err != nil || tail.LastMsgID != "m2" || tail.LastStreamSeq != last || last != res.StreamSeq {
 				t.Fatalf("tail %+v (%v), last %d, result %+v", tail, err, last, res)
 			}
@@ -79,11 +79,11 @@ func TestStreamAppend(t *testing.T) {
 	if _, err := streamAppend(t, s, "many", 0, long, WithMsgID("m3")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("append over existing records: %v, want ErrConflict", err)
 	}
-	if tail, _ := s.GetTailFromLeader(testCtx(t), "many"); tail.LastStreamSeq != res.StreamSeq {
+	if tail, _ := sessionOf(s, "many").TailFromLeader(testCtx(t)); tail.LastStreamSeq != res.StreamSeq {
 		t.Fatalf("a refused batch stored something: tail %d, was %d", tail.LastStreamSeq, res.StreamSeq)
 	}
 	// Discarded after several records were sent: nothing visible.
-	a, err := s.BeginAppend("dropped", 0, WithMsgID("m4"))
+	a, err := sessionOf(s, "dropped").BeginAppend(0, WithMsgID("m4"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func TestStreamAppend(t *testing.T) {
 		}
 	}
 	a.Discard()
-	if tail, err := s.GetTailFromLeader(testCtx(t), "dropped"); err != nil || tail.LastStreamSeq != 0 {
+	if tail, err := sessionOf(s, "dropped").TailFromLeader(testCtx(t)); err != nil || tail.LastStreamSeq != 0 {
 		t.Fatalf("a discarded run is visible: %+v, %v", tail, err)
 	}
 	// Seqs must continue.
-	a, _ = s.BeginAppend("gap", 0)
+	a, _ = sessionOf(s, "gap").BeginAppend(0)
 	if err := a.Add(testCtx(t), &long[1]); err == nil {
 		t.Fatal("a first record starting at seq 1 was taken")
 	}

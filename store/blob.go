@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// The Object Store layout of BlobsBucket (ADR-20), and the timing of offloaded events.
+// The Object Store layout of wire.BlobsBucket (ADR-20), and the timing of offloaded events.
 const (
 	blobsStream      = "OBJ_" + wire.BlobsBucket
 	blobChunksPrefix = "$O." + wire.BlobsBucket + ".C." // + the object's nuid: its chunks
@@ -41,10 +41,10 @@ var testHookBlobsWritten func(id string, refs []wire.BlobRef)
 // their refs, in idx's order, and when the first was written. Its caller (offloadLarge) checked
 // the cap of every line first, so nothing is stored for an append that is refused.
 func (s *Store) offload(ctx context.Context, id, tok string, events []session.Event, lines [][]byte, idx []int) ([]wire.BlobLine, time.Time, error) {
-	if s.Blobs == nil {
+	if s.blobs == nil {
 		i := idx[0]
 		return nil, time.Time{}, fmt.Errorf("session %q seq %d: %w: the event is %d bytes encoded, more than one record holds (max message size %d bytes), and the store has no %s bucket to offload it to",
-			id, events[i].Seq, ErrEventTooLarge, len(lines[i]), s.MaxMsgSize, wire.BlobsBucket)
+			id, events[i].Seq, ErrEventTooLarge, len(lines[i]), s.maxMsgSize, wire.BlobsBucket)
 	}
 	start := time.Now()
 	out := make([]wire.BlobLine, len(idx))
@@ -71,7 +71,7 @@ func (s *Store) offload(ctx context.Context, id, tok string, events []session.Ev
 // putWindow is how many chunks of one blob putBlob has in flight at once.
 const putWindow = 32
 
-// putBlob stores data as object name of BlobsBucket, written as the Object Store's Put writes an
+// putBlob stores data as object name of wire.BlobsBucket, written as the Object Store's Put writes an
 // object (ADR-20: the chunks on $O.<bucket>.C.<nuid>, then the object's metadata as a rollup on
 // $O.<bucket>.M.<base64url name>), and returns its SHA-256. Unlike Put, a put that fails does not
 // purge the chunks it stored: that needs STREAM.PURGE on the bucket, whose subject filter is in the
@@ -82,9 +82,9 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 	var sum [sha256.Size]byte
 	var opts []natsjs.JetStreamOpt
 	if _, ok := ctx.Deadline(); !ok {
-		opts = append(opts, natsjs.WithPublishAsyncTimeout(s.JS.Options().DefaultTimeout))
+		opts = append(opts, natsjs.WithPublishAsyncTimeout(s.js.Options().DefaultTimeout))
 	}
-	js, err := natsjs.New(s.JS.Conn(), opts...)
+	js, err := natsjs.New(s.js.Conn(), opts...)
 	if err != nil {
 		return sum, err
 	}
@@ -148,10 +148,10 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 // on a server whose max payload is smaller (a chunk is one message).
 func (s *Store) blobChunkSize() uint32 {
 	const def = 128 << 10
-	if s.JS == nil || s.JS.Conn() == nil {
+	if s.js == nil || s.js.Conn() == nil {
 		return def
 	}
-	return uint32(max(min(int64(def), s.JS.Conn().MaxPayload()-1024), 512))
+	return uint32(max(min(int64(def), s.js.Conn().MaxPayload()-1024), 512))
 }
 
 // fetchBlob reads ref's line and checks its size and digest. A blob that is missing or differs is
@@ -159,10 +159,10 @@ func (s *Store) blobChunkSize() uint32 {
 // reach the bucket is a plain error (transient).
 func (s *Store) fetchBlob(ctx context.Context, id, tok string, ref wire.BlobRef, streamSeq uint64) ([]byte, error) {
 	name := wire.BlobName(tok, ref)
-	if s.Blobs == nil {
+	if s.blobs == nil {
 		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event is offloaded to blob %s, but the store has no %s bucket", name, wire.BlobsBucket)
 	}
-	b, err := s.Blobs.GetBytes(ctx, name)
+	b, err := s.blobs.GetBytes(ctx, name)
 	switch {
 	case errors.Is(err, natsjs.ErrObjectNotFound):
 		return nil, wire.RecordError(id, ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is missing from %s", name, wire.BlobsBucket)
@@ -208,8 +208,8 @@ func (s *Store) resolveLines(ctx context.Context, id string, h nats.Header, blob
 	return nil
 }
 
-// DecodeRecord is the package's DecodeRecord that also reads a record's offloaded events from
-// BlobsBucket (checking each one's size and SHA-256). Errors: DecodeRecord's, a *session.Error
+// DecodeRecord is wire.DecodeRecord that also reads a record's offloaded events from
+// wire.BlobsBucket (checking each one's size and SHA-256). Errors: wire.DecodeRecord's, a *session.Error
 // (rule record-blob) for a blob that is missing or differs, a plain error when the bucket cannot be
 // reached (transient: try again).
 func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Event, error) {

@@ -60,7 +60,7 @@ func sizedEvent(t testing.TB, seq int64, n int) session.Event {
 func rawRecords(t testing.TB, s *Store, id string) []*natsjs.RawStreamMsg {
 	t.Helper()
 	ctx := testCtx(t)
-	subject, _ := s.Subject(id)
+	subject, _ := wire.SessionSubject(id, s.partitions)
 	var out []*natsjs.RawStreamMsg
 	for seq := uint64(1); ; {
 		m, err := s.leaderNextMsg(ctx, subject, seq)
@@ -81,11 +81,11 @@ func TestOffloadRoundTrip(t *testing.T) {
 	window := append(evs(0, 3, "small"), sizedEvent(t, 3, 50_000))
 	window = append(window, evs(4, 6, "small")...)
 	window = append(window, sizedEvent(t, 6, 9000))
-	r, err := s.Append(ctx, "big", 0, window, WithMsgID("w.big.0"))
+	r, err := sessionOf(s, "big").Append(ctx, 0, window, WithMsgID("w.big.0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, last, err := s.Read(ctx, "big")
+	got, last, err := readAll(ctx, sessionOf(s, "big"))
 	if err != nil || last != r.StreamSeq {
 		t.Fatalf("Read: last %d (want %d), %v", last, r.StreamSeq, err)
 	}
@@ -106,17 +106,17 @@ func TestOffloadRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameEvents(t, evs2, window)
-	tail, err := s.GetTail(ctx, "big")
+	tail, err := sessionOf(s, "big").Tail(ctx)
 	if err != nil || tail.NextSeq != 7 {
 		t.Fatalf("GetTail: %+v, %v", tail, err)
 	}
 	// A retry of the same append (lost ack) dedupes and stores no second blob.
-	if r2, err := s.Append(ctx, "big", 0, window, WithMsgID("w.big.0")); err != nil || !r2.Duplicate {
+	if r2, err := sessionOf(s, "big").Append(ctx, 0, window, WithMsgID("w.big.0")); err != nil || !r2.Duplicate {
 		t.Fatalf("retry: %+v, %v", r2, err)
 	}
 	// The retry wrote its blobs again (new objects, never overwriting): they are orphans, which
 	// CollectBlobs removes once older than its grace, keeping the two the record references.
-	if objs, _ := s.Blobs.List(ctx); len(objs) != 4 {
+	if objs, _ := s.blobs.List(ctx); len(objs) != 4 {
 		t.Fatalf("%d blobs, want 4", len(objs))
 	}
 	if c, err := s.CollectBlobs(ctx, time.Hour); err != nil || len(c.Removed) != 0 || c.Young != 4 {
@@ -126,17 +126,17 @@ func TestOffloadRoundTrip(t *testing.T) {
 	if err != nil || len(c.Removed) != 2 || c.Used != 2 {
 		t.Fatalf("CollectBlobs: %+v, %v; want 2 removed, 2 used", c, err)
 	}
-	got, _, err = s.Read(ctx, "big")
+	got, _, err = readAll(ctx, sessionOf(s, "big"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameEvents(t, got, window)
 	// rm deletes the blobs of the session's records.
-	rm, err := s.RemoveSession(ctx, "big")
+	rm, err := sessionOf(s, "big").Remove(ctx)
 	if err != nil || rm.Blobs != 2 || rm.Events != 7 {
 		t.Fatalf("RemoveSession: %+v, %v", rm, err)
 	}
-	if objs, err := s.Blobs.List(ctx); len(objs) != 0 {
+	if objs, err := s.blobs.List(ctx); len(objs) != 0 {
 		t.Fatalf("%d blobs left after rm (%v)", len(objs), err)
 	}
 }
@@ -150,26 +150,26 @@ func TestOffloadAtTheRecordLimit(t *testing.T) {
 	inline := limit - splitWorstHeaderBytes(len(tok), 0, 1, 0, len("w.edge.0"), 0)
 	at := sizedEvent(t, 0, inline)
 	over := sizedEvent(t, 0, inline+1)
-	if _, err := s.Append(ctx, "edge", 0, []session.Event{at}, WithMsgID("w.edge.0")); err != nil {
+	if _, err := sessionOf(s, "edge").Append(ctx, 0, []session.Event{at}, WithMsgID("w.edge.0")); err != nil {
 		t.Fatal(err)
 	}
 	recs := rawRecords(t, s, "edge")
 	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormat || !bytes.Equal(recs[0].Data, lineOf(t, at)) {
 		t.Fatalf("an event at the record limit (%d bytes) was not stored inline: %v", inline, recs[0].Header)
 	}
-	if _, err := s.Append(ctx, "edge2", 0, []session.Event{over}, WithMsgID("w.edge.1")); err != nil {
+	if _, err := sessionOf(s, "edge2").Append(ctx, 0, []session.Event{over}, WithMsgID("w.edge.1")); err != nil {
 		t.Fatal(err)
 	}
 	recs = rawRecords(t, s, "edge2")
 	if len(recs) == 0 {
-		info, _ := s.Stream.Info(ctx)
+		info, _ := s.stream.Info(ctx)
 		t.Fatalf("no records of edge2: %+v", info.State)
 	}
 	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs || len(recs[0].Data) != 0 {
 		t.Fatalf("an event one byte over the record limit was not offloaded: %v, %d body bytes", recs[0].Header, len(recs[0].Data))
 	}
 	for id, want := range map[string]session.Event{"edge": at, "edge2": over} {
-		got, _, err := s.Read(ctx, id)
+		got, _, err := readAll(ctx, sessionOf(s, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,13 +190,13 @@ func TestOffloadSplitWindow(t *testing.T) {
 			window = append(window, ev(i, strings.Repeat("s", 100)))
 		}
 	}
-	if _, err := s.Append(ctx, "many", 0, window, WithMsgID("w.many.0")); err != nil {
+	if _, err := sessionOf(s, "many").Append(ctx, 0, window, WithMsgID("w.many.0")); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rawRecords(t, s, "many")); n < 2 {
 		t.Fatalf("%d records, want a split", n)
 	}
-	got, _, err := s.Read(ctx, "many")
+	got, _, err := readAll(ctx, sessionOf(s, "many"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestOffloadedBlobMissingOrCorrupt(t *testing.T) {
 	s := testStore(t, Config{MaxMsgSize: 4096})
 	ctx := testCtx(t)
 	window := append(evs(0, 2, "a"), sizedEvent(t, 2, 10_000))
-	if _, err := s.Append(ctx, "c", 0, window); err != nil {
+	if _, err := sessionOf(s, "c").Append(ctx, 0, window); err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := wire.Token("c")
@@ -215,26 +215,26 @@ func TestOffloadedBlobMissingOrCorrupt(t *testing.T) {
 	name := wire.BlobName(tok, ref)
 	// Other bytes of the same length under the blob's name: refused, never served.
 	bad := bytes.Repeat([]byte{'z'}, int(ref.Size))
-	if _, err := s.Blobs.PutBytes(ctx, name, bad); err != nil {
+	if _, err := s.blobs.PutBytes(ctx, name, bad); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := s.Read(ctx, "c")
+	_, _, err := readAll(ctx, sessionOf(s, "c"))
 	var se *session.Error
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordBlob || se.Seq != 2 || se.Session != "c" || !strings.Contains(err.Error(), "another digest") {
 		t.Fatalf("Read with a corrupt blob: %v", err)
 	}
-	if err := s.Blobs.Delete(ctx, name); err != nil {
+	if err := s.blobs.Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = s.Read(ctx, "c")
+	_, _, err = readAll(ctx, sessionOf(s, "c"))
 	if !errors.As(err, &se) || se.Rule != session.RuleRecordBlob || se.Seq != 2 || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Read with a missing blob: %v", err)
 	}
 	// A tail reads no blob (the guard and the next seq are in the record); the record read whole fails.
-	if tail, err := s.GetTail(context.Background(), "c"); err != nil || tail.NextSeq != 3 || tail.LastEvents[2].Seq != 2 {
+	if tail, err := sessionOf(s, "c").Tail(context.Background()); err != nil || tail.NextSeq != 3 || tail.LastEvents[2].Seq != 2 {
 		t.Fatalf("GetTail with a missing blob: %+v, %v", tail, err)
 	}
-	if _, _, err := s.GetRecordFromLeader(ctx, "c", 1); !errors.Is(err, &session.Error{Rule: session.RuleRecordBlob}) {
+	if _, _, err := sessionOf(s, "c").RecordFromLeader(ctx, 1); !errors.Is(err, &session.Error{Rule: session.RuleRecordBlob}) {
 		t.Fatalf("GetRecordFromLeader with a missing blob: %v", err)
 	}
 }
@@ -254,10 +254,10 @@ func BenchmarkOffload(b *testing.B) {
 	b.ResetTimer()
 	raw := func(i int) {
 		t0 := time.Now()
-		if _, err := s.Blobs.PutBytes(ctx, fmt.Sprintf("raw/%d", i), line); err != nil {
+		if _, err := s.blobs.PutBytes(ctx, fmt.Sprintf("raw/%d", i), line); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.JS.Publish(ctx, "agentlog.session.0.raw", []byte(`{"raw":true}`)); err != nil {
+		if _, err := s.js.Publish(ctx, "agentlog.session.0.raw", []byte(`{"raw":true}`)); err != nil {
 			b.Fatal(err)
 		}
 		rawNs += time.Since(t0)
@@ -269,7 +269,7 @@ func BenchmarkOffload(b *testing.B) {
 		t1 := time.Now()
 		e := ev
 		e.Seq = int64(i)
-		r, err := s.Append(ctx, "bench", last, []session.Event{e})
+		r, err := sessionOf(s, "bench").Append(ctx, last, []session.Event{e})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func BenchmarkOffload(b *testing.B) {
 // chunkSubjects returns the chunk subjects of agentlog_blobs and how many chunks each holds.
 func chunkSubjects(t testing.TB, s *Store) map[string]uint64 {
 	t.Helper()
-	st, err := s.JS.Stream(testCtx(t), blobsStream)
+	st, err := s.js.Stream(testCtx(t), blobsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,13 +303,13 @@ func chunkSubjects(t testing.TB, s *Store) map[string]uint64 {
 // setBlobsMaxBytes sets the max bytes of agentlog_blobs' stream (-1: none), as an operator would.
 func setBlobsMaxBytes(t testing.TB, s *Store, n int64) {
 	t.Helper()
-	st, err := s.JS.Stream(testCtx(t), blobsStream)
+	st, err := s.js.Stream(testCtx(t), blobsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
 	cfg.MaxBytes = n
-	if _, err := s.JS.UpdateStream(testCtx(t), cfg); err != nil {
+	if _, err := s.js.UpdateStream(testCtx(t), cfg); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -322,10 +322,10 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 	s := testStore(t, Config{MaxMsgSize: 4096})
 	ctx := testCtx(t)
 	kept := []session.Event{sizedEvent(t, 0, 300_000)}
-	if _, err := s.Append(ctx, "kept", 0, kept); err != nil {
+	if _, err := sessionOf(s, "kept").Append(ctx, 0, kept); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.JS.Stream(ctx, blobsStream)
+	st, err := s.js.Stream(ctx, blobsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	setBlobsMaxBytes(t, s, int64(info.State.Bytes)+200_000)
-	_, err = s.Append(ctx, "failed", 0, []session.Event{sizedEvent(t, 0, 1_000_000)})
+	_, err = sessionOf(s, "failed").Append(ctx, 0, []session.Event{sizedEvent(t, 0, 1_000_000)})
 	if err == nil || !strings.Contains(err.Error(), `session "failed" seq 0: store the event's 1000000 bytes as blob`) || !strings.Contains(err.Error(), "maximum bytes") {
 		t.Fatalf("append into a full bucket: %v; want the session, the seq and the server's reason", err)
 	}
@@ -343,7 +343,7 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 	if len(before) != 2 {
 		t.Fatalf("chunk subjects after the failed put: %v; want the kept object's and the partial upload's", before)
 	}
-	if objs, _ := s.Blobs.List(ctx); len(objs) != 1 {
+	if objs, _ := s.blobs.List(ctx); len(objs) != 1 {
 		t.Fatalf("%d objects, want only the kept one", len(objs))
 	}
 	c, err := s.CollectBlobs(ctx, time.Hour)
@@ -359,7 +359,7 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 	if len(after) != 1 || after[blobChunksPrefix+c.PartialRemoved[0]] != 0 {
 		t.Fatalf("chunk subjects after CollectBlobs: %v (partial %v)", after, c.PartialRemoved)
 	}
-	got, _, err := s.Read(ctx, "kept")
+	got, _, err := readAll(ctx, sessionOf(s, "kept"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,10 +20,7 @@ func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]boo
 	if err != nil {
 		return nil, err
 	}
-	subject, err := s.Subject(id)
-	if err != nil {
-		return nil, err
-	}
+	subject := wire.TokenSubject(tok, s.partitions)
 	names := map[string]bool{}
 	last, err := s.leaderLastMsg(ctx, subject)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
@@ -32,14 +29,14 @@ func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]boo
 	if err != nil {
 		return nil, fmt.Errorf("session %q: its last record: %w", id, err)
 	}
-	cons, err := s.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, HeadersOnly: true})
+	cons, err := s.stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, HeadersOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("session %q: read its record headers: %w", id, err)
 	}
 	if info := cons.CachedInfo(); info != nil && info.Name != "" {
 		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.JS.Options().DefaultTimeout)
-			_ = s.Stream.DeleteConsumer(dctx, info.Name)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.js.Options().DefaultTimeout)
+			_ = s.stream.DeleteConsumer(dctx, info.Name)
 			cancel()
 		}()
 	}
@@ -66,12 +63,12 @@ func (s *Store) recordBlobNames(ctx context.Context, tok string) (map[string]boo
 	}
 }
 
-// deleteBlobs deletes the named blobs of BlobsBucket (one already gone counts as deleted) and
+// deleteBlobs deletes the named blobs of wire.BlobsBucket (one already gone counts as deleted) and
 // returns how many it deleted.
 func (s *Store) deleteBlobs(ctx context.Context, names []string) (int, error) {
 	n := 0
 	for _, name := range names {
-		if err := s.Blobs.Delete(ctx, name); err != nil && !errors.Is(err, natsjs.ErrObjectNotFound) {
+		if err := s.blobs.Delete(ctx, name); err != nil && !errors.Is(err, natsjs.ErrObjectNotFound) {
 			return n, fmt.Errorf("delete blob %s from %s: %w", name, wire.BlobsBucket, err)
 		}
 		n++
@@ -79,11 +76,11 @@ func (s *Store) deleteBlobs(ctx context.Context, names []string) (int, error) {
 	return n, nil
 }
 
-// removeSessionBlobs deletes the blobs that session token tok's records reference (RemoveSession,
+// removeSessionBlobs deletes the blobs that session token tok's records reference (Session.Remove,
 // before it purges the records, so a removal that stops half-way still finds them when run
 // again). Blobs without a record (an append that died before its record) are CollectBlobs' job.
 func (s *Store) removeSessionBlobs(ctx context.Context, tok string) (int, error) {
-	if s.Blobs == nil {
+	if s.blobs == nil {
 		return 0, nil
 	}
 	names, err := s.recordBlobNames(ctx, tok)
@@ -122,11 +119,11 @@ type Collected struct {
 // grace. Errors name the session or the blob.
 func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collected, error) {
 	c := Collected{Removed: []string{}, PartialRemoved: []string{}}
-	if s.Blobs == nil {
+	if s.blobs == nil {
 		return c, nil
 	}
 	// The chunks first, then the objects: a put that completes in between is seen with its object.
-	st, err := s.JS.Stream(ctx, blobsStream)
+	st, err := s.js.Stream(ctx, blobsStream)
 	if err != nil {
 		return c, fmt.Errorf("look up the stream of %s: %w", wire.BlobsBucket, err)
 	}
@@ -134,7 +131,7 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 	if err != nil {
 		return c, fmt.Errorf("list the chunks of %s: %w", wire.BlobsBucket, err)
 	}
-	objs, err := s.Blobs.List(ctx)
+	objs, err := s.blobs.List(ctx)
 	if err != nil && !errors.Is(err, natsjs.ErrNoObjectsFound) {
 		return c, fmt.Errorf("list %s: %w", wire.BlobsBucket, err)
 	}
@@ -168,7 +165,7 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration) (Collecte
 		names := byToken[tok]
 		id, _ := wire.IDFromToken(tok)
 		// A live writer may be between its blobs and its record: leave its session alone.
-		if _, _, err := s.GetLease(ctx, id); err == nil {
+		if _, _, err := s.getLease(ctx, tok, id); err == nil {
 			c.Live += len(names)
 			continue
 		} else if !errors.Is(err, ErrNoLease) {

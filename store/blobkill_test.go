@@ -32,7 +32,7 @@ func TestHelperAppendKilledAfterBlob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AcquireLease(ctx, "killed", Lease{Writer: "helper", PID: os.Getpid()}, MinLeaseTTL, false); err != nil {
+	if _, err := sessionOf(s, "killed").AcquireLease(ctx, Lease{Writer: "helper", PID: os.Getpid()}, MinLeaseTTL, false); err != nil {
 		t.Fatal(err)
 	}
 	testHookBlobsWritten = func(string, []wire.BlobRef) {
@@ -41,7 +41,7 @@ func TestHelperAppendKilledAfterBlob(t *testing.T) {
 		}
 		select {} // killed here
 	}
-	_, err = s.Append(ctx, "killed", 0, killWindow(t), WithMsgID("helper.killed.0"))
+	_, err = sessionOf(s, "killed").Append(ctx, 0, killWindow(t), WithMsgID("helper.killed.0"))
 	t.Fatalf("Append returned (%v); the process should have been killed before the record", err)
 }
 
@@ -101,11 +101,11 @@ func TestKillBetweenBlobAndRecord(t *testing.T) {
 	<-exited
 
 	// Nothing half-visible: no record, no events; the blob is there, unreferenced.
-	got, last, err := s.Read(ctx, "killed")
+	got, last, err := readAll(ctx, sessionOf(s, "killed"))
 	if err != nil || len(got) != 0 || last != 0 {
 		t.Fatalf("after the kill: %d events, last %d, %v; want none", len(got), last, err)
 	}
-	objs, err := s.Blobs.List(ctx)
+	objs, err := s.blobs.List(ctx)
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("after the kill: %d blobs (%v), want the orphan", len(objs), err)
 	}
@@ -114,7 +114,7 @@ func TestKillBetweenBlobAndRecord(t *testing.T) {
 		t.Fatalf("CollectBlobs with the writer's lease live: %+v, %v", c, err)
 	}
 	for {
-		if _, _, err := s.GetLease(ctx, "killed"); errors.Is(err, ErrNoLease) {
+		if _, _, err := sessionOf(s, "killed").Lease(ctx); errors.Is(err, ErrNoLease) {
 			break
 		}
 		select {
@@ -128,10 +128,10 @@ func TestKillBetweenBlobAndRecord(t *testing.T) {
 	}
 	// A new writer appends the same window: stored whole, read back exactly.
 	window := killWindow(t)
-	if _, err := s.Append(ctx, "killed", 0, window, WithMsgID("w2.killed.0")); err != nil {
+	if _, err := sessionOf(s, "killed").Append(ctx, 0, window, WithMsgID("w2.killed.0")); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err = s.Read(ctx, "killed")
+	got, _, err = readAll(ctx, sessionOf(s, "killed"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,13 @@
-// Package store keeps agentlog sessions in NATS JetStream: provisioning (Provision, Open), guarded
-// append (Store.Append, Store.BeginAppend), reading a session in order (Store.Read, Store.GetTail),
-// session metadata (CreateSession, GetSession), writer leases, events too large for a record
-// offloaded to the Object Store bucket agentlog_blobs (Append stores them, every read checks them,
-// RemoveSession and CollectBlobs delete them), and removal of a session. What goes on the wire
+// Package store keeps agentlog sessions in NATS JetStream: provisioning (Provision, Open), and,
+// through a session's handle (Store.Session), guarded append (Session.Append, BeginAppend),
+// reading its records in order (Session.Records, Tail), its metadata (Store.CreateSession,
+// Session.Info), its writer lease, its projection states, and its removal (Session.Remove). Events
+// too large for a record are offloaded to the Object Store bucket agentlog_blobs (Append stores
+// them, every read checks them, Remove and Store.CollectBlobs delete them). What goes on the wire
 // (names, tokens, subjects, the record codec) is package wire's.
 //
 // Errors name the session and carry no package prefix; refusals of a record are *session.Error,
 // conditions are sentinels (ErrConflict, ErrSessionNotFound, ErrNotProvisioned, ...) matched with
-// errors.Is. The layout and why: ARCHITECTURE.md ("Where state lives", "An append", "Large events").
+// errors.Is, and JetStream's own refusals are classified by IsWrongLastSequence. The layout and
+// why: ARCHITECTURE.md ("Where state lives", "An append", "Large events").
 package store

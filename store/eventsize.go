@@ -30,15 +30,7 @@ func (e *eventTooLarge) Unwrap() []error { return []error{e.err, ErrEventTooLarg
 
 func tooLargeErr(id string, seq int64, size, limit int64) error {
 	return &eventTooLarge{session.NewError(id, seq, 0, session.RuleEventTooLarge,
-		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes (--max-event-bytes)", ErrEventTooLarge, size, limit))}
-}
-
-// maxEventBytes is the store's cap on one encoded event line.
-func (s *Store) maxEventBytes() int64 {
-	if s.MaxEventBytes > 0 {
-		return s.MaxEventBytes
-	}
-	return DefaultMaxEventBytes
+		fmt.Sprintf("%s: the event is %d bytes encoded, the max event size is %d bytes", ErrEventTooLarge, size, limit))}
 }
 
 // CheckEventSize returns a wrapped ErrEventTooLarge, naming the session, the seq, the event's
@@ -48,18 +40,15 @@ func (s *Store) maxEventBytes() int64 {
 // It is cheap for the usual event: the exact encoding is computed only when a quick upper bound
 // of the size passes the limit.
 //
-// With a blob bucket (Store.Blobs, which Provision and Open set up) an event too large for a record
-// is offloaded instead, and CheckEventSize refuses only one over MaxEventBytes (rule
+// With a blob bucket (agentlog_blobs, which Provision and Open set up) an event too large for a
+// record is offloaded instead, and CheckEventSize refuses only one over MaxEventBytes (rule
 // event-too-large; still a wrapped ErrEventTooLarge).
-func (s *Store) CheckEventSize(id string, ev session.Event) error {
-	if s.Blobs != nil {
+func (ss *Session) CheckEventSize(ev session.Event) error {
+	s, id, tok := ss.s, ss.id, ss.tok
+	if s.blobs != nil {
 		return s.checkMaxEventBytes(id, ev)
 	}
-	tok, err := wire.Token(id)
-	if err != nil {
-		return err
-	}
-	limit := int(s.MaxMsgSize)
+	limit := int(s.maxMsgSize)
 	if limit <= 0 {
 		return nil
 	}
@@ -77,7 +66,7 @@ func (s *Store) CheckEventSize(id string, ev session.Event) error {
 
 // checkMaxEventBytes refuses ev when its encoded line is over the cap.
 func (s *Store) checkMaxEventBytes(id string, ev session.Event) error {
-	limit := s.maxEventBytes()
+	limit := s.MaxEventBytes()
 	size, err := encodedSizeOver(id, ev, limit)
 	if err != nil {
 		return err

@@ -67,3 +67,25 @@ func marshalCompact(v any) ([]byte, error) {
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
+
+// sessionOf is s.Session(id) for an id the test knows valid (a bad one panics).
+func sessionOf(s *Store, id string) *Session {
+	ss, err := s.Session(id)
+	if err != nil {
+		panic(err)
+	}
+	return ss
+}
+
+// readAll returns every event of the session and the stream seq of its last record.
+func readAll(ctx context.Context, ss *Session) ([]session.Event, uint64, error) {
+	var events []session.Event
+	last, err := ss.Records(ctx, Collect(&events))
+	if err != nil {
+		return nil, 0, err
+	}
+	return events, last, nil
+}
+
+// headerOf is the header of ss.Info's metadata: headerOf(ss.Info(ctx)).
+func headerOf(info SessionInfo, err error) (session.Header, error) { return info.Header, err }

@@ -10,22 +10,22 @@ import (
 func TestGetTailFromLeader(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	empty, err := s.GetTailFromLeader(ctx, "nobody")
+	empty, err := sessionOf(s, "nobody").TailFromLeader(ctx)
 	if err != nil || !reflect.DeepEqual(empty, Tail{}) {
 		t.Fatalf("empty session: %+v, %v; want the zero Tail", empty, err)
 	}
-	r1, err := s.Append(ctx, "a.b c", 0, evs(0, 3, "x"), WithMsgID("m1"))
+	r1, err := sessionOf(s, "a.b c").Append(ctx, 0, evs(0, 3, "x"), WithMsgID("m1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "a.b c", r1.StreamSeq, evs(3, 5, "<y&>"), WithMsgID("m2")); err != nil {
+	if _, err := sessionOf(s, "a.b c").Append(ctx, r1.StreamSeq, evs(3, 5, "<y&>"), WithMsgID("m2")); err != nil {
 		t.Fatal(err)
 	}
-	direct, err := s.GetTail(ctx, "a.b c")
+	direct, err := sessionOf(s, "a.b c").Tail(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader, err := s.GetTailFromLeader(ctx, "a.b c")
+	leader, err := sessionOf(s, "a.b c").TailFromLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,9 @@ const (
 	DefaultDuplicateWindow = 2 * time.Minute
 
 	// Limits of the AGENTLOG_ERRORS stream (agent/error reports, kept for inspection only).
-	ErrorsMaxAge            = 7 * 24 * time.Hour
-	ErrorsMaxMsgsPerSubject = 1000
-	ErrorsMaxBytes          = 256 << 20 // bytes
+	errorsMaxAge            = 7 * 24 * time.Hour
+	errorsMaxMsgsPerSubject = 1000
+	errorsMaxBytes          = 256 << 20 // bytes
 )
 
 // ErrIncompatible is returned (wrapped) when an existing stream or KV bucket has a setting that
@@ -44,22 +44,6 @@ type Config struct {
 	Replicas        int
 	MaxMsgSize      int32
 	DuplicateWindow time.Duration
-}
-
-// Store is a provisioned agentlog on one JetStream account. Get one from Provision or Open. It holds
-// no mutable state of its own and is safe for concurrent use.
-type Store struct {
-	JS          natsjs.JetStream
-	Stream      natsjs.Stream
-	Sessions    natsjs.KeyValue
-	Projections natsjs.KeyValue
-	Writers     natsjs.KeyValue    // agentlog_writers: writer leases
-	Blobs       natsjs.ObjectStore // agentlog_blobs: offloaded events (nil: events over a record are refused)
-	Partitions  int
-	MaxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
-	// MaxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes). Set it on a
-	// copy of the Store (it is read, never written, by the Store's methods).
-	MaxEventBytes int64
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
@@ -169,14 +153,14 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		return nil, err
 	}
 	return &Store{
-		JS:          js,
-		Stream:      stream,
-		Sessions:    sessions,
-		Projections: projections,
-		Writers:     writers,
-		Blobs:       blobs,
-		Partitions:  found.partitions,
-		MaxMsgSize:  found.maxMsgSize,
+		js:          js,
+		stream:      stream,
+		sessions:    sessions,
+		projections: projections,
+		writers:     writers,
+		blobs:       blobs,
+		partitions:  found.partitions,
+		maxMsgSize:  found.maxMsgSize,
 	}, nil
 }
 
@@ -237,7 +221,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.MaxMsgSize = w.maxMsgSize
 	c.Duplicates = w.dupWindow
 	c.DenyDelete = true
-	c.DenyPurge = false // RemoveSession purges a session's subject
+	c.DenyPurge = false // Session.Remove purges a session's subject
 	c.Compression = natsjs.S2Compression
 	c.AllowAtomicPublish = true
 	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}
@@ -246,7 +230,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 
 func (w want) errorsStreamConfig() natsjs.StreamConfig {
 	c := w.streamConfig(wire.ErrorsStream, wire.ErrorsPrefix, "agentlog agent/error reports (kept for inspection, never session events)")
-	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = ErrorsMaxBytes, ErrorsMaxAge, ErrorsMaxMsgsPerSubject
+	c.MaxBytes, c.MaxAge, c.MaxMsgsPerSubject = errorsMaxBytes, errorsMaxAge, errorsMaxMsgsPerSubject
 	return c
 }
 

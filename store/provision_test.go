@@ -15,10 +15,10 @@ import (
 func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	if s.Partitions != wire.DefaultPartitions || s.MaxMsgSize != DefaultMaxMsgSize {
-		t.Errorf("store partitions %d max msg size %d, want %d and %d", s.Partitions, s.MaxMsgSize, wire.DefaultPartitions, DefaultMaxMsgSize)
+	if s.partitions != wire.DefaultPartitions || s.maxMsgSize != DefaultMaxMsgSize {
+		t.Errorf("store partitions %d max msg size %d, want %d and %d", s.partitions, s.maxMsgSize, wire.DefaultPartitions, DefaultMaxMsgSize)
 	}
-	info, err := s.Stream.Info(ctx)
+	info, err := s.stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 		t.Errorf("AGENTLOG config not as designed: %+v", c)
 	}
 	for _, b := range []string{wire.SessionsBucket, wire.ProjectionsBucket} {
-		st, err := s.JS.Stream(ctx, "KV_"+b)
+		st, err := s.js.Stream(ctx, "KV_"+b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 			t.Errorf("bucket %s config: storage %v history %d replicas %d", b, bc.Storage, bc.MaxMsgsPerSubject, bc.Replicas)
 		}
 	}
-	es, err := s.JS.Stream(ctx, wire.ErrorsStream)
+	es, err := s.js.Stream(ctx, wire.ErrorsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,21 +58,21 @@ func TestProvisionIdempotentAndOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Append(ctx, "x", 0, evs(0, 3, "a"), WithMsgID("m1")); err != nil {
+	if _, err := sessionOf(s1, "x").Append(ctx, 0, evs(0, 3, "a"), WithMsgID("m1")); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := s1.Stream.Info(ctx)
+	before, _ := s1.stream.Info(ctx)
 	// Again with the same config, and with zero values (existing settings are taken as they are).
 	for _, c := range []Config{cfg, {}} {
 		s2, err := Provision(ctx, js, c)
 		if err != nil {
 			t.Fatalf("Provision again with %+v: %v", c, err)
 		}
-		if s2.Partitions != 8 || s2.MaxMsgSize != 64<<10 {
-			t.Errorf("Provision again: partitions %d max msg size %d, want 8 and %d", s2.Partitions, s2.MaxMsgSize, 64<<10)
+		if s2.partitions != 8 || s2.maxMsgSize != 64<<10 {
+			t.Errorf("Provision again: partitions %d max msg size %d, want 8 and %d", s2.partitions, s2.maxMsgSize, 64<<10)
 		}
 	}
-	after, _ := s1.Stream.Info(ctx)
+	after, _ := s1.stream.Info(ctx)
 	if after.State.Msgs != before.State.Msgs || after.Created != before.Created {
 		t.Errorf("Provision again changed the stream: %+v -> %+v", before.State, after.State)
 	}
@@ -80,11 +80,11 @@ func TestProvisionIdempotentAndOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s3.Partitions != 8 || s3.MaxMsgSize != 64<<10 {
-		t.Errorf("Open: partitions %d max msg size %d", s3.Partitions, s3.MaxMsgSize)
+	if s3.partitions != 8 || s3.maxMsgSize != 64<<10 {
+		t.Errorf("Open: partitions %d max msg size %d", s3.partitions, s3.maxMsgSize)
 	}
 	// Same subject mapping through Open: the session written through s1 is read through s3.
-	got, last, err := s3.Read(ctx, "x")
+	got, last, err := readAll(ctx, sessionOf(s3, "x"))
 	if err != nil || len(got) != 3 || last != 1 {
 		t.Errorf("Read through Open: %d events, last %d, %v", len(got), last, err)
 	}
@@ -143,7 +143,7 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 			}
 			s, err := Provision(ctx, js, Config{})
 			if c.setting == "" {
-				if err != nil || s.Partitions != 16 {
+				if err != nil || s.partitions != 16 {
 					t.Fatalf("usable stream refused: %v", err)
 				}
 				return
@@ -209,7 +209,7 @@ func TestProvisionChecksConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.MaxMsgSize != 256<<10 {
-		t.Errorf("MaxMsgSize %d, want the server max payload %d", s.MaxMsgSize, 256<<10)
+	if s.maxMsgSize != 256<<10 {
+		t.Errorf("MaxMsgSize %d, want the server max payload %d", s.maxMsgSize, 256<<10)
 	}
 }

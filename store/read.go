@@ -19,43 +19,50 @@ type Tail struct {
 	LastStreamSeq uint64
 	NextSeq       int64
 	// LastEvents are the events of the last record. A tail does not read blobs: an offloaded event
-	// has only its Seq here (GetRecordFromLeader reads a record whole).
+	// has only its Seq here (RecordFromLeader reads a record whole).
 	LastEvents []session.Event
 	LastMsgID  string // Nats-Msg-Id of the last record
 }
 
-// GetTail reads the last record of the session with a direct get (none: the zero Tail). On R>1 a
+// Tail reads the session's last record with a direct get (none: the zero Tail). On R>1 a
 // follower may answer it stale, which can only cause a guard conflict on the next Append, never a
-// bad write; use GetTailFromLeader or Read for a leader-consistent view. A bad record is a
+// bad write; use TailFromLeader or Records for a leader-consistent view. A bad record is a
 // *session.Error. The record's blobs are not read (see Tail.LastEvents).
-func (s *Store) GetTail(ctx context.Context, id string) (Tail, error) {
-	return s.tail(ctx, id, "", s.Stream.GetLastMsgForSubject)
+func (ss *Session) Tail(ctx context.Context) (Tail, error) {
+	if ss.s.stream == nil {
+		return Tail{}, ss.noStore()
+	}
+	return ss.tail(ctx, "", ss.s.stream.GetLastMsgForSubject)
 }
 
-// GetTailFromLeader is GetTail read through the stream leader (the JetStream API's message get,
-// not a direct get), so that on R>1 it is never stale. The publisher and Append use it where a
-// stale tail would cost something: deciding whether a retried record is our own after a guard
-// conflict or a deduplication. It costs a round trip to the leader.
-func (s *Store) GetTailFromLeader(ctx context.Context, id string) (Tail, error) {
-	return s.tail(ctx, id, " from the stream leader", s.leaderLastMsg)
+// TailFromLeader is Tail read through the stream leader (the JetStream API's message get, not a
+// direct get), so that on R>1 it is never stale. The publisher and Append use it where a stale
+// tail would cost something: deciding whether a retried record is our own after a guard conflict
+// or a deduplication. It costs a round trip to the leader.
+func (ss *Session) TailFromLeader(ctx context.Context) (Tail, error) {
+	return ss.tail(ctx, " from the stream leader", ss.s.leaderLastMsg)
+}
+
+// noStore is the error of a handle of a Store that is not provisioned (the zero Store).
+func (ss *Session) noStore() error {
+	return fmt.Errorf("session %s: the store is not open (use Provision or Open to get a Store)", wire.QuoteID(ss.id))
 }
 
 // tail reads the session's last record with get (a direct or a leader get) and decodes it, without
 // its blobs (what a tail is for, the guard and the next seq, is in the record); where names the kind
 // of read in errors.
-func (s *Store) tail(ctx context.Context, id, where string, get func(context.Context, string) (*natsjs.RawStreamMsg, error)) (Tail, error) {
-	subject, err := s.Subject(id)
-	if err != nil {
-		return Tail{}, err
+func (ss *Session) tail(ctx context.Context, where string, get func(context.Context, string) (*natsjs.RawStreamMsg, error)) (Tail, error) {
+	if ss.s.js == nil {
+		return Tail{}, ss.noStore()
 	}
-	msg, err := get(ctx, subject)
+	msg, err := get(ctx, ss.subject)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return Tail{}, nil
 	}
 	if err != nil {
-		return Tail{}, fmt.Errorf("read the tail of session %q (subject %s)%s: %w", id, subject, where, err)
+		return Tail{}, fmt.Errorf("read the tail of session %q (subject %s)%s: %w", ss.id, ss.subject, where, err)
 	}
-	evs, err := s.decodeStored(ctx, id, msg.Header, msg.Data, msg.Sequence, false)
+	evs, err := ss.decodeStored(ctx, msg.Header, msg.Data, msg.Sequence, false)
 	if err != nil {
 		return Tail{}, err
 	}
@@ -67,32 +74,30 @@ func (s *Store) tail(ctx context.Context, id, where string, get func(context.Con
 	}, nil
 }
 
-// GetRecordFromLeader reads the record of session id at stream seq streamSeq through the stream
-// leader, as a Tail of that record. found is false when the stream holds no message of the session
-// at that seq (purged, or lost). A record that does not decode is a *session.Error.
-func (s *Store) GetRecordFromLeader(ctx context.Context, id string, streamSeq uint64) (rec Tail, found bool, err error) {
-	subject, err := s.Subject(id)
-	if err != nil {
-		return Tail{}, false, err
+// RecordFromLeader reads the session's record at stream seq streamSeq through the stream leader,
+// as a Tail of that record (its blobs read). found is false when the stream holds no message of
+// the session at that seq (purged, or lost). A record that does not decode is a *session.Error.
+func (ss *Session) RecordFromLeader(ctx context.Context, streamSeq uint64) (rec Tail, found bool, err error) {
+	if ss.s.js == nil {
+		return Tail{}, false, ss.noStore()
 	}
-	msg, err := s.leaderGet(ctx, map[string]any{"seq": streamSeq})
+	msg, err := ss.s.leaderGet(ctx, map[string]any{"seq": streamSeq})
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return Tail{}, false, nil
 	}
 	if err != nil {
-		return Tail{}, false, fmt.Errorf("read stream seq %d of session %q from the stream leader: %w", streamSeq, id, err)
+		return Tail{}, false, fmt.Errorf("read stream seq %d of session %q from the stream leader: %w", streamSeq, ss.id, err)
 	}
-	if msg.Subject != subject {
+	if msg.Subject != ss.subject {
 		return Tail{}, false, nil
 	}
-	evs, err := s.decodeStored(ctx, id, msg.Header, msg.Data, msg.Sequence, true)
+	evs, err := ss.decodeStored(ctx, msg.Header, msg.Data, msg.Sequence, true)
 	if err != nil {
 		return Tail{}, false, err
 	}
 	return Tail{LastStreamSeq: msg.Sequence, NextSeq: evs[len(evs)-1].Seq + 1, LastEvents: evs, LastMsgID: msg.Header.Get(natsjs.MsgIDHeader)}, true, nil
 }
 
-// leaderGetTimeout bounds leaderLastMsg when the caller's ctx has no deadline.
 const leaderGetTimeout = 5 * time.Second
 
 // leaderLastMsg gets the last message of subject with the JetStream API's STREAM.MSG.GET, which
@@ -122,7 +127,7 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 		defer cancel()
 	}
 	req, _ := json.Marshal(request)
-	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, err
 	}
@@ -158,190 +163,316 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 }
 
 // Read returns all events of session id in order and the stream seq of its last record (none:
-// no events, 0). It reads at least up to the last record the stream leader had when Read began
-// (read-your-writes, also on R>1). A record that does not decode, names another session or does
-// not continue the previous one is a *session.Error naming the session, the seq, the stream seq
-// and the rule. How it reads: ARCHITECTURE.md, "Reading a session".
-func (s *Store) Read(ctx context.Context, id string) ([]session.Event, uint64, error) {
-	var events []session.Event
-	last, err := s.ReadRecords(ctx, id, func(streamSeq uint64, evs []session.Event) error {
-		events = append(events, evs...)
+// Record is one record of a session, as Session.Records reads it.
+type Record struct {
+	StreamSeq uint64          // the record's stream sequence in AGENTLOG
+	Stored    time.Time       // when the server stored it (its timestamp)
+	Events    []session.Event // its events, checked; offloaded ones read from their blobs
+	// Body is the record's events' lines joined by "\n", one line per event, in a buffer of its
+	// own that Events alias (a handler may keep both). A line is the event as stored, which decodes
+	// to its event; the line of an offloaded event is empty.
+	Body []byte
+}
+
+// ReadOpt is an option of Session.Records. An option refuses bad input: Records then fails with
+// its error before reading anything.
+type ReadOpt func(*readOpts) error
+
+type readOpts struct {
+	after   uint64 // AfterStreamSeq
+	nextSeq int64
+	follow  bool
+	upTo    uint64 // UpTo (0: the leader's last record)
+}
+
+// AfterStreamSeq reads only the records stored after stream seq streamSeq, the last record the
+// caller has read; nextSeq is the event seq that record ended before (the next record must start
+// there; 0 with streamSeq 0). When nothing was appended since, Records returns streamSeq at the
+// cost of one STREAM.MSG.GET of the session's last record, so a caller that keeps what it read
+// pays only for the new records. A log whose last record is now below streamSeq (purged by an
+// operator) is a wrapped ErrLogChanged; a first new record that does not start at nextSeq is a
+// *session.Error (session.RuleRecordContinue).
+func AfterStreamSeq(streamSeq uint64, nextSeq int64) ReadOpt {
+	return func(o *readOpts) error {
+		if nextSeq < 0 || (streamSeq == 0 && nextSeq != 0) {
+			return fmt.Errorf("after stream seq %d, next event seq %d: want a next seq ≥ 0, and 0 after stream seq 0", streamSeq, nextSeq)
+		}
+		o.after, o.nextSeq = streamSeq, nextSeq
 		return nil
-	})
-	if err != nil {
-		return nil, 0, err
 	}
-	return events, last, nil
 }
 
-// readBatch bounds the records a Read buffers client-side.
-const readBatch = 256
-
-// directReadRecords is how many new records ReadRecordsAfter gets one by one (STREAM.MSG.GET)
-// before it sets up an ordered consumer for the rest.
-const directReadRecords = 4
-
-// ReadRecords is Read without collecting: it calls fn for each record of session id in order with
-// its stream seq and its (checked) events, and returns the stream seq of the last record (0 when
-// there is none). An error from fn stops the read and is returned as is.
-func (s *Store) ReadRecords(ctx context.Context, id string, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
-	return s.ReadRecordsAfter(ctx, id, 0, 0, fn)
+// UpTo reads up to the record at stream seq streamSeq, which the caller knows to be one of the
+// session's (the last record a projection folded), instead of up to the last record the stream
+// leader has: the read does not ask for the log's tail, and it gets the first records (up to
+// directReadRecords) with direct gets, which a replica behind the leader may answer (the leader is
+// asked when it has none). A log without a record of the session at streamSeq (records lost) is a
+// wrapped ErrLogChanged. Not with Follow.
+func UpTo(streamSeq uint64) ReadOpt {
+	return func(o *readOpts) error {
+		if streamSeq == 0 {
+			return errors.New("up to stream seq 0: want a record's stream seq")
+		}
+		o.upTo = streamSeq
+		return nil
+	}
 }
 
-// ErrLogChanged is returned (wrapped) by ReadRecordsAfter when the session's log no longer
-// reaches afterStreamSeq (its records were purged by an operator): what the caller read before is
-// not this log's prefix any more; read it again from the start.
+// Follow goes on after the log's end: Records then hands fn each record appended later, as it is
+// stored, until ctx ends (it returns ctx's error) or fn fails.
+func Follow() ReadOpt {
+	return func(o *readOpts) error {
+		o.follow = true
+		return nil
+	}
+}
+
+// Collect returns a Records handler that appends the events of each record to *events.
+func Collect(events *[]session.Event) func(Record) error {
+	return func(r Record) error {
+		*events = append(*events, r.Events...)
+		return nil
+	}
+}
+
+// ErrLogChanged is returned (wrapped) by Records with AfterStreamSeq when the session's log no
+// longer reaches that stream seq (its records were purged by an operator): what the caller read
+// before is not this log's prefix any more; read it again from the start.
 var ErrLogChanged = errors.New("the session's log changed under the reader")
 
-// ReadRecordsAfter is ReadRecords for the records stored after stream seq afterStreamSeq, the last
-// record the caller has read; nextSeq is the event seq that record ended before (the next record
-// must start there; 0 with afterStreamSeq 0). It returns the stream seq of the last record read,
-// afterStreamSeq when nothing was appended since. That check is one STREAM.MSG.GET of the
-// session's last record, so a caller that keeps what it read pays only for the new records.
-// Errors are ReadRecords', a wrapped ErrLogChanged when the log's last record is below
-// afterStreamSeq, and a *session.Error (session.RuleRecordContinue) when the first new record does not
-// start at nextSeq.
-func (s *Store) ReadRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event) error) (uint64, error) {
-	return s.readRecordsAfter(ctx, id, afterStreamSeq, nextSeq, func(streamSeq uint64, events []session.Event, _ []byte) error {
-		return fn(streamSeq, events)
-	})
-}
+// readBatch bounds the records a read buffers client-side.
+const readBatch = 256
 
-// ReadRecordBodies is ReadRecords that also hands fn each record's body: its events' lines
-// joined by "\n", one line per event, in a buffer of its own that the events alias (fn may keep
-// both). A line is the event as stored, which decodes to the event fn gets.
-func (s *Store) ReadRecordBodies(ctx context.Context, id string, fn func(streamSeq uint64, events []session.Event, body []byte) error) (uint64, error) {
-	return s.readRecordsAfter(ctx, id, 0, 0, fn)
-}
+// directReadRecords is how many new records Records gets one by one (STREAM.MSG.GET) before it
+// sets up an ordered consumer for the rest.
+const directReadRecords = 4
 
-// readRecordsAfter is ReadRecordsAfter handing fn the record bodies too.
-func (s *Store) readRecordsAfter(ctx context.Context, id string, afterStreamSeq uint64, nextSeq int64, fn func(streamSeq uint64, events []session.Event, body []byte) error) (uint64, error) {
-	subject, err := s.Subject(id)
-	if err != nil {
+// Records calls fn for each record of the session in order (ReadOpt: from where, and whether to
+// follow the log after its end) and returns the stream seq of the last record read (0 when there
+// is none; with AfterStreamSeq, that stream seq when nothing is new). It reads at least up to the
+// last record the stream leader had when Records began (read-your-writes, also on R>1). A record
+// that does not decode, names another session or does not continue the previous one is a
+// *session.Error naming the session, the seq, the stream seq and the rule; an error from fn stops
+// the read and is returned as is. How it reads: ARCHITECTURE.md, "Reading a session".
+func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...ReadOpt) (uint64, error) {
+	var o readOpts
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return 0, fmt.Errorf("read session %q: %w", ss.id, err)
+		}
+	}
+	if ss.s.js == nil || ss.s.stream == nil {
+		return 0, ss.noStore()
+	}
+	if o.upTo > 0 && o.follow {
+		return 0, fmt.Errorf("read session %q: UpTo and Follow do not go together", ss.id)
+	}
+	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq}
+	if o.upTo > 0 {
+		if err := r.readTo(ctx, o.upTo); err != nil {
+			return 0, err
+		}
+		return r.last, nil
+	}
+	if err := r.read(ctx, o.follow); err != nil {
 		return 0, err
 	}
+	if o.follow {
+		return 0, r.follow(ctx)
+	}
+	return r.last, nil
+}
+
+// recordReader is one Records call: where it is (the last record handed to fn and the event seq
+// the next one must start at).
+type recordReader struct {
+	ss   *Session
+	fn   func(Record) error
+	last uint64 // stream seq of the last record read (or AfterStreamSeq's)
+	next int64  // the event seq the next record must start at
+}
+
+// take checks one record (it must continue the previous one), hands it to fn and moves on.
+func (r *recordReader) take(ctx context.Context, streamSeq uint64, stored time.Time, h nats.Header, body []byte) error {
+	evs, copied, err := r.ss.decodeStoredBody(ctx, h, body, streamSeq, true)
+	if err != nil {
+		return err
+	}
+	if evs[0].Seq != r.next {
+		return wire.RecordError(r.ss.id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
+			"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, r.last, r.next)
+	}
+	if err := r.fn(Record{StreamSeq: streamSeq, Stored: stored, Events: evs, Body: copied}); err != nil {
+		return err
+	}
+	r.next, r.last = evs[len(evs)-1].Seq+1, streamSeq
+	return nil
+}
+
+// read reads the records stored after r.last, up to the leader's last record of the session.
+// Following, a log without new records is no error and nothing is read (follow reads them).
+func (r *recordReader) read(ctx context.Context, following bool) error {
+	ss, s := r.ss, r.ss.s
 	// The leader's last record of the session bounds the read from below: whatever was acked
-	// before Read began is read, even when the consumer's first view is behind (a consumer
+	// before the read began is read, even when the consumer's first view is behind (a consumer
 	// created during a leader change on R>1 can report nothing pending).
 	var target uint64
-	switch last, err := s.leaderLastMsg(ctx, subject); {
+	switch last, err := s.leaderLastMsg(ctx, ss.subject); {
 	case errors.Is(err, natsjs.ErrMsgNotFound):
 		target = 0
 	case err != nil:
-		return 0, fmt.Errorf("read session %q: its last record from the stream leader: %w", id, err)
+		return fmt.Errorf("read session %q: its last record from the stream leader: %w", ss.id, err)
 	default:
 		target = last.Sequence
 	}
 	switch {
-	case target < afterStreamSeq:
-		return 0, fmt.Errorf("read session %q: %w: its last record is stream seq %d, below stream seq %d already read", id, ErrLogChanged, target, afterStreamSeq)
-	case target == afterStreamSeq:
-		return afterStreamSeq, nil // nothing new (or no records at all)
-	}
-	lastStreamSeq := afterStreamSeq
-	// take checks one record (it must continue the previous one), hands it to fn and moves on.
-	take := func(streamSeq uint64, h nats.Header, body []byte) error {
-		evs, copied, err := s.decodeStoredBody(ctx, id, h, body, streamSeq, true)
-		if err != nil {
-			return err
-		}
-		if evs[0].Seq != nextSeq {
-			return wire.RecordError(id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
-				"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, lastStreamSeq, nextSeq)
-		}
-		if err := fn(streamSeq, evs, copied); err != nil {
-			return err
-		}
-		nextSeq, lastStreamSeq = evs[len(evs)-1].Seq+1, streamSeq
-		return nil
+	case target < r.last:
+		return fmt.Errorf("read session %q: %w: its last record is stream seq %d, below stream seq %d already read", ss.id, ErrLogChanged, target, r.last)
+	case target == r.last:
+		return nil // nothing new (or no records at all)
 	}
 	// A few new records (an agent's read-your-writes loop, a short session): get them one by one
 	// from the stream leader, the next record of the subject after the last one read, instead of
 	// setting up a consumer. Each get returns the first record at or after its position, so none
 	// in between is skipped.
 	for range directReadRecords {
-		m, err := s.leaderNextMsg(ctx, subject, lastStreamSeq+1)
+		m, err := s.leaderNextMsg(ctx, ss.subject, r.last+1)
 		if err != nil {
-			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
 		}
-		if err := take(m.Sequence, m.Header, m.Data); err != nil {
-			return 0, err
+		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
+			return err
 		}
-		if lastStreamSeq >= target {
-			return lastStreamSeq, nil
+		if r.last >= target {
+			return nil
 		}
 	}
-	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
-	if lastStreamSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, lastStreamSeq+1
+	return r.consume(ctx, func(streamSeq, pending uint64) bool { return streamSeq >= target && pending == 0 })
+}
+
+// readTo reads the records stored after r.last up to the one at stream seq upTo (UpTo).
+func (r *recordReader) readTo(ctx context.Context, upTo uint64) error {
+	ss, s := r.ss, r.ss.s
+	if upTo <= r.last {
+		return nil
 	}
-	cons, err := s.Stream.OrderedConsumer(ctx, cfg)
+	missing := func() error {
+		return fmt.Errorf("read session %q: %w: no record of it at stream seq %d (read to stream seq %d)", ss.id, ErrLogChanged, upTo, r.last)
+	}
+	for range directReadRecords {
+		m, err := s.stream.GetMsg(ctx, r.last+1, natsjs.WithGetMsgSubject(ss.subject))
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			m, err = s.leaderNextMsg(ctx, ss.subject, r.last+1) // a replica behind holds a prefix
+		}
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return missing()
+		}
+		if err != nil {
+			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
+		}
+		if m.Sequence > upTo {
+			return missing()
+		}
+		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
+			return err
+		}
+		if r.last == upTo {
+			return nil
+		}
+	}
+	var short bool
+	err := r.consume(ctx, func(streamSeq, pending uint64) bool {
+		short = streamSeq < upTo && pending == 0
+		return streamSeq >= upTo || short
+	})
+	switch {
+	case err != nil:
+		return err
+	case short || r.last != upTo:
+		return missing()
+	}
+	return nil
+}
+
+// follow hands fn every record stored after r.last, as it is stored, until ctx ends.
+func (r *recordReader) follow(ctx context.Context) error {
+	err := r.consume(ctx, func(uint64, uint64) bool { return false })
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// consume reads the records after r.last with an ordered consumer on the session's subject,
+// until done (given each record's stream seq and the records pending after it) reports true.
+func (r *recordReader) consume(ctx context.Context, done func(streamSeq, pending uint64) bool) error {
+	ss, s := r.ss, r.ss.s
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{ss.subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
+	if r.last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, r.last+1
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("read session %q: create ordered consumer on %s: %w", id, subject, err)
+		return fmt.Errorf("read session %q: create ordered consumer on %s: %w", ss.id, ss.subject, err)
 	}
 	info := cons.CachedInfo()
 	defer func() {
 		// Best effort: an ordered consumer is ephemeral and goes away by itself when inactive.
 		if info != nil && info.Name != "" {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.JS.Options().DefaultTimeout)
-			_ = s.Stream.DeleteConsumer(dctx, info.Name)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.js.Options().DefaultTimeout)
+			_ = s.stream.DeleteConsumer(dctx, info.Name)
 			cancel()
 		}
 	}()
 	// Bound the client-side buffer by bytes (records are up to MaxMsgSize each) and by count:
 	// PullMaxBytes alone makes nats.go size the message channel for a million messages (an 8 MB
-	// allocation per Read, which dominated the CPU of a messages query).
-	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(readBatch, 4*int(s.MaxMsgSize)))
+	// allocation per read, which dominated the CPU of a messages query).
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(readBatch, 4*int(s.maxMsgSize)))
 	if err != nil {
-		return 0, fmt.Errorf("read session %q: %w", id, err)
+		return fmt.Errorf("read session %q: %w", ss.id, err)
 	}
 	defer iter.Stop()
 
 	for {
 		msg, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {
-			return 0, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", id, lastStreamSeq, nextSeq, err)
+			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return 0, fmt.Errorf("read session %q after stream seq %d: %w", id, lastStreamSeq, err)
+			return fmt.Errorf("read session %q after stream seq %d: %w", ss.id, r.last, err)
 		}
-		if err := take(meta.Sequence.Stream, msg.Headers(), msg.Data()); err != nil {
-			return 0, err
+		if err := r.take(ctx, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data()); err != nil {
+			return err
 		}
-		if lastStreamSeq >= target && meta.NumPending == 0 {
-			return lastStreamSeq, nil
+		if done(r.last, meta.NumPending) {
+			return nil
 		}
 	}
 }
 
-// decodeStored decodes a stored record of session id, checks that it belongs to it, and, with
+// decodeStored decodes a stored record of the session, checks that it belongs to it, and, with
 // withBlobs, reads its offloaded events from their blobs (Store.DecodeRecord); without, they hold
 // only their seq.
-func (s *Store) decodeStored(ctx context.Context, id string, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, error) {
-	evs, _, err := s.decodeStoredBody(ctx, id, h, body, streamSeq, withBlobs)
+func (ss *Session) decodeStored(ctx context.Context, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, error) {
+	evs, _, err := ss.decodeStoredBody(ctx, h, body, streamSeq, withBlobs)
 	return evs, err
 }
 
 // decodeStoredBody is decodeStored that also returns the copy of body the events alias (the
 // lines of offloaded events in it are empty).
-func (s *Store) decodeStoredBody(ctx context.Context, id string, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, []byte, error) {
+func (ss *Session) decodeStoredBody(ctx context.Context, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, []byte, error) {
 	rec, err := wire.DecodeRecordAt(h, body, streamSeq)
 	if err != nil {
 		return nil, nil, err
 	}
-	if rec.ID != id {
-		return nil, nil, wire.RecordError(id, rec.Events[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", rec.ID)
+	if rec.ID != ss.id {
+		return nil, nil, wire.RecordError(ss.id, rec.Events[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", rec.ID)
 	}
 	if withBlobs && len(rec.Blobs) > 0 {
-		if err := s.resolve(ctx, id, h, rec.Events, rec.Blobs, streamSeq); err != nil {
+		if err := ss.s.resolve(ctx, ss.id, h, rec.Events, rec.Blobs, streamSeq); err != nil {
 			return nil, nil, err
 		}
 	}
 	return rec.Events, rec.Body, nil
-}
-
-// Subject returns agentlog.session.<partition>.<token> for id.
-func (s *Store) Subject(id string) (string, error) {
-	return wire.SessionSubject(id, s.Partitions)
 }

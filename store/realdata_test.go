@@ -41,14 +41,14 @@ func TestRealSessionsRoundTrip(t *testing.T) {
 		var tail uint64
 		for from := 0; from < len(events); from += 40 {
 			to := min(from+40, len(events))
-			r, err := s.Append(ctx, id, tail, events[from:to])
+			r, err := sessionOf(s, id).Append(ctx, tail, events[from:to])
 			if err != nil {
 				t.Fatalf("%s: append seq %d..%d: %v", name, events[from].Seq, events[to-1].Seq, err)
 			}
 			tail = r.StreamSeq
 			appends++
 		}
-		got, last, err := s.Read(ctx, id)
+		got, last, err := readAll(ctx, sessionOf(s, id))
 		if err != nil || last != tail || len(got) != len(events) {
 			t.Fatalf("%s: read %d of %d events, last %d of %d: %v", name, len(got), len(events), last, tail, err)
 		}
@@ -64,7 +64,7 @@ func TestRealSessionsRoundTrip(t *testing.T) {
 	if checked == 0 {
 		t.Fatalf("none of the %d real sessions could be read", len(files))
 	}
-	info, err := s.Stream.Info(ctx)
+	info, err := s.stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,21 +14,21 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrSessionDeleted is returned (wrapped) when a session was removed (RemoveSession), or is being
+// ErrSessionDeleted is returned (wrapped) when a session was removed (Session.Remove), or is being
 // removed, under a writer: its metadata is gone, marked for removal, or another incarnation's.
 var ErrSessionDeleted = errors.New("session deleted")
 
-// RemoveLeaseTTL is the TTL of the writer lease RemoveSession holds while it runs.
-const RemoveLeaseTTL = time.Minute
+// removeLeaseTTL is the TTL of the writer lease Session.Remove holds while it runs.
+const removeLeaseTTL = time.Minute
 
-// RemoveWriterID is the writer id of the lease RemoveSession holds.
-const RemoveWriterID = "agentlog-rm"
+// removeWriterID is the writer id of the lease Session.Remove holds.
+const removeWriterID = "agentlog-rm"
 
-// ErrRemoveNotStarted: RemoveSession stopped before it changed anything (its first purge, which
+// ErrRemoveNotStarted: Session.Remove stopped before it changed anything (its first purge, which
 // removes nothing, failed: credentials without the right to purge, or NATS unreachable).
 var ErrRemoveNotStarted = errors.New("nothing was changed")
 
-// Removed is what RemoveSession removed.
+// Removed is what Session.Remove removed.
 type Removed struct {
 	Session     string `json:"session"`
 	Incarnation string `json:"incarnation,omitempty"` // of the removed metadata ("" without one)
@@ -43,7 +43,7 @@ type Removed struct {
 	Blobs        int    `json:"blobs"`        // agentlog_blobs objects its records referenced, deleted
 }
 
-// RemoveSession deletes session id: its records (AGENTLOG subject) and the blobs they reference
+// Remove deletes the session: its records (AGENTLOG subject) and the blobs they reference
 // (agentlog_blobs), its metadata
 // (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
 // its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
@@ -55,15 +55,16 @@ type Removed struct {
 // fenced; a fork of the session either read it whole before the mark or fails SESSION_NOT_FOUND.
 // An rm that stopped half-way is finished by running it again.
 //
-// An id with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with DenyPurge is
-// refused before anything changes.
-func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return Removed{}, err
+// A session with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with
+// DenyPurge is refused before anything changes.
+func (ss *Session) Remove(ctx context.Context) (Removed, error) {
+	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
+	if s.stream == nil {
+		return Removed{}, ss.noStore()
 	}
+	var err error
 	rm := Removed{Session: id, Projections: []string{}}
-	if s.Stream.CachedInfo().Config.DenyPurge {
+	if s.stream.CachedInfo().Config.DenyPurge {
 		return rm, fmt.Errorf("remove session %q: stream %s denies purges (deny_purge)", id, wire.StreamName)
 	}
 	fail := func(what string, err error) (Removed, error) {
@@ -71,13 +72,12 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 	}
 	// 0. A purge of the subject that removes nothing (below stream seq 1): credentials without the
 	// right to purge are refused here, before anything is changed.
-	subject, _ := s.Subject(id)
 	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
 		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
 	}
 
 	// 1. Mark the metadata.
-	metaSubj := "$KV." + wire.SessionsBucket + "." + tok
+	metaSubj := wire.KVSubject(wire.SessionsBucket, tok)
 	var markRev uint64
 	for try := 0; ; try++ {
 		e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": metaSubj})
@@ -95,15 +95,14 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 		if markRev, err = s.markDeleting(ctx, tok, e.Data, e.Sequence, rm.Incarnation); err == nil {
 			break
 		}
-		var apiErr *natsjs.APIError
-		if try < 3 && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if try < 3 && IsWrongLastSequence(err) {
 			continue // changed meanwhile: read it again
 		}
 		return rm, fmt.Errorf("remove session %q: mark the metadata (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
 	}
 
 	if markRev == 0 {
-		found, err := s.anythingStored(ctx, id, tok)
+		found, err := ss.anythingStored(ctx)
 		if err != nil {
 			return fail("look for what is stored", err)
 		}
@@ -114,12 +113,12 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 
 	// 2. Take the writer lease over: a live writer is fenced at its next renewal, and Create/Open
 	// of the id are refused while the removal runs.
-	if l, _, err := s.GetLease(ctx, id); err == nil && l.Writer != RemoveWriterID {
+	if l, _, err := ss.Lease(ctx); err == nil && l.Writer != removeWriterID {
 		rm.Lease = &l
 	}
-	lease := NewLease(RemoveWriterID)
+	lease := NewLease(removeWriterID)
 	lease.Since = time.Now().UnixMilli()
-	leaseRev, err := s.AcquireLease(ctx, id, lease, RemoveLeaseTTL, true)
+	leaseRev, err := ss.AcquireLease(ctx, lease, removeLeaseTTL, true)
 	if err != nil {
 		return fail("take the writer lease", err)
 	}
@@ -154,53 +153,53 @@ func (s *Store) RemoveSession(ctx context.Context, id string) (Removed, error) {
 
 	// 6. The metadata (only the entry marked in step 1).
 	if markRev != 0 {
-		if err := s.Sessions.Delete(ctx, tok, natsjs.LastRevision(markRev)); err != nil {
+		if err := s.sessions.Delete(ctx, tok, natsjs.LastRevision(markRev)); err != nil {
 			return fail("delete the metadata", err)
 		}
 		rm.Metadata = true
 	}
 
 	// 7. The lease.
-	if err := s.ReleaseLease(ctx, id, leaseRev); err != nil {
+	if err := ss.ReleaseLease(ctx, leaseRev); err != nil {
 		return fail("release the writer lease", err)
 	}
 	return rm, nil
 }
 
-// markDeleting rewrites the metadata entry of token tok at revision rev with DeletingHeader, and
+// markDeleting rewrites the metadata entry of token tok at revision rev with wire.DeletingHeader, and
 // returns its new revision.
 func (s *Store) markDeleting(ctx context.Context, tok string, value []byte, rev uint64, inc string) (uint64, error) {
 	h := nats.Header{wire.DeletingHeader: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)}}
 	if inc != "" {
 		h.Set(wire.IncarnationHeader, inc)
 	}
-	m := &nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Header: h, Data: value}
-	ack, err := s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
+	m := &nats.Msg{Subject: wire.KVSubject(wire.SessionsBucket, tok), Header: h, Data: value}
+	ack, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
 }
 
-// PurgeThrough removes the records of session id stored at stream seqs up to lastStreamSeq. A
-// writer whose first record (guard 0) landed after the session was removed undoes it with this:
-// since the subject was empty, those records are its own. It returns the records removed.
-func (s *Store) PurgeThrough(ctx context.Context, id string, lastStreamSeq uint64) (uint64, error) {
-	subject, err := s.Subject(id)
-	if err != nil {
-		return 0, err
+// PurgeThrough removes the session's records stored at stream seqs up to lastStreamSeq. A writer
+// whose first record (guard 0) landed after the session was removed undoes it with this: since the
+// subject was empty, those records are its own. It returns the records removed.
+func (ss *Session) PurgeThrough(ctx context.Context, lastStreamSeq uint64) (uint64, error) {
+	if ss.s.js == nil {
+		return 0, ss.noStore()
 	}
-	n, err := s.purge(ctx, wire.StreamName, subject, lastStreamSeq+1)
+	n, err := ss.s.purge(ctx, wire.StreamName, ss.subject, lastStreamSeq+1)
 	if err != nil {
-		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", id, lastStreamSeq, err)
+		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", ss.id, lastStreamSeq, err)
 	}
 	return n, nil
 }
 
-// CheckCurrent returns nil when session id's metadata exists, is not being removed and holds
+// CheckCurrent returns nil when the session's metadata exists, is not being removed and holds
 // incarnation inc (read from the leader); a wrapped ErrSessionDeleted otherwise.
-func (s *Store) CheckCurrent(ctx context.Context, id, inc string) error {
-	info, err := s.GetSessionInfo(ctx, id)
+func (ss *Session) CheckCurrent(ctx context.Context, inc string) error {
+	id := ss.id
+	info, err := ss.Info(ctx)
 	switch {
 	case errors.Is(err, ErrSessionNotFound):
 		return fmt.Errorf("%w: session %q has no metadata any more", ErrSessionDeleted, id)
@@ -212,17 +211,16 @@ func (s *Store) CheckCurrent(ctx context.Context, id, inc string) error {
 	return nil
 }
 
-// PurgeProjections purges every agentlog_projections key of session id (<unit>.<token>) and
+// PurgeProjections purges every agentlog_projections key of the session (<unit>.<token>) and
 // returns the keys it found. A projector calls it for a session it finds removed (no metadata, no
 // records), so that no state of it is kept.
-func (s *Store) PurgeProjections(ctx context.Context, id string) ([]string, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return nil, err
+func (ss *Session) PurgeProjections(ctx context.Context) ([]string, error) {
+	if ss.s.projections == nil {
+		return nil, ss.noStore()
 	}
-	keys, err := s.purgeProjections(ctx, tok)
+	keys, err := ss.s.purgeProjections(ctx, ss.tok)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: purge its projections: %w", id, err)
+		return nil, fmt.Errorf("session %q: purge its projections: %w", ss.id, err)
 	}
 	return keys, nil
 }
@@ -234,7 +232,7 @@ func (s *Store) purgeProjections(ctx context.Context, tok string) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.purge(ctx, "KV_"+wire.ProjectionsBucket, "$KV."+wire.ProjectionsBucket+".*."+tok, 0); err != nil {
+	if _, err := s.purge(ctx, "KV_"+wire.ProjectionsBucket, wire.KVSubject(wire.ProjectionsBucket, wire.ProjectionKeysFilter(tok)), 0); err != nil {
 		return nil, err
 	}
 	return keys, nil
@@ -253,7 +251,7 @@ func (s *Store) purge(ctx context.Context, stream, filter string, upTo uint64) (
 		req["seq"] = upTo
 	}
 	body, _ := json.Marshal(req)
-	reply, err := s.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, body)
+	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, body)
 	if err != nil {
 		return 0, fmt.Errorf("purge %s of stream %s: %w", filter, stream, err)
 	}
@@ -274,14 +272,15 @@ func (s *Store) purge(ctx context.Context, stream, filter string, upTo uint64) (
 	return resp.Purged, nil
 }
 
-// anythingStored reports whether session id without metadata still has records, projection
+// anythingStored reports whether the session, without metadata, still has records, projection
 // keys, a live writer lease or error reports (left by a removal that stopped half-way, or a write
 // that raced one).
-func (s *Store) anythingStored(ctx context.Context, id, tok string) (bool, error) {
-	if t, err := s.GetTailFromLeader(ctx, id); err != nil || t.LastStreamSeq > 0 {
+func (ss *Session) anythingStored(ctx context.Context) (bool, error) {
+	s, tok := ss.s, ss.tok
+	if t, err := ss.TailFromLeader(ctx); err != nil || t.LastStreamSeq > 0 {
 		return true, nil // a record, even one that does not decode
 	}
-	if _, _, err := s.GetLease(ctx, id); err == nil {
+	if _, _, err := ss.Lease(ctx); err == nil {
 		return true, nil
 	}
 	if keys, err := s.projectionKeys(ctx, tok); err != nil || len(keys) > 0 {
@@ -296,7 +295,7 @@ func (s *Store) anythingStored(ctx context.Context, id, tok string) (bool, error
 
 // projectionKeys lists the agentlog_projections keys of token tok.
 func (s *Store) projectionKeys(ctx context.Context, tok string) ([]string, error) {
-	lister, err := s.Projections.ListKeysFiltered(ctx, "*."+tok)
+	lister, err := s.projections.ListKeysFiltered(ctx, wire.ProjectionKeysFilter(tok))
 	if errors.Is(err, natsjs.ErrNoKeysFound) {
 		return nil, nil
 	}

@@ -23,29 +23,29 @@ func TestRemoveSession(t *testing.T) {
 		if err := s.CreateSession(ctx, session.Header{ID: x, CreatedAt: 1}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := s.Append(ctx, x, 0, evs(0, 3, "a"))
+		r, err := sessionOf(s, x).Append(ctx, 0, evs(0, 3, "a"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Append(ctx, x, r.StreamSeq, evs(3, 5, "b")); err != nil {
+		if _, err := sessionOf(s, x).Append(ctx, r.StreamSeq, evs(3, 5, "b")); err != nil {
 			t.Fatal(err)
 		}
 		xt, _ := wire.Token(x)
 		for _, unit := range []string{"messages", "turns"} {
-			if _, err := s.Projections.Put(ctx, unit+"."+xt, []byte(`{}`)); err != nil {
+			if _, err := s.projections.Put(ctx, unit+"."+xt, []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.JS.Publish(ctx, wire.ErrorsPrefix+"."+xt, []byte(`{"type":"agent/error"}`)); err != nil {
+		if _, err := s.js.Publish(ctx, wire.ErrorsPrefix+"."+xt, []byte(`{"type":"agent/error"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	before, _ := s.GetSessionInfo(ctx, id)
-	if _, err := s.AcquireLease(ctx, id, Lease{Writer: "w1", Host: "h", PID: 1, Since: 1}, 10*time.Second, false); err != nil {
+	before, _ := sessionOf(s, id).Info(ctx)
+	if _, err := sessionOf(s, id).AcquireLease(ctx, Lease{Writer: "w1", Host: "h", PID: 1, Since: 1}, 10*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
 
-	rm, err := s.RemoveSession(ctx, id)
+	rm, err := sessionOf(s, id).Remove(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,23 +54,23 @@ func TestRemoveSession(t *testing.T) {
 		rm.Incarnation != before.Incarnation || !slices.Equal(rm.Projections, []string{"messages." + tok, "turns." + tok}) {
 		t.Fatalf("Removed = %+v", rm)
 	}
-	if _, err := s.GetSession(ctx, id); !errors.Is(err, ErrSessionNotFound) {
+	if _, err := headerOf(sessionOf(s, id).Info(ctx)); !errors.Is(err, ErrSessionNotFound) {
 		t.Fatalf("metadata after rm: %v", err)
 	}
-	if evs, last, err := s.Read(ctx, id); err != nil || len(evs) != 0 || last != 0 {
+	if evs, last, err := readAll(ctx, sessionOf(s, id)); err != nil || len(evs) != 0 || last != 0 {
 		t.Fatalf("log after rm: %d events, last %d, %v", len(evs), last, err)
 	}
 	if keys, _ := s.projectionKeys(ctx, tok); len(keys) != 0 {
 		t.Fatalf("projection keys after rm: %v", keys)
 	}
-	if _, _, err := s.GetLease(ctx, id); !errors.Is(err, ErrNoLease) {
+	if _, _, err := sessionOf(s, id).Lease(ctx); !errors.Is(err, ErrNoLease) {
 		t.Fatalf("lease after rm: %v", err)
 	}
-	if found, err := s.anythingStored(ctx, id, tok); found || err != nil {
+	if found, err := sessionOf(s, id).anythingStored(ctx); found || err != nil {
 		t.Fatalf("anythingStored after rm: %v, %v", found, err)
 	}
 	// The other session is untouched.
-	if evs, _, err := s.Read(ctx, other); err != nil || len(evs) != 5 {
+	if evs, _, err := readAll(ctx, sessionOf(s, other)); err != nil || len(evs) != 5 {
 		t.Fatalf("other session: %d events, %v", len(evs), err)
 	}
 	otok, _ := wire.Token(other)
@@ -79,18 +79,18 @@ func TestRemoveSession(t *testing.T) {
 	}
 
 	// Nothing left: refused, naming the session.
-	if _, err := s.RemoveSession(ctx, id); !errors.Is(err, ErrSessionNotFound) || !strings.Contains(err.Error(), `"rm.me é"`) {
+	if _, err := sessionOf(s, id).Remove(ctx); !errors.Is(err, ErrSessionNotFound) || !strings.Contains(err.Error(), `"rm.me é"`) {
 		t.Fatalf("second rm: %v, want ErrSessionNotFound naming the id", err)
 	}
 	// Re-create: a new incarnation, an empty log, guard 0 works again.
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 2}); err != nil {
 		t.Fatal(err)
 	}
-	after, err := s.GetSessionInfo(ctx, id)
+	after, err := sessionOf(s, id).Info(ctx)
 	if err != nil || after.Incarnation == before.Incarnation || after.Header.CreatedAt != 2 {
 		t.Fatalf("re-created: %+v, %v", after, err)
 	}
-	if _, err := s.Append(ctx, id, 0, evs(0, 1, "new")); err != nil {
+	if _, err := sessionOf(s, id).Append(ctx, 0, evs(0, 1, "new")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -100,18 +100,18 @@ func TestRemoveSession(t *testing.T) {
 func TestRemoveKeepsDenyDelete(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r, err := s.Append(ctx, "keep", 0, evs(0, 2, "a"))
+	r, err := sessionOf(s, "keep").Append(ctx, 0, evs(0, 2, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Stream.DeleteMsg(ctx, r.StreamSeq); err == nil {
+	if err := s.stream.DeleteMsg(ctx, r.StreamSeq); err == nil {
 		t.Fatal("deleting one record was allowed")
 	}
-	if !s.Stream.CachedInfo().Config.DenyDelete || s.Stream.CachedInfo().Config.DenyPurge {
-		t.Fatalf("stream config: deny_delete %v, deny_purge %v", s.Stream.CachedInfo().Config.DenyDelete, s.Stream.CachedInfo().Config.DenyPurge)
+	if !s.stream.CachedInfo().Config.DenyDelete || s.stream.CachedInfo().Config.DenyPurge {
+		t.Fatalf("stream config: deny_delete %v, deny_purge %v", s.stream.CachedInfo().Config.DenyDelete, s.stream.CachedInfo().Config.DenyPurge)
 	}
 	// Records without metadata (an orphan) are removed too.
-	rm, err := s.RemoveSession(ctx, "keep")
+	rm, err := sessionOf(s, "keep").Remove(ctx)
 	if err != nil || rm.Metadata || rm.Records != 1 || rm.Events != 2 {
 		t.Fatalf("rm of an orphan log: %+v, %v", rm, err)
 	}
@@ -126,21 +126,21 @@ func TestRemoveFinishesAHalfDoneRemoval(t *testing.T) {
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := s.GetSessionInfo(ctx, id)
+	info, _ := sessionOf(s, id).Info(ctx)
 	// Mark it as RemoveSession's step 1 does, and stop there.
 	if _, err := s.markDeleting(ctx, id, info.Header.Raw, info.Revision, info.Incarnation); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetSession(ctx, id); !errors.Is(err, ErrSessionNotFound) {
+	if _, err := headerOf(sessionOf(s, id).Info(ctx)); !errors.Is(err, ErrSessionNotFound) {
 		t.Fatalf("GetSession of a marked session: %v", err)
 	}
-	if err := s.CheckCurrent(ctx, id, info.Incarnation); !errors.Is(err, ErrSessionDeleted) {
+	if err := sessionOf(s, id).CheckCurrent(ctx, info.Incarnation); !errors.Is(err, ErrSessionDeleted) {
 		t.Fatalf("CheckCurrent of a marked session: %v", err)
 	}
 	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 2}); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("CreateSession of a marked session: %v", err)
 	}
-	rm, err := s.RemoveSession(ctx, id)
+	rm, err := sessionOf(s, id).Remove(ctx)
 	if err != nil || !rm.Metadata || rm.Incarnation != info.Incarnation {
 		t.Fatalf("rm of a marked session: %+v, %v", rm, err)
 	}
@@ -153,17 +153,17 @@ func TestRemoveFinishesAHalfDoneRemoval(t *testing.T) {
 func TestPurgeThrough(t *testing.T) {
 	s := testStore(t, Config{})
 	ctx := testCtx(t)
-	r1, err := s.Append(ctx, "p", 0, evs(0, 1, "a"))
+	r1, err := sessionOf(s, "p").Append(ctx, 0, evs(0, 1, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "p", r1.StreamSeq, evs(1, 2, "b")); err != nil {
+	if _, err := sessionOf(s, "p").Append(ctx, r1.StreamSeq, evs(1, 2, "b")); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.PurgeThrough(ctx, "p", r1.StreamSeq); err != nil || n != 1 {
+	if n, err := sessionOf(s, "p").PurgeThrough(ctx, r1.StreamSeq); err != nil || n != 1 {
 		t.Fatalf("PurgeThrough: %d, %v", n, err)
 	}
-	if tail, err := s.GetTailFromLeader(ctx, "p"); err != nil || tail.NextSeq != 2 {
+	if tail, err := sessionOf(s, "p").TailFromLeader(ctx); err != nil || tail.NextSeq != 2 {
 		t.Fatalf("tail after PurgeThrough: %+v, %v", tail, err)
 	}
 }

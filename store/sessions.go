@@ -24,8 +24,8 @@ type CreateOpt func(*createOpts) error
 
 type createOpts struct{ incarnation string }
 
-// WithIncarnation gives the new session the incarnation inc (see CheckIncarnation) instead of a
-// fresh NewIncarnation.
+// WithIncarnation gives the new session the incarnation inc (see wire.CheckIncarnation) instead of a
+// fresh wire.NewIncarnation.
 func WithIncarnation(inc string) CreateOpt {
 	return func(o *createOpts) error {
 		if err := wire.CheckIncarnation(inc); err != nil {
@@ -38,11 +38,11 @@ func WithIncarnation(inc string) CreateOpt {
 
 // CreateSession stores the header in agentlog_sessions with a KV create.
 //
-// The key is Token(h.ID); the value is the session's dsh JSONL header line,
+// The key is wire.Token(h.ID); the value is the session's dsh JSONL header line,
 // {"type":"session","version":0,"id":…,"createdAt":…,…}: h.Raw as read from a file (so fields we do
 // not model survive) when it names the same id, else the fields of h in the reference's order. The
-// entry carries the session's incarnation in the message header IncarnationHeader (WithIncarnation,
-// default NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
+// entry carries the session's incarnation in the message header wire.IncarnationHeader (WithIncarnation,
+// default wire.NewIncarnation()). It writes no event. An id that already has metadata is a wrapped
 // ErrSessionExists naming the id; nothing is changed.
 func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...CreateOpt) error {
 	tok, err := wire.Token(h.ID)
@@ -63,15 +63,13 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 		return fmt.Errorf("session %q: encode header: %w", h.ID, err)
 	}
 	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
-	// (re-create after DeleteSession) the delete marker that is the key's last entry.
-	subject := "$KV." + wire.SessionsBucket + "." + tok
+	// (re-create after Session.Delete) the delete marker that is the key's last entry.
+	subject := wire.KVSubject(wire.SessionsBucket, tok)
 	expect := uint64(0)
 	for try := 0; ; try++ {
 		m := &nats.Msg{Subject: subject, Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
-		_, err = s.JS.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
-		var apiErr *natsjs.APIError
-		if err == nil || try > 0 || !errors.As(err, &apiErr) ||
-			(apiErr.ErrorCode != ErrCodeWrongLastSequence && apiErr.ErrorCode != ErrCodeWrongLastSequenceConstant) {
+		_, err = s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
+		if err == nil || try > 0 || !IsWrongLastSequence(err) {
 			break
 		}
 		last, gerr := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": subject})
@@ -81,8 +79,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 		expect = last.Sequence
 	}
 	if err != nil {
-		var apiErr *natsjs.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if IsWrongLastSequence(err) {
 			return fmt.Errorf("create session %q: %w (key %s in KV bucket %s)", h.ID, ErrSessionExists, tok, wire.SessionsBucket)
 		}
 		return fmt.Errorf("create session %q (key %s in KV bucket %s): %w", h.ID, tok, wire.SessionsBucket, err)
@@ -99,12 +96,6 @@ func kvDeleted(h nats.Header) bool {
 	return h.Get(natsjs.MarkerReasonHeader) != ""
 }
 
-// GetSession reads a session header (GetSessionInfo without the incarnation).
-func (s *Store) GetSession(ctx context.Context, id string) (session.Header, error) {
-	info, err := s.GetSessionInfo(ctx, id)
-	return info.Header, err
-}
-
 // SessionInfo is a session's stored metadata: its header, its incarnation ("" for metadata
 // written before incarnations existed) and the KV revision of the entry.
 type SessionInfo struct {
@@ -113,18 +104,18 @@ type SessionInfo struct {
 	Revision    uint64
 }
 
-// GetSessionInfo reads a session's metadata from the leader of agentlog_sessions.
+// Info reads the session's metadata from the leader of agentlog_sessions.
 //
-// A missing (or deleted, or being removed: DeletingHeader) key is a wrapped ErrSessionNotFound
+// A missing (or deleted, or being removed: wire.DeletingHeader) key is a wrapped ErrSessionNotFound
 // naming the id; one being removed wraps ErrSessionDeleted too. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
-func (s *Store) GetSessionInfo(ctx context.Context, id string) (SessionInfo, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return SessionInfo{}, err
+func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
+	s, id, tok := ss.s, ss.id, ss.tok
+	if s.js == nil {
+		return SessionInfo{}, ss.noStore()
 	}
-	e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": "$KV." + wire.SessionsBucket + "." + tok})
+	e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": wire.KVSubject(wire.SessionsBucket, tok)})
 	if errors.Is(err, natsjs.ErrMsgNotFound) || (err == nil && kvDeleted(e.Header)) {
 		return SessionInfo{}, fmt.Errorf("read session %q: %w (no key %s in KV bucket %s)", id, ErrSessionNotFound, tok, wire.SessionsBucket)
 	}
@@ -167,27 +158,18 @@ func headerValue(h session.Header) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
-// ErrSessionHasEvents is returned (wrapped) by DeleteSession for a session whose log holds events.
-var ErrSessionHasEvents = errors.New("session has events")
-
-// DeleteSession removes the metadata of a session whose log is empty, undoing a CreateSession that
-// was never followed by a write (a failed import, a fork that lost its guard). A session with
-// events is refused with a wrapped ErrSessionHasEvents (RemoveSession deletes a whole session).
-// Deleting a session without metadata is not an error.
-func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return err
+// DeleteMetadata deletes the session's agentlog_sessions entry if it is still at revision rev
+// (SessionInfo.Revision), whatever its log holds: for the writer of that entry undoing its claim
+// of the id (a fork whose record lost its guard), never a removal (Remove deletes a whole
+// session). An entry written since is left, and that refusal is a JetStream wrong-last-sequence
+// error (IsWrongLastSequence); a session without metadata is not an error.
+func (ss *Session) DeleteMetadata(ctx context.Context, rev uint64) error {
+	s, id, tok := ss.s, ss.id, ss.tok
+	if s.sessions == nil {
+		return ss.noStore()
 	}
-	tail, err := s.GetTail(ctx, id)
-	if err != nil {
-		return err
-	}
-	if tail.NextSeq > 0 {
-		return fmt.Errorf("delete session %q: %w: it holds %d events; its metadata is kept", id, ErrSessionHasEvents, tail.NextSeq)
-	}
-	if err := s.Sessions.Delete(ctx, tok); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
-		return fmt.Errorf("delete session %q (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
+	if err := s.sessions.Delete(ctx, tok, natsjs.LastRevision(rev)); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("delete the metadata of session %q (key %s in KV bucket %s, revision %d): %w", id, tok, wire.SessionsBucket, rev, err)
 	}
 	return nil
 }

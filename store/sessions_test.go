@@ -14,7 +14,7 @@ func TestCreateAndGetSession(t *testing.T) {
 	ctx := testCtx(t)
 	seed := int64(5)
 	h := session.Header{Version: 0, ID: "child.1 é", CreatedAt: 1785000000000, Cwd: "/w", ParentSession: "parent", SeedLength: &seed}
-	if _, err := s.GetSession(ctx, h.ID); !errors.Is(err, ErrSessionNotFound) || !strings.Contains(err.Error(), `"child.1 é"`) {
+	if _, err := headerOf(sessionOf(s, h.ID).Info(ctx)); !errors.Is(err, ErrSessionNotFound) || !strings.Contains(err.Error(), `"child.1 é"`) {
 		t.Fatalf("GetSession before create: %v, want ErrSessionNotFound naming the id", err)
 	}
 	if err := s.CreateSession(ctx, h); err != nil {
@@ -24,7 +24,7 @@ func TestCreateAndGetSession(t *testing.T) {
 	if !errors.Is(err, ErrSessionExists) || !strings.Contains(err.Error(), `"child.1 é"`) {
 		t.Fatalf("second CreateSession: %v, want ErrSessionExists naming the id", err)
 	}
-	got, err := s.GetSession(ctx, h.ID)
+	got, err := headerOf(sessionOf(s, h.ID).Info(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +35,12 @@ func TestCreateAndGetSession(t *testing.T) {
 		t.Errorf("GetSession leaves Raw empty")
 	}
 	// The stored value is compact JSON under the token key; the first create won.
-	e, err := s.Sessions.Get(ctx, "child_2E1_20_C3_A9")
+	e, err := s.sessions.Get(ctx, "child_2E1_20_C3_A9")
 	if err != nil || !strings.Contains(string(e.Value()), `"createdAt":1785000000000`) {
 		t.Fatalf("stored value %q, %v", e.Value(), err)
 	}
 	// Create writes no event.
-	if evs, last, err := s.Read(ctx, h.ID); err != nil || len(evs) != 0 || last != 0 {
+	if evs, last, err := readAll(ctx, sessionOf(s, h.ID)); err != nil || len(evs) != 0 || last != 0 {
 		t.Fatalf("Read after create: %d events, %v", len(evs), err)
 	}
 	if err := s.CreateSession(ctx, session.Header{ID: ""}); err == nil {
@@ -57,10 +57,10 @@ func TestTokensAreKVKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := "surface." + tok
-		if _, err := s.Projections.Put(ctx, key, []byte(`{}`)); err != nil {
+		if _, err := s.projections.Put(ctx, key, []byte(`{}`)); err != nil {
 			t.Errorf("id %q: key %q refused by KV: %v", id, key, err)
 		}
-		if _, err := s.Sessions.Create(ctx, tok, []byte(`{}`)); err != nil {
+		if _, err := s.sessions.Create(ctx, tok, []byte(`{}`)); err != nil {
 			t.Errorf("id %q: key %q refused by KV: %v", id, tok, err)
 		}
 	}

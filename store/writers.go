@@ -18,9 +18,9 @@ import (
 // a Lease (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer
 // stops renewing it.
 
-// WritersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
+// writersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
 // LimitMarkerTTL, which also enables per-key TTLs).
-const WritersMarkerTTL = time.Minute
+const writersMarkerTTL = time.Minute
 
 // MinLeaseTTL is the shortest lease TTL the server accepts (per-message TTLs are whole seconds).
 const MinLeaseTTL = time.Second
@@ -29,7 +29,7 @@ const MinLeaseTTL = time.Second
 // lease on the session is live.
 var ErrLeaseHeld = errors.New("session has a live writer")
 
-// ErrNoLease is returned (wrapped) by GetLease when the session has no live writer lease.
+// ErrNoLease is returned (wrapped) by Session.Lease when the session has no live writer lease.
 var ErrNoLease = errors.New("no live writer lease")
 
 // ErrLeaseLost is returned (wrapped) by RenewLease when the lease is no longer the caller's: it
@@ -68,18 +68,16 @@ func (e *LeaseHeldError) Error() string {
 
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
-// leaseSubject is the KV subject of the session's lease key.
-func leaseSubject(tok string) string { return "$KV." + wire.WritersBucket + "." + tok }
-
-// AcquireLease takes the writer lease of session id with TTL ttl (at least MinLeaseTTL) and returns
+// AcquireLease takes the session's writer lease with TTL ttl (at least MinLeaseTTL) and returns
 // its revision. A live lease of another writer is a *LeaseHeldError unless takeover, which
-// overwrites it. l.Session is set to id and l.TTLMillis to ttl.
-func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.Duration, takeover bool) (uint64, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return 0, err
-	}
-	if s.Writers == nil {
+// overwrites it. l.Session is set to the session's id and l.TTLMillis to ttl.
+func (ss *Session) AcquireLease(ctx context.Context, l Lease, ttl time.Duration, takeover bool) (uint64, error) {
+	return ss.s.acquireLease(ctx, ss.id, ss.tok, l, ttl, takeover)
+}
+
+// acquireLease is AcquireLease of session id (token tok).
+func (s *Store) acquireLease(ctx context.Context, id, tok string, l Lease, ttl time.Duration, takeover bool) (uint64, error) {
+	if s.writers == nil {
 		return 0, fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, wire.WritersBucket)
 	}
 	if ttl < MinLeaseTTL {
@@ -90,20 +88,20 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 	if takeover {
 		return s.publishLease(ctx, tok, val, ttl, nil)
 	}
-	rev, err := s.Writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl))
+	rev, err := s.writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl))
 	if err == nil {
 		return rev, nil
 	}
 	if !errors.Is(err, natsjs.ErrKeyExists) {
 		return 0, fmt.Errorf("session %q: take the writer lease (key %s in KV bucket %s): %w", id, tok, wire.WritersBucket, err)
 	}
-	holder, _, gerr := s.GetLease(ctx, id)
+	holder, _, gerr := s.getLease(ctx, tok, id)
 	if errors.Is(gerr, ErrNoLease) {
 		// Expired between the create and the read: try once more.
-		if rev, err = s.Writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl)); err == nil {
+		if rev, err = s.writers.Create(ctx, tok, val, natsjs.KeyTTL(ttl)); err == nil {
 			return rev, nil
 		}
-		holder, _, gerr = s.GetLease(ctx, id)
+		holder, _, gerr = s.getLease(ctx, tok, id)
 	}
 	if gerr != nil {
 		return 0, fmt.Errorf("session %q: the writer lease is held, and reading it failed: %w", id, gerr)
@@ -113,27 +111,22 @@ func (s *Store) AcquireLease(ctx context.Context, id string, l Lease, ttl time.D
 
 // RenewLease rewrites the lease at revision rev with a fresh TTL and returns the new revision. A
 // lease that is no longer at rev (expired, taken over) is a wrapped ErrLeaseLost.
-func (s *Store) RenewLease(ctx context.Context, id string, rev uint64, l Lease, ttl time.Duration) (uint64, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return 0, err
-	}
-	l.Session, l.TTLMillis = id, ttl.Milliseconds()
+func (ss *Session) RenewLease(ctx context.Context, rev uint64, l Lease, ttl time.Duration) (uint64, error) {
+	l.Session, l.TTLMillis = ss.id, ttl.Milliseconds()
 	val, _ := json.Marshal(l)
-	return s.publishLease(ctx, tok, val, ttl, &rev)
+	return ss.s.publishLease(ctx, ss.tok, val, ttl, &rev)
 }
 
 // publishLease writes a lease value with a per-message TTL, guarded by rev when not nil.
 func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl time.Duration, rev *uint64) (uint64, error) {
-	m := &nats.Msg{Subject: leaseSubject(tok), Header: nats.Header{}, Data: val}
+	m := &nats.Msg{Subject: wire.KVSubject(wire.WritersBucket, tok), Header: nats.Header{}, Data: val}
 	opts := []natsjs.PublishOpt{natsjs.WithMsgTTL(ttl)}
 	if rev != nil {
 		opts = append(opts, natsjs.WithExpectLastSequencePerSubject(*rev))
 	}
-	ack, err := s.JS.PublishMsg(ctx, m, opts...)
+	ack, err := s.js.PublishMsg(ctx, m, opts...)
 	if err != nil {
-		var apiErr *natsjs.APIError
-		if rev != nil && errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant) {
+		if rev != nil && IsWrongLastSequence(err) {
 			return 0, fmt.Errorf("%w: key %s in KV bucket %s is no longer at revision %d", ErrLeaseLost, tok, wire.WritersBucket, *rev)
 		}
 		return 0, fmt.Errorf("write the writer lease (key %s in KV bucket %s): %w", tok, wire.WritersBucket, err)
@@ -141,14 +134,18 @@ func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl ti
 	return ack.Sequence, nil
 }
 
-// GetLease reads the live lease of session id and its revision; no live lease is a wrapped
+// Lease reads the session's live writer lease and its revision; no live lease is a wrapped
 // ErrNoLease.
-func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return Lease{}, 0, err
+func (ss *Session) Lease(ctx context.Context) (Lease, uint64, error) {
+	return ss.s.getLease(ctx, ss.tok, ss.id)
+}
+
+// getLease is Lease of session id (token tok).
+func (s *Store) getLease(ctx context.Context, tok, id string) (Lease, uint64, error) {
+	if s.writers == nil {
+		return Lease{}, 0, fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, wire.WritersBucket)
 	}
-	e, err := s.Writers.Get(ctx, tok)
+	e, err := s.writers.Get(ctx, tok)
 	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
 		return Lease{}, 0, fmt.Errorf("%w: session %q", ErrNoLease, id)
 	}
@@ -162,35 +159,37 @@ func (s *Store) GetLease(ctx context.Context, id string) (Lease, uint64, error) 
 	return l, e.Revision(), nil
 }
 
-// ReleaseLease deletes the lease of session id if it is still at revision rev; a lease that moved
-// on (expired, taken over) is left alone and is not an error.
-func (s *Store) ReleaseLease(ctx context.Context, id string, rev uint64) error {
-	tok, err := wire.Token(id)
-	if err != nil {
-		return err
+// ReleaseLease deletes the session's writer lease if it is still at revision rev; a lease that
+// moved on (expired, taken over) is left alone and is not an error.
+func (ss *Session) ReleaseLease(ctx context.Context, rev uint64) error {
+	return ss.s.releaseLease(ctx, ss.tok, ss.id, rev)
+}
+
+// releaseLease is ReleaseLease of session id (token tok).
+func (s *Store) releaseLease(ctx context.Context, tok, id string, rev uint64) error {
+	if s.writers == nil {
+		return fmt.Errorf("session %q: no KV bucket %s in this Store (use Provision or Open)", id, wire.WritersBucket)
 	}
-	err = s.Writers.Delete(ctx, tok, natsjs.LastRevision(rev))
-	var apiErr *natsjs.APIError
-	if err == nil || errors.Is(err, natsjs.ErrKeyNotFound) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == ErrCodeWrongLastSequence || apiErr.ErrorCode == ErrCodeWrongLastSequenceConstant)) {
+	err := s.writers.Delete(ctx, tok, natsjs.LastRevision(rev))
+	if err == nil || errors.Is(err, natsjs.ErrKeyNotFound) || IsWrongLastSequence(err) {
 		return nil
 	}
 	return fmt.Errorf("session %q: release the writer lease (key %s in KV bucket %s, revision %s): %w", id, tok, wire.WritersBucket, strconv.FormatUint(rev, 10), err)
 }
 
 // EnsureWritersBucket creates agentlog_writers again when it is missing (lost with a server's
-// state), as Open does; s.Writers stays usable.
+// state), as Open does; the Store stays usable.
 func (s *Store) EnsureWritersBucket(ctx context.Context) error {
 	replicas := 1
-	if s.Stream != nil {
-		replicas = s.Stream.CachedInfo().Config.Replicas
+	if s.stream != nil {
+		replicas = s.stream.CachedInfo().Config.Replicas
 	}
-	_, err := ensureWritersBucket(ctx, s.JS, replicas)
+	_, err := ensureWritersBucket(ctx, s.js, replicas)
 	return err
 }
 
 // ensureWritersBucket returns agentlog_writers, creating it when missing (file storage, history 1,
-// replicas, per-key TTLs with WritersMarkerTTL); an existing one must allow per-message TTLs.
+// replicas, per-key TTLs with writersMarkerTTL); an existing one must allow per-message TTLs.
 func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int) (natsjs.KeyValue, error) {
 	return ensureKV(ctx, js, natsjs.KeyValueConfig{
 		Bucket:         wire.WritersBucket,
@@ -198,7 +197,7 @@ func ensureWritersBucket(ctx context.Context, js natsjs.JetStream, replicas int)
 		History:        1,
 		Storage:        natsjs.FileStorage,
 		Replicas:       replicas,
-		LimitMarkerTTL: WritersMarkerTTL,
+		LimitMarkerTTL: writersMarkerTTL,
 	}, func(c natsjs.StreamConfig) error {
 		switch {
 		case !c.AllowMsgTTL:

@@ -19,6 +19,36 @@ const (
 	ErrorsPrefix      = "agentlog.errors" // agentlog.errors.<token>
 )
 
+// KVSubject is the subject of key in KV bucket bucket: "$KV.<bucket>.<key>" (the layout of
+// JetStream's KV, ADR-8). A write to it with Nats-Expected-Last-Subject-Sequence is a revision
+// compare-and-swap of the key.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// ProjectionKey is the agentlog_projections key of unit's state of the session whose subject token
+// is token: "<unit>.<token>" (docs/PROTOCOL.md §8). A unit name is what CheckUnit accepts.
+func ProjectionKey(unit, token string) string { return unit + "." + token }
+
+// maxUnitBytes is the longest projection unit name.
+const maxUnitBytes = 64
+
+// CheckUnit refuses a projection unit name that is not 1..maxUnitBytes bytes of [A-Za-z0-9_-]
+// (it is the first token of a KV key, so it can hold no '.' or wildcard).
+func CheckUnit(unit string) error {
+	if unit == "" || len(unit) > maxUnitBytes {
+		return fmt.Errorf("unit %q: want 1..%d characters of [A-Za-z0-9_-]", unit, maxUnitBytes)
+	}
+	for i := 0; i < len(unit); i++ {
+		if c := unit[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("unit %q: character %q is not allowed (want [A-Za-z0-9_-], it is a KV key token)", unit, c)
+		}
+	}
+	return nil
+}
+
+// ProjectionKeysFilter is the agentlog_projections key filter of every unit's state of the session
+// whose subject token is token: "*.<token>".
+func ProjectionKeysFilter(token string) string { return "*." + token }
+
 // Stream metadata keys of AGENTLOG, written at creation, and the partition counts.
 const (
 	MetaPartitions    = "agentlog.partitions" // partition count, decimal; fixed at creation

@@ -89,7 +89,13 @@ func SessionSubject(id string, partitions int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return SubjectPrefix + "." + strconv.Itoa(Partition(tok, partitions)) + "." + tok, nil
+	return TokenSubject(tok, partitions), nil
+}
+
+// TokenSubject returns agentlog.session.<partition>.<token> for a subject token (as Token makes
+// it; not checked) with the given partition count.
+func TokenSubject(token string, partitions int) string {
+	return SubjectPrefix + "." + strconv.Itoa(Partition(token, partitions)) + "." + token
 }
 
 // PartitionSubject returns the filter subject agentlog.session.<p>.* that selects every session of
@@ -205,12 +211,12 @@ func echoID(id string) string {
 	return echoCut(id) + "..."
 }
 
-// CheckRawID applies rule id-utf8 to an id as it appears in a JSON request, before decoding: Go's
+// checkRawID applies rule id-utf8 to an id as it appears in a JSON request, before decoding: Go's
 // decoding turns invalid UTF-8 bytes and lone surrogate escapes ("\ud800") into U+FFFD, so a
 // request for an ill-formed id would otherwise name the session "\uFFFD". raw is the JSON value;
 // a value that is not a string is left to the decoding. The error names the offending byte or
 // escape and the rule.
-func CheckRawID(raw []byte) error {
+func checkRawID(raw []byte) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) < 2 || raw[0] != '"' {
 		return nil
@@ -262,7 +268,7 @@ func hex4(b []byte) (rune, bool) {
 	return rune(v), err == nil
 }
 
-// CheckRawIDFields applies CheckRawID to the top-level fields of the JSON object data that decode
+// CheckRawIDFields applies checkRawID to the top-level fields of the JSON object data that decode
 // into the named fields (encoding/json matches names without regard to case). A request that is
 // not a JSON object is left to the decoding (nil). The error is prefixed with the field's name.
 func CheckRawIDFields(data []byte, fields ...string) error {
@@ -276,7 +282,7 @@ func CheckRawIDFields(data []byte, fields ...string) error {
 	for _, f := range fields {
 		for k, v := range obj {
 			if strings.EqualFold(k, f) {
-				if err := CheckRawID(v); err != nil {
+				if err := checkRawID(v); err != nil {
 					return fmt.Errorf("%s: %w", f, err)
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/spf13/cobra"
 )
@@ -108,8 +109,12 @@ func demoOne(ctx context.Context, p demoPrinter, s *devstack.Stack, h session.He
 	if _, err := importLog(ctx, s.Store(), s.Conn(), h, events); err != nil {
 		return err
 	}
-	stored, _, err := s.Store().Read(ctx, id)
+	ss, err := s.Store().Session(id)
 	if err != nil {
+		return err
+	}
+	var stored []session.Event
+	if _, err := ss.Records(ctx, store.Collect(&stored)); err != nil {
 		return err
 	}
 	p.section(fmt.Sprintf("events in the log (%d, read back from stream %s)", len(stored), "AGENTLOG"))

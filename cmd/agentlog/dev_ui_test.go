@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -71,7 +72,7 @@ func TestUIDownloadsAreTheCLIOutput(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000, Cwd: "/work/<repo>"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, id, 0, opsEvents()); err != nil {
+	if _, err := storetest.Session(s.Store(), id).Append(ctx, 0, opsEvents()); err != nil {
 		t.Fatal(err)
 	}
 	get := func(path string) (*http.Response, string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -37,7 +38,7 @@ func TestCLIBlankIDsSeedCodeAndUnknownWait(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "k9", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "k9", 0, evs); err != nil {
+	if _, err := storetest.Session(s.Store(), "k9").Append(ctx, 0, evs); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI(ctx, s.URL(), "fork", "k9", "--child", "live1", "--at", "2")

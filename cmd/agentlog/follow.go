@@ -73,15 +73,19 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 		if err != nil {
 			return err
 		}
+		ss, err := store.Session(args[0])
+		if err != nil {
+			return err
+		}
 		if hp == nil { // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
-			if t, terr := store.GetTail(hctx, args[0]); terr != nil || t.NextSeq == 0 {
+			if t, terr := ss.Tail(hctx); terr != nil || t.NextSeq == 0 {
 				return fmt.Errorf("session %q not found", args[0])
 			}
 		}
 		if !q.Follow && q.FromSeq > 0 {
 			// Without --follow, a start past the log's end would print the header alone and look
 			// like success: refuse it, naming the end (with --follow it is waited for).
-			t, err := store.GetTailFromLeader(hctx, args[0])
+			t, err := ss.TailFromLeader(hctx)
 			if err != nil {
 				return err
 			}

@@ -67,8 +67,12 @@ terminal. --json prints {"session","events","lastSeq","repairedStrings","firstRe
 			defer nc.Close()
 			// The largest event is checked against --max-event-bytes before anything is written
 			// (one larger than a record is offloaded to agentlog_blobs; one over the cap never stored).
-			if err := store.CheckEventSize(h.ID, v.largest); err != nil {
-				return fmt.Errorf("%s: refused: %w; nothing was written", args[0], err)
+			ss, err := store.Session(h.ID)
+			if err != nil {
+				return err
+			}
+			if err := ss.CheckEventSize(v.largest); err != nil {
+				return fmt.Errorf("%s: refused: %w (--max-event-bytes); nothing was written", args[0], err)
 			}
 			f, err := os.Open(path)
 			if err != nil {
@@ -310,7 +314,9 @@ type imported struct {
 // and, as an earlier import may have stopped part-way, how to start over.
 func existsErr(ctx context.Context, st *store.Store, id string, fileEvents int64, cause error) error {
 	holds := "no events"
-	if t, err := st.GetTailFromLeader(ctx, id); err != nil {
+	if ss, err := st.Session(id); err != nil {
+		holds = fmt.Sprintf("events that cannot be read (%v)", err)
+	} else if t, err := ss.TailFromLeader(ctx); err != nil {
 		holds = fmt.Sprintf("events that cannot be read (%v)", err)
 	} else if t.NextSeq > 0 {
 		holds = fmt.Sprintf("%d events (last seq %d)", t.NextSeq, t.NextSeq-1)
@@ -388,10 +394,14 @@ const (
 // half-way): creating the metadata would succeed and the first write then conflict, leaving the
 // id with metadata as well. Nothing is written.
 func refuseOrphanRecords(ctx context.Context, st *store.Store, id string) error {
-	if _, err := st.GetSession(ctx, id); !errors.Is(err, store.ErrSessionNotFound) {
+	ss, err := st.Session(id)
+	if err != nil {
+		return err
+	}
+	if _, err := ss.Info(ctx); !errors.Is(err, store.ErrSessionNotFound) {
 		return nil // it exists (Create refuses it) or cannot be read (Create says why)
 	}
-	tail, err := st.GetTailFromLeader(ctx, id)
+	tail, err := ss.TailFromLeader(ctx)
 	if err == nil && tail.LastStreamSeq == 0 {
 		return nil
 	}
@@ -420,7 +430,11 @@ func rollbackImport(ctx context.Context, st *store.Store, w *publisher.Writer, i
 	defer stop()
 	rctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
-	rm, err := st.RemoveSession(rctx, id)
+	ss, err := st.Session(id)
+	if err != nil {
+		return fmt.Errorf("%w; %v", cause, err)
+	}
+	rm, err := ss.Remove(rctx)
 	if err != nil && errors.Is(context.Cause(rctx), nats.ErrPermissionViolation) {
 		return fmt.Errorf("%w; these credentials may not remove what it wrote (`agentlog rm %s` with the operator's removes it)", cause, shellquote.Quote(id))
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/obs"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
@@ -196,7 +197,7 @@ func TestProjectorReadiness(t *testing.T) {
 	}
 	defer nc.Close()
 	st, _ = store.Open(ctx, js)
-	if _, err := st.Append(ctx, "counted", 0, []session.Event{note(0), note(1)}); err != nil {
+	if _, err := storetest.Session(st, "counted").Append(ctx, 0, []session.Event{note(0), note(1)}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)

@@ -10,7 +10,6 @@ import (
 	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
-	"github.com/agentlog/agentlog/wire"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
@@ -114,10 +113,11 @@ type rebuildResult struct {
 // being removed.
 func checkSessionsExist(ctx context.Context, st *store.Store, ids []string) error {
 	for _, id := range ids {
-		if _, err := wire.Token(id); err != nil {
+		ss, err := st.Session(id)
+		if err != nil {
 			return err
 		}
-		_, err := st.GetSession(ctx, id)
+		_, err = ss.Info(ctx)
 		if err == nil {
 			continue
 		}
@@ -127,7 +127,7 @@ func checkSessionsExist(ctx context.Context, st *store.Store, ids []string) erro
 		if !errors.Is(err, store.ErrSessionNotFound) {
 			return err
 		}
-		if t, terr := st.GetTail(ctx, id); terr != nil || t.NextSeq == 0 {
+		if t, terr := ss.Tail(ctx); terr != nil || t.NextSeq == 0 {
 			return fmt.Errorf("session %q not found (no metadata, no records): nothing was rebuilt", id)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -28,7 +29,7 @@ func TestRebuildCmd(t *testing.T) {
 	ev := func(seq int64, typ, data string) session.Event {
 		return session.Event{Type: typ, Seq: seq, Time: "1785000000000", Data: json.RawMessage(data)}
 	}
-	if _, err := s.Store().Append(ctx, "r1", 0, []session.Event{
+	if _, err := storetest.Session(s.Store(), "r1").Append(ctx, 0, []session.Event{
 		ev(0, "turn/start", `{"turn":1}`),
 		ev(1, "session/title", `{"title":"hello","messageSeqs":[],"source":{"kind":"fallback"}}`),
 	}); err != nil {

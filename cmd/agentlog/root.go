@@ -184,8 +184,7 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.
 		nc.Close()
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
-	st.MaxEventBytes = g.maxEventBytes
-	return nc, st, nil
+	return nc, st.WithMaxEventBytes(g.maxEventBytes), nil
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog

@@ -150,7 +150,7 @@ setting, to run against an existing config it cannot use. The partition count is
 				return err
 			}
 			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions) and %s, KV buckets %s and %s\n",
-				g.natsURL, wire.StreamName, st.Partitions, wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
+				g.natsURL, wire.StreamName, st.Partitions(), wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
 			return nil
 		},
 	}
@@ -214,7 +214,7 @@ waited for.`,
 			if err := p.Start(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions, p.Owned())
+			fmt.Fprintf(g.stdout, "agentlog projector %q running on %s (%d partitions, owns %v)\n", p.Name(), g.natsURL, store.Partitions(), p.Owned())
 			<-cmd.Context().Done()
 			return p.Stop()
 		},

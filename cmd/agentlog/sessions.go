@@ -56,8 +56,12 @@ func printEvents(ctx context.Context, c *client.Client, st *store.Store, id stri
 			return err
 		}
 	}
-	last, err := st.ReadRecords(ctx, id, func(_ uint64, events []session.Event) error {
-		return jw.Write(events...)
+	ss, err := st.Session(id)
+	if err != nil {
+		return err
+	}
+	last, err := ss.Records(ctx, func(r store.Record) error {
+		return jw.Write(r.Events...)
 	})
 	if err != nil {
 		return err
@@ -119,8 +123,12 @@ writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projecti
 
 // queryMessages asks the projector for id's messages, waiting for minSeq (-2: the current tail).
 func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id string, minSeq int64) ([]json.RawMessage, error) {
+	ss, err := st.Session(id)
+	if err != nil {
+		return nil, err
+	}
 	if minSeq == -2 {
-		tail, err := st.GetTail(ctx, id)
+		tail, err := ss.Tail(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -137,8 +145,8 @@ func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id strin
 	reply, err := c.Messages(ctx, id, opts...)
 	if errors.Is(err, client.ErrNotFound) {
 		// A session that exists but has no events has no projection yet: its history is empty.
-		if _, herr := st.GetSession(ctx, id); herr == nil {
-			if tail, terr := st.GetTail(ctx, id); terr == nil && tail.NextSeq == 0 {
+		if _, herr := ss.Info(ctx); herr == nil {
+			if tail, terr := ss.Tail(ctx); terr == nil && tail.NextSeq == 0 {
 				return []json.RawMessage{}, nil
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -60,7 +61,7 @@ func TestSessionsStatusCLI(t *testing.T) {
 		if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Store().Append(ctx, id, 0, opsEvents()); err != nil {
+		if _, err := storetest.Session(s.Store(), id).Append(ctx, 0, opsEvents()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +202,7 @@ func TestSessionsScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subj, _ := store.Subject(id)
+		subj, _ := wire.SessionSubject(id, store.Partitions())
 		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: body}, natsjs.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -48,7 +49,7 @@ func TestStatusOpenTurnAsOf(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tail, err := s.Store().GetTailFromLeader(ctx, "st")
+	tail, err := storetest.Session(s.Store(), "st").TailFromLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestStatusOpenTurnAsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "st", tail.LastStreamSeq, []session.Event{end}); err != nil {
+	if _, err := storetest.Session(s.Store(), "st").Append(ctx, tail.LastStreamSeq, []session.Event{end}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := openTurn(), "1 (as of seq 1 of 2: the projection lags)"; got != want {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -171,7 +172,7 @@ func TestAgentBlobs(t *testing.T) {
 		t.Fatalf("the agent purged agentlog_blobs: %v; violations %v, want the purge's", err, v)
 	}
 	readBack := func(who string) {
-		got, _, err := st.Read(ctx, "victim")
+		got, _, err := storetest.ReadAll(ctx, storetest.Session(st, "victim"))
 		if err != nil || len(got) != 2 || string(got[1].Data) != string(victim[1].Data) {
 			t.Fatalf("%s: reading the victim's blob back: %d events, %v", who, len(got), err)
 		}

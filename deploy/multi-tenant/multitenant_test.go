@@ -17,6 +17,7 @@ import (
 	"time"
 
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -273,7 +274,7 @@ func TestMultiTenant(t *testing.T) {
 		if err != nil {
 			t.Fatalf("viewer: store.Open: %v", err)
 		}
-		w, err := sto.Projections.Watch(ctx, "messages.s1")
+		w, err := storetest.ProjectionsKV(sto).Watch(ctx, "messages.s1")
 		if err != nil {
 			t.Fatalf("viewer: watch messages.s1: %v", err)
 		}
@@ -599,7 +600,7 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GetSession(ctx, "b-secret"); err == nil {
+	if _, err := storetest.Header(storetest.Session(st, "b-secret").Info(ctx)); err == nil {
 		t.Fatal("A's agent with B's certificate read B's session")
 	}
 }

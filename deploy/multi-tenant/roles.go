@@ -61,9 +61,9 @@ func openEntries() []Entry {
 
 // Entries of the reads of AGENTLOG that the publisher, the client and the services share.
 var (
-	tailGet      = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (GetTail: the next append's guard; `sessions` rows): direct get, last by subject")
-	leaderGet    = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (GetTailFromLeader, a record by stream seq, the next by subject): never stale")
-	metaGet      = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (GetSession, CheckCurrent)")
+	tailGet      = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (Session.Tail: the next append's guard; `sessions` rows): direct get, last by subject")
+	leaderGet    = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (Session.TailFromLeader, a record by stream seq, the next by subject): never stale")
+	metaGet      = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (Session.Info, CheckCurrent)")
 	logConsumer  = api("CONSUMER.CREATE.AGENTLOG.>", "an ordered consumer filtered on one session's subject, to read its log (ReadSession, events)")
 	logNext      = api("CONSUMER.MSG.NEXT.AGENTLOG.*", "pulls of that ordered consumer")
 	logDelete    = api("CONSUMER.DELETE.AGENTLOG.*", "deletes that consumer when the read is done")
@@ -183,7 +183,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 			Publish: concat([]Entry{
 				e(wire.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
 				e("$KV."+wire.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
-				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (PurgeThrough)"),
+				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (Session.PurgeThrough)"),
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
 				logConsumer, logNext, logDelete,

@@ -102,12 +102,12 @@ func RunAppend(ctx context.Context, o AppendOptions, logw io.Writer) (AppendResu
 		return res, err
 	}
 	defer cleanup()
-	nc, store, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, SyncAlways: o.SyncAlways, Name: "agentlog-bench"})
+	nc, st, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, SyncAlways: o.SyncAlways, Name: "agentlog-bench"})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	js := store.JS
+	js := st.JetStream()
 
 	// The same events for both phases (generated before any timing).
 	events := make([][]session.Event, o.Sessions)
@@ -124,7 +124,7 @@ func RunAppend(ctx context.Context, o AppendOptions, logw io.Writer) (AppendResu
 	for r := range o.Rounds {
 		if o.Skip != "baseline" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (b) raw async publishing, %d sessions x %d events...\n", r+1, o.Rounds, o.Sessions, o.Events)
-			el, stored, err := benchBaseline(ctx, nc, js, store, events, o.MaxPending)
+			el, stored, err := benchBaseline(ctx, nc, js, st, events, o.MaxPending)
 			if err != nil {
 				return res, fmt.Errorf("baseline: %w", err)
 			}
@@ -137,7 +137,7 @@ func RunAppend(ctx context.Context, o AppendOptions, logw io.Writer) (AppendResu
 		if o.Skip != "publisher" {
 			fmt.Fprintf(logw, "bench: round %d/%d: (a) agentlog publisher, %d sessions x %d events, window %s...\n", r+1, o.Rounds, o.Sessions, o.Events, o.Window)
 			var pr AppendResult
-			if err := benchPublisher(ctx, nc, store, o, r, events, &pr); err != nil {
+			if err := benchPublisher(ctx, nc, st, o, r, events, &pr); err != nil {
 				return res, fmt.Errorf("publisher: %w", err)
 			}
 			pub = append(pub, pr)
@@ -172,7 +172,7 @@ func RunAppend(ctx context.Context, o AppendOptions, logw io.Writer) (AppendResu
 // AGENTLOG_BENCH_RAW (AGENTLOG's config under another name and subject), and waits for every ack.
 // It returns the wall time and the stream's stored bytes.
 func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *store.Store, events [][]session.Event, maxPending int) (time.Duration, uint64, error) {
-	cfg := st.Stream.CachedInfo().Config
+	cfg := st.Stream().CachedInfo().Config
 	cfg.Name = "AGENTLOG_BENCH_RAW"
 	cfg.Subjects = []string{"agentlog_bench_raw.>"}
 	cfg.Description = "agentlog bench append: the raw async publishing baseline"
@@ -240,7 +240,7 @@ func benchBaseline(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, st *
 // benchPublisher creates every session (untimed), then Appends all events of all sessions
 // concurrently and Flushes each session at its end.
 func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o AppendOptions, round int, events [][]session.Event, res *AppendResult) error {
-	before, err := st.Stream.Info(ctx)
+	before, err := st.Stream().Info(ctx)
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func benchPublisher(ctx context.Context, nc *nats.Conn, st *store.Store, o Appen
 	res.FlushP99Ms = ms(flushes[min(len(flushes)-1, len(flushes)*99/100)])
 	res.FlushMaxMs = ms(flushes[len(flushes)-1])
 
-	after, err := st.Stream.Info(ctx)
+	after, err := st.Stream().Info(ctx)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -109,7 +110,7 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	nc, store, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, Name: "agentlog-bench"})
+	nc, st, stop, err := benchServer(ctx, devstack.Options{DataDir: dir, Name: "agentlog-bench"})
 	if err != nil {
 		return res, err
 	}
@@ -121,30 +122,34 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 	res.Events = len(events)
 	const src = "bench-src"
 	fmt.Fprintf(logw, "bench: storing the source (%d events)...\n", len(events))
-	if err := store.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
+	if err := st.CreateSession(ctx, session.Header{ID: src, CreatedAt: time.Now().UnixMilli()}); err != nil {
 		return res, err
 	}
 	var last uint64
-	before, err := store.Stream.Info(ctx)
+	before, err := st.Stream().Info(ctx)
+	if err != nil {
+		return res, err
+	}
+	srcSession, err := st.Session(src)
 	if err != nil {
 		return res, err
 	}
 	for i := 0; i < len(events); i += o.RecordEvents {
-		r, err := store.Append(ctx, src, last, events[i:min(i+o.RecordEvents, len(events))])
+		r, err := srcSession.Append(ctx, last, events[i:min(i+o.RecordEvents, len(events))])
 		if err != nil {
 			return res, fmt.Errorf("storing the source: %w", err)
 		}
 		last = r.StreamSeq
 		res.SourceRecords++
 	}
-	after, err := store.Stream.Info(ctx)
+	after, err := st.Stream().Info(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.SourceBytes = after.State.Bytes - before.State.Bytes
 	events = nil
 
-	f, err := forker.New(store, nc, forker.Options{Logger: benchLogger})
+	f, err := forker.New(st, nc, forker.Options{Logger: benchLogger})
 	if err != nil {
 		return res, err
 	}
@@ -170,7 +175,7 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 		debug.FreeOSMemory() // so that the peak RSS counts what the phase needs, not free heap
 		rss0, reset := resetPeakRSS()
 		t, c := time.Now(), processCPU()
-		if err := benchRawCopy(ctx, store, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
+		if err := benchRawCopy(ctx, st, src, "bench-raw-"+strconv.Itoa(r)); err != nil {
 			return res, fmt.Errorf("baseline: %w", err)
 		}
 		bases, baseCPU = append(bases, ms(time.Since(t))), append(baseCPU, ms(processCPU()-c))
@@ -192,7 +197,11 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 			res.ForkPeakRSSGrowthBytes = peakRSS() - rss0
 		}
 		if r == 0 {
-			n, err := store.ReadRecords(ctx, fr.Child, func(uint64, []session.Event) error { res.ChildRecords++; return nil })
+			child, err := st.Session(fr.Child)
+			if err != nil {
+				return res, err
+			}
+			n, err := child.Records(ctx, func(store.Record) error { res.ChildRecords++; return nil })
 			if err != nil || n == 0 {
 				return res, fmt.Errorf("reading the child back: %v", err)
 			}
@@ -212,24 +221,24 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 // and publish its bytes (data and Agentlog-* headers) once to the subject of session dst, async,
 // then wait for every ack.
 func benchRawCopy(ctx context.Context, st *store.Store, src, dst string) error {
-	subject, err := st.Subject(src)
+	subject, err := wire.SessionSubject(src, st.Partitions())
 	if err != nil {
 		return err
 	}
-	to, err := st.Subject(dst)
+	to, err := wire.SessionSubject(dst, st.Partitions())
 	if err != nil {
 		return err
 	}
-	cons, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return err
 	}
-	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize)))
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize())))
 	if err != nil {
 		return err
 	}
 	defer iter.Stop()
-	js := st.JS
+	js := st.JetStream()
 	for {
 		m, err := iter.Next(natsjs.NextContext(ctx))
 		if err != nil {

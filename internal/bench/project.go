@@ -124,7 +124,7 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 		return res, err
 	}
 	defer stop()
-	js := st.JS
+	js := st.JetStream()
 
 	// Pre-fill: every session in records of o.Batch events.
 	fmt.Fprintf(logw, "bench project: writing %d sessions x %d events...\n", o.Sessions, o.Events)
@@ -150,11 +150,16 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 					errs <- err
 					return
 				}
+				ss, err := st.Session(id)
+				if err != nil {
+					errs <- err
+					return
+				}
 				var tail uint64
 				n := 0
 				for len(evs) > 0 {
 					k := min(o.Batch, len(evs))
-					r, err := st.Append(ctx, id, tail, evs[:k])
+					r, err := ss.Append(ctx, tail, evs[:k])
 					if err != nil {
 						errs <- err
 						return
@@ -313,8 +318,8 @@ func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.Je
 // resetProjections removes what a bench projector left: its partition consumers and every stored
 // projection state, so that the next round folds the whole stream again.
 func resetProjections(ctx context.Context, js natsjs.JetStream, st *store.Store) error {
-	for part := 0; part < st.Partitions; part++ {
-		if err := st.Stream.DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+	for part := 0; part < st.Partitions(); part++ {
+		if err := st.Stream().DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
 			return fmt.Errorf("bench project: deleting consumer %s: %w", projector.PartitionConsumer(part), err)
 		}
 	}
@@ -336,9 +341,9 @@ func benchPartitioned(ctx context.Context, st *store.Store, want int) (time.Dura
 	var wg sync.WaitGroup
 	all, done := context.WithCancel(ctx) // cancelled once every event was read
 	defer done()
-	errs := make(chan error, st.Partitions)
-	for part := 0; part < st.Partitions; part++ {
-		oc, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.PartitionSubject(part)}})
+	errs := make(chan error, st.Partitions())
+	for part := 0; part < st.Partitions(); part++ {
+		oc, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.PartitionSubject(part)}})
 		if err != nil {
 			return 0, err
 		}
@@ -384,7 +389,7 @@ func benchPartitioned(ctx context.Context, st *store.Store, want int) (time.Dura
 // returns the time it took.
 func benchOrdered(ctx context.Context, st *store.Store, want int, decode bool) (time.Duration, error) {
 	start := time.Now()
-	oc, err := st.Stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.SubjectPrefix + ".>"}})
+	oc, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{wire.SubjectPrefix + ".>"}})
 	if err != nil {
 		return 0, err
 	}

@@ -189,7 +189,11 @@ func benchScaleRun(ctx context.Context, o ScaleOptions, n int, dir, profile stri
 		if err := st.CreateSession(ctx, session.Header{ID: id(i), CreatedAt: t0}); err != nil {
 			return err
 		}
-		r, err := st.Append(ctx, id(i), 0, evs[:o.Events])
+		ss, err := st.Session(id(i))
+		if err != nil {
+			return err
+		}
+		r, err := ss.Append(ctx, 0, evs[:o.Events])
 		tails[i] = r.StreamSeq
 		return err
 	}); err != nil {
@@ -207,8 +211,12 @@ func benchScaleRun(ctx context.Context, o ScaleOptions, n int, dir, profile stri
 	start = time.Now()
 	if err := forEach(ctx, len(sample), o.Workers, func(k int) error {
 		i := sample[k]
+		ss, err := st.Session(id(i))
+		if err != nil {
+			return err
+		}
 		for r := 1; r <= o.Records; r++ {
-			res, err := st.Append(ctx, id(i), tails[i], evs[r*o.Events:(r+1)*o.Events])
+			res, err := ss.Append(ctx, tails[i], evs[r*o.Events:(r+1)*o.Events])
 			if err != nil {
 				return err
 			}
@@ -327,8 +335,8 @@ func forEach(ctx context.Context, n, workers int, fn func(i int) error) error {
 func waitFolded(ctx context.Context, st *store.Store, p *projector.Projector, total int64) error {
 	for {
 		done := p.Applied() >= total
-		for part := 0; part < st.Partitions && done; part++ {
-			c, err := st.JS.Consumer(ctx, wire.StreamName, projector.PartitionConsumer(part))
+		for part := 0; part < st.Partitions() && done; part++ {
+			c, err := st.JetStream().Consumer(ctx, wire.StreamName, projector.PartitionConsumer(part))
 			if err != nil {
 				return err
 			}

@@ -252,7 +252,7 @@ func newTurnRig(ctx context.Context, st *store.Store, nc *nats.Conn, sessions, s
 			return nil, err
 		}
 	}
-	r.raw, err = st.JS.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "BENCH_RAW_" + strings.ToUpper(prefix), Subjects: []string{"benchraw." + prefix + ".>"},
+	r.raw, err = st.JetStream().CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "BENCH_RAW_" + strings.ToUpper(prefix), Subjects: []string{"benchraw." + prefix + ".>"},
 		Storage: natsjs.FileStorage, Compression: natsjs.S2Compression, AllowDirect: true})
 	if err != nil {
 		r.close()
@@ -427,7 +427,7 @@ func (r *turnRig) phase(ctx context.Context, load, rate float64, dur, probeEvery
 			for time.Now().Before(end) && ctx.Err() == nil {
 				t0 := time.Now()
 				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				ack, err := r.st.JS.PublishMsg(pctx, &nats.Msg{Subject: subject, Data: body}, natsjs.WithExpectLastSequencePerSubject(last))
+				ack, err := r.st.JetStream().PublishMsg(pctx, &nats.Msg{Subject: subject, Data: body}, natsjs.WithExpectLastSequencePerSubject(last))
 				if err == nil {
 					last = ack.Sequence
 					var m *natsjs.RawStreamMsg

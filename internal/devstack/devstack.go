@@ -93,7 +93,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if s.store, err = store.Provision(ctx, js, o.Config); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
-	s.store.MaxEventBytes = o.MaxEventBytes
+	s.store = s.store.WithMaxEventBytes(o.MaxEventBytes)
 	for i := 0; i < o.Projectors; i++ {
 		p, err := projector.New(s.store, nc, projector.Options{Name: fmt.Sprintf("dev-projector-%d", i+1), Logger: o.Logger})
 		if err != nil {

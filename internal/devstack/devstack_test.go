@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -50,7 +51,7 @@ func TestStartServeClose(t *testing.T) {
 		{Type: "turn/start", Seq: 0, Time: "1785000000000", Data: []byte(`{"turn":1}`)},
 		{Type: "turn/end", Seq: 1, Time: "1785000000001", Data: []byte(`{"turn":1,"reason":{"kind":"completed"}}`)},
 	}
-	if _, err := s.Store().Append(ctx, "d1", 0, evs); err != nil {
+	if _, err := storetest.Session(s.Store(), "d1").Append(ctx, 0, evs); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(s.Conn())
@@ -90,7 +91,7 @@ func TestStartServeClose(t *testing.T) {
 		t.Fatalf("restart on the same data directory: %v", err)
 	}
 	defer s2.Close()
-	if _, err := s2.Store().GetSession(ctx, "d1-child"); err != nil {
+	if _, err := storetest.Session(s2.Store(), "d1-child").Info(ctx); err != nil {
 		t.Fatalf("after a restart: %v", err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/chromedp/cdproto/cdp"
@@ -171,7 +172,7 @@ func baseURL(url string) string {
 // `agentlog messages ID` asks for them.
 func messages(t *testing.T, ctx context.Context, s *devstack.Stack, id string) []json.RawMessage {
 	t.Helper()
-	tail, err := s.Store().GetTail(ctx, id)
+	tail, err := storetest.Session(s.Store(), id).Tail(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestUIBrowser(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Store().Append(ctx, id, 0, uiEvents())
+	res, err := storetest.Session(s.Store(), id).Append(ctx, 0, uiEvents())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +332,7 @@ func TestUIBrowser(t *testing.T) {
 			Data: json.RawMessage(`{"id":"m9","role":"user","content":[{"type":"text","text":"live message 42"}],"source":{"kind":"user"}}`)},
 		{Type: "turn/end", Seq: 16, Time: "1785000000101", Data: json.RawMessage(`{"turn":3,"reason":{"kind":"completed"}}`)},
 	}
-	if _, err := s.Store().Append(ctx, id, res.StreamSeq, more); err != nil {
+	if _, err := storetest.Session(s.Store(), id).Append(ctx, res.StreamSeq, more); err != nil {
 		t.Fatal(err)
 	}
 	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
@@ -381,7 +382,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	stored, _, err := s.Store().Read(ctx, id)
+	stored, _, err := storetest.ReadAll(ctx, storetest.Session(s.Store(), id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +448,7 @@ func TestUISecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := append(opsEvents(), session.Event{Type: "todo/write", Seq: 4, Time: "1785000000004", Data: json.RawMessage(`{"todos":"not a list"}`)})
-	if _, err := s.Store().Append(ctx, "stopped", 0, bad); err != nil {
+	if _, err := storetest.Session(s.Store(), "stopped").Append(ctx, 0, bad); err != nil {
 		t.Fatal(err)
 	}
 	messages(t, ctx, s, "stopped")
@@ -591,7 +592,7 @@ func TestUISpeed(t *testing.T) {
 	evs := sessiontest.AgentTurns(10000)
 	var last uint64
 	for i := 0; i < len(evs); i += 500 {
-		res, err := s.Store().Append(ctx, id, last, evs[i:min(i+500, len(evs))])
+		res, err := storetest.Session(s.Store(), id).Append(ctx, last, evs[i:min(i+500, len(evs))])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -700,7 +701,7 @@ func TestUILargeEvent(t *testing.T) {
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "huge", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Store().Append(ctx, "huge", 0, events); err != nil {
+	if _, err := storetest.Session(s.Store(), "huge").Append(ctx, 0, events); err != nil {
 		t.Fatal(err)
 	}
 	messages(t, ctx, s, "huge")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
@@ -58,11 +59,11 @@ func TestRunServer(t *testing.T) {
 		t.Errorf("max payload %d", nc.MaxPayload())
 	}
 	s, err := store.Provision(testCtx(t), js, store.Config{})
-	if err != nil || s.MaxMsgSize != 512<<10 {
+	if err != nil || s.MaxMsgSize() != 512<<10 {
 		t.Fatalf("Provision on the embedded server: %+v, %v", s, err)
 	}
 	// A second server on the same data dir restarts from the stored state after a shutdown.
-	if _, err := s.Append(testCtx(t), "persist", 0, notes(2)); err != nil {
+	if _, err := storetest.Session(s, "persist").Append(testCtx(t), 0, notes(2)); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
@@ -82,7 +83,7 @@ func TestRunServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := s2.Read(testCtx(t), "persist"); err != nil || len(got) != 2 {
+	if got, _, err := storetest.ReadAll(testCtx(t), storetest.Session(s2, "persist")); err != nil || len(got) != 2 {
 		t.Fatalf("after restart: %d events, %v", len(got), err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
@@ -30,7 +31,7 @@ func TestSystemAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(testCtx(t), "before", 0, notes(3)); err != nil {
+	if _, err := storetest.Session(s, "before").Append(testCtx(t), 0, notes(3)); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
@@ -76,10 +77,10 @@ func TestSystemAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := s.Read(testCtx(t), "before"); err != nil || len(got) != 3 {
+	if got, _, err := storetest.ReadAll(testCtx(t), storetest.Session(s, "before")); err != nil || len(got) != 3 {
 		t.Fatalf("data stored before the system account: %d events, %v", len(got), err)
 	}
-	if _, err := s.Append(testCtx(t), "after", 0, notes(1)); err != nil {
+	if _, err := storetest.Session(s, "after").Append(testCtx(t), 0, notes(1)); err != nil {
 		t.Fatal(err)
 	}
 

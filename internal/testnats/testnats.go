@@ -47,7 +47,7 @@ func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg store.Config) *Env 
 
 // MarkRemoving leaves session id as an agentlog rm killed after its first step leaves it: its
 // agentlog_sessions entry rewritten, same value, with wire.DeletingHeader (revision-guarded, as
-// RemoveSession marks it), its records, projections and lease untouched. Failures end the test.
+// Session.Remove marks it), its records, projections and lease untouched. Failures end the test.
 func MarkRemoving(t testing.TB, st *store.Store, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -56,13 +56,17 @@ func MarkRemoving(t testing.TB, st *store.Store, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := st.Sessions.Get(ctx, tok)
+	kv, err := st.JetStream().KeyValue(ctx, wire.SessionsBucket)
 	if err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
-	mark := &nats.Msg{Subject: "$KV." + wire.SessionsBucket + "." + tok, Data: entry.Value(),
+	entry, err := kv.Get(ctx, tok)
+	if err != nil {
+		t.Fatalf("mark session %q: %v", id, err)
+	}
+	mark := &nats.Msg{Subject: wire.KVSubject(wire.SessionsBucket, tok), Data: entry.Value(),
 		Header: nats.Header{wire.DeletingHeader: []string{"1"}}}
-	if _, err := st.JS.PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
+	if _, err := st.JetStream().PublishMsg(ctx, mark, jetstream.WithExpectLastSequencePerSubject(entry.Revision())); err != nil {
 		t.Fatalf("mark session %q: %v", id, err)
 	}
 }

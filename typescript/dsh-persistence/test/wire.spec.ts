@@ -1,36 +1,95 @@
-// The wire codec alone (no server): the Go side's token and partition vectors
-// (jetstream/token_test.go), record encoding and the decoder's refusals.
+// The wire codec alone (no server): the shared wire vectors of the Go package wire
+// (wire/testdata/vectors.json, also read by wire/vectors_test.go), and the decoder's details.
+import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import {
-  decodeRecord, encodeEventLine, headerLine, headerWireSize, idFromToken, parseHeaderLine, partition, recordHeaders, sessionSubject, token,
+  blobHeaderValue, blobName, decodeRecord, encodeEventLine, encodeLines, errorsSubject, headerLine, headerWireSize, idFromToken, parseBlobRef,
+  parseHeaderLine, partition, recordHeaders, sessionSubject, token, type WireEvent,
 } from '../src/wire.ts'
 
-describe('tokens and partitions (the Go vectors)', () => {
-  it('maps ids to tokens and back', () => {
-    const cases: [string, string][] = [
-      ['parent', 'parent'], ['Session-42', 'Session-42'], ['a.b', 'a_2Eb'], ['x_y', 'x_5Fy'], ['*', '_2A'], ['>', '_3E'],
-      ['a b', 'a_20b'], ['tab\there', 'tab_09here'], ['é', '_C3_A9'], ['_2E', '_5F2E'], ['agentlog.session.>', 'agentlog_2Esession_2E_3E'],
-    ]
-    for (const [id, tok] of cases) {
+/** A vector string: a string, or {repeat, count} for repeat written count times. */
+type Text = string | { repeat: string, count: number }
+const text = (t: Text): string => typeof t === 'string' ? t : t.repeat.repeat(t.count)
+
+interface Ref { seq: number, size: number, sha256: string, id: string }
+interface Vectors {
+  tokens: { id: string, token: string }[]
+  badIds: { id: Text, rule: string }[]
+  longestIds: { id: Text, tokenBytes: number }[]
+  badTokens: Text[]
+  partitions: { token: string, partitions: number, partition: number }[]
+  subjects: { id: string, partitions: number, subject: string, errorsSubject: string }[]
+  records: { id: string, events: WireEvent[], headers: Record<string, string>, body: string }[]
+  decodes: { name: string, headers: Record<string, string[]>, body: string, seqs: number[], blobs: { index: number, ref: Ref }[] }[]
+  decodeRefusals: { name: string, headers: Record<string, string[]>, body: string, rule: string }[]
+  blobRefs: { value: string, ref: Ref, token: string, name: string }[]
+  badBlobValues: string[]
+  headerWireSizes: { headers: [string, string][], size: number }[]
+  projectionKeys: { unit: string, id: string, key: string }[]
+}
+
+const vectors: Vectors = JSON.parse(readFileSync(new URL('../../../wire/testdata/vectors.json', import.meta.url), 'utf8'))
+const values = (h: Record<string, string[]>) => (k: string) => h[k] ?? []
+
+describe('the shared wire vectors (wire/testdata/vectors.json)', () => {
+  it('maps ids to tokens and back, and refuses what the encoding cannot produce', () => {
+    expect(vectors.tokens.length).toBeGreaterThan(0)
+    for (const { id, token: tok } of vectors.tokens) {
       expect(token(id), id).toBe(tok)
       expect(idFromToken(tok)).toBe(id)
     }
-    expect(token('x'.repeat(256))).toHaveLength(256)
-    expect(() => token('x'.repeat(257))).toThrow(/id-too-long/)
-    expect(() => token('')).toThrow(/id-empty/)
-    expect(() => token('\ud800')).toThrow(/id-utf8/)
+    for (const { id, rule } of vectors.badIds) expect(() => token(text(id))).toThrow(new RegExp(rule))
+    for (const { id, tokenBytes } of vectors.longestIds) {
+      expect(token(text(id))).toHaveLength(tokenBytes)
+      expect(idFromToken(token(text(id)))).toBe(text(id))
+    }
+    for (const tok of vectors.badTokens) expect(() => idFromToken(text(tok)), JSON.stringify(tok)).toThrow()
   })
 
-  it('refuses tokens that the encoding cannot produce', () => {
-    for (const tok of ['', 'a.b', 'a*', 'a>', 'a b', '_41', '_2e', '_2', 'abc_', '_G0', '_C3', '_FF_FE', 'x\u00e9', 'a'.repeat(257)]) {
-      expect(() => idFromToken(tok), JSON.stringify(tok)).toThrow()
+  it('partitions as FNV-1a 32 mod n, and names the subjects', () => {
+    for (const c of vectors.partitions) expect(partition(c.token, c.partitions), `${c.token} mod ${c.partitions}`).toBe(c.partition)
+    for (const c of vectors.subjects) {
+      expect(sessionSubject(c.id, c.partitions)).toBe(c.subject)
+      expect(errorsSubject(c.id)).toBe(c.errorsSubject)
+    }
+    // agentlog_projections keys are <unit>.<token> (PROTOCOL.md §8).
+    for (const c of vectors.projectionKeys) expect(`${c.unit}.${token(c.id)}`).toBe(c.key)
+  })
+
+  it('encodes records byte for byte as the Go encoder', () => {
+    for (const c of vectors.records) {
+      expect(encodeLines(c.id, c.events).join('\n'), c.id).toBe(c.body)
+      expect(Object.fromEntries(recordHeaders(token(c.id), c.events[0]!.seq, c.events.length))).toEqual(c.headers)
+      expect(decodeRecord(values(Object.fromEntries(Object.entries(c.headers).map(([k, v]) => [k, [v]]))), c.body, 1).events.map(e => e.seq))
+        .toEqual(c.events.map(e => e.seq))
     }
   })
 
-  it('partitions as FNV-1a 32 mod n', () => {
-    const cases: [string, number, number][] = [['a', 16, 12], ['a', 7, 5], ['abc', 16, 11], ['abc', 7, 5], ['a_2Eb', 16, 10], ['abc', 1, 0]]
-    for (const [tok, n, want] of cases) expect(partition(tok, n), `${tok} mod ${n}`).toBe(want)
-    expect(sessionSubject('a.b', 16)).toBe('agentlog.session.10.a_2Eb')
+  it('decodes records and refuses broken ones with the rule the Go decoder names', () => {
+    for (const c of vectors.decodes) {
+      const dec = decodeRecord(values(c.headers), c.body, 7)
+      expect(dec.events.map(e => e.seq), c.name).toEqual(c.seqs)
+      expect(dec.blobs, c.name).toEqual(c.blobs)
+    }
+    for (const c of vectors.decodeRefusals) {
+      expect(() => decodeRecord(values(c.headers), c.body, 7), c.name).toThrow(new RegExp(`\\(rule ${c.rule}\\)`))
+    }
+  })
+
+  it('names offloaded events and counts header bytes as the Go side', () => {
+    for (const c of vectors.blobRefs) {
+      expect(parseBlobRef(c.value)).toEqual(c.ref)
+      expect(blobHeaderValue(c.ref)).toBe(c.value)
+      expect(blobName(c.token, c.ref)).toBe(c.name)
+    }
+    for (const v of vectors.badBlobValues) expect(parseBlobRef(v), v).toBeNull()
+    for (const c of vectors.headerWireSizes) expect(headerWireSize(c.headers)).toBe(c.size)
+  })
+})
+
+describe('tokens (JavaScript strings)', () => {
+  it('refuses a lone surrogate, which is not UTF-8 (a case JSON vectors cannot carry)', () => {
+    expect(() => token('\ud800')).toThrow(/id-utf8/)
   })
 })
 
@@ -41,55 +100,6 @@ describe('records', () => {
     expect(encodeEventLine('s', { type: 'x', seq: 0, time: 1, data: {}, ignorable: true })).toBe('{"type":"x","seq":0,"time":1,"data":{},"ignorable":true}')
     expect(() => encodeEventLine('s', { type: 'x', seq: 0, time: NaN, data: {} })).toThrow(/session "s" seq 0/)
     expect(() => encodeEventLine('s', { type: 'x', seq: 3, time: 1, data: undefined })).toThrow(/losslessly JSON-serializable/)
-  })
-
-  it('decodes what it encodes and refuses broken records, naming the rule', () => {
-    const h = new Map<string, string[]>(recordHeaders('s', 4, 2).map(([k, v]) => [k, [v]]))
-    const values = (m: Map<string, string[]>) => (k: string) => m.get(k) ?? []
-    const body = '{"type":"a","seq":4,"time":1,"data":{}}\n{"type":"b","seq":5,"time":2,"data":[]}'
-    expect(decodeRecord(values(h), body, 7).events.map(e => e.seq)).toEqual([4, 5])
-    const bad = (k: string, v: string[] | undefined, b = body) => {
-      const m = new Map(h)
-      if (v === undefined) m.delete(k); else m.set(k, v)
-      return () => decodeRecord(values(m), b, 7)
-    }
-    expect(bad('Agentlog-Format', ['2'])).toThrow(/record-format/)
-    expect(bad('Agentlog-Session', ['a.b'])).toThrow(/record-session/)
-    expect(bad('Agentlog-First-Seq', ['04'])).toThrow(/record-header/)
-    expect(bad('Agentlog-Count', ['3'])).toThrow(/record-count/)
-    expect(bad('Agentlog-Count', undefined)).toThrow(/record-header/)
-    expect(bad('Agentlog-First-Seq', ['5'])).toThrow(/record-seq/)
-    expect(bad('Agentlog-Count', ['2'], '{"type":"a","seq":4,"time":1}\n{}')).toThrow(/record-event/)
-  })
-
-  it('decodes a format 2 record: offloaded events are named by Agentlog-Blob and their lines are empty', () => {
-    const sha = 'ab'.repeat(32)
-    const h = new Map<string, string[]>(recordHeaders('s', 4, 3).map(([k, v]) => [k, [v]]))
-    h.set('Agentlog-Format', ['2'])
-    h.set('Agentlog-Blob', [`5 1000 ${sha} NUID5`])
-    const values = (m: Map<string, string[]>) => (k: string) => m.get(k) ?? []
-    const body = '{"type":"a","seq":4,"time":1,"data":{}}\n\n{"type":"b","seq":6,"time":2,"data":[]}'
-    const dec = decodeRecord(values(h), body, 7)
-    expect(dec.blobs).toEqual([{ index: 1, ref: { seq: 5, size: 1000, sha256: sha, id: 'NUID5' } }])
-    expect(dec.events.map(e => e.seq)).toEqual([4, 5, 6])
-    const bad = (k: string, v: string[] | undefined, b = body) => {
-      const m = new Map(h)
-      if (v === undefined) m.delete(k); else m.set(k, v)
-      return () => decodeRecord(values(m), b, 7)
-    }
-    expect(bad('Agentlog-Format', ['1'])).toThrow(/record-format/)
-    expect(bad('Agentlog-Blob', undefined)).toThrow(/record-format/)
-    expect(bad('Agentlog-Blob', [`5 1000 ${sha}`])).toThrow(/record-header/)
-    expect(bad('Agentlog-Blob', [`9 1000 ${sha} N`])).toThrow(/record-header/)
-    // A named line that is not empty: refused (never read as the event in place of its blob).
-    const full = '{"type":"a","seq":4,"time":1,"data":{}}\n{"type":"x","seq":5,"time":1,"data":{}}\n{"type":"b","seq":6,"time":2,"data":[]}'
-    expect(bad('Agentlog-Count', ['3'], full)).toThrow(/record-blob/)
-    // An empty line nobody names: not an event.
-    expect(bad('Agentlog-Blob', [`4 1000 ${sha} N`])).toThrow(/record-event/)
-  })
-
-  it('counts header bytes as NATS sends them', () => {
-    expect(headerWireSize([['A', 'b']])).toBe('NATS/1.0\r\nA: b\r\n\r\n'.length)
   })
 })
 
