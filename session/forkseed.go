@@ -123,6 +123,15 @@ func (s *SeedStream) Boundary() int64 { return s.boundary }
 // whether it joins the seed: false after a seed refusal (the caller stops writing the seed but
 // keeps passing events up to the boundary, which decides the refusal).
 func (s *SeedStream) Add(ev *Event) (keep bool, err error) {
+	return s.add(ev, nil)
+}
+
+// AddScanned is Add for an event in the shared form (SeedValidator.AddScanned).
+func (s *SeedStream) AddScanned(ev *Scanned) (keep bool, err error) {
+	return s.add(&ev.Event, ev)
+}
+
+func (s *SeedStream) add(ev *Event, sc *Scanned) (keep bool, err error) {
 	if ev.Seq != s.next || ev.Seq > s.boundary {
 		return false, fmt.Errorf("session %s: fork seed: got seq %d, want %d (boundary %d)", jsQuote(s.id), ev.Seq, s.next, s.boundary)
 	}
@@ -136,7 +145,13 @@ func (s *SeedStream) Add(ev *Event) (keep bool, err error) {
 	if s.seedErr != nil {
 		return false, nil
 	}
-	if ferr := s.v.Add(ev); ferr != nil {
+	var ferr *ForkError
+	if sc != nil {
+		ferr = s.v.AddScanned(sc)
+	} else {
+		ferr = s.v.Add(ev)
+	}
+	if ferr != nil {
 		s.seedErr = ferr
 		return false, nil
 	}

@@ -186,3 +186,40 @@ func sameErr(a, b error) bool {
 	var ea, eb *Error
 	return errors.As(a, &ea) && errors.As(b, &eb) && ea.Error() == eb.Error() && ea.Rule == eb.Rule
 }
+
+// TestSeedAddScannedIsAdd: the seed validator refuses and accepts the same events, with the same
+// texts, from the decoder's scan as from plain events, on every recorded session.
+func TestSeedAddScannedIsAdd(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(recordedDir, "*.jsonl"))
+	if len(paths) == 0 {
+		t.Skipf("no recorded sessions at %s", recordedDir)
+	}
+	refused := 0
+	for _, p := range paths {
+		_, evs := readLog(t, p)
+		plain, scanned := NewSeedValidator(nil), NewSeedValidator(nil)
+		var ls LineScanner
+		for i := range evs {
+			line, err := evs[i].AppendJSON(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := ls.Scan(line, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ea, eb := plain.Add(&evs[i]), scanned.AddScanned(&sc)
+			if (ea == nil) != (eb == nil) || (ea != nil && ea.Error() != eb.Error()) {
+				t.Fatalf("%s seq %d: Add %v, AddScanned %v", p, i, ea, eb)
+			}
+			if ea != nil {
+				refused++
+				break
+			}
+		}
+		if plain.Len() != scanned.Len() {
+			t.Fatalf("%s: %d and %d seed events", p, plain.Len(), scanned.Len())
+		}
+	}
+	t.Logf("%d sessions, %d refused as seeds", len(paths), refused)
+}

@@ -226,20 +226,26 @@ func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([
 // ScanRecord is DecodeRecord giving the events in the shared form, each scanned once
 // (wire.ScanRecord); they alias body, which the caller must not change while it uses them.
 func (s *Store) ScanRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Scanned, error) {
-	rec, err := wire.ScanRecord(h, body)
+	rec, err := s.scanRecord(ctx, h, body, 0)
+	return rec.Events, err
+}
+
+// scanRecord is ScanRecord for the record at streamSeq (0: unknown), giving its id too.
+func (s *Store) scanRecord(ctx context.Context, h nats.Header, body []byte, streamSeq uint64) (wire.ScannedRecord, error) {
+	rec, err := wire.ScanRecordAt(h, body, streamSeq)
 	if err != nil || len(rec.Blobs) == 0 {
-		return rec.Events, err
+		return rec, err
 	}
 	var ls session.LineScanner
-	err = s.resolveLines(ctx, rec.ID, h, rec.Blobs, 0, func(b wire.BlobLine, line []byte) (*session.Event, error) {
+	err = s.resolveLines(ctx, rec.ID, h, rec.Blobs, streamSeq, func(b wire.BlobLine, line []byte) (*session.Event, error) {
 		sc, err := ls.Scan(line, rec.ID)
 		rec.Events[b.Index] = sc
 		return &rec.Events[b.Index].Event, err
 	})
 	if err != nil {
-		return nil, err
+		return wire.ScannedRecord{}, err
 	}
-	return rec.Events, nil
+	return rec, nil
 }
 
 // ensureBlobsBucket returns the Object Store bucket agentlog_blobs, creating it when missing (file

@@ -167,6 +167,10 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 type Record struct {
 	StreamSeq uint64          // the record's stream sequence in AGENTLOG
 	Stored    time.Time       // when the server stored it (its timestamp)
+	// Scanned (with the Scanned option) are Events in the shared form, each scanned once by the
+	// decoder (session.Scanned): a reader that validates them reads their data without a second
+	// parse.
+	Scanned []session.Scanned
 	Events    []session.Event // its events, checked; offloaded ones read from their blobs
 	// Body is the record's events' lines joined by "\n", one line per event, in a buffer of its
 	// own that Events alias (a handler may keep both). A line is the event as stored, which decodes
@@ -183,6 +187,16 @@ type readOpts struct {
 	nextSeq int64
 	follow  bool
 	upTo    uint64 // UpTo (0: the leader's last record)
+	scan    bool   // Scanned
+}
+
+// Scanned hands each record's events in the shared form too (Record.Scanned), as the decoder
+// scanned them (wire.ScanRecordAt).
+func Scanned() ReadOpt {
+	return func(o *readOpts) error {
+		o.scan = true
+		return nil
+	}
 }
 
 // AfterStreamSeq reads only the records stored after stream seq streamSeq, the last record the
@@ -267,7 +281,7 @@ func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...R
 	if o.upTo > 0 && o.follow {
 		return 0, fmt.Errorf("read session %q: UpTo and Follow do not go together", ss.id)
 	}
-	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq}
+	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq, scan: o.scan}
 	if o.upTo > 0 {
 		if err := r.readTo(ctx, o.upTo); err != nil {
 			return 0, err
@@ -290,11 +304,24 @@ type recordReader struct {
 	fn   func(Record) error
 	last uint64 // stream seq of the last record read (or AfterStreamSeq's)
 	next int64  // the event seq the next record must start at
+	scan bool   // Scanned
 }
 
 // take checks one record (it must continue the previous one), hands it to fn and moves on.
 func (r *recordReader) take(ctx context.Context, streamSeq uint64, stored time.Time, h nats.Header, body []byte) error {
-	evs, copied, err := r.ss.decodeStoredBody(ctx, h, body, streamSeq, true)
+	var evs []session.Event
+	var scanned []session.Scanned
+	var copied []byte
+	var err error
+	if r.scan {
+		scanned, copied, err = r.ss.scanStoredBody(ctx, h, body, streamSeq)
+		evs = make([]session.Event, len(scanned))
+		for i := range scanned {
+			evs[i] = scanned[i].Event
+		}
+	} else {
+		evs, copied, err = r.ss.decodeStoredBody(ctx, h, body, streamSeq, true)
+	}
 	if err != nil {
 		return err
 	}
@@ -302,7 +329,7 @@ func (r *recordReader) take(ctx context.Context, streamSeq uint64, stored time.T
 		return wire.RecordError(r.ss.id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
 			"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, r.last, r.next)
 	}
-	if err := r.fn(Record{StreamSeq: streamSeq, Stored: stored, Events: evs, Body: copied}); err != nil {
+	if err := r.fn(Record{StreamSeq: streamSeq, Stored: stored, Events: evs, Body: copied, Scanned: scanned}); err != nil {
 		return err
 	}
 	r.next, r.last = evs[len(evs)-1].Seq+1, streamSeq
@@ -457,6 +484,20 @@ func (r *recordReader) consume(ctx context.Context, done func(streamSeq, pending
 func (ss *Session) decodeStored(ctx context.Context, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, error) {
 	evs, _, err := ss.decodeStoredBody(ctx, h, body, streamSeq, withBlobs)
 	return evs, err
+}
+
+// scanStoredBody is decodeStoredBody (blobs read) giving the events in the shared form; they
+// alias a copy of body, which it returns.
+func (ss *Session) scanStoredBody(ctx context.Context, h nats.Header, body []byte, streamSeq uint64) ([]session.Scanned, []byte, error) {
+	copied := append([]byte(nil), body...)
+	rec, err := ss.s.scanRecord(ctx, h, copied, streamSeq)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec.ID != ss.id {
+		return nil, nil, wire.RecordError(ss.id, rec.Events[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", rec.ID)
+	}
+	return rec.Events, copied, nil
 }
 
 // decodeStoredBody is decodeStored that also returns the copy of body the events alias (the

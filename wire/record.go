@@ -215,8 +215,12 @@ type ScannedRecord struct {
 // line is decoded and its data validated and located in one pass (session.LineScanner), so that
 // the rules and the projection units read the data without parsing it again. The events alias
 // body (not a copy of it): the caller must not change body while it uses them.
-func ScanRecord(h Header, body []byte) (ScannedRecord, error) {
-	d, err := decodeRecord(h, body, 0, true)
+func ScanRecord(h Header, body []byte) (ScannedRecord, error) { return ScanRecordAt(h, body, 0) }
+
+// ScanRecordAt is ScanRecord for a record stored at stream seq streamSeq (0 when unknown), which
+// errors name.
+func ScanRecordAt(h Header, body []byte, streamSeq uint64) (ScannedRecord, error) {
+	d, err := decodeRecord(h, body, streamSeq, true)
 	return ScannedRecord{ID: d.id, Events: d.scanned, Blobs: d.blobs}, err
 }
 
