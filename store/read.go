@@ -165,13 +165,13 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 // Read returns all events of session id in order and the stream seq of its last record (none:
 // Record is one record of a session, as Session.Records reads it.
 type Record struct {
-	StreamSeq uint64          // the record's stream sequence in AGENTLOG
-	Stored    time.Time       // when the server stored it (its timestamp)
+	StreamSeq uint64    // the record's stream sequence in AGENTLOG
+	Stored    time.Time // when the server stored it (its timestamp)
 	// Scanned (with the Scanned option) are Events in the shared form, each scanned once by the
 	// decoder (session.Scanned): a reader that validates them reads their data without a second
 	// parse.
 	Scanned []session.Scanned
-	Events    []session.Event // its events, checked; offloaded ones read from their blobs
+	Events  []session.Event // its events, checked; offloaded ones read from their blobs
 	// Body is the record's events' lines joined by "\n", one line per event, in a buffer of its
 	// own that Events alias (a handler may keep both). A line is the event as stored, which decodes
 	// to its event; the line of an offloaded event is empty.
