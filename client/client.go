@@ -31,9 +31,19 @@ type Client struct {
 type Option func(*options) error
 
 type options struct {
-	minSeq  *int64
-	timeout time.Duration
-	perCall bool // applying the options of a call, not of New
+	minSeq        *int64
+	timeout       time.Duration
+	allowDataLoss bool
+	perCall       bool // applying the options of a call, not of New
+}
+
+// AllowDataLoss makes Messages answer from what the session's log holds even when the log lost
+// acknowledged records (by default such a session is an ErrDataLoss naming them).
+func AllowDataLoss() Option {
+	return func(o *options) error {
+		o.allowDataLoss = true
+		return nil
+	}
 }
 
 // MinSeq makes a query wait until the projection has applied event seq n (read-your-writes);
@@ -120,6 +130,10 @@ func (c *Client) request(ctx context.Context, service, subject, id string, data 
 		if service == ForkService && len(msg.Data) > 0 && json.Unmarshal(msg.Data, &left) == nil {
 			e.Child = left.Child
 		}
+		var lost DataLoss
+		if h := msg.Header.Get(DataLossHeader); h != "" && json.Unmarshal([]byte(h), &lost) == nil {
+			e.Lost = &lost
+		}
 		return nil, e
 	}
 	return msg.Data, nil
@@ -149,6 +163,7 @@ func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o op
 		return &Error{Service: QueryService, Code: CodeBadRequest, Description: "session id is empty"}
 	}
 	q.MinSeq = o.minSeq
+	q.AllowDataLoss = o.allowDataLoss && subject == MessagesSubject
 	var cancel context.CancelFunc
 	if o.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
@@ -179,8 +194,9 @@ func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o op
 
 // Messages returns the derived messages of session id: its surface nodes and deriveMessages of
 // them. A history larger than one reply is fetched in pages and returned whole (Partial nil).
-// Options: MinSeq, Timeout. Errors are *Error: ErrNotFound, ErrTimeout, ErrStopped, ErrTooLarge
-// (one message larger than a reply), ...
+// Options: MinSeq, Timeout, AllowDataLoss. Errors are *Error: ErrNotFound, ErrTimeout, ErrStopped,
+// ErrTooLarge (one message larger than a reply), ErrDataLoss (the log lost acknowledged records:
+// Error.Lost names them), ...
 func (c *Client) Messages(ctx context.Context, id string, opts ...Option) (MessagesReply, error) {
 	o, err := c.callOptions(QueryService, id, opts)
 	if err != nil {

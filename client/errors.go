@@ -19,6 +19,7 @@ const (
 	CodeStopped     Code = "409" // the session's projection was stopped by a bad log
 	CodeRemoving    Code = "410" // the session is being removed (a removal stopped part-way); a not-found
 	CodeTooLarge    Code = "413" // the reply is larger than the server's max payload
+	CodeDataLoss    Code = "424" // the session's log lost acknowledged records (Error.Lost names them)
 	CodeBadSource   Code = "422" // the fork source's stored log breaks a record rule
 	CodeInternal    Code = "500" // KV or log failure
 	CodeUnavailable Code = "503" // the service is stopping or at capacity: retry
@@ -42,7 +43,9 @@ type Error struct {
 	// record's outcome unknown, or its record without metadata): what is left of it is to be
 	// checked, or removed. "" otherwise.
 	Child string
-	Err   error // the cause of a failure on the client's side, else nil
+	// Lost names the acknowledged records the session's log no longer holds (CodeDataLoss).
+	Lost *DataLoss
+	Err  error // the cause of a failure on the client's side, else nil
 }
 
 // Errors to match with errors.Is. ErrNotFound matches CodeSessionNotFound and CodeRemoving too.
@@ -65,7 +68,29 @@ var (
 	// marked; Remove again finishes it. Every read refuses such a session so, naming it in
 	// Error.Session, with RemovingText as its description.
 	ErrRemoving = &Error{Code: CodeRemoving, Description: "session is being removed"}
+	// ErrDataLoss matches the error of a read of a session whose log no longer holds records it
+	// held (CodeDataLoss): a server that lost acknowledged writes, a purge outside agentlog. The
+	// error names the session (Error.Session) and the seqs (Error.Lost). Messages answers it
+	// unless asked with AllowDataLoss; Status returns it with the status.
+	ErrDataLoss = &Error{Code: CodeDataLoss, Description: "acknowledged records lost"}
 )
+
+// DataLossHeader is the header of a CodeDataLoss error reply that carries its DataLoss (JSON).
+const DataLossHeader = "Agentlog-Data-Loss"
+
+// DataLossText is how a reader says that session id lost the records l names.
+func DataLossText(id string, l DataLoss) string {
+	what := fmt.Sprintf("seqs %d..%d", l.FromSeq, l.ToSeq)
+	if l.FromSeq == l.ToSeq {
+		what = fmt.Sprintf("seq %d", l.FromSeq)
+	}
+	return fmt.Sprintf("session %q lost acknowledged records: %s are no longer in its log, or hold other events now (%s)", id, what, l.Detail)
+}
+
+// dataLossError is ErrDataLoss for session id, which lost l.
+func dataLossError(service, id string, l DataLoss) *Error {
+	return &Error{Service: service, Code: CodeDataLoss, Session: id, Description: DataLossText(id, l), Lost: &l}
+}
 
 // RemovingText is how a reader (the client's reads, the query service) says that session id is
 // being removed: `session "s1" is being removed (an earlier removal stopped part-way)`.

@@ -69,6 +69,7 @@ func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
 	l.Path = path
 	children := childrenOf(all)
 	node := func(m meta) *LineageNode {
+		m.decode() // createdAt of a session that is not a fork (scanMeta leaves it in the line)
 		return &LineageNode{ID: m.id, CreatedAt: m.createdAt, ParentSession: m.parent, SeedLength: m.seedLength, Children: []*LineageNode{}}
 	}
 	l.Root = node(byID[path[0]])

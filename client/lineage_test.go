@@ -59,6 +59,17 @@ func TestLineage(t *testing.T) {
 		if id == "orphan" && l.MissingParent != "gone" {
 			t.Errorf("missing parent %q", l.MissingParent)
 		}
+		// Every node has its createdAt, a fork or not (the inspector's "created" read 0 for a root).
+		var walk func(*client.LineageNode)
+		walk = func(n *client.LineageNode) {
+			if n.CreatedAt != 1785000000000 {
+				t.Errorf("Lineage(%s): node %s has createdAt %d", id, n.ID, n.CreatedAt)
+			}
+			for _, c := range n.Children {
+				walk(c)
+			}
+		}
+		walk(l.Root)
 	}
 	if _, err := storetest.Session(te.Store, "root").Append(ctx(t), 0, events()); err != nil {
 		t.Fatal(err)

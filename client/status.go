@@ -3,10 +3,14 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,6 +48,9 @@ type Status struct {
 	Children      []string      `json:"children"`
 	Units         []UnitStatus  `json:"units"`
 	Stopped       []StoppedUnit `json:"stopped"`
+	// DataLoss, when set, names acknowledged records the log no longer holds: its metadata or
+	// its projections name them (Status then returns ErrDataLoss too).
+	DataLoss *DataLoss `json:"dataLoss,omitempty"`
 }
 
 // Status reads session id's status from agentlog_sessions, the stream and agentlog_projections.
@@ -51,6 +58,8 @@ type Status struct {
 // grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata;
 // ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
+// A session whose log lost acknowledged records (its metadata or its projections name records the
+// stream no longer has) comes back whole, with DataLoss set, and an ErrDataLoss naming the seqs.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	ss, err := c.session(ctx, id)
 	if err != nil {
@@ -76,6 +85,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		s.ParentSession = &h.ParentSession
 	}
 
+	var gate *folded // the messages unit's position, when it runs
 	w, err := ss.WatchProjections(ctx, natsjs.IgnoreDeletes())
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read projections", Err: err}
@@ -92,11 +102,19 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		var v struct {
 			StateVersion int              `json:"stateVersion"`
 			AsOfSeq      int64            `json:"asOfSeq"`
+			Log          *LogPosition     `json:"log"`
 			State        json.RawMessage  `json:"state"`
 			Error        *ProjectionError `json:"error"`
 		}
 		if err := json.Unmarshal(e.Value(), &v); err != nil {
 			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "projection " + e.Key() + " does not decode", Err: err}
+		}
+		if v.Log != nil && (v.Log.Incarnation == info.Incarnation || info.Incarnation == "") {
+			// A state of this session's log (one of an earlier incarnation is refolded anyway).
+			s.DataLoss = mergeLoss(s.DataLoss, v.Log.Lost)
+			if unit == "messages" && v.Error == nil {
+				gate = &folded{asOfSeq: v.AsOfSeq, streamSeq: v.Log.StreamSeq}
+			}
 		}
 		s.Units = append(s.Units, UnitStatus{Unit: unit, StateVersion: v.StateVersion, AsOfSeq: v.AsOfSeq, Lag: s.LastSeq - v.AsOfSeq, Error: v.Error})
 		if v.Error != nil {
@@ -114,6 +132,11 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 	slices.SortFunc(s.Units, func(a, b UnitStatus) int { return strings.Compare(a.Unit, b.Unit) })
 	slices.SortFunc(s.Stopped, func(a, b StoppedUnit) int { return strings.Compare(a.Unit, b.Unit) })
+	lost, err := checkLoss(ctx, ss, h, tail, gate)
+	if err != nil {
+		return Status{}, err
+	}
+	s.DataLoss = mergeLoss(s.DataLoss, lost)
 
 	all, err := scanMeta(ctx, st, false)
 	if err != nil {
@@ -124,5 +147,78 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 			s.Children = append(s.Children, m.id)
 		}
 	}
+	if s.DataLoss != nil {
+		return s, dataLossError("", id, *s.DataLoss)
+	}
 	return s, nil
+}
+
+// folded is where a state was folded to: its asOfSeq and the stream seq of its last record.
+type folded struct {
+	asOfSeq   int64
+	streamSeq uint64
+}
+
+// checkLoss compares what the log holds (tail, a direct get) with what names its records: the
+// header's seedLength (a fork's seed is written whole, so a child holding fewer events lost
+// some) and gate, the messages unit's position (the records it folded must still be there, as
+// the projector checks). A suspected loss is read again from the stream leader (a direct get may
+// be answered by a lagging follower). It returns the loss found, or nil.
+func checkLoss(ctx context.Context, ss *store.Session, h session.Header, tail store.Tail, gate *folded) (*DataLoss, error) {
+	id := ss.ID()
+	suspect := func(t store.Tail) bool {
+		return gate != nil && gate.streamSeq > 0 && (t.LastStreamSeq < gate.streamSeq || t.NextSeq-1 < gate.asOfSeq ||
+			t.LastStreamSeq == gate.streamSeq && t.NextSeq-1 != gate.asOfSeq) ||
+			h.SeedLength != nil && t.NextSeq > 0 && t.NextSeq <= *h.SeedLength
+	}
+	if !suspect(tail) && (gate == nil || tail.LastStreamSeq <= gate.streamSeq) {
+		return nil, nil
+	}
+	tail, err := ss.TailFromLeader(ctx)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Session: id, Description: "read the log's tail from the stream leader", Err: err}
+	}
+	var lost *DataLoss
+	now := time.Now().UnixMilli()
+	if h.SeedLength != nil && tail.NextSeq > 0 && tail.NextSeq <= *h.SeedLength {
+		lost = mergeLoss(lost, &DataLoss{FromSeq: tail.NextSeq, ToSeq: *h.SeedLength, DetectedAt: now,
+			Detail: fmt.Sprintf("the session is a fork of seedLength %d, written whole, and its log ends at seq %d", *h.SeedLength, tail.NextSeq-1)})
+	}
+	if gate == nil || gate.streamSeq == 0 {
+		return lost, nil
+	}
+	a, s := gate.asOfSeq, gate.streamSeq
+	switch {
+	case tail.LastStreamSeq < s || tail.NextSeq-1 < a:
+		lost = mergeLoss(lost, &DataLoss{FromSeq: min(tail.NextSeq, a), ToSeq: a, StreamSeq: s, DetectedAt: now,
+			Detail: fmt.Sprintf("the projection folded seqs up to %d (last record at stream seq %d); the log ends at seq %d (stream seq %d)", a, s, tail.NextSeq-1, tail.LastStreamSeq)})
+	case tail.LastStreamSeq == s && tail.NextSeq-1 != a:
+		lost = mergeLoss(lost, &DataLoss{FromSeq: a, ToSeq: a, StreamSeq: s, DetectedAt: now,
+			Detail: fmt.Sprintf("the record at stream seq %d, the last one folded (to seq %d), now ends at seq %d", s, a, tail.NextSeq-1)})
+	case tail.LastStreamSeq > s:
+		rec, found, err := ss.RecordFromLeader(ctx, s)
+		var se *session.Error
+		if err != nil && !errors.As(err, &se) {
+			return nil, &Error{Code: CodeInternal, Session: id, Description: fmt.Sprintf("read stream seq %d from the stream leader", s), Err: err}
+		}
+		if err != nil || !found || rec.NextSeq-1 != a {
+			lost = mergeLoss(lost, &DataLoss{FromSeq: a, ToSeq: a, StreamSeq: s, DetectedAt: now,
+				Detail: fmt.Sprintf("the projection folded seqs up to %d, last from the record at stream seq %d, which the log no longer holds", a, s)})
+		}
+	}
+	return lost, nil
+}
+
+// mergeLoss returns the loss covering l and m (either may be nil; nil when both are): the widest
+// seq range, with m's detail and time.
+func mergeLoss(l, m *DataLoss) *DataLoss {
+	switch {
+	case l == nil:
+		return m
+	case m == nil:
+		return l
+	}
+	out := *m
+	out.FromSeq, out.ToSeq = min(l.FromSeq, m.FromSeq), max(l.ToSeq, m.ToSeq)
+	return &out
 }

@@ -39,6 +39,9 @@ type QueryRequest struct {
 	// External (messages only): the client reads a message too large for any reply from the log
 	// itself, so the service lists it in MessagesReply.External instead of failing 413.
 	External bool `json:"external,omitempty"`
+	// AllowDataLoss (messages only): answer from what the log holds even when it lost
+	// acknowledged records (by default that is a CodeDataLoss error naming them).
+	AllowDataLoss bool `json:"allowDataLoss,omitempty"`
 }
 
 // MessagesReply is the reply of the messages endpoint: the projection's asOfSeq and
@@ -89,13 +92,35 @@ type ProjectionError struct {
 }
 
 // Projection is the stored messages value of a session (the surface endpoint's reply):
-// {"stateVersion","asOfSeq","state","error"?}. AsOfSeq is the last applied seq (-1 before any);
-// Error is set when the projection is stopped.
+// {"stateVersion","asOfSeq","log"?,"state","error"?}. AsOfSeq is the last applied seq (-1 before
+// any); Log names the log it was folded from; Error is set when the projection is stopped.
 type Projection struct {
 	StateVersion int              `json:"stateVersion"`
 	AsOfSeq      int64            `json:"asOfSeq"`
+	Log          *LogPosition     `json:"log,omitempty"`
 	State        State            `json:"state"`
 	Error        *ProjectionError `json:"error,omitempty"`
+}
+
+// LogPosition names the log a stored state was folded from: the session's incarnation ("" for a
+// session created without one), the AGENTLOG stream seq of the last record folded, and Lost when
+// the projector found that this log lost records it had folded before.
+type LogPosition struct {
+	Incarnation string    `json:"incarnation"`
+	StreamSeq   uint64    `json:"streamSeq"`
+	Lost        *DataLoss `json:"lost,omitempty"`
+}
+
+// DataLoss is what a session's log lost: the seqs FromSeq..ToSeq, which a state folded before held
+// and the log no longer does (or holds other events at now; at least those seqs), the stream seq
+// of the last record folded then (StreamSeq, 0 when unknown), what was found (Detail) and when
+// (DetectedAt, Unix ms). It stays with the session's states until the session is removed.
+type DataLoss struct {
+	FromSeq    int64  `json:"fromSeq"`
+	ToSeq      int64  `json:"toSeq"`
+	StreamSeq  uint64 `json:"streamSeq,omitempty"`
+	Detail     string `json:"detail"`
+	DetectedAt int64  `json:"detectedAt"`
 }
 
 // UnitView is one unit's part of a snapshot: its stateVersion, asOfSeq (lower than the snapshot's

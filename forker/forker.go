@@ -53,8 +53,11 @@ type Forker struct {
 	svc     micro.Service
 	reqs    sync.WaitGroup
 	closing bool
-	status  chan nats.Status // connection status changes (watchConn)
-	watched sync.WaitGroup
+	// quit ends when Stop gives up waiting for the fork in flight: the fork is cancelled.
+	quit       context.Context
+	quitCancel context.CancelFunc
+	status     chan nats.Status // connection status changes (watchConn)
+	watched    sync.WaitGroup
 
 	// test hook: runs between the KV create and the record (nil in production).
 	beforeRecord func(child string)
@@ -76,9 +79,15 @@ func New(sto *store.Store, nc *nats.Conn, opts Options) (*Forker, error) {
 	if now == nil {
 		now = time.Now
 	}
+	quit, quitCancel := context.WithCancel(context.Background())
 	return &Forker{store: sto, nc: nc, logger: logger.With("component", "forker"), now: now, metrics: newMetrics(),
-		tracer: tracing.Tracer(opts.TracerProvider)}, nil
+		tracer: tracing.Tracer(opts.TracerProvider), quit: quit, quitCancel: quitCancel}, nil
 }
+
+// StopTimeout bounds Stop, so that a service stops within 2 s of SIGTERM even when the server is
+// gone or stopped. A fork cancelled between its metadata and its record is an incomplete fork,
+// which a new fork of the same source onto the same child resumes (ARCHITECTURE.md, "A fork").
+const StopTimeout = 1500 * time.Millisecond
 
 // Start starts the agentlog-fork micro service (endpoint "fork" on Subject, queue group "q") and
 // returns once it is subscribed. ctx is not retained.
@@ -131,8 +140,10 @@ func (f *Forker) watchConn(ch chan nats.Status) {
 	}
 }
 
-// Stop drains the service's subscription and waits for the fork in flight to finish; requests
-// that arrive while it stops are answered "503". Stop is idempotent.
+// Stop drains the service's subscription and waits for the fork in flight to finish: it cancels
+// the fork after two thirds of StopTimeout (its requester gets no answer then) and returns within
+// StopTimeout whatever the server's state. Requests that arrive while it stops are answered "503".
+// Stop is idempotent.
 func (f *Forker) Stop() error {
 	f.mu.Lock()
 	if !f.started || f.stopped {
@@ -145,7 +156,26 @@ func (f *Forker) Stop() error {
 	f.mu.Lock()
 	f.closing = true
 	f.mu.Unlock()
-	f.reqs.Wait()
+	done := make(chan struct{})
+	go func() { f.reqs.Wait(); close(done) }()
+	grace := time.NewTimer(StopTimeout * 2 / 3)
+	select {
+	case <-done:
+	case <-grace.C:
+		f.logger.Warn("forker: the fork in flight did not finish in time; cancelling it", "timeout", StopTimeout)
+		f.quitCancel()
+		last := time.NewTimer(StopTimeout / 3)
+		select {
+		case <-done:
+		case <-last.C:
+			// A write that does not see its ctx (an atomic batch's flow-control ack waits out
+			// its own timeout): the fork ends on its own, or with the process.
+			f.logger.Warn("forker: stopped with a fork still in flight; it ends on its own (an incomplete fork is resumed by the next fork onto the child)")
+		}
+		last.Stop()
+	}
+	grace.Stop()
+	f.quitCancel()
 	f.nc.RemoveStatusListener(f.status)
 	f.watched.Wait()
 	f.logger.Info("forker stopped")
@@ -170,7 +200,7 @@ func (f *Forker) serve(req micro.Request) {
 	f.reqs.Add(1)
 	f.mu.Unlock()
 	defer f.reqs.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), forkTimeout)
+	ctx, cancel := context.WithTimeout(f.quit, forkTimeout)
 	defer cancel()
 	ctx, span := f.startForkSpan(ctx, nats.Header(req.Headers()))
 	res, err := f.handle(ctx, req.Data())

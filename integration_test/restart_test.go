@@ -350,9 +350,10 @@ func lastBlock(t *testing.T, data string) string {
 
 // TestLostAckedRecordsAreRefolded: the server is killed (SIGKILL) and the last file-store block of
 // AGENTLOG truncated partway, so records the projector had folded (and that were acked) are gone.
-// After the restart, messages equal a fresh fold of what the log holds, and new appends are
-// folded: with the projector in the dev process (it restarts too, and loads its states from KV)
-// and with a separate projector that keeps running (its states in memory).
+// After the restart, messages says so (424, naming the seqs lost), and with --allow-data-loss
+// equal a fresh fold of what the log holds, and new appends are folded: with the projector in the
+// dev process (it restarts too, and loads its states from KV) and with a separate projector that
+// keeps running (its states in memory).
 func TestLostAckedRecordsAreRefolded(t *testing.T) {
 	for _, separate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("separate=%v", separate), func(t *testing.T) { lostAckedRecords(t, separate) })
@@ -421,16 +422,19 @@ func lostAckedRecords(t *testing.T, separate bool) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	got := sameAsFreshFold(t, url, id)
+	if r := runAt(t, url, nil, "--timeout", "15s", "messages", id); r.code != 1 || !strings.Contains(r.stderr, `session "lossy" lost acknowledged records`) {
+		t.Fatalf("messages after the loss: exit %d, stdout %s, stderr %s; want the loss reported", r.code, r.stdout, r.stderr)
+	}
+	got := sameAsFreshFold(t, url, id, "--allow-data-loss")
 	n := countMessages(t, got)
 	if n >= 15 {
 		t.Fatalf("%d messages after truncating the block: nothing was lost (the test truncated too little)", n)
 	}
 	t.Logf("%d messages in the log after the loss", n)
-	sameAsFreshFold(t, url, id, "--min-seq", "-1")
+	sameAsFreshFold(t, url, id, "--min-seq", "-1", "--allow-data-loss")
 	// New appends continue the log as it is now, and are folded.
 	appendUsers("more", 1, 2)
-	if m := countMessages(t, sameAsFreshFold(t, url, id)); m != n+2 {
+	if m := countMessages(t, sameAsFreshFold(t, url, id, "--allow-data-loss")); m != n+2 {
 		t.Fatalf("%d messages after appending 2 to %d", m, n)
 	}
 	if !strings.Contains(logs.out.String(), "does not match the session's log") {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/agentlog/agentlog/session"
 )
@@ -82,9 +83,51 @@ type TitleState struct {
 	Source json.RawMessage `json:"source,omitempty"`
 }
 
-// TitleUnit keeps the latest session/title {title, messageSeqs, source}.
+// Caps of the text a built-in unit's view carries in one field, in bytes: a session's views are
+// shown in lists (the inspector's sessions list and summary, its projections panel), where a
+// 600 KB title made a 1.8 MB page. Longer text is cut on a character boundary and ends with "…";
+// the field's whole length is given beside it (titleBytes, contentBytes). The stored state keeps
+// the whole text (the unit's state, and its event in the log).
+const (
+	MaxTitleViewBytes = 256
+	MaxTodoViewBytes  = 1024
+)
+
+// CapText returns s cut to at most max bytes on a character boundary with "…" appended (the
+// ellipsis beyond max), and whether it was cut.
+func CapText(s string, max int) (string, bool) {
+	if len(s) <= max {
+		return s, false
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…", true
+}
+
+// TitleView is the title unit's view: its state, the title capped at MaxTitleViewBytes
+// (TitleBytes is then the whole title's length).
+type TitleView struct {
+	Title      *string         `json:"title"`
+	Seq        int64           `json:"seq"`
+	Source     json.RawMessage `json:"source,omitempty"`
+	TitleBytes int             `json:"titleBytes,omitempty"`
+}
+
+// TitleUnit keeps the latest session/title {title, messageSeqs, source}; its view caps the title
+// (TitleView).
 var TitleUnit = Def[TitleState]{
 	Key: UnitTitle, StateVersion: 1, Reads: []string{"session/title"},
+	View: func(s TitleState) any {
+		v := TitleView{Title: s.Title, Seq: s.Seq, Source: s.Source}
+		if s.Title != nil {
+			if t, cut := CapText(*s.Title, MaxTitleViewBytes); cut {
+				v.Title, v.TitleBytes = &t, len(*s.Title)
+			}
+		}
+		return v
+	},
 	Init: func() TitleState { return TitleState{Seq: -1} },
 	Apply: func(s TitleState, ev session.Event) (TitleState, error) {
 		var d struct {
@@ -119,6 +162,47 @@ var TodosUnit = Def[TodosState]{
 		}
 		return TodosState{Todos: d.Todos, Seq: ev.Seq}, nil
 	},
+	View: func(s TodosState) any {
+		return TodosState{Todos: capTodos(s.Todos), Seq: s.Seq}
+	},
+}
+
+// capTodos is a todo list with each entry's content capped at MaxTodoViewBytes: a cut entry ends
+// with "…" and carries contentBytes, the whole content's length. Entries that need no cut are
+// kept byte for byte.
+func capTodos(todos json.RawMessage) json.RawMessage {
+	if len(todos) <= MaxTodoViewBytes {
+		return todos
+	}
+	var entries []json.RawMessage
+	if json.Unmarshal(todos, &entries) != nil {
+		return todos
+	}
+	changed := false
+	for i, e := range entries {
+		var entry map[string]json.RawMessage
+		var content string
+		if len(e) <= MaxTodoViewBytes || json.Unmarshal(e, &entry) != nil || json.Unmarshal(entry["content"], &content) != nil {
+			continue
+		}
+		t, cut := CapText(content, MaxTodoViewBytes)
+		if !cut {
+			continue
+		}
+		entry["content"], _ = json.Marshal(t)
+		entry["contentBytes"], _ = json.Marshal(len(content))
+		if b, err := json.Marshal(entry); err == nil {
+			entries[i], changed = b, true
+		}
+	}
+	if !changed {
+		return todos
+	}
+	b, err := json.Marshal(entries)
+	if err != nil {
+		return todos
+	}
+	return b
 }
 
 // Usage is token accounting (the reference's TokenUsage), in tokens.

@@ -189,3 +189,47 @@ func TestUnchangedFastPath(t *testing.T) {
 		t.Error("interface field holding a map: want unchanged")
 	}
 }
+
+// TestViewsAreCapped: the title and todos views cut text longer than their caps on a character
+// boundary, mark the cut ("…", titleBytes, contentBytes), and leave shorter text and the stored
+// state whole.
+func TestViewsAreCapped(t *testing.T) {
+	if got, cut := CapText("héllo", 2); got != "h…" || !cut {
+		t.Fatalf("CapText cut inside é: %q %v", got, cut)
+	}
+	if got, cut := CapText("héllo", 3); got != "hé…" || !cut {
+		t.Fatalf("CapText: %q %v", got, cut)
+	}
+	if got, cut := CapText("short", 10); got != "short" || cut {
+		t.Fatalf("CapText of short text: %q %v", got, cut)
+	}
+	long := strings.Repeat("é", 300<<10)
+	data, _ := json.Marshal(map[string]any{"title": long, "messageSeqs": []int{}, "source": map[string]string{"kind": "fallback"}})
+	todos, _ := json.Marshal(map[string]any{"todos": []map[string]string{{"content": "short", "status": "pending"}, {"content": long, "status": "done"}}})
+	snap := foldViews(t, []session.Event{
+		{Type: "session/title", Seq: 0, Time: "1", Data: data},
+		{Type: "todo/write", Seq: 1, Time: "1", Data: todos},
+	})
+	var title TitleView
+	if err := json.Unmarshal(snap.Units[UnitTitle].View, &title); err != nil || title.Title == nil ||
+		len(*title.Title) > MaxTitleViewBytes+3 || !strings.HasSuffix(*title.Title, "é…") || title.TitleBytes != len(long) {
+		t.Fatalf("title view: %.200s (%v)", snap.Units[UnitTitle].View, err)
+	}
+	var tv struct {
+		Todos []struct {
+			Content      string `json:"content"`
+			Status       string `json:"status"`
+			ContentBytes int    `json:"contentBytes"`
+		} `json:"todos"`
+	}
+	if err := json.Unmarshal(snap.Units[UnitTodos].View, &tv); err != nil || len(tv.Todos) != 2 || tv.Todos[0].Content != "short" ||
+		tv.Todos[0].ContentBytes != 0 || tv.Todos[1].Status != "done" || tv.Todos[1].ContentBytes != len(long) ||
+		len(tv.Todos[1].Content) > MaxTodoViewBytes+3 || !strings.HasSuffix(tv.Todos[1].Content, "…") {
+		t.Fatalf("todos view: %.300s (%v)", snap.Units[UnitTodos].View, err)
+	}
+	// The state is whole: a fold's state, not its view.
+	st, err := TitleUnit.Apply(TitleState{Seq: -1}, session.Event{Type: "session/title", Seq: 0, Time: "1", Data: data})
+	if err != nil || st.Title == nil || *st.Title != long {
+		t.Fatalf("title state cut: %v", err)
+	}
+}

@@ -84,6 +84,8 @@ func (f *recordFeed) next(wait time.Duration) (jetstream.Msg, error) {
 			return nil, nats.ErrConnectionClosed
 		}
 		return nil, jetstream.ErrMsgIteratorClosed
+	case <-f.quit: // stopped: the consume context may close only later (its server gone)
+		return nil, jetstream.ErrMsgIteratorClosed
 	case <-f.timer.C:
 		return nil, nats.ErrTimeout
 	}

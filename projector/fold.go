@@ -76,6 +76,9 @@ type sessState struct {
 	streamSeq   uint64
 	legacy      bool
 	checkedSeq  uint64 // streamSeq when it was last checked against the log (foldedRecordMismatch)
+	// lost names the records the session's log lost (a refold found that a state folded before
+	// held them); it is stored with every state of the session, until the session is removed.
+	lost *client.DataLoss
 	// gone: the session has neither metadata nor records (removed, or being removed): its
 	// states are purged, not written, and it is not cached.
 	gone bool
@@ -140,11 +143,9 @@ type storedValue struct {
 }
 
 // LogPosition names the log a stored state was folded from: the session's incarnation ("" for a
-// session created without one) and the AGENTLOG stream seq of the last record folded.
-type LogPosition struct {
-	Incarnation string `json:"incarnation"`
-	StreamSeq   uint64 `json:"streamSeq"`
-}
+// session created without one), the AGENTLOG stream seq of the last record folded, and the
+// records this log is known to have lost (Lost, kept from the refold that found it on).
+type LogPosition = client.LogPosition
 
 // decodeUnit fills u from a stored value of its unit. A value of another stateVersion, or one
 // that does not decode, leaves u at its initial state (it is rebuilt from the log) and reports
@@ -220,7 +221,7 @@ func loadSession(ctx context.Context, sto *store.Store, defs []*Definition, toke
 
 // position is the log position stored with the session's values.
 func (ss *sessState) position() *LogPosition {
-	return &LogPosition{Incarnation: ss.incarnation, StreamSeq: ss.streamSeq}
+	return &LogPosition{Incarnation: ss.incarnation, StreamSeq: ss.streamSeq, Lost: ss.lost}
 }
 
 // takePosition sets the session's log position from its stored gate value (legacy when a stored
@@ -229,7 +230,7 @@ func (ss *sessState) takePosition() {
 	g := ss.gate()
 	switch {
 	case g.pos != nil:
-		ss.incarnation, ss.streamSeq, ss.legacy = g.pos.Incarnation, g.pos.StreamSeq, false
+		ss.incarnation, ss.streamSeq, ss.legacy, ss.lost = g.pos.Incarnation, g.pos.StreamSeq, false, g.pos.Lost
 	case g.rev != 0:
 		ss.legacy = true
 	}
@@ -410,6 +411,14 @@ func (u *unitState) encode(pos *LogPosition) ([]byte, error) {
 		b = append(b, inc...)
 		b = append(b, `,"streamSeq":`...)
 		b = strconv.AppendUint(b, pos.StreamSeq, 10)
+		if pos.Lost != nil {
+			lb, err := json.Marshal(pos.Lost)
+			if err != nil {
+				return nil, err
+			}
+			b = append(b, `,"lost":`...)
+			b = append(b, lb...)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"state":`...)

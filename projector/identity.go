@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 )
@@ -166,9 +168,11 @@ func (ss *sessState) logMismatch(ctx context.Context, st *store.Store, tail stor
 }
 
 // refold returns a fresh fold of the session's whole log (header h, incarnation inc) in place of
-// ss, keeping ss's stored revisions for the compare-and-swap; every unit is to be written. Errors
-// are transient.
-func refold(ctx context.Context, st *store.Store, defs []*Definition, ss *sessState, h session.Header, inc string) (*sessState, error) {
+// ss, keeping ss's stored revisions for the compare-and-swap; every unit is to be written. cause
+// and desc say why ss did not match the log: when it had folded records the log no longer holds
+// (causeTailLost, causeIdentity), the fresh state records that loss (lossOf), and a loss recorded
+// before is kept for the same incarnation. Errors are transient.
+func refold(ctx context.Context, st *store.Store, defs []*Definition, ss *sessState, h session.Header, inc, cause, desc string) (*sessState, error) {
 	fresh := newSessState(defs, ss.token, h)
 	fresh.incarnation = inc
 	for i, u := range fresh.units {
@@ -181,7 +185,37 @@ func refold(ctx context.Context, st *store.Store, defs []*Definition, ss *sessSt
 		u.written = false
 	}
 	fresh.dirty = true
+	if inc == ss.incarnation {
+		fresh.lost = mergeLoss(ss.lost, lossOf(ss, fresh, cause, desc))
+	}
 	return fresh, nil
+}
+
+// lossOf is the loss a refold for cause found: the seqs ss had folded that fresh, the fold of the
+// log as it is, no longer holds (from the log's end to ss's last seq), or at least ss's last seq
+// when the log holds other events there now. nil for a refold that lost nothing (a re-created
+// session, an upgrade) and for a session without incarnation (a re-created one looks the same).
+func lossOf(ss, fresh *sessState, cause, desc string) *client.DataLoss {
+	a := ss.folded()
+	if cause != causeTailLost && cause != causeIdentity || a < 0 || ss.incarnation == "" {
+		return nil
+	}
+	return &client.DataLoss{FromSeq: min(fresh.folded()+1, a), ToSeq: a, StreamSeq: ss.streamSeq, Detail: desc,
+		DetectedAt: time.Now().UnixMilli()}
+}
+
+// mergeLoss returns the loss covering l and m (either may be nil; nil when both are): the widest
+// seq range, with m's detail and time.
+func mergeLoss(l, m *client.DataLoss) *client.DataLoss {
+	switch {
+	case l == nil:
+		return m
+	case m == nil:
+		return l
+	}
+	out := *m
+	out.FromSeq, out.ToSeq = min(l.FromSeq, m.FromSeq), max(l.ToSeq, m.ToSeq)
+	return &out
 }
 
 // verify checks ss against the current log and incarnation, and refolds it when they differ.
@@ -240,7 +274,7 @@ func verify(ctx context.Context, st *store.Store, defs []*Definition, ss *sessSt
 	if !known {
 		inc = ss.incarnation
 	}
-	fresh, err := refold(ctx, st, defs, ss, h, inc)
+	fresh, err := refold(ctx, st, defs, ss, h, inc, cause, desc)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -260,6 +294,10 @@ func (p *Projector) noteRefold(where, id, cause, desc string, fresh *sessState) 
 	p.refolds.Add(1)
 	p.logger.Warn("projector: stored state does not match the session's log; refolded from the log",
 		"session", id, "cause", cause, "detail", desc, "where", where, "asOfSeq", fresh.folded(), "streamSeq", fresh.streamSeq, "incarnation", fresh.incarnation)
+	if l := fresh.lost; l != nil && (cause == causeTailLost || cause == causeIdentity) {
+		p.logger.Error("projector: the session's log lost acknowledged records; readers are told (client.ErrDataLoss)",
+			"session", id, "fromSeq", l.FromSeq, "toSeq", l.ToSeq, "streamSeq", l.StreamSeq, "detail", l.Detail)
+	}
 }
 
 // isSessionError reports whether err is (or wraps) a *session.Error: a bad log, not a failure.
@@ -331,7 +369,7 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 	if !known {
 		inc = full.incarnation
 	}
-	fresh, err := refold(ctx, s.store, s.defs, full, h, inc)
+	fresh, err := refold(ctx, s.store, s.defs, full, h, inc, cause, desc)
 	if err != nil {
 		return Projection{}, nil, err
 	}

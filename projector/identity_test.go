@@ -1,9 +1,11 @@
 package projector
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -87,5 +89,57 @@ func TestLookupDoesNotMoveThePositionAhead(t *testing.T) {
 	e.waitStored("lk", func(p Projection) bool { return p.AsOfSeq == 10 })
 	if n := p.Refolds(); n != 0 {
 		t.Fatalf("Refolds() = %d after folding a log with a lookup, want 0", n)
+	}
+}
+
+// TestLostRecordsAreReported: the records of a session the projector has folded disappear (a
+// purge outside agentlog; a server that lost them is the same to the projector), and a new
+// writer writes the session again from seq 0. The messages query refuses with CodeDataLoss naming
+// the seqs lost, from the first check on and after the new records are folded too: the loss is
+// kept in the stored states (log.lost), not forgotten by the refold. AllowDataLoss answers what
+// the log holds; the surface endpoint answers the stored value, its loss included.
+func TestLostRecordsAreReported(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	e.create("s1")
+	e.appendRecord("s1", []session.Event{userMsg(0, "m0", "old 0"), userMsg(1, "m1", "old 1")})
+	e.appendRecord("s1", []session.Event{userMsg(2, "m2", "old 2")})
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 2 })
+	sub, _ := wire.SessionSubject("s1", e.store.Partitions())
+	if err := e.store.Stream().Purge(ctx(t), jetstream.WithPurgeSubject(sub)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		_, err := queryMessages(ctx(t), e.nc, "s1", -1)
+		qe := queryErr(t, err, client.CodeDataLoss, "s1")
+		if !errors.Is(err, client.ErrDataLoss) || qe.Lost == nil || qe.Lost.FromSeq != 0 || qe.Lost.ToSeq != 2 ||
+			!strings.Contains(qe.Description, `session "s1" lost acknowledged records: seqs 0..2`) {
+			t.Fatalf("messages %s: %v (lost %+v)", when, err, qe.Lost)
+		}
+	}
+	check("after the purge")
+	if p, _ := e.stored("s1"); p.Log == nil || p.Log.Lost == nil || p.AsOfSeq != -1 {
+		t.Fatalf("stored after the purge: %+v", p)
+	}
+	e.tails["s1"] = 0
+	e.appendRecord("s1", []session.Event{userMsg(0, "n0", "new 0"), userMsg(1, "n1", "new 1")})
+	e.waitStored("s1", func(p Projection) bool { return p.AsOfSeq == 1 })
+	check("after new records")
+	c, err := client.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Messages(ctx(t), "s1", client.AllowDataLoss())
+	if err != nil || len(r.Messages) != 2 || !strings.Contains(string(r.Messages[0]), "new 0") {
+		t.Fatalf("messages with AllowDataLoss: %+v, %v", r, err)
+	}
+	surf, err := querySurface(ctx(t), e.nc, "s1", -1)
+	if err != nil || surf.Log == nil || surf.Log.Lost == nil || surf.Log.Lost.ToSeq != 2 {
+		t.Fatalf("surface: %+v, %v", surf, err)
+	}
+	s, err := c.Status(ctx(t), "s1")
+	if !errors.Is(err, client.ErrDataLoss) || s.DataLoss == nil || s.DataLoss.ToSeq != 2 || s.LastSeq != 1 {
+		t.Fatalf("status: %+v, %v", s, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/process"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -88,19 +89,13 @@ func (p *Projector) join(ctx context.Context) error {
 
 // memberValue is this instance's MemberValue, without the partitions it owns.
 func (p *Projector) memberValue() MemberValue {
-	return MemberValue{Name: p.name, Host: hostname(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()}
-}
-
-// hostname is the host named in leases ("" when unknown).
-func hostname() string {
-	h, _ := os.Hostname()
-	return h
+	return MemberValue{Name: p.name, Host: process.Host(), PID: os.Getpid(), StartedAt: p.startedAt.UnixMilli()}
 }
 
 // claimName creates this instance's lease with a KV create, so that two live instances never share
 // a name (they would share a lease and both claim the same partitions). A lease held by a process
-// of this host that is dead (a killed instance restarted under its name) is taken over at once; a
-// lease held by this very process is refused; any other is waited for until it expires (its
+// of this host that is dead (a killed instance restarted under its name; internal/process) is
+// taken over at once; a lease held by this very process is refused; any other is waited for until it expires (its
 // holder stopped renewing it) or ctx ends, with one log line saying so.
 func (p *Projector) claimName(ctx context.Context) error {
 	me := p.memberValue()
@@ -122,10 +117,11 @@ func (p *Projector) claimName(ctx context.Context) error {
 		if gerr == nil && json.Unmarshal(e.Value(), &holder) == nil {
 			desc = fmt.Sprintf("host %q pid %d, started %s", holder.Host, holder.PID, time.UnixMilli(holder.StartedAt).UTC().Format(time.RFC3339))
 			sameHost := holder.Host != "" && holder.Host == me.Host
+			gone := sameHost && process.Gone(holder.PID, time.UnixMilli(holder.StartedAt))
 			switch {
-			case sameHost && holder.PID == me.PID:
+			case sameHost && holder.PID == me.PID && !gone:
 				return fmt.Errorf("%w: %q is held by an instance of this process (%s); give this one another --name", ErrNameInUse, p.name, desc)
-			case sameHost && holder.PID > 0 && !processAlive(holder.PID):
+			case gone:
 				// Our own lease, left by a killed process of this host: take it over at once.
 				if _, uerr := p.members.Update(ctx, p.memberKey, v, e.Revision()); uerr == nil {
 					p.logger.Info("projector: took over the lease of a dead process of this host", "bucket", MembersBucket, "holder", desc)
@@ -262,7 +258,7 @@ func (p *Projector) rebalance(ctx context.Context) {
 	for part, w := range p.workers {
 		if !slices.Contains(mine, part) {
 			wg.Add(1)
-			go func() { defer wg.Done(); w.stop() }()
+			go func() { defer wg.Done(); w.stop(p.quit) }()
 			delete(p.workers, part)
 		}
 	}

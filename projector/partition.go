@@ -164,30 +164,51 @@ func (w *worker) resubscribe(cause error) bool {
 	}
 }
 
+// abort ends a worker that is slow to hand over (its server gone, or stopped): its reads and
+// writes are cancelled, its feed stopped (what it buffered is redelivered to the next owner).
+func (w *worker) abort() {
+	w.cancel()
+	w.mu.Lock()
+	iter := w.iter
+	w.mu.Unlock()
+	iter.Stop()
+	<-w.done
+}
+
+// handoverTimeout bounds a partition's handover (its last checkpoint) at a rebalance.
+const handoverTimeout = 30 * time.Second
+
 // stop hands the partition over: the buffered records are folded, the last checkpoint written and
-// acknowledged, and the pin released so that the next owner is served at once.
-func (w *worker) stop() {
+// acknowledged, and the pin released so that the next owner is served at once. It gives up when
+// quit ends (Stop's budget) or after handoverTimeout: the records not acknowledged are then
+// redelivered to the next owner.
+func (w *worker) stop(quit context.Context) {
 	w.p.logger.Debug("projector: handing over partition", "partition", w.part)
 	w.mu.Lock()
 	w.quitting = true
 	iter := w.iter
 	w.mu.Unlock()
 	iter.Drain()
+	t := time.NewTimer(handoverTimeout)
+	defer t.Stop()
 	select {
 	case <-w.done:
-	case <-time.After(30 * time.Second):
+	case <-quit.Done():
+		w.abort()
+	case <-t.C:
 		w.p.logger.Warn("projector: partition worker slow to stop; cancelling", "partition", w.part)
-		w.cancel()
-		<-w.done
+		w.abort()
 	}
 	w.cancel()
 	// Release the pin even if no record came (the pin may be this worker's all the same): the
 	// next owner is served at once instead of after the pinned TTL. Unpinning another client
 	// only makes it pin again at its next pull.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := w.p.store.Stream().UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup)
-	cancel()
-	if err != nil {
+	ctx, cancel := context.WithTimeout(quit, 5*time.Second)
+	defer cancel()
+	if ctx.Err() != nil {
+		return // out of time: the pin ends at its TTL
+	}
+	if err := w.p.store.Stream().UnpinConsumer(ctx, PartitionConsumer(w.part), PriorityGroup); err != nil {
 		w.p.logger.Debug("projector: unpin", "partition", w.part, "err", err)
 	}
 }
@@ -198,6 +219,9 @@ func (w *worker) run() {
 	failed := false    // the last checkpoint did not complete: retry at the interval, not when idle
 	var backlog uint64 // records the consumer had still to deliver after the last one
 	for {
+		if w.ctx.Err() != nil {
+			return // aborted: nothing can be written any more
+		}
 		interval := w.p.flushInterval
 		if backlog >= catchUpBacklog {
 			interval = max(interval, catchUpFlushInterval)
@@ -432,13 +456,13 @@ func (w *worker) checkRecord(ss *sessState, id string, streamSeq, delivered uint
 		if !known {
 			inc = ss.incarnation
 		}
-		fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc)
-		if err != nil {
-			return err
-		}
 		cause := causeIdentity
 		if known && inc != ss.incarnation {
 			cause = causeRecreated
+		}
+		fresh, err := refold(w.ctx, p.store, p.defs, ss, h, inc, cause, desc)
+		if err != nil {
+			return err
 		}
 		if !known && fresh.streamSeq == 0 {
 			if fresh.gone, err = sessionGone(w.ctx, p.store, id); err != nil || fresh.gone {

@@ -62,6 +62,10 @@ type Options struct {
 	BlobGrace time.Duration
 }
 
+// StopTimeout bounds the handover of Projector.Stop, so that a service stops within 2 s of SIGTERM
+// even when the server is gone or stopped.
+const StopTimeout = 1500 * time.Millisecond
+
 // DefaultBlobGCInterval is the default Options.BlobGCInterval.
 const DefaultBlobGCInterval = time.Hour
 
@@ -83,6 +87,10 @@ type Projector struct {
 	stopped bool
 	runCtx  context.Context    // from Start to Stop
 	cancel  context.CancelFunc // ends runCtx
+	// quit ends when Stop has used up StopTimeout (or returned): every wait of a handover
+	// (a partition's last checkpoint, the unpin, the lease delete) ends with it.
+	quit       context.Context
+	quitCancel context.CancelFunc
 
 	memberState
 	foldState
@@ -201,6 +209,7 @@ func (p *Projector) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.runCtx, p.cancel = runCtx, cancel
+	p.quit, p.quitCancel = context.WithCancel(context.Background())
 	if err := p.query.start(runCtx, p.defs); err != nil {
 		cancel()
 		return err
@@ -225,7 +234,10 @@ func (p *Projector) Start(ctx context.Context) error {
 // partitions at their next rebalance), hands over every partition (buffered records are folded,
 // checkpointed and acknowledged, the pin is released), then stops the query service (its
 // subscriptions are drained) and waits for in-flight queries; queries still waiting for minSeq
-// are answered "503". Stop is idempotent.
+// are answered "503". It returns within about StopTimeout whatever the server's state: what is
+// not done by then (a server gone or stopped) is left to the lease's TTL and the consumers'
+// redelivery (records not acknowledged are folded again by the next owner, idempotently). Stop is
+// idempotent.
 func (p *Projector) Stop() error {
 	p.mu.Lock()
 	if !p.started || p.stopped {
@@ -235,6 +247,9 @@ func (p *Projector) Stop() error {
 	p.stopped = true
 	p.mu.Unlock()
 
+	budget := time.AfterFunc(StopTimeout, p.quitCancel)
+	defer budget.Stop()
+	defer p.quitCancel()
 	p.mcancel()
 	p.loop.Wait()
 	p.wmu.Lock()
@@ -243,13 +258,15 @@ func (p *Projector) Stop() error {
 	p.workers = map[int]*worker{}
 	p.owned.Store(nil)
 	p.wmu.Unlock()
-	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = p.members.Delete(dctx, p.memberKey)
-	dcancel()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = p.members.Delete(p.quit, p.memberKey) // else the lease ends at its TTL
+	}()
 	for _, w := range workers {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.stop() }()
+		go func() { defer wg.Done(); w.stop(p.quit) }()
 	}
 	wg.Wait()
 

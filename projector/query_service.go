@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,7 +23,9 @@ import (
 // QueryServiceVersion is the version of the agentlog-query micro service (client.QueryService).
 // 0.2.0: paged messages replies (partial, nodes). 0.3.0: external messages (a message too large for a reply).
 // 0.4.0: a session being removed is answered 410 (client.CodeRemoving), not 404.
-const QueryServiceVersion = "0.4.0"
+// 0.5.0: a session whose log lost acknowledged records is answered 424 (client.CodeDataLoss) by
+// messages, unless allowDataLoss.
+const QueryServiceVersion = "0.5.0"
 
 // queryService is the agentlog-query micro service of one projector instance. It answers from the
 // stored projections, checked against the session's log (a state of another log is refolded), and
@@ -244,6 +247,9 @@ func (s *queryService) answer(q query, token string, allowStopped bool, h handle
 		if err != nil {
 			return nil, err
 		}
+		if err := checkLost(q, proj, allowStopped); err != nil {
+			return nil, err
+		}
 		return h(ctx, q, proj, raw)
 	}
 	s.release()
@@ -262,7 +268,20 @@ func (s *queryService) answer(q query, token string, allowStopped bool, h handle
 			defer s.release()
 		}
 	}
+	if err := checkLost(q, proj, allowStopped); err != nil {
+		return nil, err
+	}
 	return h(ctx, q, proj, raw)
+}
+
+// checkLost refuses a messages query of a session whose log lost acknowledged records, naming
+// them ("424", client.CodeDataLoss), unless the query allows it. The endpoints that answer stored
+// states as they are (allowStopped: surface, projection, snapshot) answer them, "lost" included.
+func checkLost(q query, proj Projection, allowStopped bool) error {
+	if allowStopped || q.AllowDataLoss || proj.Log == nil || proj.Log.Lost == nil {
+		return nil
+	}
+	return dataLossErr(q.Session, proj.Log.Lost)
 }
 
 // stopping is the "503" of a query that arrives or waits while the service stops.
@@ -466,8 +485,14 @@ func (r *replier) send(b []byte, err error) {
 	code, desc := wireError(r.session, err)
 	r.done(code, desc)
 	if r.reply != "" {
-		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: nats.Header{
-			micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}})
+		h := nats.Header{micro.ErrorHeader: []string{desc}, micro.ErrorCodeHeader: []string{string(code)}}
+		var qe *queryError
+		if errors.As(err, &qe) && qe.lost != nil {
+			if b, err := json.Marshal(qe.lost); err == nil {
+				h.Set(client.DataLossHeader, string(b))
+			}
+		}
+		_ = r.nc.PublishMsg(&nats.Msg{Subject: r.reply, Header: h})
 	}
 }
 

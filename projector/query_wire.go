@@ -15,6 +15,7 @@ import (
 type queryError struct {
 	code client.Code
 	desc string
+	lost *client.DataLoss // CodeDataLoss: sent in client.DataLossHeader
 }
 
 func (e *queryError) Error() string { return e.desc }
@@ -22,6 +23,11 @@ func (e *queryError) Error() string { return e.desc }
 // replyErr returns a *queryError of code, its description formatted.
 func replyErr(code client.Code, format string, a ...any) error {
 	return &queryError{code: code, desc: fmt.Sprintf(format, a...)}
+}
+
+// dataLossErr is the CodeDataLoss reply for session id, whose log lost l.
+func dataLossErr(id string, l *client.DataLoss) error {
+	return &queryError{code: client.CodeDataLoss, desc: client.DataLossText(id, *l), lost: l}
 }
 
 // wireError maps a handler's error about session id to a reply's code and description: a

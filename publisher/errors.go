@@ -39,7 +39,9 @@ var (
 
 	// ErrAckedLost is returned (wrapped, in an *AckedLostError inside a *WriteError) when the
 	// stored log no longer holds events this writer had acknowledged as durable (the server lost
-	// them, or the subject was purged). The writer is fenced: it writes nothing more.
+	// them, or the subject was purged), found when the writer proves its tail before writing, or
+	// after a record acknowledged across a reconnect turned out to follow another writer's. The
+	// writer is fenced: it writes nothing more.
 	ErrAckedLost = errors.New("acknowledged events lost from the stored log")
 
 	// ErrSessionDeleted is matched (errors.Is) by the fencing error of a Writer whose session was
@@ -176,15 +178,18 @@ func (e *WriteError) Unwrap() []error {
 }
 
 // transient reports whether a store error is worth retrying inside the same write: no responders
-// (503), request timeouts, "duplicate message id is in process" (10158) and "too many requests"
-// (429). A guard conflict is never transient.
+// (503), request timeouts, "duplicate message id is in process" (10158), "too many requests"
+// (429), and a connection lost or reconnecting under the write (a blob upload's chunks fail so
+// when the server goes away). A guard conflict is never transient.
 func transient(err error) bool {
 	if err == nil || errors.Is(err, store.ErrConflict) {
 		return false
 	}
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, njs.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, njs.ErrAsyncPublishTimeout) {
+		errors.Is(err, njs.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		errors.Is(err, errNotConnected) || errors.Is(err, errReconnected) {
 		return true
 	}
 	var apiErr *njs.APIError

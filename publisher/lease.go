@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/process"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -79,25 +80,60 @@ func (p *Publisher) checkTail(ctx context.Context, ss *store.Session, a acked, t
 	return fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, a.streamSeq, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
 }
 
-// acquireLease takes the writer lease of ss (takeover: overwriting a live one). A live lease of
-// another writer is a *LiveError.
+// acquireLease takes the writer lease of ss (takeover: overwriting a live one). A lease left by a
+// process of this host that has ended (a writer killed, then restarted at once) is taken over at
+// once, guarded by its revision (internal/process tells); a live lease of another writer is a
+// *LiveError.
 func (p *Publisher) acquireLease(ctx context.Context, ss *store.Session, takeover bool) (store.Lease, uint64, error) {
 	id := ss.ID()
 	l := p.lease
 	l.Since = time.Now().UnixMilli()
-	rev, err := ss.AcquireLease(ctx, l, p.opts.LeaseTTL, takeover)
-	var held *store.LeaseHeldError
-	if errors.As(err, &held) {
-		h := held.Holder
-		return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
+	for try := 0; ; try++ {
+		rev, err := ss.AcquireLease(ctx, l, p.opts.LeaseTTL, takeover)
+		var held *store.LeaseHeldError
+		if errors.As(err, &held) {
+			h := held.Holder
+			if try < 3 && h.Host != "" && h.Host == l.Host && process.Gone(h.PID, time.UnixMilli(h.Since)) {
+				rev, err := p.reclaimLease(ctx, ss, l, h)
+				if err == nil {
+					return l, rev, nil
+				}
+				if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNoLease) {
+					continue // changed meanwhile: look again
+				}
+				return l, 0, err
+			}
+			return l, 0, &LiveError{Session: id, Writer: h.Writer, Host: h.Host, PID: h.PID, Since: h.Since}
+		}
+		if err != nil {
+			return l, 0, err
+		}
+		if takeover {
+			p.log.Info("agentlog publisher: took the session's writer lease over", "session", id)
+		}
+		return l, rev, nil
 	}
+}
+
+// reclaimLease replaces the lease of dead, a writer process of this host that has ended, by l,
+// guarded by the revision it is read at: a wrapped store.ErrLeaseLost (or ErrNoLease) when the
+// lease changed meanwhile.
+func (p *Publisher) reclaimLease(ctx context.Context, ss *store.Session, l, dead store.Lease) (uint64, error) {
+	id := ss.ID()
+	cur, hrev, err := ss.Lease(ctx)
 	if err != nil {
-		return l, 0, err
+		return 0, err
 	}
-	if takeover {
-		p.log.Info("agentlog publisher: took the session's writer lease over", "session", id)
+	if cur.Writer != dead.Writer || cur.Host != dead.Host || cur.PID != dead.PID || cur.Since != dead.Since {
+		return 0, fmt.Errorf("%w: the lease of session %q changed while it was reclaimed", store.ErrLeaseLost, id)
 	}
-	return l, rev, nil
+	rev, err := ss.RenewLease(ctx, hrev, l, p.opts.LeaseTTL)
+	if err != nil {
+		return 0, err
+	}
+	p.log.Info("agentlog publisher: took over the writer lease of a process of this host that has ended", "session", id,
+		"writer", dead.Writer, "pid", dead.PID, "since", time.UnixMilli(dead.Since).UTC().Format(time.RFC3339))
+	return rev, nil
 }
 
 // releaseLease deletes the lease of ss if it is still at rev (bounded by 5 s; failures are logged:
@@ -188,7 +224,7 @@ func (w *Writer) renewLease() {
 			// may have lost records too. Renew it there, and check the tail before the next write.
 			next, err = w.ss.RenewLease(ctx, hrev, l, ttl)
 			w.mu.Lock()
-			w.validGen = staleGen
+			w.invalidateLocked()
 			w.mu.Unlock()
 		case gerr == nil:
 			w.leaseLost(holder) // another writer's lease now
@@ -205,6 +241,9 @@ func (w *Writer) renewLease() {
 		return
 	}
 	if err != nil {
+		// The server may be restarting, or its state changing under us (with the lease, the
+		// tail): the next write proves the tail first.
+		w.invalidateLocked()
 		if w.renewFailing.IsZero() {
 			w.renewFailing = time.Now()
 			w.p.log.Warn("agentlog publisher: cannot renew the writer lease; retrying (logged once until it is renewed)", "session", w.id, "error", err)
@@ -213,7 +252,7 @@ func (w *Writer) renewLease() {
 	}
 	if retaken {
 		// A write may have been fenced by another writer meanwhile: check the tail first.
-		w.validGen = staleGen
+		w.invalidateLocked()
 	}
 	switch {
 	case !w.renewFailing.IsZero():
@@ -224,6 +263,21 @@ func (w *Writer) renewLease() {
 		w.p.log.Info("agentlog publisher: writer lease had expired, nobody took it; taken again", "session", w.id)
 	}
 	w.leaseRev = next
+	w.renewedAt = time.Now()
+}
+
+// invalidateLocked makes the next write prove the session's tail from the stream leader first
+// (a server restart or a lapse of the lease may have lost records, or let another writer in).
+func (w *Writer) invalidateLocked() {
+	w.validGen = staleGen
+	w.invalidations++
+}
+
+// renewGapLocked reports whether the lease has gone unrenewed for more than half its TTL (two
+// renewal periods): the process was paused, or renewals hang. Another writer may have taken the
+// session meanwhile, so the tail is proved before the next write.
+func (w *Writer) renewGapLocked() bool {
+	return w.leaseRev != 0 && !w.renewedAt.IsZero() && time.Since(w.renewedAt) > w.p.opts.LeaseTTL/2
 }
 
 // writersRecreated checks, after a failed renewal, whether agentlog_writers is missing (lost with

@@ -69,7 +69,9 @@ type Options struct {
 	// deduplicated or found at the tail and never stored twice. Default 10 s.
 	AttemptTimeout time.Duration
 	// RetryBudget bounds the retries of transient errors (no responders, 503, timeouts, 10158,
-	// 429) inside one write, with exponential backoff from 50 ms to 2 s. A write still failing
+	// 429, a connection lost or down, for the record and the blobs of its large events alike)
+	// inside one write, with exponential backoff from 50 ms to 2 s; a retry first proves the
+	// session's tail from the stream leader (ARCHITECTURE.md, "Writer leases"). A write still failing
 	// then is reported and its events stay pending (automatic retry pauses until the next new
 	// event or Flush/Close). Flush/Close-driven writes are also bounded by their ctx. Default 30 s.
 	RetryBudget time.Duration
@@ -289,7 +291,7 @@ func (p *Publisher) Create(ctx context.Context, h session.Header) (*Writer, erro
 		return nil, fmt.Errorf("publisher: create: %w", err)
 	}
 	w := newWriter(p, ss, inc, session.NewSurface(), acked{})
-	w.lease, w.leaseRev, w.validGen = lease, rev, gen
+	w.lease, w.leaseRev, w.validGen, w.renewedAt = lease, rev, gen, time.Now()
 	if err := p.install(w); err != nil {
 		return nil, err
 	}
@@ -344,13 +346,13 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		}
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
-	w, err := p.open(ctx, ss)
+	w, err := p.open(ctx, ss, gen)
 	if err != nil {
 		p.releaseLease(ss, rev)
 		p.release(id, nil)
 		return nil, err
 	}
-	w.lease, w.leaseRev, w.validGen = lease, rev, gen
+	w.lease, w.leaseRev, w.validGen, w.renewedAt = lease, rev, gen, time.Now()
 	if err := p.install(w); err != nil {
 		return nil, err
 	}
@@ -363,7 +365,8 @@ func openError(what string, err error) error {
 	return fmt.Errorf("publisher: open: %s: %w", what, err)
 }
 
-func (p *Publisher) open(ctx context.Context, ss *store.Session) (*Writer, error) {
+// open reads and repairs the session (see Open); gen is the connGen before the log was read.
+func (p *Publisher) open(ctx context.Context, ss *store.Session, gen uint64) (*Writer, error) {
 	id, token := ss.ID(), ss.Token()
 	info, err := ss.Info(ctx)
 	if err != nil && !errors.Is(err, store.ErrSessionNotFound) {
@@ -406,7 +409,7 @@ func (p *Publisher) open(ctx context.Context, ss *store.Session) (*Writer, error
 	a := acked{streamSeq: lastStreamSeq, nextSeq: surface.AsOfSeq + 1}
 	if len(tail) > 0 {
 		msgID := p.msgID(token, info.Incarnation, tail[0].Seq)
-		res, _, err := p.writeRecord(ctx, ss, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, msgID, tail)
+		res, _, err := p.writeRecord(ctx, ss, acked{streamSeq: lastStreamSeq, nextSeq: tail[0].Seq}, gen, msgID, tail)
 		if err == nil && lastStreamSeq == 0 {
 			err = p.undoIfDeleted(ctx, ss, info.Incarnation, res)
 		}
@@ -520,148 +523,263 @@ func (p *Publisher) msgID(token, incarnation string, firstSeq int64) string {
 	return fmt.Sprintf("%s.%s.%s.%d", p.opts.WriterID, token, incarnation, firstSeq)
 }
 
-// checkedWrite is writeRecord for a Writer's record after a: when the connection reconnected
-// since validGen (the connGen at the last check of the tail) it first re-reads the tail from the
-// stream leader and refuses to write unless the tail is still a's record (checkTail). It returns
-// the connGen the write was checked against.
-func (p *Publisher) checkedWrite(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
-	id := ss.ID()
-	gen := p.connGen()
-	if gen != validGen {
-		t, err := p.tailFromLeader(ctx, ss)
-		if err != nil {
-			return 0, false, validGen, fmt.Errorf("re-reading the tail after a reconnect: %w", err)
-		}
-		if ownTail(t, msgID, events[len(events)-1].Seq) {
-			return t.LastStreamSeq, false, gen, nil // an earlier try, whose answer was lost, is stored
-		}
-		if err := p.checkTail(ctx, ss, a, t); err != nil {
-			return 0, false, validGen, fmt.Errorf("session %q: %w", id, err) // checkTail leaves naming it to its caller
-		}
-	}
-	seq, maybeStored, err := p.writeRecord(ctx, ss, a, msgID, events)
-	return seq, maybeStored, gen, err
-}
-
 // writeRecord writes events as one record guarded with a.streamSeq (the stream seq of the
 // session's previous record, 0 for none; a is what the writer knows durable) and returns the
-// stream seq of the record, in an "agentlog.append" span. Transient errors are retried with
-// exponential backoff bounded by ctx and the retry budget. A guard conflict is resolved by reading
-// the tail: if its Nats-Msg-Id is ours, the record was stored after a lost ack and the write
-// succeeded; acknowledged events that are gone give an *AckedLostError (checkTail); otherwise the
-// error wraps ErrConflict.
+// stream seq of the record (checkedWrite, for a write that does not keep what it proved). validGen
+// is the connGen when the guard was read.
+func (p *Publisher) writeRecord(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, error) {
+	seq, maybeStored, _, err := p.checkedWrite(ctx, ss, a, validGen, msgID, events)
+	return seq, maybeStored, err
+}
+
+// checkedWrite writes events as one record after a (a.streamSeq is the guard) and returns its
+// stream seq, in an "agentlog.append" span. validGen is the connGen when the writer last proved
+// its tail (staleGen: not proved, or a lease renewal gap since); it returns the connGen the record
+// was proved against. Transient errors are retried with exponential backoff bounded by ctx and
+// the retry budget. A guard conflict is resolved by reading the tail: if its Nats-Msg-Id is ours,
+// the record was stored after a lost ack and the write succeeded; acknowledged events that are
+// gone give an *AckedLostError (checkTail); otherwise the error wraps ErrConflict.
 //
 // On failure, maybeStored reports whether the record may have been stored all the same: some try
 // was sent and got no answer (a timeout, a lost connection). Such a record must be retried as
 // exactly the same record — same events, same Nats-Msg-Id — so that the retry dedupes or finds
 // it at the tail.
-func (p *Publisher) writeRecord(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event) (uint64, bool, error) {
+//
+// A guard alone cannot fence a writer whose acknowledged records the server lost: the subject
+// re-grown by another writer may reach the very stream seq the writer guards with. So a record is
+// sent only after the writer proved its tail from the stream leader (checkTail: the tail is still
+// its last record) whenever that proof may be stale: at the first try after a reconnect or a
+// lease renewal gap, and before every retry (a try that failed may mean a server restarting,
+// which the connection does not see when another server of a cluster holds the stream). A try is
+// never sent while the connection is down: nats.go would buffer it and send it, with the guard
+// of before, the moment the connection is back, before any proof. And a record acknowledged
+// across a reconnect is checked after the fact: the record it is guarded on must be the writer's
+// own (provePrev), else its acknowledged events are reported lost (ErrAckedLost), never as
+// written.
+func (p *Publisher) checkedWrite(ctx context.Context, ss *store.Session, a acked, validGen uint64, msgID string, events []session.Event) (uint64, bool, uint64, error) {
 	ctx, span := p.startAppendSpan(ctx, ss.ID(), msgID, events)
-	seq, maybeStored, err := p.writeRecordTries(ctx, ss, a, msgID, events, tracing.RecordOpts(ctx, msgID))
+	w := &recordWrite{p: p, ss: ss, id: ss.ID(), a: a, msgID: msgID, events: events, provedGen: validGen, opts: tracing.RecordOpts(ctx, msgID)}
+	seq, maybeStored, err := w.run(ctx)
 	endAppendSpan(span, seq, err)
-	return seq, maybeStored, err
+	return seq, maybeStored, w.provedGen, err
 }
 
-// writeRecordTries is writeRecord's tries of the write, with the store's options opts.
-func (p *Publisher) writeRecordTries(ctx context.Context, ss *store.Session, a acked, msgID string, events []session.Event, opts []store.AppendOpt) (uint64, bool, error) {
-	id := ss.ID()
-	guard := a.streamSeq
-	last := events[len(events)-1].Seq
-	var lastErr error
-	maybeStored := false
-	op := func() (uint64, error) {
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return 0, backoff.Permanent(ctx.Err())
-		}
-		cctx, ccancel := context.WithCancelCause(ctx)
-		reconn := p.reconnected()
-		go func() {
-			select {
-			case <-reconn:
-				ccancel(errReconnected)
-			case <-cctx.Done():
-			}
-		}()
-		actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(events))
-		res, err := ss.Append(actx, guard, events, opts...)
-		reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
-		cancel()
-		ccancel(nil)
-		<-p.slots
-		if err != nil && reconnectedDuring && ctx.Err() == nil {
-			// Sent before the reconnect: its answer is lost. Retry it (same id) at once.
-			lastErr, maybeStored = fmt.Errorf("%w: %v", errReconnected, err), true
-			return 0, lastErr
-		}
-		if err == nil {
-			if res.Duplicate && res.StreamSeq <= guard {
-				// The server deduplicated against a record older than our guard: not ours.
-				return 0, backoff.Permanent(fmt.Errorf("%w: session %q: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
-					ErrConflict, id, msgID, res.StreamSeq, guard))
-			}
-			if res.Duplicate {
-				// An earlier try was stored. Make sure it is this very record (same events) and
-				// the session's tail, before counting the events durable.
-				tail, terr := p.tailFromLeader(ctx, ss)
-				if terr != nil {
-					lastErr = fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
-					maybeStored = true
-					if transient(terr) && ctx.Err() == nil {
-						return 0, lastErr
-					}
-					return 0, backoff.Permanent(lastErr)
-				}
-				if tail.LastStreamSeq != res.StreamSeq || tail.NextSeq != last+1 {
-					return 0, backoff.Permanent(fmt.Errorf("session %q: Nats-Msg-Id %q was deduplicated as stream seq %d, but the tail record is stream seq %d ending before seq %d, not this record of seqs %d..%d",
-						id, msgID, res.StreamSeq, tail.LastStreamSeq, tail.NextSeq, events[0].Seq, last))
-				}
-			}
-			return res.StreamSeq, nil
-		}
-		lastErr = err
-		if unanswered(err) {
-			maybeStored = true
-		}
-		if errors.Is(err, store.ErrConflict) {
-			tail, terr := p.tailFromLeader(ctx, ss)
-			if terr != nil {
-				lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
-				if transient(terr) && ctx.Err() == nil {
-					return 0, lastErr
-				}
-				return 0, backoff.Permanent(lastErr)
-			}
-			if ownTail(tail, msgID, last) {
-				return tail.LastStreamSeq, nil
-			}
-			cerr := p.checkTail(ctx, ss, a, tail)
-			if cerr == nil {
-				cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
-					ErrConflict, guard, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
-			}
-			return 0, backoff.Permanent(fmt.Errorf("%w: %v", cerr, err))
-		}
-		if transient(err) && ctx.Err() == nil {
-			p.log.Debug("agentlog publisher: transient write error, retrying", "session", id, "msgID", msgID, "error", err)
-			return 0, err
-		}
-		return 0, backoff.Permanent(err)
-	}
+// errNotConnected is a try not sent because the connection is down.
+var errNotConnected = errors.New("not connected to NATS (the record is sent once the connection is back and the session's tail is proved)")
+
+// recordWrite is one record's write: its tries, and what they proved.
+type recordWrite struct {
+	p      *Publisher
+	ss     *store.Session
+	id     string // ss.ID()
+	a      acked  // what the writer knows durable; a.streamSeq is the guard
+	msgID  string
+	events []session.Event
+	opts   []store.AppendOpt
+
+	provedGen   uint64 // connGen when the tail was last proved to be a's record (staleGen: not proved)
+	tries       int
+	lastErr     error
+	maybeStored bool // some try was sent and got no answer (see checkedWrite)
+}
+
+// run makes the tries of the write, with exponential backoff (50 ms to 2 s) bounded by ctx and
+// the retry budget. Errors name the session.
+func (w *recordWrite) run(ctx context.Context) (uint64, bool, error) {
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second),
-		backoff.WithMaxElapsedTime(p.opts.RetryBudget),
+		backoff.WithMaxElapsedTime(w.p.opts.RetryBudget),
 	)
-	seq, err := backoff.RetryWithData(op, backoff.WithContext(b, ctx))
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != lastErr {
-		err = ctxError(id, err, lastErr) // the store's errors name the session; ctx's do not
+	seq, err := backoff.RetryWithData(func() (uint64, error) { return w.try(ctx) }, backoff.WithContext(b, ctx))
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && err != w.lastErr {
+		err = ctxError(w.id, err, w.lastErr) // the store's errors name the session; ctx's do not
 	}
+	maybeStored := w.maybeStored
 	if isFencing(err) {
 		maybeStored = false // fenced: the events are dropped
 	}
 	return seq, maybeStored, err
+}
+
+// retry is a transient failure of one try: it is kept as the last error and retried.
+func (w *recordWrite) retry(err error) (uint64, error) {
+	w.lastErr = err
+	w.p.log.Debug("agentlog publisher: transient write error, retrying", "session", w.id, "msgID", w.msgID, "error", err)
+	return 0, err
+}
+
+// try is one try of the write (a backoff.RetryWithData operation).
+func (w *recordWrite) try(ctx context.Context) (uint64, error) {
+	p, id, last := w.p, w.id, w.events[len(w.events)-1].Seq
+	w.tries++
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, backoff.Permanent(ctx.Err())
+	}
+	defer func() { <-p.slots }()
+	if !p.connected() {
+		return w.retry(errNotConnected)
+	}
+	gen := p.connGen()
+	if w.tries > 1 || gen != w.provedGen {
+		seq, done, err := w.prove(ctx, gen)
+		if done || err != nil {
+			return seq, err
+		}
+	}
+
+	cctx, ccancel := context.WithCancelCause(ctx)
+	reconn := p.reconnected()
+	go func() {
+		select {
+		case <-reconn:
+			ccancel(errReconnected)
+		case <-cctx.Done():
+		}
+	}()
+	actx, cancel := context.WithTimeout(cctx, p.attemptTimeout(w.events))
+	res, err := w.ss.Append(actx, w.a.streamSeq, w.events, w.opts...)
+	reconnectedDuring := errors.Is(context.Cause(cctx), errReconnected)
+	cancel()
+	ccancel(nil)
+	if err != nil && reconnectedDuring && ctx.Err() == nil {
+		// Sent before the reconnect: its answer is lost. Retry it (same id), after a proof.
+		w.maybeStored = true
+		return w.retry(fmt.Errorf("%w: %v", errReconnected, err))
+	}
+	if err == nil {
+		if res.Duplicate && res.StreamSeq <= w.a.streamSeq {
+			// The server deduplicated against a record older than our guard: not ours.
+			return 0, backoff.Permanent(fmt.Errorf("%w: session %q: Nats-Msg-Id %q matched stream seq %d, at or before the guard %d",
+				ErrConflict, id, w.msgID, res.StreamSeq, w.a.streamSeq))
+		}
+		if res.Duplicate {
+			// An earlier try was stored. Make sure it is this very record (same events) and
+			// the session's tail, and that it continues our log, before counting it durable.
+			tail, terr := p.tailFromLeader(ctx, w.ss)
+			if terr != nil {
+				w.maybeStored = true
+				err := fmt.Errorf("deduplicated as stream seq %d, then reading the tail: %w", res.StreamSeq, terr)
+				if transient(terr) && ctx.Err() == nil {
+					return w.retry(err)
+				}
+				w.lastErr = err
+				return 0, backoff.Permanent(err)
+			}
+			if tail.LastStreamSeq != res.StreamSeq || tail.NextSeq != last+1 {
+				return 0, backoff.Permanent(fmt.Errorf("session %q: Nats-Msg-Id %q was deduplicated as stream seq %d, but the tail record is stream seq %d ending before seq %d, not this record of seqs %d..%d",
+					id, w.msgID, res.StreamSeq, tail.LastStreamSeq, tail.NextSeq, w.events[0].Seq, last))
+			}
+			return w.provePrev(ctx, res.StreamSeq, gen)
+		}
+		if after := p.connGen(); after != gen || reconnectedDuring {
+			// Acknowledged across a reconnect: the record may have waited in nats.go's reconnect
+			// buffer, sent with our guard before anything was proved.
+			return w.provePrev(ctx, res.StreamSeq, after)
+		}
+		return res.StreamSeq, nil
+	}
+	w.lastErr = err
+	if unanswered(err) {
+		w.maybeStored = true
+	}
+	if errors.Is(err, store.ErrConflict) {
+		tail, terr := p.tailFromLeader(ctx, w.ss)
+		if terr != nil {
+			w.lastErr = fmt.Errorf("%w (then reading the tail: %v)", err, terr)
+			if transient(terr) && ctx.Err() == nil {
+				return 0, w.lastErr
+			}
+			return 0, backoff.Permanent(w.lastErr)
+		}
+		if ownTail(tail, w.msgID, last) {
+			return w.provePrev(ctx, tail.LastStreamSeq, gen)
+		}
+		cerr := p.checkTail(ctx, w.ss, w.a, tail)
+		if cerr == nil {
+			cerr = fmt.Errorf("%w: guard %d, tail record at stream seq %d (Nats-Msg-Id %q, next seq %d)",
+				ErrConflict, w.a.streamSeq, tail.LastStreamSeq, tail.LastMsgID, tail.NextSeq)
+		}
+		return 0, backoff.Permanent(fmt.Errorf("%w: %v", cerr, err))
+	}
+	if transient(err) && ctx.Err() == nil {
+		return w.retry(err)
+	}
+	return 0, backoff.Permanent(err)
+}
+
+// prove reads the tail from the stream leader before a try is sent (at connGen gen). done: an
+// earlier try, whose answer was lost, is stored and continues our log (seq is its stream seq).
+// Otherwise the tail must still be a's record (checkTail), or the write is fenced: a permanent
+// error, an *AckedLostError or ErrConflict. A tail that cannot be read is a transient error.
+func (w *recordWrite) prove(ctx context.Context, gen uint64) (seq uint64, done bool, err error) {
+	t, terr := w.p.tailFromLeader(ctx, w.ss)
+	if terr != nil {
+		err = fmt.Errorf("proving the session's tail before writing: %w", terr)
+		if transient(terr) && ctx.Err() == nil {
+			_, err = w.retry(err)
+			return 0, false, err
+		}
+		w.lastErr = err
+		return 0, false, backoff.Permanent(err)
+	}
+	if ownTail(t, w.msgID, w.events[len(w.events)-1].Seq) {
+		seq, err := w.provePrev(ctx, t.LastStreamSeq, gen)
+		return seq, true, err
+	}
+	if cerr := w.p.checkTail(ctx, w.ss, w.a, t); cerr != nil {
+		return 0, false, backoff.Permanent(fmt.Errorf("session %q: %w", w.id, cerr)) // checkTail leaves naming it to its caller
+	}
+	w.provedGen = gen
+	return 0, false, nil
+}
+
+// provePrev checks that our record, stored at stream seq seq, continues our log: the record at
+// the guard (a.streamSeq) is still a's last record (nothing to check for a first record, guard 0).
+// It returns seq, or a permanent *AckedLostError: the record was guarded on another writer's
+// record at that stream seq, written after the server lost ours. A read that fails is retried.
+func (w *recordWrite) provePrev(ctx context.Context, seq, gen uint64) (uint64, error) {
+	a := w.a
+	if a.streamSeq == 0 {
+		w.provedGen = gen
+		return seq, nil
+	}
+	rec, found, err := w.ss.RecordFromLeader(ctx, a.streamSeq)
+	if err != nil && !isSessionErr(err) {
+		w.maybeStored = true
+		err = fmt.Errorf("stored as stream seq %d, then reading the record it is guarded on: %w", seq, err)
+		if transient(err) && ctx.Err() == nil {
+			return w.retry(err)
+		}
+		w.lastErr = err
+		return 0, backoff.Permanent(err)
+	}
+	if err == nil && found && rec.NextSeq == a.nextSeq && (a.msgID == "" || rec.LastMsgID == a.msgID) {
+		w.provedGen = gen
+		return seq, nil
+	}
+	from := a.firstSeq
+	if a.msgID == "" {
+		from = a.nextSeq - 1
+	}
+	return 0, backoff.Permanent(&AckedLostError{Session: w.id, FromSeq: from, ToSeq: a.nextSeq - 1,
+		Detail: fmt.Sprintf("stream seq %d, where the writer's last record was, holds another record; the record written now (stream seq %d) follows it", a.streamSeq, seq)})
+}
+
+// isSessionErr reports whether err is (or wraps) a *session.Error: a record that does not decode.
+func isSessionErr(err error) bool {
+	var se *session.Error
+	return errors.As(err, &se)
+}
+
+// connected reports whether the store's connection is up (true without one).
+func (p *Publisher) connected() bool {
+	if p.store.JetStream() == nil || p.store.JetStream().Conn() == nil {
+		return true
+	}
+	return p.store.JetStream().Conn().IsConnected()
 }
 
 // minUploadRate is the slowest upload an attempt is given time for, bytes/s: a record whose events

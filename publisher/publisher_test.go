@@ -855,7 +855,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, msgID, evs)
+	seq, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, p.connGen(), msgID, evs)
 	if err != nil {
 		t.Fatalf("retry after a lost ack: %v", err)
 	}
@@ -866,7 +866,7 @@ func TestDuplicateAfterLostAck(t *testing.T) {
 		t.Fatalf("events appended twice: %d stored", n)
 	}
 	// A stale guard whose tail is someone else's record: conflict.
-	if _, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
+	if _, _, err := p.writeRecord(ctx, storetest.Session(p.store, "lost"), acked{nextSeq: evs[0].Seq}, p.connGen(), p.msgID(tokenOf(t, "lost"), "inc", 7), evs); !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale guard: %v, want ErrConflict", err)
 	}
 }

@@ -47,6 +47,8 @@ type Writer struct {
 	leaseRev      uint64           // revision of its lease in agentlog_writers; 0 when not held
 	releasing     chan struct{}    // closed when the lease release a fence started is done (nil: none)
 	renewFailing  time.Time        // when lease renewals started failing (zero: they succeed)
+	renewedAt     time.Time        // when the lease was last taken or renewed
+	invalidations uint64           // times validGen was set to staleGen (invalidateLocked)
 	writeFailing  time.Time        // when writes started failing (zero: the last one succeeded)
 	pending       []session.Event  // admitted, not in flight, in seq order
 	due           int              // pending[:due] belong to ended windows and wait for a write
@@ -334,13 +336,18 @@ func (w *Writer) kickLocked() {
 	a := acked{streamSeq: w.lastStreamSeq, msgID: w.lastMsgID, firstSeq: w.lastFirstSeq, nextSeq: w.durableNext}
 	parent := w.traceParent
 	w.traceParent = trace.SpanContext{}
+	gen := w.validGen
+	if w.renewGapLocked() {
+		gen = staleGen // the lease may have lapsed meanwhile (a paused process): prove the tail first
+	}
 	w.wg.Add(1)
-	go w.write(batch, a, w.validGen, parent)
+	go w.write(batch, a, gen, w.invalidations, parent)
 }
 
-// write writes batch as one record; its span (see Publisher.writeRecord) is a child of parent
+// write writes batch as one record (validGen: the connGen its tail was proved at; invalidations:
+// w.invalidations when it started); its span (see Publisher.checkedWrite) is a child of parent
 // when that is valid (the span of the Flush or Close that asked for it).
-func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent trace.SpanContext) {
+func (w *Writer) write(batch []session.Event, a acked, validGen, invalidations uint64, parent trace.SpanContext) {
 	defer w.wg.Done()
 	wctx := w.ctx
 	if parent.IsValid() {
@@ -380,7 +387,7 @@ func (w *Writer) write(batch []session.Event, a acked, validGen uint64, parent t
 		w.p.metrics.wrote(start, len(batch), size-64*int64(len(batch)))
 		w.lastStreamSeq, w.lastMsgID, w.lastFirstSeq = streamSeq, msgID, first
 		w.durableNext = last + 1
-		if w.validGen == validGen { // else invalidated meanwhile (renewLease): check again next time
+		if w.invalidations == invalidations { // else invalidated meanwhile (renewLease): check again next time
 			w.validGen = gen
 		}
 		w.pinned = 0

@@ -44,8 +44,8 @@ func TestDevUI(t *testing.T) {
 	out, _ := runCmd(t, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--ui", "127.0.0.1:0")
 	natsURL := waitOutput(t, out, `export AGENTLOG_NATS_URL=(\S+)`)
 	devUI := waitOutput(t, out, `agentlog ui: (http://\S+/) \(read-only\)`)
-	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--ui-token", "t0k")
-	ui := waitOutput(t, uiOut, `agentlog ui: (http://\S+) \(read-only\)`)
+	uiOut, _ := runCmd(t, "--nats", natsURL, "ui", "--listen", "127.0.0.1:0", "--ui-token", "t0k", "--allow-admin")
+	ui := waitOutput(t, uiOut, `agentlog ui: (http://\S+) \(operator actions allowed\)`)
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar} // the ?token= login sets a cookie, then redirects
 	for _, u := range []string{devUI, ui} {

@@ -99,7 +99,7 @@ credentials use the global account, as before. --http serves the server's monito
 			}
 			io.Copy(g.stdout, &out)
 			if u := s.UI(); u != nil {
-				printUI(g.stdout, u, ui.AllowFork)
+				printUI(g.stdout, u, ui.UIOptions)
 			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(g.stdout, "agentlog dev: shutting down")
@@ -117,7 +117,7 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
 	c.Flags().StringVar(&ui.Listen, "ui", "", "serve the web inspector on HOST:PORT (off by default; non-loopback needs --ui-token)")
-	ui.addFlags(c, "ui-allow-fork")
+	ui.addFlags(c, "ui-allow-fork", "ui-allow-admin")
 	g.addMaxEventBytesFlag(c)
 	return c
 }

@@ -87,13 +87,17 @@ func eventsHeader(ctx context.Context, c *client.Client, id string) (*session.He
 
 func newMessagesCmd(g *globals) *cobra.Command {
 	var minSeq int64
-	var pretty bool
+	var pretty, allowLoss bool
 	c := &cobra.Command{
 		Use:   "messages ID",
 		Short: "Print a session's derived messages (deriveMessages) as a JSON array, from the projector",
 		Long: `messages asks the projector's query service for the message history the model sees. By default it
 waits (up to --timeout) until the projection has applied the last event in the log, so it reads its own
-writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projection as it is.`,
+writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projection as it is.
+
+A session whose log lost acknowledged records (a server that lost writes, a purge outside agentlog)
+is refused, naming the seqs, with exit status 1; --allow-data-loss prints the messages of what the
+log holds instead.`,
 		Args: idArgs("one session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
@@ -103,7 +107,11 @@ writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projecti
 				return err
 			}
 			defer nc.Close()
-			msgs, err := queryMessages(ctx, store, nc, args[0], minSeq)
+			var opts []client.Option
+			if allowLoss {
+				opts = append(opts, client.AllowDataLoss())
+			}
+			msgs, err := queryMessages(ctx, store, nc, args[0], minSeq, opts...)
 			if err != nil {
 				return err
 			}
@@ -118,11 +126,13 @@ writes; --min-seq N waits for seq N instead, and --min-seq -1 takes the projecti
 		return nil
 	}
 	c.Flags().BoolVar(&pretty, "pretty", false, "indent the JSON")
+	c.Flags().BoolVar(&allowLoss, "allow-data-loss", false, "print the messages of what the log holds even when it lost acknowledged records")
 	return c
 }
 
-// queryMessages asks the projector for id's messages, waiting for minSeq (-2: the current tail).
-func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id string, minSeq int64) ([]json.RawMessage, error) {
+// queryMessages asks the projector for id's messages, waiting for minSeq (-2: the current tail),
+// with the client options opts.
+func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id string, minSeq int64, opts ...client.Option) ([]json.RawMessage, error) {
 	ss, err := st.Session(id)
 	if err != nil {
 		return nil, err
@@ -138,7 +148,6 @@ func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id strin
 	if err != nil {
 		return nil, err
 	}
-	var opts []client.Option
 	if minSeq >= 0 {
 		opts = append(opts, client.MinSeq(minSeq))
 	}

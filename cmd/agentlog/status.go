@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -20,7 +21,11 @@ parent and seed length, its fork children, and for each stored projection unit i
 (last seq - asOfSeq), with the session, seq, unit and rule of stopped units. ID may be a unique prefix.
 Finding the children reads every session's header (a pass over agentlog_sessions). --json prints one
 object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLength","children",
-"units":[{"unit","stateVersion","asOfSeq","lag","error"?}],"stopped":[{"session","seq","unit","rule","message"}]}.`,
+"units":[{"unit","stateVersion","asOfSeq","lag","error"?}],"stopped":[{"session","seq","unit","rule","message"}],
+"dataLoss"?:{"fromSeq","toSeq","streamSeq"?,"detail","detectedAt"}}.
+
+A session whose metadata or projections name records its log no longer holds (a server that lost
+acknowledged writes, a purge outside agentlog) is shown with its data loss, and status exits 1.`,
 		Args:              idArgs("one session ID"),
 		ValidArgsFunction: g.completeSessionIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -36,11 +41,15 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 			}
 			defer nc.Close()
 			s, err := c.Status(ctx, id)
-			if err != nil {
+			lost := s.DataLoss != nil && errors.Is(err, client.ErrDataLoss)
+			if err != nil && !lost {
 				return clientExit(err)
 			}
 			if asJSON {
-				return writeJSON(g.stdout, s, false)
+				if werr := writeJSON(g.stdout, s, false); werr != nil {
+					return werr
+				}
+				return err // the status is printed; a data loss is an error all the same
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "session\t%s\n", termSafe(s.ID))
@@ -64,7 +73,13 @@ object: {"id","createdAt","lastSeq","events","openTurn","parentSession","seedLen
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", u.Unit, u.AsOfSeq, u.Lag, stopped)
 			}
-			return tw.Flush()
+			if l := s.DataLoss; l != nil {
+				fmt.Fprintf(tw, "\nDATA LOSS\tseqs %d..%d: %s\n", l.FromSeq, l.ToSeq, l.Detail)
+			}
+			if ferr := tw.Flush(); ferr != nil {
+				return ferr
+			}
+			return err
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object")

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 
 	"github.com/agentlog/agentlog/forker"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -69,7 +72,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		o.Name = "agentlog-dev"
 	}
 	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: o.Name,
-		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword}
+		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword, Logger: o.Logger}
 	if o.HTTP != "" {
 		if sopts.HTTPHost, sopts.HTTPPort, err = HostPort("--http", o.HTTP); err != nil {
 			return nil, err
@@ -90,6 +93,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.nc = nc
+	warnLostStream(ctx, js, o.Logger)
 	if s.store, err = store.Provision(ctx, js, o.Config); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
@@ -120,6 +124,26 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// warnLostStream logs an error when the AGENTLOG stream is missing while agentlog_sessions holds
+// sessions: the server discarded the stream (a corrupt metafile, a lost directory; its own warning
+// is logged before), so the sessions' records are gone, and Provision creates the stream again,
+// empty. Readers then report each session's loss (client.ErrDataLoss).
+func warnLostStream(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) {
+	if _, err := js.Stream(ctx, wire.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	kv, err := js.KeyValue(ctx, wire.SessionsBucket)
+	if err != nil {
+		return
+	}
+	st, err := kv.Status(ctx)
+	if err != nil || st.Values() == 0 {
+		return
+	}
+	logger.Error("agentlog dev: the server has no stream "+wire.StreamName+" but "+wire.SessionsBucket+" names sessions: their records are lost (see the server's warnings above); the stream is created again, empty",
+		"stream", wire.StreamName, "bucket", wire.SessionsBucket, "entries", st.Values())
 }
 
 // HostPort parses a HOST:PORT flag value for nats-server: port 0 becomes -1 (pick a free one).
@@ -181,16 +205,24 @@ func (s *Stack) Ready(ctx context.Context) error {
 // Close stops the inspector and the services, closes the connection and shuts the server down,
 // waiting for it.
 func (s *Stack) Close() error {
-	var errs []error
+	// The inspector and the services stop together: each is bounded (its shutdown timeout,
+	// projector.StopTimeout, forker.StopTimeout), so dev stops within 2 s of SIGTERM however
+	// many it runs.
+	errs := make([]error, 1+len(s.forkers)+len(s.projectors))
+	var wg sync.WaitGroup
 	if s.ui != nil {
-		errs = append(errs, s.ui.Close())
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[0] = s.ui.Close() }()
 	}
-	for _, f := range s.forkers {
-		errs = append(errs, f.Stop())
+	for i, f := range s.forkers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[1+i] = f.Stop() }()
 	}
-	for _, p := range s.projectors {
-		errs = append(errs, p.Stop())
+	for i, p := range s.projectors {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[1+len(s.forkers)+i] = p.Stop() }()
 	}
+	wg.Wait()
 	if s.nc != nil {
 		s.nc.Close()
 	}

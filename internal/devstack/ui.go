@@ -19,6 +19,8 @@ type UIOptions struct {
 	TLSCert, TLSKey string
 	// AllowFork enables "fork from here"; without it the inspector is read-only.
 	AllowFork bool
+	// AllowAdmin enables the operator actions (inspector.Options.AllowAdmin).
+	AllowAdmin bool
 }
 
 // UI is a running inspector. Close stops it.
@@ -40,7 +42,7 @@ func StartUI(ctx context.Context, nc *nats.Conn, o UIOptions, logger *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	srv, err := inspector.New(nc, inspector.Options{Token: o.Token, AllowFork: o.AllowFork, Logger: logger})
+	srv, err := inspector.New(nc, inspector.Options{Token: o.Token, AllowFork: o.AllowFork, AllowAdmin: o.AllowAdmin, Logger: logger})
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -67,7 +69,7 @@ func (u *UI) Wait() error {
 	return u.err
 }
 
-// Close stops the inspector (live streams end at once, other requests get 5 s) and waits for it.
+// Close stops the inspector (live streams end at once, other requests get 1.5 s) and waits for it.
 func (u *UI) Close() error {
 	u.stop()
 	return u.Wait()

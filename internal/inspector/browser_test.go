@@ -72,15 +72,45 @@ func uiEvents() []session.Event {
 	}
 }
 
-// chromium returns the browser's path, or skips the test.
-func chromium(t *testing.T) string {
+// chromiumPath is the browser's path ("" when none is installed).
+func chromiumPath() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	t.Skip("chromium not installed (apt-get install -y chromium; .ci/run installs it): skipping the browser test")
 	return ""
+}
+
+// missingChromium is what a browser test says without chromium.
+const missingChromium = "chromium not installed (apt-get install -y chromium; .ci/run installs it)"
+
+// chromium returns the browser's path, or skips the test (fails it under CI=true, where .ci/run
+// installs the browser and a skip would hide a broken install).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := chromiumPath(); p != "" {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(missingChromium + ", and CI=true: the browser tests must run")
+	}
+	t.Skip(missingChromium + ": skipping the browser test")
+	return ""
+}
+
+// haveChromium reports whether the browser part of a test can run; without chromium it logs
+// that it is left out (fails under CI=true).
+func haveChromium(t *testing.T, what string) bool {
+	t.Helper()
+	if chromiumPath() != "" {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(missingChromium + ", and CI=true: " + what + " must be checked")
+	}
+	t.Log(missingChromium + ": " + what + " is not checked")
+	return false
 }
 
 // artifacts is where screenshots go: $AGENTLOG_ARTIFACTS, else the test's temp dir.
@@ -132,6 +162,11 @@ func tabGet[T any](t *testing.T, tab context.Context, a chromedp.Action[T]) T {
 }
 
 func screenshot(t *testing.T, tab context.Context, dir, name string) {
+	t.Helper()
+	// From the top: a full-page capture draws the sticky bars where the page is scrolled to.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+	}
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Errorf("screenshot %s: %v", name, err)
@@ -247,14 +282,14 @@ func TestUIBrowser(t *testing.T) {
 	tab, cancelTab := chromedp.NewContext(listTab)
 	defer cancelTab()
 	tabDo(t, tab, "session page", chromedp.Navigate(base+"/"), chromedp.Click(css(`tr[data-id="alpha"] a`)),
-		chromedp.WaitVisible(css(`#model`)))
+		chromedp.WaitVisible(css(`#conv`)))
 	screenshot(t, tab, dir, "ui-session")
-	modelJSON := tabGet(t, tab, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#model pre.json')).map(p => p.textContent)`))
+	modelJSON := tabGet(t, tab, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#conv pre.json')).map(p => p.textContent)`))
 	pwned := tabGet(t, tab, chromedp.Evaluate[string](`String(window.__pwned)`))
 	injected := tabGet(t, tab, chromedp.Evaluate[int](`document.querySelectorAll('main script, main img, main b').length`))
 	docTitle := tabGet(t, tab, chromedp.Title())
 	titleText := tabGet(t, tab, chromedp.TextContent(css(`#title`)))
-	transcriptText := tabGet(t, tab, chromedp.TextContent(css(`#transcript`)))
+	transcriptText := tabGet(t, tab, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('#conv .cell.transcript')).map(c => c.textContent).join(' ')`))
 	refusal := tabGet(t, tab, chromedp.TextContent(css(`li.row[data-seq="14"] .refusal`)))
 	var got []any
 	for _, j := range modelJSON {
@@ -282,7 +317,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	// Opened on demand: a chunk run's joined text, an event's raw line (as text).
-	tabDo(t, tab, "expanders", chromedp.Click(css(`details.chunks[data-from="3"] summary`)), chromedp.WaitVisible(css(`pre.chunk-joined`)),
+	tabDo(t, tab, "expanders", chromedp.Click(css(`.tabs a[data-tab="timeline"]`)), chromedp.WaitVisible(css(`#timeline`)), chromedp.Click(css(`details.chunks[data-from="3"] summary`)), chromedp.WaitVisible(css(`pre.chunk-joined`)),
 		chromedp.Click(css(`li.row[data-seq="1"] > details.ev-json summary`)), chromedp.WaitVisible(css(`li.row[data-seq="1"] > details.ev-json pre`)))
 	if joined := tabGet(t, tab, chromedp.TextContent(css(`pre.chunk-joined`))); joined != "Hello" {
 		t.Errorf("joined chunks %q, want Hello", joined)
@@ -297,7 +332,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	// A fork inside an open turn, through the service: the reference's text, as the service says it.
-	tabDo(t, tab, "fork refused", chromedp.SetValue(css(`#forkform input[name="boundary"]`), "12"),
+	tabDo(t, tab, "fork refused", chromedp.Click(css(`.tabs a[data-tab="forks"]`)), chromedp.SetValue(css(`#forkform input[name="boundary"]`), "12"),
 		chromedp.Submit(css(`#forkform`)), chromedp.WaitVisible(css(`#refusal-text`)))
 	served := tabGet(t, tab, chromedp.TextContent(css(`#refusal-text`)))
 	var refused *client.Error
@@ -305,10 +340,20 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("refusal on the page %q, the fork service says %v", served, err)
 	}
 
-	// Fork at the boundary of turn 1: the child's page, its tree, and the child live in the list.
-	tabDo(t, tab, "fork", chromedp.Navigate(base+"/sessions/alpha"), chromedp.Click(css(`button[data-boundary="9"]`)),
-		chromedp.WaitVisible(css(`body[data-page="session"]:not([data-id="alpha"]) #tree li.tnode.current`)))
+	// Fork at the boundary of turn 1: the confirmation page (what was created), then the child's
+	// page, its tree, and the child live in the list.
+	tabDo(t, tab, "fork", chromedp.Navigate(base+"/sessions/alpha#tab-timeline"), chromedp.Click(css(`li.row button[data-boundary="9"]`)),
+		chromedp.WaitVisible(css(`body[data-page="forked"] #open-child`)))
+	screenshot(t, tab, dir, "ui-forked")
 	child := tabGet(t, tab, chromedp.Evaluate[string](`document.body.dataset.id`))
+	if text := tabGet(t, tab, chromedp.TextContent(css(`#forked-text`))); !strings.Contains(text, "Session "+child+" was created from alpha at fork boundary seq 9") {
+		t.Errorf("the confirmation says %q", text)
+	}
+	if after := tabGet(t, tab, chromedp.TextContent(css(`#forked-after`))); !strings.Contains(after, "10session/end-seed") {
+		t.Errorf("after the seed: %q, want the end-seed marker at seq 10", after)
+	}
+	tabDo(t, tab, "open the child", chromedp.Click(css(`#open-child`)), chromedp.WaitVisible(css(`body[data-page="session"]:not([data-id="alpha"]) #conv`)),
+		chromedp.Click(css(`.tabs a[data-tab="forks"]`)), chromedp.WaitVisible(css(`#tree li.tnode.current`)))
 	treeText := tabGet(t, tab, chromedp.TextContent(css(`#tree`)))
 	if child == "" || child == id || !strings.Contains(treeText, "alpha") || !strings.Contains(treeText, "forked at seq 9") {
 		t.Errorf("after the fork: page of %q, tree %q", child, treeText)
@@ -318,7 +363,7 @@ func TestUIBrowser(t *testing.T) {
 	screenshot(t, listTab, dir, "ui-list-live")
 
 	// A live append: the page follows the session's subject.
-	tabDo(t, tab, "parent page", chromedp.Navigate(base+"/sessions/alpha"), chromedp.WaitVisible(css(`#live-status.on`)))
+	tabDo(t, tab, "parent page", chromedp.Navigate(base+"/sessions/alpha#tab-timeline"), chromedp.WaitVisible(css(`#live-status.on`)))
 	if treeNow := tabGet(t, tab, chromedp.TextContent(css(`#tree`))); !strings.Contains(treeNow, child) {
 		t.Errorf("the parent's tree lacks the child %q: %q", child, treeNow)
 	}
@@ -326,7 +371,7 @@ func TestUIBrowser(t *testing.T) {
 	if _, err := fork(ctx, s, id, 13, "alpha-2"); err != nil {
 		t.Fatalf("fork: %v", err)
 	}
-	tabDo(t, tab, "the tree, live", chromedp.WaitVisible(css(`#tree li.tnode[data-id="alpha-2"]`)))
+	tabDo(t, tab, "the tree, live", chromedp.WaitReady(css(`#tree li.tnode[data-id="alpha-2"]`)))
 	more := []session.Event{
 		{Type: "user/message", Seq: 15, Time: "1785000000100", SurfaceOp: json.RawMessage(`"append"`),
 			Data: json.RawMessage(`{"id":"m9","role":"user","content":[{"type":"text","text":"live message 42"}],"source":{"kind":"user"}}`)},
@@ -336,8 +381,9 @@ func TestUIBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	tabDo(t, tab, "live append", chromedp.WaitVisible(css(`main[data-last-seq="16"]`)),
-		chromedp.WaitVisible(css(`li.row[data-seq="16"] button[data-boundary="16"]`)))
-	if liveText := tabGet(t, tab, chromedp.TextContent(css(`#model`))); !strings.Contains(liveText, "live message 42") {
+		chromedp.WaitVisible(css(`li.row[data-seq="16"] button[data-boundary="16"]`)),
+		chromedp.WaitReady(css(`#boundaries-list tr[data-boundary="16"]`)))
+	if liveText := tabGet(t, tab, chromedp.TextContent(css(`#conv`))); !strings.Contains(liveText, "live message 42") {
 		t.Errorf("the live append is not in the model view: %q", liveText)
 	}
 	screenshot(t, tab, dir, "ui-live")
@@ -655,14 +701,13 @@ func TestUISpeed(t *testing.T) {
 			t.Logf("client %s: %s (%v)", what, time.Since(start), err)
 		}
 	}
-	if _, err := exec.LookPath("chromium"); err != nil {
-		t.Log("chromium not installed: first contentful paint not measured")
+	if !haveChromium(t, "the first contentful paint") {
 		return
 	}
 	tab := browser(t, ctx)
 	var fcp float64
 	for _, run := range []string{"cold", "warm"} { // the first navigation of a fresh browser is slower
-		tabDo(t, tab, "open the long session", chromedp.Navigate(base+"/sessions/"+id+"?run="+run), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+		tabDo(t, tab, "open the long session", chromedp.Navigate(base+"/sessions/"+id+"?run="+run), chromedp.WaitVisible(chromedp.CSS(`#conv`)))
 		fcp = tabGet(t, tab, chromedp.Evaluate[float64](`new Promise(done => {
 			new PerformanceObserver(l => { const e = l.getEntriesByName('first-contentful-paint')[0]; if (e) done(e.startTime); }).observe({type: 'paint', buffered: true});
 			setTimeout(() => done(-1), 5000);
@@ -745,12 +790,11 @@ func TestUILargeEvent(t *testing.T) {
 	}
 
 	// In a browser the link loads the event in place of the cut JSON, as text.
-	if _, err := exec.LookPath("chromium"); err != nil {
-		t.Log("chromium not installed: the in-place load is not checked")
+	if !haveChromium(t, "the in-place load") {
 		return
 	}
 	tab := browser(t, ctx)
-	sel := `#model li.msg[data-seq="3"] details.msg-json`
+	sel := `#conv .msg[data-seq="3"] details.msg-json`
 	tabDo(t, tab, "load the whole event", chromedp.Navigate(base+"/sessions/huge"), chromedp.Click(css(sel+" summary")),
 		chromedp.Click(css(sel+" a.ev-full")), chromedp.WaitVisible(css(sel+` p.cut:not(:has(a))`)))
 	if n := tabGet(t, tab, chromedp.Evaluate[int](`document.querySelector('`+sel+` pre').textContent.length`)); n != len(line)+1 {

@@ -23,10 +23,11 @@ const (
 // turns units; empty when not folded yet).
 type listRow struct {
 	client.SessionInfo
-	Title    string
-	OpenTurn *int64
-	Folded   bool
-	New      bool
+	Title      string // capped (projector.MaxTitleViewBytes)
+	TitleBytes int    // the whole title's length when Title is cut, else 0
+	OpenTurn   *int64
+	Folded     bool
+	New        bool
 }
 
 type listPage struct {
@@ -76,9 +77,9 @@ func (s *Server) decorate(ctx context.Context, infos []client.SessionInfo) []lis
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTitle); err == nil {
-				var v projector.TitleState
+				var v projector.TitleView
 				if json.Unmarshal(t.View, &v) == nil && v.Title != nil {
-					row.Title = *v.Title
+					row.Title, row.TitleBytes = capTitle(v)
 				}
 			}
 			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTurns); err == nil {
@@ -129,4 +130,20 @@ func (s *Server) handleListLive(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// capTitle is a title view's title and, when it is cut, the whole title's length: a projector
+// caps the view itself; one older than the cap is capped here.
+func capTitle(v projector.TitleView) (string, int) {
+	if v.Title == nil {
+		return "", 0
+	}
+	if v.TitleBytes > 0 { // cut by the projector: the cap plus its "…"
+		t, _ := projector.CapText(*v.Title, projector.MaxTitleViewBytes+len("…"))
+		return t, v.TitleBytes
+	}
+	if t, cut := projector.CapText(*v.Title, projector.MaxTitleViewBytes); cut {
+		return t, len(*v.Title)
+	}
+	return *v.Title, 0
 }

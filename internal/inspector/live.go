@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +59,7 @@ type liveUpdate struct {
 	Pager       string `json:"pager,omitempty"`
 	Views       string `json:"views"`
 	Projections string `json:"projections"`
+	Boundaries  string `json:"boundaries"`
 }
 
 // handleSessionLive streams a session page's updates: it follows the session's subject (the
@@ -213,53 +213,6 @@ func (s *Server) update(ctx context.Context, id string, h *session.Header, linea
 	}
 	render(&u.Views, "views")
 	render(&u.Projections, "projections")
+	render(&u.Boundaries, "boundaries")
 	return u, err
-}
-
-// forkRefused is the page of a refused fork.
-type forkRefused struct {
-	ID, Code, Text string
-	Status         int
-}
-
-// handleFork forks the session at the posted boundary ("" or absent: the last event) into the
-// posted child id ("": a fresh one) and redirects to the child. Only with AllowFork, a
-// same-origin request and the page's CSRF token.
-func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !s.o.AllowFork {
-		s.errorPage(w, r, http.StatusForbidden, "Read-only", "This inspector is read-only: start it with --allow-fork to fork sessions.")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if !s.csrfOK(r) {
-		s.errorPage(w, r, http.StatusForbidden, "Forbidden", "The fork request is cross-origin or lacks the page's CSRF token: fork from the inspector's own page.")
-		return
-	}
-	req := client.ForkRequest{Source: id, Child: strings.TrimSpace(r.PostFormValue("child"))}
-	if v := strings.TrimSpace(r.PostFormValue("boundary")); v != "" {
-		b, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			s.errorPage(w, r, http.StatusBadRequest, "Bad fork boundary", fmt.Sprintf("fork boundary %q: want a seq (an integer >= 0)", v))
-			return
-		}
-		req.Boundary = &b
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	res, err := s.c.Fork(ctx, req)
-	if err != nil {
-		fr := forkRefused{ID: id, Text: err.Error(), Status: http.StatusServiceUnavailable}
-		var ce *client.Error
-		if errors.As(err, &ce) {
-			fr.Code, fr.Text = string(ce.Code), ce.Description
-			switch ce.Code {
-			case client.CodeOpenTurn, client.CodeInvalidBoundary, client.CodeSessionNotFound, client.CodeSessionExists, client.CodeInvalidSeed, client.CodeBadRequest, client.CodeBadSource:
-				fr.Status = http.StatusConflict
-			}
-		}
-		s.render(w, fr.Status, "forkrefused.html", fr)
-		return
-	}
-	http.Redirect(w, r, sessURL(res.Child)+"?forked=1", http.StatusSeeOther)
 }

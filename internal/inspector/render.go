@@ -17,27 +17,31 @@ import (
 var funcs = template.FuncMap{
 	"sessURL": sessURL,
 	"bytes":   byteSize,
-	"ms": func(ms int64) string {
-		if ms <= 0 {
-			return "-"
+	// One time format on every page: stamp (2006-01-02 15:04:05 UTC) for a date, clock
+	// (15:04:05.000) for a timeline row, exact (with ms) and ago in titles, iso for datetime.
+	"stamp": func(ms int64) string { return utc(ms).Format("2006-01-02 15:04:05 UTC") },
+	"clock": func(ms int64) string { return utc(ms).Format("15:04:05.000") },
+	"exact": func(ms int64) string { return utc(ms).Format("2006-01-02 15:04:05.000 UTC") },
+	"iso":   func(ms int64) string { return utc(ms).Format("2006-01-02T15:04:05.000Z") },
+	"ago":   ago,
+	"dur":   duration,
+	"tookText": func(what string) string {
+		switch what {
+		case "turn":
+			return "from turn/start to turn/end"
+		case "step":
+			return "from step/start to step/end"
+		case "call":
+			return "from the tool/call to its tool/result"
+		case "stream":
+			return "from the first streamed chunk to the assistant/message"
 		}
-		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000Z")
+		return what
 	},
-	"ago": func(ms int64) string {
-		if ms <= 0 {
-			return ""
-		}
-		d := time.Since(time.UnixMilli(ms)).Round(time.Second)
-		switch {
-		case d < time.Minute:
-			return fmt.Sprintf("%ds ago", int(d.Seconds()))
-		case d < time.Hour:
-			return fmt.Sprintf("%dm ago", int(d.Minutes()))
-		case d < 48*time.Hour:
-			return fmt.Sprintf("%.1fh ago", d.Hours())
-		}
-		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
-	},
+	"tabs":     func() []string { return tabs },
+	"tabLabel": func(tab string) string { return tabLabels[tab] },
+	"sub64":    func(a, b int64) int64 { return a - b },
+	"parentAt": parentAt,
 	"deref": func(p *int64) int64 {
 		if p == nil {
 			return 0
@@ -66,6 +70,50 @@ var funcs = template.FuncMap{
 		}
 		return m
 	},
+}
+
+// tabs are the session page's sections, in order; the first is shown when the URL names none.
+var tabs = []string{"conversation", "timeline", "forks", "projections", "raw"}
+
+var tabLabels = map[string]string{"conversation": "Conversation", "timeline": "Timeline", "forks": "Fork tree",
+	"projections": "Projections", "raw": "Raw log"}
+
+func utc(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// ago is how long before now Unix ms ms was: 12s ago, 5m ago, 3.2h ago, 4d ago ("" for 0).
+func ago(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	d := time.Since(time.UnixMilli(ms)).Round(time.Second)
+	switch {
+	case d < 0:
+		return "in the future"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%.1fh ago", d.Hours())
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// duration is ms milliseconds for a human: 850 ms, 4.2 s, 3 min 12 s, 2 h 04 min.
+func duration(ms int64) string {
+	switch {
+	case ms < 0:
+		return "-"
+	case ms < 1000:
+		return fmt.Sprintf("%d ms", ms)
+	case ms < 10_000:
+		return fmt.Sprintf("%.2f s", float64(ms)/1000)
+	case ms < 60_000:
+		return fmt.Sprintf("%.1f s", float64(ms)/1000)
+	case ms < 3_600_000:
+		return fmt.Sprintf("%d min %02d s", ms/60_000, ms%60_000/1000)
+	}
+	return fmt.Sprintf("%d h %02d min", ms/3_600_000, ms%3_600_000/60_000)
 }
 
 // sessURL is the path of session id's page.

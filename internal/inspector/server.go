@@ -2,6 +2,9 @@
 // the client package (listing, status, events, derived messages, projection snapshots, lineage)
 // and, with AllowFork, forks them through the fork service.
 //
+// With AllowAdmin it also rebuilds a session's projection unit (projector.Rebuild), an operator
+// action.
+//
 // Pages are server-rendered html/template (every session byte is escaped), with embedded CSS and
 // a small embedded script for live updates (Server-Sent Events fed by an ordered consumer on the
 // session's subject and a watch of the agentlog_sessions KV bucket). Everything static works
@@ -27,6 +30,8 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 )
 
@@ -41,6 +46,10 @@ type Options struct {
 	// AllowFork enables "fork from here" (POST, same-origin and CSRF-token checked). Without it
 	// the inspector is read-only.
 	AllowFork bool
+	// AllowAdmin enables the operator actions (POST, checked as a fork is): rebuilding one
+	// session's projection unit from its log (projector.Rebuild). It needs the rights to read the
+	// session's records and write agentlog_projections.
+	AllowAdmin bool
 	// QueryTimeout bounds each query of a page (default 5 s).
 	QueryTimeout time.Duration
 	Logger       *slog.Logger
@@ -61,6 +70,9 @@ type Server struct {
 	// rendered keeps what session pages were rendered from, for their live streams.
 	rendered *renderedLogs
 	close    sync.Once
+
+	store *store.Store        // with AllowAdmin
+	reg   *projector.Registry // with AllowAdmin: the built-in units
 }
 
 // New returns a Server reading through nc (a connection to a provisioned agentlog). It starts a
@@ -90,6 +102,12 @@ func New(nc *nats.Conn, o Options) (*Server, error) {
 		stop()
 		return nil, err
 	}
+	if o.AllowAdmin {
+		if err := s.openAdmin(ctx, nc); err != nil {
+			stop()
+			return nil, err
+		}
+	}
 	s.mux = s.routes()
 	return s, nil
 }
@@ -113,6 +131,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /sessions/{id}/chunks", s.handleChunks)
 	mux.HandleFunc("GET /sessions/{id}/messages.json", s.handleMessagesJSON)
 	mux.HandleFunc("POST /sessions/{id}/fork", s.handleFork)
+	mux.HandleFunc("GET /sessions/{id}/forked", s.handleForked)
+	mux.HandleFunc("POST /sessions/{id}/rebuild", s.handleRebuild)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.errorPage(w, r, http.StatusNotFound, "Not found", fmt.Sprintf("There is no page at %s.", r.URL.Path))
@@ -170,7 +190,7 @@ func Listen(addr, token, certFile, keyFile string) (net.Listener, error) {
 type tlsListener struct{ net.Listener }
 
 // Serve serves the inspector on ln until ctx ends, then shuts down (live streams end at once,
-// other requests get 5 s) and closes the Server.
+// other requests get 1.5 s) and closes the Server.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.Handler(),
@@ -187,14 +207,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.Close() // ends the live streams, whose requests would hold Shutdown up
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = hs.Close() // a request still running (a client not reading): cut it
+	}
 	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e
 	}
 	return err
 }
+
+// shutdownTimeout is how long Serve waits for the requests in flight once ctx ended (their reads
+// of NATS are cancelled by then), so that the process stops within 2 s of SIGTERM.
+const shutdownTimeout = 1500 * time.Millisecond
 
 // URL is the address to open for ln: http://HOST:PORT/ (with ?token= when token is set).
 func URL(ln net.Listener, token string) string {

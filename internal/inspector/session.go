@@ -22,14 +22,19 @@ import (
 
 // sessionPage is what the session page renders.
 type sessionPage struct {
-	ID           string
-	Header       *session.Header
-	Self         *client.LineageNode
-	Lineage      client.Lineage
-	LastSeq      int64
-	Events       int64
-	LastActivity int64
-	OpenTurn     int64
+	ID              string
+	Header          *session.Header
+	Self            *client.LineageNode
+	Lineage         client.Lineage
+	LastSeq         int64
+	Events          int64
+	LastActivity    int64
+	OpenTurn        int64
+	Turns           int   // turns started
+	Duration        int64 // ms from the first event to the last
+	Tab             string
+	Boundaries      []Boundary // the last maxBoundaries unless all
+	BoundariesTotal int
 
 	Timeline *Timeline
 	Page     int
@@ -47,9 +52,21 @@ type sessionPage struct {
 	// live stream resumes after.
 	StreamSeq uint64
 
-	AllowFork bool
-	CSRF      string
-	LoadMs    int64
+	AllowFork  bool
+	AllowAdmin bool
+	CSRF       string
+	LoadMs     int64
+}
+
+// maxBoundaries is how many fork boundaries (the last ones) the fork tab lists unless all are
+// asked for.
+const maxBoundaries = 50
+
+// Boundary is a fork boundary: a turn's end (its seq, the turn, when it ended) with the turn's
+// first user message.
+type Boundary struct {
+	Seq, Turn, Time int64
+	Message         string
 }
 
 // loadError is a page that cannot be shown: its HTTP status and text.
@@ -223,17 +240,64 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 	sp := &sessionPage{ID: id, Lineage: d.lineage, LastSeq: t.LastSeq, Events: t.LastSeq + 1, OpenTurn: t.OpenTurn,
 		Timeline: t, Page: p, Pages: t.Pages(), Nodes: t.Page(p), OnLast: p == t.Pages()-1,
 		Views: buildViews(d.events, d.msgs, d.msgNote, all), Proj: buildProjections(d.snap, t.LastSeq, d.snapErr),
-		All: all, AllowFork: s.o.AllowFork, CSRF: s.csrf, Reports: d.reports}
-	for i, m := range sp.Views.Model {
+		All: all, AllowFork: s.o.AllowFork, AllowAdmin: s.o.AllowAdmin, CSRF: s.csrf, Reports: d.reports, Tab: tabs[0]}
+	for i := range t.Rows {
+		r := &t.Rows[i]
+		if r.Type == "turn/start" {
+			sp.Turns++
+		}
+		if r.ForkAt {
+			b := Boundary{Seq: r.Seq, Turn: r.Turn, Time: r.Time}
+			if r.First >= 0 && r.First < int64(len(d.events)) {
+				b.Message = cut(userText(d.events[r.First].Data), summaryRunes)
+			}
+			sp.Boundaries = append(sp.Boundaries, b)
+		}
+	}
+	sp.BoundariesTotal = len(sp.Boundaries)
+	if !all && len(sp.Boundaries) > maxBoundaries {
+		sp.Boundaries = sp.Boundaries[len(sp.Boundaries)-maxBoundaries:]
+	}
+	editAt := map[int64]int64{} // a turn's first user message -> the boundary before it
+	for i := range t.Rows {
+		if r := &t.Rows[i]; r.ForkAt && r.Next >= 0 {
+			editAt[r.Next] = r.Seq
+		}
+	}
+	fix := func(m *MsgView) {
 		if m.JSONBytes > 0 && m.Seq >= 0 {
-			sp.Views.Model[i].EventURL = eventPath(id, m.Seq)
+			m.EventURL = eventPath(id, m.Seq)
+		}
+		if b, ok := editAt[m.Seq]; ok && m.Role == "user" && m.Seq < int64(len(d.events)) {
+			m.EditAt, m.EditText = b, userText(d.events[m.Seq].Data)
+		}
+	}
+	for i := range sp.Views.Rows {
+		r := &sp.Views.Rows[i]
+		if r.Model != nil {
+			fix(r.Model)
+		}
+		for j := range r.Transcript {
+			fix(&r.Transcript[j])
 		}
 	}
 	sp.Self = findNode(d.lineage.Root, id)
 	if n := len(d.events); n > 0 {
 		sp.LastActivity = timeMs(d.events[n-1].Time)
+		sp.Duration = sp.LastActivity - timeMs(d.events[0].Time)
 	}
 	return sp
+}
+
+// Created is the session's createdAt (Unix ms) from its header (0: unknown).
+func (sp *sessionPage) Created() int64 {
+	switch {
+	case sp.Header != nil && sp.Header.CreatedAt > 0:
+		return sp.Header.CreatedAt
+	case sp.Self != nil:
+		return sp.Self.CreatedAt
+	}
+	return 0
 }
 
 func findNode(n *client.LineageNode, id string) *client.LineageNode {
@@ -286,6 +350,9 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := s.page(id, d, p, seq, q.Get("all") == "1")
 	sp.Header = &h
+	if q.Has("seq") || q.Has("page") {
+		sp.Tab = "timeline"
+	}
 	sp.LoadMs = time.Since(start).Milliseconds()
 	if int64(len(d.events))-1 == sp.LastSeq && d.pos.NextSeq == sp.LastSeq+1 {
 		sp.StreamSeq = d.pos.StreamSeq

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
+	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 )
 
@@ -52,9 +52,22 @@ type Row struct {
 
 	ForkAt      bool   // a turn boundary: "fork from here" (boundary = Seq)
 	ForkRefusal string // a boundary inside an open turn: the reference's refusal text
+	// Took is how long what the row ends took, in ms (-1: nothing): a turn or a step (from its
+	// start), a tool call (to its result), a streamed reply (from its first chunk).
+	Took     int64
+	TookWhat string
+	// Next is, on a fork boundary, the seq of the next turn's first user message (-1: none), and
+	// NextText its text (for "fork from here and edit the next message"; set when shown).
+	Next     int64
+	NextText string
+	// First is, on a fork boundary, the seq of its turn's first user message (-1: none).
+	First int64
 
 	message bool // Summary is the event's message, derived when the row is shown
 }
+
+// span is when a turn or a step started and ended (Unix ms; 0: not seen).
+type span struct{ start, end int64 }
 
 // Stream is a run of consecutive assistant/chunk events (From..To) of one step.
 type Stream struct {
@@ -62,6 +75,7 @@ type Stream struct {
 	Chunks   int
 	Kinds    string // "text-delta ×12, usage ×1"
 	Chars    int    // about the characters of the run's deltas (bytes of their JSON strings)
+	Start    int64  // Unix ms of the first chunk
 	kinds    []chunkKind
 }
 
@@ -75,8 +89,10 @@ type Node struct {
 	Kind      string // "turn", "step" or "row"
 	ID        string // stable element id of a fold ("turn-3", "step-3-2")
 	Label     string
-	Continued bool // the fold began on an earlier page
-	Open      bool // a turn without turn/end yet
+	Continued bool  // the fold began on an earlier page
+	Open      bool  // a turn without turn/end yet
+	Start     int64 // Unix ms of its turn/start or step/start (0: not in the log)
+	End       int64 // Unix ms of its turn/end or step/end (0: none yet)
 	Row       *Row
 	Children  []*Node
 }
@@ -87,6 +103,7 @@ type Timeline struct {
 	OpenTurn int64 // the open turn at the end of the log (0: none)
 	LastSeq  int64
 	events   []session.Event
+	spans    map[string]span // by fold ID
 }
 
 // Pages is the number of pages (at least 1).
@@ -112,6 +129,9 @@ func (t *Timeline) Page(p int) []*Node {
 			continue
 		}
 		ev := &t.events[r.Seq]
+		if r.Next >= 0 && r.NextText == "" && r.Next < int64(len(t.events)) {
+			r.NextText = userText(t.events[r.Next].Data)
+		}
 		if r.message {
 			r.message = false
 			if ev.Type == "user/message" {
@@ -128,6 +148,7 @@ func (t *Timeline) Page(p int) []*Node {
 		if r.Type == "turn/start" || (r.Turn != 0 && (turn == nil || turn.ID != turnID(r.Turn))) {
 			step = nil
 			turn = &Node{Kind: "turn", ID: turnID(r.Turn), Label: fmt.Sprintf("turn %d", r.Turn), Continued: r.Type != "turn/start"}
+			turn.Start, turn.End = t.spans[turn.ID].start, t.spans[turn.ID].end
 			top = append(top, turn)
 		}
 		if r.Turn == 0 {
@@ -135,6 +156,7 @@ func (t *Timeline) Page(p int) []*Node {
 		}
 		if r.Step != 0 && (r.Type == "step/start" || step == nil || step.ID != stepID(r.Turn, r.Step)) {
 			step = &Node{Kind: "step", ID: stepID(r.Turn, r.Step), Label: fmt.Sprintf("step %d", r.Step), Continued: r.Type != "step/start"}
+			step.Start, step.End = t.spans[step.ID].start, t.spans[step.ID].end
 			turn.Children = append(turn.Children, step)
 		}
 		if r.Step == 0 {
@@ -215,12 +237,16 @@ func decodeData(ev *session.Event) eventData {
 // interruptions, compaction replaces and fork boundaries marked. id names the session in the
 // refusal text of a boundary inside an open turn.
 func BuildTimeline(id string, events []session.Event) *Timeline {
-	t := &Timeline{LastSeq: -1, events: events, Rows: make([]Row, 0, len(events)/3+8)}
+	t := &Timeline{LastSeq: -1, events: events, Rows: make([]Row, 0, len(events)/3+8), spans: map[string]span{}}
 	calls := map[string]int{}        // callId -> row index of its tool/call
 	results := map[string]int64{}    // callId -> seq of its tool/result
 	callNames := map[string]string{} // callId -> tool name
 	var turn, step int64
-	var turnStart int64 // Unix ms of the open turn's turn/start
+	callTimes := map[string]int64{} // callId -> Unix ms of its tool/call
+	var turnStart, stepStart int64  // Unix ms of the open turn's turn/start, the open step's step/start
+	var boundaries []int            // row indexes of the fork boundaries since the last turn
+	var pending []int               // the boundaries before the open turn, waiting for its first user message
+	firstUser := int64(-1)          // the open turn's first user message
 	for i := range events {
 		ev := &events[i]
 		t.LastSeq = ev.Seq
@@ -231,7 +257,7 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 				continue
 			}
 			r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step, Dim: ev.Ignorable,
-				Stream: &Stream{From: ev.Seq}}
+				Stream: &Stream{From: ev.Seq, Start: timeMs(ev.Time)}, Took: -1, Next: -1, First: -1}
 			r.Stream.add(ev)
 			t.Rows = append(t.Rows, r)
 			continue
@@ -251,17 +277,27 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			}
 		}
 		r := Row{Seq: ev.Seq, Last: ev.Seq, Type: ev.Type, Time: timeMs(ev.Time), Turn: turn, Step: step,
-			Dim: ev.Ignorable || !coreTypes[ev.Type]}
+			Dim: ev.Ignorable || !coreTypes[ev.Type], Took: -1, Next: -1, First: -1}
+		took := func(since int64, what string) {
+			if since > 0 && r.Time >= since {
+				r.Took, r.TookWhat = r.Time-since, what
+			}
+		}
 		switch ev.Type {
 		case "turn/start":
 			r.Summary = fmt.Sprintf("turn %d starts", turn)
 			turnStart = r.Time
+			t.spans[turnID(turn)] = span{start: r.Time}
+			firstUser = -1
+			pending, boundaries = boundaries, nil
 		case "turn/end":
 			kind := reasonKind(d.Reason)
 			r.Summary = fmt.Sprintf("turn %d ends: %s", turn, kind)
-			if turnStart > 0 && r.Time >= turnStart {
-				r.Summary += fmt.Sprintf(" after %s", time.Duration(r.Time-turnStart)*time.Millisecond)
-			}
+			took(turnStart, "turn")
+			sp := t.spans[turnID(turn)]
+			sp.end = r.Time
+			t.spans[turnID(turn)] = sp
+			turnStart = 0
 			switch kind {
 			case "completed":
 			case "interrupted":
@@ -270,17 +306,40 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 				r.Marks = append(r.Marks, Mark{Class: "warn", Text: kind, Seq: -1})
 			}
 			r.ForkAt = true
+			r.First = firstUser
+			boundaries = append(boundaries, len(t.Rows))
 		case "step/start":
 			r.Summary = fmt.Sprintf("step %d starts", step)
+			stepStart = r.Time
+			t.spans[stepID(turn, step)] = span{start: r.Time}
 		case "step/end":
 			r.Summary = fmt.Sprintf("step %d ends", step)
+			took(stepStart, "step")
+			sp := t.spans[stepID(turn, step)]
+			sp.end = r.Time
+			t.spans[stepID(turn, step)] = sp
+			stepStart = 0
 		case "user/message":
 			r.message = true
+			if firstUser < 0 && turn != 0 && string(ev.SurfaceOp) == `"append"` {
+				firstUser = ev.Seq
+			}
+			if string(ev.SurfaceOp) == `"append"` { // not a compaction's summary
+				next := &pending // the turn's first user message is the next message of the boundaries before it
+				if turn == 0 {
+					next = &boundaries // one between turns (an edit-then-fork's)
+				}
+				for _, bi := range *next {
+					t.Rows[bi].Next = ev.Seq
+				}
+				*next = nil
+			}
 		case "assistant/message":
 			r.message = true
 			if run := t.lastRun(ev.Seq, turn, step); run != nil { // the message collapses its stream
 				r.Stream = run.Stream
 				t.Rows = t.Rows[:len(t.Rows)-1]
+				took(r.Stream.Start, "stream")
 			}
 			if v, ok := session.LookupJSON(ev.Data, "interrupted"); ok && string(v) == "true" {
 				r.Marks = append(r.Marks, Mark{Class: "bad", Text: "interrupted", Seq: -1})
@@ -289,6 +348,7 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			r.Summary = d.Name + "(" + argsText(d.Args) + ")"
 			calls[d.CallID] = len(t.Rows)
 			callNames[d.CallID] = d.Name
+			callTimes[d.CallID] = r.Time
 		case "tool/result":
 			var m message
 			_ = json.Unmarshal(session.WellFormed(d.Message), &m)
@@ -305,6 +365,7 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			r.message = true
 			if ci, ok := calls[callID]; ok {
 				r.Marks = append(r.Marks, Mark{Class: "ok", Text: "result of " + callNames[callID] + " (call)", Seq: t.Rows[ci].Seq})
+				took(callTimes[callID], "call")
 				t.Rows[ci].Marks = append(t.Rows[ci].Marks, Mark{Class: "ok", Text: "result", Seq: ev.Seq})
 				results[callID] = ev.Seq
 				delete(calls, callID)
@@ -322,7 +383,11 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 			r.Summary = "end of seed: this lifecycle's own writes begin"
 			r.Marks = append(r.Marks, Mark{Class: "info", Text: "end-seed", Seq: -1})
 		case "session/title":
-			r.Summary = "title: " + d.Title
+			t, cut := projector.CapText(d.Title, projector.MaxTitleViewBytes)
+			r.Summary = "title: " + t
+			if cut {
+				r.Summary += fmt.Sprintf(" (%d bytes)", len(d.Title))
+			}
 		case "todo/write":
 			r.Summary = "todos: " + cut(string(d.Todos), summaryRunes)
 		default:
@@ -342,6 +407,8 @@ func BuildTimeline(id string, events []session.Event) *Timeline {
 				}
 			}
 			turn, step = 0, 0
+			firstUser = -1
+			pending = nil
 		}
 		if ev.Type == "step/end" {
 			step = 0
@@ -515,4 +582,19 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n]) + "…"
+}
+
+// userText is the text of a user/message event's data (its text blocks, joined by blank lines).
+func userText(data json.RawMessage) string {
+	var m message
+	if json.Unmarshal(session.WellFormed(data), &m) != nil {
+		return ""
+	}
+	var parts []string
+	for _, b := range blocks(m.Content) {
+		if b.Type == "text" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n\n")
 }

@@ -170,12 +170,117 @@ func TestBuildViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := buildViews(evs, &client.MessagesReply{AsOfSeq: 3, Nodes: []int64{3, 2}, Messages: msgs}, "", false)
-	if len(v.Model) != 2 || v.Model[0].Seq != 3 || v.Model[1].Seq != 2 || v.Model[0].Note == "" || v.ModelTotal != 2 {
-		t.Errorf("model view: %+v", v.Model)
+	if got := rowsText(v); got != "0:diff[m3|t0] 2:both[m2]" || v.ModelTotal != 2 || v.TranscriptTotal != 2 || v.Hidden != 1 || !v.Differs || v.RowsTotal != 2 {
+		t.Fatalf("rows %s (model %d, transcript %d, hidden %d, differs %v)", got, v.ModelTotal, v.TranscriptTotal, v.Hidden, v.Differs)
 	}
-	if len(v.Transcript) != 2 || v.TranscriptTotal != 2 || v.Transcript[0].Seq != 0 || v.Transcript[0].Note != "hidden from the model: replaced by seq 3" ||
-		v.Hidden != 1 || !v.Differs || v.Transcript[0].JSON != "" {
-		t.Errorf("transcript: %+v (hidden %d)", v.Transcript, v.Hidden)
+	if r := v.Rows[0]; r.Model.Note != "compaction: stands for seqs [0 1]" || r.Transcript[0].Note != "hidden from the model: replaced by seq 3" || r.Transcript[0].JSON != "" || r.Model.JSON == "" {
+		t.Errorf("the compaction row: %+v", r)
+	}
+	if r := v.Rows[1]; r.Model.Role != "assistant" || !strings.Contains(r.Model.JSON, `"id":"a"`) {
+		t.Errorf("the shared row: %+v", r.Model)
+	}
+}
+
+// rowsText is a conversation's rows as "SEQ:KIND[mNODE|tSEQ,...]".
+func rowsText(v Views) string {
+	var parts []string
+	for _, r := range v.Rows {
+		var cells []string
+		if r.Model != nil {
+			cells = append(cells, fmt.Sprintf("m%d", r.Model.Seq))
+		}
+		if len(r.Transcript) > 0 {
+			var ts []string
+			for _, e := range r.Transcript {
+				ts = append(ts, fmt.Sprint(e.Seq))
+			}
+			cells = append(cells, "t"+strings.Join(ts, ","))
+		}
+		parts = append(parts, fmt.Sprintf("%d:%s[%s]", r.Seq, r.Kind, strings.Join(cells, "|")))
+	}
+	return strings.Join(parts, " ")
+}
+
+// served is the messages reply of nodes, derived from evs as the query service derives them.
+func served(t *testing.T, evs []session.Event, nodes ...int64) *client.MessagesReply {
+	t.Helper()
+	msgs, err := session.DeriveMessages(nodes, func(seq int64) (session.Event, error) { return evs[seq], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client.MessagesReply{AsOfSeq: int64(len(evs)) - 1, Nodes: nodes, Messages: msgs}
+}
+
+// TestConversationAlignment: the model view and the transcript are aligned by seq; where they
+// are the same message it is one row (no repetition without compaction); a compaction's replace
+// sits at the first seq it stands for, beside the entries it hides, a replace of a replace
+// beside all of them; a served message unlike its event is a difference; without a model view the
+// transcript stands alone.
+func TestConversationAlignment(t *testing.T) {
+	u := func(id string) string {
+		return `{"id":"` + id + `","role":"user","content":[{"type":"text","text":"` + id + `"}],"source":{"kind":"user"}}`
+	}
+	evs := log(
+		"user/message", u("u0"), // 0
+		"assistant/message", asstMsg, // 1
+		"user/message", u("u2"), // 2
+		"assistant/message", asstMsg, // 3
+	)
+	v := buildViews(evs, served(t, evs, 0, 1, 2, 3), "", false)
+	if got := rowsText(v); got != "0:both[m0] 1:both[m1] 2:both[m2] 3:both[m3]" || v.Differs || v.Hidden != 0 || v.TranscriptTotal != 4 {
+		t.Errorf("no compaction: %s (differs %v)", got, v.Differs)
+	}
+	if v.Rows[0].Model.Blocks[0].HTML == "" {
+		t.Errorf("a user message's text is not rendered as markdown: %+v", v.Rows[0].Model.Blocks)
+	}
+
+	// Two compactions: 4 replaces 0..1, then 5 replaces 4 and 2; 3 stays.
+	evs = log(
+		"user/message", u("u0"), // 0
+		"assistant/message", asstMsg, // 1
+		"user/message", u("u2"), // 2
+		"assistant/message", asstMsg, // 3
+		"user/message", `replace 0 1 [0,1]|`+u("s4"), // 4
+		"user/message", `replace 4 2 [4,2]|`+u("s5"), // 5
+		"user/message", u("u6"), // 6
+	)
+	v = buildViews(evs, served(t, evs, 5, 3, 6), "", false)
+	if got := rowsText(v); got != "0:diff[m5|t0,1,2] 3:both[m3] 6:both[m6]" || v.Hidden != 3 || !v.Differs || v.ModelTotal != 3 || v.TranscriptTotal != 5 {
+		t.Errorf("nested compaction: %s (hidden %d, model %d, transcript %d)", got, v.Hidden, v.ModelTotal, v.TranscriptTotal)
+	}
+	if n := v.Rows[0].Transcript[2].Note; n != "hidden from the model: replaced by seq 5" {
+		t.Errorf("seq 2's note: %q", n)
+	}
+
+	// A served message that is not its event's message.
+	r := served(t, evs, 5, 3, 6)
+	r.Messages[2] = json.RawMessage(`{"id":"other","role":"user","content":[]}`)
+	v = buildViews(evs, r, "", false)
+	if got := rowsText(v); got != "0:diff[m5|t0,1,2] 3:both[m3] 6:diff[m6|t6]" || !strings.Contains(v.Rows[2].Model.Note, "differs") {
+		t.Errorf("a served message unlike its event: %s", got)
+	}
+
+	// No model view: the transcript alone.
+	v = buildViews(evs, nil, "the projection is stopped", false)
+	if got := rowsText(v); got != "0:transcript[t0] 1:transcript[t1] 2:transcript[t2] 3:transcript[t3] 6:transcript[t6]" || v.HasModel {
+		t.Errorf("without a model view: %s", got)
+	}
+
+	// A long conversation: the last viewLimit rows, each paired with its own message.
+	var pairs []string
+	var nodes []int64
+	for i := range viewLimit + 10 {
+		pairs = append(pairs, "user/message", u(fmt.Sprintf("n%d", i)))
+		nodes = append(nodes, int64(i))
+	}
+	evs = log(pairs...)
+	v = buildViews(evs, served(t, evs, nodes...), "", false)
+	if len(v.Rows) != viewLimit || v.RowsTotal != viewLimit+10 || v.Rows[0].Seq != 10 || !strings.Contains(v.Rows[0].Model.JSON, `"n10"`) ||
+		!strings.Contains(v.Rows[viewLimit-1].Model.JSON, fmt.Sprintf(`"n%d"`, viewLimit+9)) {
+		t.Errorf("a long conversation: %d rows of %d, first %d %s", len(v.Rows), v.RowsTotal, v.Rows[0].Seq, v.Rows[0].Model.JSON)
+	}
+	if all := buildViews(evs, served(t, evs, nodes...), "", true); len(all.Rows) != viewLimit+10 {
+		t.Errorf("all: %d rows", len(all.Rows))
 	}
 }
 
@@ -185,5 +290,64 @@ func BenchmarkPage10k(b *testing.B) {
 		t := BuildTimeline("long", evs)
 		_ = t.Page(t.Pages() - 1)
 		_ = buildViews(evs, nil, "", false)
+	}
+}
+
+// TestTimelineTimes: rows carry how long what they end took (a turn, a step, a tool call, a
+// streamed reply), folds their start and end, and each fork boundary its turn's first user
+// message and the next turn's (a compaction's summary is neither).
+func TestTimelineTimes(t *testing.T) {
+	evs := log(
+		"turn/start", `{"turn":1}`, // 0
+		"user/message", userMsg, // 1
+		"step/start", `{"turn":1,"step":1}`, // 2
+		"assistant/chunk", `{"turn":1,"step":1,"chunk":{"type":"text-delta","text":"o"}}`, // 3
+		"assistant/message", asstMsg, // 4
+		"tool/call", `{"turn":1,"step":1,"callId":"c1","name":"read","arguments":"{}"}`, // 5
+		"tool/result", toolResult("c1", ""), // 6
+		"step/end", `{"turn":1,"step":1}`, // 7
+		"turn/end", `{"turn":1,"reason":{"kind":"completed"}}`, // 8
+		"turn/start", `{"turn":2}`, // 9
+		"user/message", `replace 1 1 [1]|{"id":"s","role":"user","content":[{"type":"text","text":"summary"}],"source":{"kind":"user"}}`, // 10
+		"turn/end", `{"turn":2,"reason":{"kind":"completed"}}`, // 11
+		"turn/start", `{"turn":3}`, // 12
+		"user/message", `{"id":"u3","role":"user","content":[{"type":"text","text":"third"}],"source":{"kind":"user"}}`, // 13
+		"turn/end", `{"turn":3,"reason":{"kind":"completed"}}`, // 14
+	)
+	for i := range evs { // seq i at 1785000000000 + i*i*100 ms
+		evs[i].Time = json.Number(fmt.Sprint(1785000000000 + int64(i*i*100)))
+	}
+	tl := BuildTimeline("s", evs)
+	took := map[int64]string{}
+	for _, r := range tl.Rows {
+		if r.Took >= 0 {
+			took[r.Seq] = fmt.Sprintf("%s %d", r.TookWhat, r.Took)
+		}
+	}
+	want := map[int64]string{4: "stream 700", 6: "call 1100", 7: "step 4500", 8: "turn 6400", 11: "turn 4000", 14: "turn 5200"}
+	if fmt.Sprint(took) != fmt.Sprint(want) {
+		t.Errorf("took %v, want %v", took, want)
+	}
+	top := tl.Page(0)
+	if top[0].Kind != "turn" || top[0].Start != 1785000000000 || top[0].End != 1785000006400 ||
+		top[0].Children[2].Kind != "step" || top[0].Children[2].Start != 1785000000400 || top[0].Children[2].End != 1785000004900 {
+		t.Errorf("turn 1: %+v, step 1: %+v", top[0], top[0].Children[2])
+	}
+	var bs []string
+	for _, r := range tl.Rows {
+		if r.ForkAt {
+			bs = append(bs, fmt.Sprintf("%d:first %d next %d %q", r.Seq, r.First, r.Next, r.NextText))
+		}
+	}
+	if got := strings.Join(bs, "; "); got != `8:first 1 next -1 ""; 11:first -1 next 13 "third"; 14:first 13 next -1 ""` {
+		t.Errorf("boundaries: %s", got)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for ms, want := range map[int64]string{0: "0 ms", 850: "850 ms", 4200: "4.20 s", 12345: "12.3 s", 192000: "3 min 12 s", 7440000: "2 h 04 min", -1: "-"} {
+		if got := duration(ms); got != want {
+			t.Errorf("duration(%d) = %q, want %q", ms, got, want)
+		}
 	}
 }

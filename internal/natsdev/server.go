@@ -3,6 +3,7 @@ package natsdev
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -22,6 +23,10 @@ type ServerOptions struct {
 
 	// Logs turns on the server's own logger (to stderr). Off by default: the embedded server is quiet.
 	Logs bool
+	// Logger, when set (and Logs is not), receives the server's warnings and errors (Warn, Error;
+	// its notices at Debug): what it reports about data it lost or discarded at a restart (a
+	// truncated or corrupt block, a stream whose metafile does not check), and any failure.
+	Logger *slog.Logger
 	// MaxPayload is the server's max_payload in bytes (0: the server default, 1 MiB). It bounds the
 	// max message size of the AGENTLOG stream.
 	MaxPayload int32
@@ -105,7 +110,7 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		StoreDir:   opts.DataDir,
 		SyncAlways: opts.SyncAlways,
 		MaxPayload: opts.MaxPayload,
-		NoLog:      !opts.Logs,
+		NoLog:      !opts.Logs && opts.Logger == nil,
 		NoSigs:     true,
 		HTTPPort:   opts.HTTPPort,
 		HTTPHost:   opts.HTTPHost,
@@ -136,8 +141,11 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		unlock()
 		return nil, fmt.Errorf("embedded nats-server (data %s, listen %s): %w", opts.DataDir, listen, err)
 	}
-	if opts.Logs {
+	switch {
+	case opts.Logs:
 		srv.ConfigureLogger()
+	case opts.Logger != nil:
+		srv.SetLoggerV2(serverLogger{opts.Logger}, false, false, false)
 	}
 	go srv.Start()
 	go func() { srv.WaitForShutdown(); unlock() }()

@@ -14,14 +14,19 @@
     t.innerHTML = html;
     return t.content;
   }
-  // replace swaps an element's content, keeping the open/closed state of its <details id=...>.
+  // replace swaps an element's content, keeping the open/closed state of its <details id=...>
+  // and what was typed into its <textarea id=...> (an edit-then-fork form being written).
   function replace(id, html) {
     var el = document.getElementById(id);
     if (!el || html === undefined || html === null) return;
-    var state = {};
+    var state = {}, typed = {};
     el.querySelectorAll("details[id]").forEach(function (d) { state[d.id] = d.open; });
+    el.querySelectorAll("textarea[id]").forEach(function (a) { if (a.value !== a.defaultValue) typed[a.id] = a.value; });
+    var focused = document.activeElement && el.contains(document.activeElement) ? document.activeElement.id : "";
     el.replaceChildren(fragment(html));
     el.querySelectorAll("details[id]").forEach(function (d) { if (d.id in state) d.open = state[d.id]; });
+    el.querySelectorAll("textarea[id]").forEach(function (a) { if (a.id in typed) a.value = typed[a.id]; });
+    if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
   function listPage() {
     var q = "?prefix=" + encodeURIComponent(body.dataset.prefix || "");
@@ -52,6 +57,7 @@
       replace("summary", u.summary);
       replace("views", u.views);
       replace("projections", u.projections);
+      replace("boundaries-list", u.boundaries);
       if (u.timeline) { replace("timeline", u.timeline); replace("pager", u.pager); }
       main.dataset.lastSeq = String(u.lastSeq);
       setStatus("live · seq " + u.lastSeq, true);
@@ -91,6 +97,25 @@
         .catch(function () { window.location.href = a.href; });
     });
   }
+  // Tabs: main[data-tab] names the section shown, the one the URL's fragment names or holds (a
+  // row, #seq-12), else the server's default. (Without the script the stylesheet does the same
+  // with :target, which a live update replacing the target would lose.)
+  function tabs() {
+    var main = document.getElementById("session-main");
+    if (!main) return;
+    function pick() {
+      var id = "";
+      try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { id = ""; }
+      var el = id ? document.getElementById(id) : null;
+      var tab = el && el.closest ? el.closest("section.tab") : null;
+      if (tab) main.dataset.tab = tab.id.replace(/^tab-/, "");
+      else if (!main.dataset.tab) main.dataset.tab = main.dataset.defaultTab || "conversation";
+      if (el && tab) el.scrollIntoView();
+    }
+    pick();
+    window.addEventListener("hashchange", pick);
+  }
+  if (body.dataset.page === "session") tabs();
   if (!window.EventSource) return;
   if (body.dataset.page === "list") listPage();
   if (body.dataset.page === "session") sessionPage();
