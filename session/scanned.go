@@ -179,18 +179,6 @@ func (s *Surface) ApplyScanned(sessionID string, ev *Scanned, lookup Lookup) err
 	return nil
 }
 
-// trimSpace is b without the JSON whitespace around it.
-func trimSpace(b []byte) []byte {
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
-	}
-	for len(b) > 0 && isSpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
 // LineScanner decodes event lines into the shared form. The values it locates are kept in one
 // buffer shared by the events it returns, which saves an allocation per event; the zero value is
 // ready to use, and it is not safe for concurrent use.
