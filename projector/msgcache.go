@@ -59,12 +59,6 @@ type nodeLog struct {
 	// vouches for a state of its incarnation at or below last without a read.
 	checked time.Time
 	epoch   uint64
-	// The last state position verified (verify): its incarnation, stream seq, when and in which
-	// connection epoch.
-	vInc   string
-	vSeq   uint64
-	vAt    time.Time
-	vEpoch uint64
 	size   int64         // bytes held (the events' raw fields); guarded by nodeCache.mu
 	elem   *list.Element // nil once evicted; guarded by nodeCache.mu
 }
@@ -88,6 +82,18 @@ const directReads = 4
 // ends the trust.
 const verifyTTL = 5 * time.Second
 
+// checkEpoch empties l when what it holds was read before the connection's last reconnect: the
+// server may have lost records since, and written others with the same event seqs (and even the
+// same stream seqs) in their place.
+func (c *nodeCache) checkEpoch(l *nodeLog) {
+	if e := c.curEpoch(); l.epoch != e {
+		if l.last != 0 || len(l.events) > 0 {
+			c.reset(l)
+		}
+		l.epoch = e
+	}
+}
+
 func (c *nodeCache) curEpoch() uint64 {
 	if c.epoch == nil {
 		return 0
@@ -101,11 +107,11 @@ func (c *nodeCache) fresh(l *nodeLog) bool {
 }
 
 // verify reports whether session id's log holds the state at pos: the record at stream seq
-// pos.StreamSeq is the session's and ends at asOfSeq. Within verifyTTL of a verified position of
-// the same incarnation, in the same connection epoch, it is taken as shown (the projector folded
-// the record; a log loses records only when its server loses data); otherwise the record is read
-// (a direct get by its seq), and its surface events kept for the answer. false: not shown (the
-// caller checks against the tail); an error is transient.
+// pos.StreamSeq is the session's and ends at asOfSeq. It reads that record (a direct get by its
+// seq: what a messages answer often reads anyway, whose surface events it keeps), every time: a
+// log can lose records without any sign to this service (a purge outside agentlog), and a state
+// of a log that lost them must not be answered. false: not shown (the caller checks against the
+// tail); an error is transient.
 func (c *nodeCache) verify(ctx context.Context, st *store.Store, id string, pos LogPosition, asOfSeq int64) (bool, error) {
 	if pos.Incarnation == "" || pos.StreamSeq == 0 {
 		return false, nil
@@ -113,10 +119,7 @@ func (c *nodeCache) verify(ctx context.Context, st *store.Store, id string, pos 
 	l := c.entry(id)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	epoch := c.curEpoch()
-	if l.vInc == pos.Incarnation && l.vEpoch == epoch && time.Since(l.vAt) < verifyTTL {
-		return true, nil
-	}
+	c.checkEpoch(l)
 	if l.inc != "" && l.inc != pos.Incarnation {
 		c.reset(l)
 	}
@@ -125,7 +128,6 @@ func (c *nodeCache) verify(ctx context.Context, st *store.Store, id string, pos 
 	if err != nil || !found || last != asOfSeq {
 		return false, err
 	}
-	l.vInc, l.vSeq, l.vAt, l.vEpoch = pos.Incarnation, pos.StreamSeq, time.Now(), epoch
 	return true, nil
 }
 
@@ -323,6 +325,15 @@ func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, node
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	c.checkEpoch(l)
+	if len(recs) == len(nodes) {
+		for i, seq := range nodes {
+			if at, ok := l.at[seq]; ok && at != recs[i] {
+				delete(l.events, seq) // the state names another record for it now: read that one
+				delete(l.at, seq)
+			}
+		}
+	}
 	c.m.cache("query", l.last != 0 || len(l.events) > 0)
 	hold := func() (map[int64]session.Event, map[int64]uint64, error) {
 		// A copy of the index: the caller derives while other queries may update l.
@@ -343,7 +354,7 @@ func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, node
 		}
 		if (l.inc == pos.Incarnation || l.last == 0 && len(recs) == len(nodes)) && !missing() {
 			l.inc = pos.Incarnation
-			// Every node is held, of this incarnation's log (whose events never change); the
+			// Every node is held, read from this incarnation's log since the last reconnect; the
 			// caller checked the projection against the log.
 			return hold()
 		}
@@ -495,7 +506,6 @@ func (c *nodeCache) reset(l *nodeLog) {
 	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
 	l.events, l.at, l.last, l.next, l.lastAt, l.inc, l.checked = map[int64]session.Event{}, map[int64]uint64{}, 0, 0, time.Time{}, "", time.Time{}
-	l.vInc = ""
 	c.account(l, -freed)
 }
 
