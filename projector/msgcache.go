@@ -59,8 +59,8 @@ type nodeLog struct {
 	// vouches for a state of its incarnation at or below last without a read.
 	checked time.Time
 	epoch   uint64
-	size   int64         // bytes held (the events' raw fields); guarded by nodeCache.mu
-	elem   *list.Element // nil once evicted; guarded by nodeCache.mu
+	size    int64         // bytes held (the events' raw fields); guarded by nodeCache.mu
+	elem    *list.Element // nil once evicted; guarded by nodeCache.mu
 }
 
 func newNodeCache(maxBytes int64) *nodeCache {
