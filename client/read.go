@@ -65,7 +65,15 @@ func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(s
 		if err != nil {
 			return &Error{Code: CodeInternal, Session: id, Description: "read the log's tail", Err: err}
 		}
-		from = max(from, t.NextSeq-q.Tail)
+		n := t.NextSeq
+		if t.LastStreamSeq == 0 { // no hot record: archived, maybe
+			loc, err := ss.Locate(ctx)
+			if err != nil {
+				return &Error{Code: CodeInternal, Session: id, Description: "locate the log", Err: err}
+			}
+			n = loc.NextSeq()
+		}
+		from = max(from, n-q.Tail)
 	}
 	var opts []store.ReadOpt
 	if q.Follow {

@@ -36,14 +36,40 @@ type SessionInfo struct {
 	ParentSession string   `json:"parentSession,omitempty"`
 	SeedLength    *int64   `json:"seedLength,omitempty"`
 	Children      []string `json:"children"`
+	// Title, OpenTurn, Stopped (units) and Errored (agent/error reports) are filled with
+	// SessionsQuery.Details (or a filter on them).
+	Title      string   `json:"title,omitempty"` // cut at 256 bytes, marked "…" (TitleBytes: the whole title's length)
+	TitleBytes int      `json:"titleBytes,omitempty"`
+	OpenTurn   *int64   `json:"openTurn,omitempty"`
+	Stopped    []string `json:"stopped,omitempty"`
+	Errored    bool     `json:"errored,omitempty"`
+	// State is "active" (its log in the hot stream, or no events) or "archived"; Held is true
+	// under a legal hold.
+	State string `json:"state"`
+	Held  bool   `json:"held,omitempty"`
 }
 
-// SessionsQuery selects a listing: ids starting with Prefix, after the id After (exclusive; the
-// cursor of the previous page), at most Limit (0: all). Sessions come in byte order of their ids.
+// SessionsQuery selects a listing: ids starting with Prefix, after the cursor After (exclusive;
+// the cursor the previous page returned: an id in id order, "c:..." or "a:..." in the others), at most Limit
+// (0: all), in the order Sort (SortID, the zero value; SortCreated, newest first; SortActivity,
+// last activity first), and only the sessions that pass every filter set.
 type SessionsQuery struct {
 	Prefix string
 	After  string
 	Limit  int
+	Sort   string
+
+	State         string    // StateActive, StateArchived or StateHeld ("": any)
+	Parent        string    // forks of this session only
+	Title         string    // a substring of the title (case-insensitive)
+	OpenTurn      bool      // sessions whose last turn is open
+	Errored       bool      // sessions with agent/error reports (failed writes)
+	Stopped       bool      // sessions with a stopped projection unit
+	ActiveSince   time.Time // last activity at or after (zero: any)
+	CreatedAfter  time.Time // created in this store at or after (zero: any)
+	CreatedBefore time.Time // ... before (zero: any)
+	// Details fills Title, OpenTurn, Stopped and Errored of each row (the filters on them do too).
+	Details bool
 }
 
 // perRowLimit is the largest page whose last seqs are read with batched direct gets of the
@@ -60,12 +86,48 @@ const perRowLimit = 512
 // parentSession), then the last record of each listed session: batched direct gets for a page
 // of at most 512, else one headers-only pass over every session's last record.
 func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionInfo) error) (next string, err error) {
-	if q.Limit < 0 {
-		return "", &Error{Code: CodeBadRequest, Description: fmt.Sprintf("sessions: limit %d, want >= 0", q.Limit)}
+	if err := checkQuery(q); err != nil {
+		return "", &Error{Code: CodeBadRequest, Description: err.Error()}
 	}
 	st, err := c.openStore(ctx)
 	if err != nil {
 		return "", err
+	}
+	// A small set named by an index (a parent's children, the held sessions), in any order.
+	if q.Parent != "" || q.State == StateHeld {
+		var toks []string
+		if q.Parent != "" {
+			ptok, err := wire.Token(q.Parent)
+			if err != nil {
+				return "", &Error{Code: CodeBadRequest, Session: q.Parent, Description: err.Error()}
+			}
+			links, err := st.ChildTokens(ctx, []string{ptok})
+			if err != nil {
+				return "", &Error{Code: CodeInternal, Description: "read the lineage index", Err: err}
+			}
+			toks = links[ptok]
+		} else {
+			holds, err := st.Holds(ctx)
+			if err != nil {
+				return "", &Error{Code: CodeInternal, Description: "read the holds", Err: err}
+			}
+			for t := range holds {
+				toks = append(toks, t)
+			}
+		}
+		if q.Sort == SortID && q.After != "" {
+			return "", &Error{Code: CodeBadRequest, Description: "sessions: a listing of a parent's forks or of the held sessions continues from a c: cursor"}
+		}
+		return sessionsFew(ctx, st, q, toks, fn)
+	}
+	switch q.Sort {
+	case SortCreated:
+		return sessionsCreated(ctx, st, q, fn)
+	case SortActivity:
+		return sessionsActivity(ctx, st, q, fn)
+	}
+	if q.needsDetails() || q.State != "" || !q.ActiveSince.IsZero() || !q.CreatedAfter.IsZero() || !q.CreatedBefore.IsZero() {
+		return sessionsByIDFiltered(ctx, st, q, fn)
 	}
 	type lastSeqs struct {
 		m   map[string]lastRecord
@@ -112,15 +174,24 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 				return "", err
 			}
 		}
+		cold, holds, err := coldRows(ctx, st, chunk, last)
+		if err != nil {
+			return "", err
+		}
 		for _, m := range chunk {
 			lr, ok := last[m.token]
+			state := string(store.StateActive)
 			if !ok {
 				lr.seq = -1
+				if h, ok := cold[m.token]; ok {
+					lr, state = lastRecord{seq: h.Events - 1, at: h.LastActivity}, string(store.StateArchived)
+				}
 			}
 			m.decode()
 			ls := lr.seq
 			info := SessionInfo{ID: m.id, CreatedAt: m.createdAt, LastActivity: lr.at, LastSeq: ls, Events: ls + 1,
-				ParentSession: m.parent, SeedLength: m.seedLength, Children: children[m.id]}
+				ParentSession: m.parent, SeedLength: m.seedLength, Children: children[m.id], State: state}
+			_, info.Held = holds[m.token]
 			if info.Children == nil {
 				info.Children = []string{}
 			}
@@ -452,4 +523,25 @@ func getLastSeqs(ctx context.Context, st *store.Store, rows []meta) (map[string]
 		return nil, &Error{Code: CodeInternal, Description: "read the last records of stream " + wire.StreamName, Err: err}
 	}
 	return out, nil
+}
+
+// coldRows reads the archive heads of the rows without a hot record and the holds of every row
+// (two batched direct gets).
+func coldRows(ctx context.Context, st *store.Store, rows []meta, hot map[string]lastRecord) (map[string]wire.ArchiveHead, map[string]store.Hold, error) {
+	var cold, all []string
+	for _, m := range rows {
+		all = append(all, m.token)
+		if _, ok := hot[m.token]; !ok {
+			cold = append(cold, m.token)
+		}
+	}
+	heads, err := st.ArchiveHeads(ctx, cold)
+	if err != nil {
+		return nil, nil, &Error{Code: CodeInternal, Description: "read the archive heads", Err: err}
+	}
+	holds, err := st.HoldsFor(ctx, all)
+	if err != nil {
+		return nil, nil, &Error{Code: CodeInternal, Description: "read the holds", Err: err}
+	}
+	return heads, holds, nil
 }

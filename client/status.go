@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -51,11 +52,17 @@ type Status struct {
 	// DataLoss, when set, names acknowledged records the log no longer holds: its metadata or
 	// its projections name them (Status then returns ErrDataLoss too).
 	DataLoss *DataLoss `json:"dataLoss,omitempty"`
+	// State is where its log lives: "active" (the hot stream; also a session without events) or
+	// "archived" (cold storage; a write restores it). Hold is true under a legal hold, with its
+	// reason.
+	State      string `json:"state"`
+	Hold       bool   `json:"hold"`
+	HoldReason string `json:"holdReason,omitempty"`
 }
 
-// Status reads session id's status from agentlog_sessions, the stream and agentlog_projections.
-// Children are found by a pass over agentlog_sessions (every header's parentSession): its cost
-// grows with the number of sessions (about 0.3 s per 100,000). Errors: ErrNotFound (no metadata;
+// Status reads session id's status from agentlog_sessions, the stream (or the archive) and
+// agentlog_projections (or the archive's projection states). Children come from the lineage
+// index (AGENTLOG_CHILDREN), each checked against its metadata. Errors: ErrNotFound (no metadata;
 // ErrRemoving too for a session being removed),
 // ErrBadRequest (invalid id), ErrInternal.
 // A session whose log lost acknowledged records (its metadata or its projections name records the
@@ -80,9 +87,26 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	h := info.Header
 	s := Status{ID: id, CreatedAt: h.CreatedAt, LastSeq: tail.NextSeq - 1, Events: tail.NextSeq,
 		SeedLength: h.SeedLength, Children: []string{},
-		Units: []UnitStatus{}, Stopped: []StoppedUnit{}}
+		Units: []UnitStatus{}, Stopped: []StoppedUnit{}, State: StateActive}
 	if h.ParentSession != "" {
 		s.ParentSession = &h.ParentSession
+	}
+	if hold, err := ss.GetHold(ctx); err == nil {
+		s.Hold, s.HoldReason = true, hold.Reason
+	} else if !errors.Is(err, store.ErrNoHold) {
+		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the hold", Err: err}
+	}
+	if s.Children, err = c.children(ctx, st, id); err != nil {
+		return Status{}, err
+	}
+	if tail.LastStreamSeq == 0 { // no hot record: archived, maybe
+		loc, err := ss.Locate(ctx)
+		if err != nil {
+			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "locate the log", Err: err}
+		}
+		if loc.State == store.StateArchived {
+			return archivedStatus(ctx, ss, s, loc.NextSeq())
+		}
 	}
 
 	var gate *folded // the messages unit's position, when it runs
@@ -138,15 +162,6 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 	s.DataLoss = mergeLoss(s.DataLoss, lost)
 
-	all, err := scanMeta(ctx, st, false)
-	if err != nil {
-		return Status{}, err
-	}
-	for _, m := range all {
-		if m.parent == id {
-			s.Children = append(s.Children, m.id)
-		}
-	}
 	if s.DataLoss != nil {
 		return s, dataLossError("", id, *s.DataLoss)
 	}
@@ -221,4 +236,92 @@ func mergeLoss(l, m *DataLoss) *DataLoss {
 	out := *m
 	out.FromSeq, out.ToSeq = min(l.FromSeq, m.FromSeq), max(l.ToSeq, m.ToSeq)
 	return &out
+}
+
+// archivedStatus completes s for an archived session of next events: its units from the
+// archive's projection states.
+func archivedStatus(ctx context.Context, ss *store.Session, s Status, next int64) (Status, error) {
+	id := ss.ID()
+	s.State, s.LastSeq, s.Events = StateArchived, next-1, next
+	a, err := ss.ReadArchive(ctx)
+	if err != nil {
+		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read the archive", Err: err}
+	}
+	for unit, value := range a.Projections {
+		var v struct {
+			StateVersion int              `json:"stateVersion"`
+			AsOfSeq      int64            `json:"asOfSeq"`
+			State        json.RawMessage  `json:"state"`
+			Error        *ProjectionError `json:"error"`
+		}
+		if err := json.Unmarshal(value, &v); err != nil {
+			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "archived projection " + unit + " does not decode", Err: err}
+		}
+		s.Units = append(s.Units, UnitStatus{Unit: unit, StateVersion: v.StateVersion, AsOfSeq: v.AsOfSeq, Lag: s.LastSeq - v.AsOfSeq, Error: v.Error})
+		if v.Error != nil {
+			s.Stopped = append(s.Stopped, StoppedUnit{Session: id, Seq: v.Error.Seq, Unit: unit, Rule: v.Error.Rule, Message: v.Error.Message})
+		}
+		if unit == "messages" {
+			var ms State
+			if json.Unmarshal(v.State, &ms) == nil {
+				s.OpenTurn = ms.OpenTurn
+			}
+		}
+	}
+	slices.SortFunc(s.Units, func(a, b UnitStatus) int { return strings.Compare(a.Unit, b.Unit) })
+	slices.SortFunc(s.Stopped, func(a, b StoppedUnit) int { return strings.Compare(a.Unit, b.Unit) })
+	return s, nil
+}
+
+// children returns the sessions whose parentSession is id, sorted: the lineage index's links,
+// each checked against the child's metadata (a link left by a create that failed, or by a child
+// removed, is skipped).
+func (c *Client) children(ctx context.Context, st *store.Store, id string) ([]string, error) {
+	m, err := childrenIndexed(ctx, st, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	out := m[id]
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// childrenIndexed maps each of ids to its children (sorted): one batched read of the lineage
+// index and one of the children's metadata.
+func childrenIndexed(ctx context.Context, st *store.Store, ids []string) (map[string][]string, error) {
+	toks := make([]string, 0, len(ids))
+	byTok := map[string]string{}
+	for _, id := range ids {
+		if t, err := wire.Token(id); err == nil {
+			toks = append(toks, t)
+			byTok[t] = id
+		}
+	}
+	links, err := st.ChildTokens(ctx, toks)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read the lineage index", Err: err}
+	}
+	var childToks []string
+	for _, cs := range links {
+		childToks = append(childToks, cs...)
+	}
+	metas, err := st.SessionEntries(ctx, childToks)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read the children's metadata", Err: err}
+	}
+	out := map[string][]string{}
+	for ptok, cs := range links {
+		parent := byTok[ptok]
+		for _, ct := range cs {
+			e, ok := metas[ct]
+			if !ok || e.Header.ParentSession != parent {
+				continue
+			}
+			out[parent] = append(out[parent], e.Header.ID)
+		}
+		slices.Sort(out[parent])
+	}
+	return out, nil
 }

@@ -121,15 +121,15 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	// The log is read up to its last record as the stream leader has it now (or up to the
 	// boundary), streaming: the seed goes into the child's records as it is read and validated,
 	// so no fork holds a whole log (ARCHITECTURE.md, "A fork").
-	tail, err := src.TailFromLeader(ctx)
+	// Its log may live in cold storage, wholly or its prefix (archived): Locate says where, and
+	// Records reads it from there; a fork never restores its source.
+	loc, err := src.Locate(ctx)
 	if err != nil {
 		return client.ForkResult{}, readSourceErr(err)
 	}
-	last := tail.NextSeq - 1 // -1: no events
-	if tail.LastStreamSeq == 0 {
-		last = -1
-	}
-	if srcHdr == nil && tail.LastStreamSeq == 0 {
+	tail := loc.Hot
+	last := loc.NextSeq() - 1 // -1: no events
+	if srcHdr == nil && last < 0 {
 		return client.ForkResult{}, notFound(req.Source)
 	}
 	if ch == nil {
@@ -275,7 +275,9 @@ func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *i
 			if err != nil {
 				return err
 			}
-			if keep && evs[i].Type == "tool/result" && keptBytes+len(evs[i].Data) <= keptResultBytes {
+			// An archived record (stream seq 0) cannot be read again by its stream seq: its tool
+			// results are all kept.
+			if keep && evs[i].Type == "tool/result" && (streamSeq == 0 || keptBytes+len(evs[i].Data) <= keptResultBytes) {
 				own := evs[i] // a copy of its fields, so that keeping it does not keep its record's body
 				own.Data, own.SurfaceOp, own.SourceEventSeqs = bytes.Clone(own.Data), bytes.Clone(own.SurfaceOp), bytes.Clone(own.SourceEventSeqs)
 				kept[own.Seq], keptBytes = own, keptBytes+len(own.Data)

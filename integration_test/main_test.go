@@ -30,6 +30,9 @@ var (
 // writerPath is the fault tests' publisher process (./writer), built for this run.
 var writerPath string
 
+// lifecyclerPath is the lifecycle fault tests' process (./lifecycler), built for this run.
+var lifecyclerPath string
+
 // dataDir is the shared recorded data, read through its relative path (never copied).
 const dataDir = "../../shared/data"
 
@@ -44,8 +47,8 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	binPath, writerPath = filepath.Join(tmp, "agentlog"), filepath.Join(tmp, "writer")
-	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "../cmd/agentlog", "./writer")
+	binPath, writerPath, lifecyclerPath = filepath.Join(tmp, "agentlog"), filepath.Join(tmp, "writer"), filepath.Join(tmp, "lifecycler")
+	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "../cmd/agentlog", "./writer", "./lifecycler")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build agentlog and the writer:", err)

@@ -89,7 +89,7 @@ func (p *Projector) Collector() prometheus.Collector { return (*collector)(p) }
 type collector Projector
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range c.metrics.all() {
+	for _, x := range append(c.metrics.all(), c.lcm.collectors()...) {
 		x.Describe(ch)
 	}
 	ch <- c.metrics.lagRecords
@@ -97,7 +97,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	for _, x := range c.metrics.all() {
+	for _, x := range append(c.metrics.all(), c.lcm.collectors()...) {
 		x.Collect(ch)
 	}
 	(*Projector)(c).collectLag(ch)

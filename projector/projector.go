@@ -16,6 +16,7 @@ import (
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -60,6 +61,11 @@ type Options struct {
 	// BlobGrace is the age an orphan blob must reach before it is removed (default
 	// jetstream.DefaultBlobGrace, at least jetstream.MinBlobGrace).
 	BlobGrace time.Duration
+	// LifecycleInterval is how often the instance that owns partition 0 runs a lifecycle pass
+	// (the cluster's policy: archive idle sessions, retention; store.Store.LifecyclePass).
+	// Default DefaultLifecycleInterval (10 min); negative: never. Credentials without the right
+	// to purge skip it, saying so once.
+	LifecycleInterval time.Duration
 }
 
 // StopTimeout bounds the handover of Projector.Stop, so that a service stops within 2 s of SIGTERM
@@ -96,6 +102,10 @@ type Projector struct {
 	foldState
 	blobGC
 	query *queryService
+
+	lifecycleInterval   time.Duration
+	lifecycleSkipLogged bool // the pass was skipped for want of the right to purge (logged once)
+	lcm                 *lifecycleMetrics
 }
 
 // foldState is the folding of the partitions this instance owns.
@@ -147,6 +157,8 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Projector, error) {
 	}
 	p.tracer = tracing.Tracer(opts.TracerProvider)
 	p.metrics = newMetrics(p)
+	p.lifecycleInterval = cmp.Or(opts.LifecycleInterval, DefaultLifecycleInterval)
+	p.lcm = newLifecycleMetrics(prometheus.Labels{"projector": p.name})
 	cacheBytes := opts.QueryCacheBytes
 	switch {
 	case cacheBytes == 0:
@@ -225,6 +237,10 @@ func (p *Projector) Start(ctx context.Context) error {
 	if p.blobGC.interval > 0 {
 		p.loop.Add(1)
 		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
+	}
+	if p.lifecycleInterval > 0 {
+		p.loop.Add(1)
+		go p.every(mctx, p.lifecycleInterval, p.lifecycle)
 	}
 	p.logger.Info("projector started", "units", p.registry.Keys(), "partitions", p.store.Partitions(), "owned", p.Owned(), "service", client.QueryService)
 	return nil

@@ -37,6 +37,9 @@ func (s *queryService) answerMessages(ctx context.Context, q query, proj Project
 		nodes = q.Nodes
 	}
 	events := folded
+	if q.archived != nil {
+		events = q.archived.events
+	}
 	if events == nil {
 		var err error
 		var stored struct {

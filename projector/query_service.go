@@ -55,6 +55,8 @@ type queryService struct {
 	feed     *changeFeed   // tells the queries waiting for minSeq that their state changed
 	feedDone <-chan struct{}
 	waiting  atomic.Int64 // test hook: the queries waiting for minSeq
+
+	archivedViews archivedCache // the archived sessions queried last
 }
 
 // Admission of queries. At most maxAnswering are answered at once; the others queue for a slot
@@ -150,6 +152,7 @@ func (s *queryService) stop() error {
 type query struct {
 	client.QueryRequest
 	deadline time.Time
+	archived *archivedView // the session's log lives in cold storage: answered from its archive
 }
 
 // timeoutMs is how long q may wait for minSeq, in ms.
@@ -240,7 +243,7 @@ func (s *queryService) answer(q query, token string, allowStopped bool, h handle
 	if err := s.acquire(q); err != nil {
 		return nil, err
 	}
-	proj, raw, wait, err := s.readNow(ctx, q, token, allowStopped)
+	proj, raw, wait, err := s.readNow(ctx, &q, token, allowStopped)
 	slow := err == nil && !wait && !allowStopped && tooLarge(proj)
 	if err != nil || !wait && !slow {
 		defer s.release()
@@ -297,15 +300,38 @@ func tooLarge(proj Projection) bool {
 
 // readNow reads the stored projection once: the projection and its stored value when it
 // satisfies q, wait when q must wait for minSeq, or the error to answer.
-func (s *queryService) readNow(ctx context.Context, q query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
+func (s *queryService) readNow(ctx context.Context, qp *query, token string, allowStopped bool) (proj Projection, raw []byte, wait bool, err error) {
+	q := *qp
 	sh, err := s.store.Session(q.Session)
 	if err != nil {
 		return Projection{}, nil, false, replyErr(client.CodeBadRequest, "bad request: %v", err)
 	}
 	key := wire.ProjectionKey(UnitMessages, token)
+	// fromArchive answers from the session's archive when its log lives in cold storage (a read
+	// never restores it); ok is false for a session that is not archived.
+	fromArchive := func() (Projection, []byte, bool, error, bool) {
+		v, ok, aerr := s.archived(ctx, sh)
+		if aerr != nil {
+			return Projection{}, nil, false, fmt.Errorf("session %q: reading its archive: %w", q.Session, aerr), true
+		}
+		if !ok {
+			return Projection{}, nil, false, nil, false
+		}
+		qp.archived = v
+		switch p := v.messages; {
+		case p.Error != nil && !allowStopped && !tooLarge(p):
+			return Projection{}, nil, false, stoppedErr(q.Session, p.Error), true
+		case q.waits() && p.AsOfSeq < *q.MinSeq:
+			return Projection{}, nil, false, replyErr(client.CodeTimeout, "session %q is archived at seq %d: seq %d will not come until it is written again", q.Session, p.AsOfSeq, *q.MinSeq), true
+		}
+		return v.messages, v.raw, false, nil, true
+	}
 	e, err := sh.ProjectionEntry(ctx, UnitMessages)
 	s.metrics.storeRequest(reqProjection, 1)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if proj, raw, wait, err, ok := fromArchive(); ok {
+			return proj, raw, wait, err
+		}
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
 		_, _, known, removing, merr := sessionMetaState(ctx, s.store, q.Session)
@@ -336,6 +362,13 @@ func (s *queryService) readNow(ctx context.Context, q query, token string, allow
 	if err == nil && current {
 		if proj, raw, err = s.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
 			return Projection{}, nil, false, checkedErr(q.Session, key, err)
+		}
+		if proj.Log != nil && proj.Log.Lost != nil {
+			// The records the state names are gone from the hot stream: archived under it (an
+			// archive that stopped before it purged the projection keys)? Then its archive answers.
+			if proj, raw, wait, err, ok := fromArchive(); ok {
+				return proj, raw, wait, err
+			}
 		}
 	}
 	switch {

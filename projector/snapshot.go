@@ -151,9 +151,15 @@ func (s *queryService) answerSnapshot(ctx context.Context, q query, _ Projection
 	if q.Unit != "" && s.registry.get(q.Unit) == nil {
 		return nil, replyErr(client.CodeNotFound, "session %q: no projection unit %q is registered (units: %v)", q.Session, q.Unit, s.registry.Keys())
 	}
-	snap, err := readSnapshot(ctx, s.store, s.registry, q.Session, func(cause, desc string, fresh *sessState) {
-		s.refolded("snapshot", q.Session, cause, desc, fresh)
-	})
+	var snap client.SnapshotReply
+	var err error
+	if q.archived != nil {
+		snap = q.archived.snap
+	} else {
+		snap, err = readSnapshot(ctx, s.store, s.registry, q.Session, func(cause, desc string, fresh *sessState) {
+			s.refolded("snapshot", q.Session, cause, desc, fresh)
+		})
+	}
 	if errors.Is(err, ErrNoProjection) {
 		return nil, err // names the session
 	}

@@ -32,6 +32,10 @@ var (
 	// Its pending events are not written; reopen the session with Publisher.Open to continue from
 	// the stored log.
 	ErrFenced = errors.New("writer fenced (after a guard conflict, a takeover or lost acknowledged events)")
+	// ErrArchived is returned (wrapped, with ErrConflict) by a write whose session was archived
+	// under the writer (store.Session.Archive committed after its last record): no
+	// acknowledged event is lost, but the writer is fenced; Open the session again (it restores it).
+	ErrArchived = errors.New("session archived under the writer")
 
 	// ErrSessionLive is returned (wrapped, in a *LiveError) by Publisher.Open and Create when
 	// another writer's lease on the session is live.

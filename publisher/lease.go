@@ -57,6 +57,15 @@ func (p *Publisher) checkTail(ctx context.Context, ss *store.Session, a acked, t
 		// Nothing acknowledged yet (a new session): another writer wrote first.
 		return fmt.Errorf("%w: expected an empty log, the tail is stream seq %d (Nats-Msg-Id %q, next seq %d)", ErrConflict, t.LastStreamSeq, t.LastMsgID, t.NextSeq)
 	}
+	if t.LastStreamSeq == 0 {
+		// The hot subject is empty: archived since (its log whole in cold storage)? Then nothing
+		// acknowledged is lost, but this writer's guard is gone: it is fenced, and an Open of
+		// the session restores it.
+		if loc, err := ss.Locate(ctx); err == nil && loc.State == store.StateArchived && loc.NextSeq() >= a.nextSeq {
+			return fmt.Errorf("%w: %w: its log (seqs 0..%d) moved to cold storage under this writer; open the session again, which restores it",
+				ErrConflict, ErrArchived, loc.NextSeq()-1)
+		}
+	}
 	from := a.firstSeq // the first seq of our last record: it is gone when its stream seq no longer holds it
 	if a.msgID == "" {
 		from = a.nextSeq - 1

@@ -318,8 +318,10 @@ func Takeover() OpenOption {
 // writer lease (a live writer's is a *LiveError unless Takeover()), reads and validates the log (a
 // log that breaks a rule is its *session.Error), then writes the crash-repair closers when the
 // last turn is open and a session/end-seed unless the log ends with one, as ONE guarded record,
-// durable before Open returns (a *WriteError if not). An id with neither metadata nor events is a
-// wrapped store.ErrSessionNotFound.
+// durable before Open returns (a *WriteError if not). An archived session is first brought back
+// to the hot stream (store.Session.Restore: atomic, idempotent; the lease keeps a second
+// Open out meanwhile). An id with neither metadata nor events is a wrapped
+// store.ErrSessionNotFound.
 func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*Writer, error) {
 	ss, err := p.store.Session(id)
 	if err != nil {
@@ -347,6 +349,15 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 		return nil, fmt.Errorf("publisher: open: %w", err)
 	}
 	w, err := p.open(ctx, ss, gen)
+	for try := 0; err != nil && try < archiveRaceTries && errors.Is(err, store.ErrConflict); try++ {
+		// An archive of the session committed between the read and the first write (its
+		// lifecycle pass does not see this lease before it reads): the log is whole in the
+		// archive, so open it again, which restores it.
+		if loc, lerr := ss.Locate(ctx); lerr != nil || loc.State != store.StateArchived {
+			break
+		}
+		w, err = p.open(ctx, ss, gen)
+	}
 	if err != nil {
 		p.releaseLease(ss, rev)
 		p.release(id, nil)
@@ -358,6 +369,9 @@ func (p *Publisher) Open(ctx context.Context, id string, opts ...OpenOption) (*W
 	}
 	return w, nil
 }
+
+// archiveRaceTries bounds the Opens again after an archive raced one.
+const archiveRaceTries = 3
 
 // openError wraps err from opening session id: err names the session already (the store's errors
 // and a *session.Error do).
@@ -380,6 +394,17 @@ func (p *Publisher) open(ctx context.Context, ss *store.Session, gen uint64) (*W
 	}
 	if err != nil {
 		return nil, openError("read log", err)
+	}
+	if lastStreamSeq == 0 && len(events) > 0 {
+		// Archived: its log lives in cold storage. Bring it back to the hot stream first (a
+		// restore is atomic and idempotent; this Open holds the lease), then read it from there.
+		if _, err := ss.Restore(ctx); err != nil {
+			return nil, openError("restore the archived session", err)
+		}
+		events = events[:0]
+		if lastStreamSeq, err = ss.Records(ctx, store.Collect(&events)); err != nil {
+			return nil, openError("read log", err)
+		}
 	}
 	if len(events) == 0 && !hasMeta {
 		return nil, fmt.Errorf("publisher: open session %q: no metadata and no events: %w", id, store.ErrSessionNotFound)

@@ -44,6 +44,9 @@ type Config struct {
 	Replicas        int
 	MaxMsgSize      int32
 	DuplicateWindow time.Duration
+	// Compression of a new AGENTLOG stream: "s2" (the default) or "none". An existing stream
+	// keeps its own (archives are compressed either way).
+	Compression string
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
@@ -152,7 +155,20 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	if err != nil {
 		return nil, err
 	}
+	archive, children, lifecycle, err := ensureLifecycle(ctx, js, replicas, found.maxMsgSize)
+	if err != nil {
+		if errors.Is(err, ErrIncompatible) {
+			return nil, err
+		}
+		// Credentials that may not create them (an agent's, on a deployment provisioned before
+		// they existed): use what exists, and go without the rest (no archived reads).
+		archive, children, lifecycle = lookupLifecycle(ctx, js)
+	}
 	return &Store{
+		mux:         &directMux{},
+		archive:     archive,
+		children:    children,
+		lifecycle:   lifecycle,
 		js:          js,
 		stream:      stream,
 		sessions:    sessions,
@@ -174,6 +190,7 @@ type want struct {
 	explicitReplicas     bool
 	explicitMaxMsgSize   bool
 	explicitDupWindow    bool
+	compression          natsjs.StoreCompression
 }
 
 func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
@@ -209,6 +226,14 @@ func wantFromConfig(js natsjs.JetStream, cfg Config) (want, error) {
 		w.maxMsgSize = int32(min(int64(DefaultMaxMsgSize), w.maxPayload))
 	}
 	w.dupWindow = cmp.Or(w.dupWindow, DefaultDuplicateWindow)
+	switch cfg.Compression {
+	case "", "s2":
+		w.compression = natsjs.S2Compression
+	case "none":
+		w.compression = natsjs.NoCompression
+	default:
+		return w, fmt.Errorf("provision: compression %q, want s2 or none", cfg.Compression)
+	}
 	return w, nil
 }
 
@@ -222,7 +247,7 @@ func (w want) sessionStreamConfig() natsjs.StreamConfig {
 	c.Duplicates = w.dupWindow
 	c.DenyDelete = true
 	c.DenyPurge = false // Session.Remove purges a session's subject
-	c.Compression = natsjs.S2Compression
+	c.Compression = w.compression
 	c.AllowAtomicPublish = true
 	c.Metadata = map[string]string{wire.MetaPartitions: strconv.Itoa(w.partitions), wire.MetaFormat: wire.StoreFormat}
 	return c

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentlog/agentlog/session"
@@ -352,20 +354,35 @@ func (r *recordReader) read(ctx context.Context, following bool) error {
 	default:
 		target = last.Sequence
 	}
+	fresh := r.last == 0 && r.next == 0 // a read of the whole log: it may live in cold storage
 	switch {
 	case target < r.last:
 		return fmt.Errorf("read session %q: %w: its last record is stream seq %d, below stream seq %d already read", ss.id, ErrLogChanged, target, r.last)
+	case target == 0 && fresh:
+		return r.cold(ctx, 0) // archived (or no events at all)
 	case target == r.last:
 		return nil // nothing new (or no records at all)
 	}
+	started := r.last
 	// A few new records (an agent's read-your-writes loop, a short session): get them one by one
 	// from the stream leader, the next record of the subject after the last one read, instead of
 	// setting up a consumer. Each get returns the first record at or after its position, so none
 	// in between is skipped.
 	for range directReadRecords {
 		m, err := s.leaderNextMsg(ctx, ss.subject, r.last+1)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return r.gone(ctx, fresh, started, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w: its records were purged", ss.id, r.last, r.next, ErrLogChanged))
+		}
 		if err != nil {
 			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
+		}
+		if fresh && r.last == 0 {
+			if first, err := strconv.ParseInt(m.Header.Get(wire.HeaderFirstSeq), 10, 64); err == nil && first > 0 {
+				// The hot records follow a cold prefix (archived while a writer appended).
+				if err := r.coldPrefix(ctx, first); err != nil {
+					return err
+				}
+			}
 		}
 		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
 			return err
@@ -374,7 +391,107 @@ func (r *recordReader) read(ctx context.Context, following bool) error {
 			return nil
 		}
 	}
-	return r.consume(ctx, func(streamSeq, pending uint64) bool { return streamSeq >= target && pending == 0 })
+	err := r.consumeWatched(ctx, target, func(streamSeq, pending uint64) bool { return streamSeq >= target && pending == 0 })
+	if errors.Is(err, errVanished) {
+		return r.gone(ctx, fresh, started, fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", ss.id, r.last, ErrLogChanged))
+	}
+	return err
+}
+
+// hotReadCheck is how often a read's watchdog checks that the records it waits for are still
+// there (archived under it: ARCHITECTURE.md, "Lifecycle").
+const hotReadCheck = 2 * time.Second
+
+// errVanished: the records a consume waited for were purged (consumeWatched).
+var errVanished = errors.New("the records to read are gone")
+
+// consumeWatched is consume with a watchdog: every hotReadCheck it checks that the records up to
+// target are still there, and stops the read (errVanished) when they are not: the consumer would
+// wait for them for ever.
+func (r *recordReader) consumeWatched(ctx context.Context, target uint64, done func(streamSeq, pending uint64) bool) error {
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	var seen atomic.Uint64
+	var vanished atomic.Bool
+	seen.Store(r.last)
+	var watch *time.Timer
+	watch = time.AfterFunc(hotReadCheck, func() {
+		if at := seen.Load(); at < target {
+			m, err := r.ss.s.leaderNextMsg(lctx, r.ss.subject, at+1)
+			if errors.Is(err, natsjs.ErrMsgNotFound) || err == nil && m.Sequence > target {
+				vanished.Store(true)
+				lcancel()
+				return
+			}
+		}
+		if lctx.Err() == nil {
+			watch.Reset(hotReadCheck)
+		}
+	})
+	defer watch.Stop()
+	err := r.consume(lctx, func(streamSeq, pending uint64) bool {
+		seen.Store(streamSeq)
+		return done(streamSeq, pending)
+	})
+	if err != nil && vanished.Load() {
+		return errVanished
+	}
+	return err
+}
+
+// gone is the fallback of a read whose hot records vanish under it (archived meanwhile: the
+// archive holds the same events): the rest is read from the archive, from the next seq on. A read
+// after a position (AfterStreamSeq) that got nothing yet reports cause instead.
+func (r *recordReader) gone(ctx context.Context, fresh bool, started uint64, cause error) error {
+	if !fresh && r.last == started {
+		return cause
+	}
+	if err := r.cold(ctx, r.next); err != nil {
+		return errors.Join(cause, err)
+	}
+	return nil
+}
+
+// cold hands fn the events of the session's archive from seq from on (as records at stream seq
+// 0); a session without an archive has nothing to hand (a session with no events at all).
+func (r *recordReader) cold(ctx context.Context, from int64) error {
+	ss, s := r.ss, r.ss.s
+	head, found, err := s.archiveHead(ctx, ss.tok)
+	if err != nil {
+		return fmt.Errorf("read session %q: %w", ss.id, err)
+	}
+	if !found {
+		if from == 0 {
+			return nil
+		}
+		return fmt.Errorf("read session %q: %w: its records from seq %d on are neither hot nor archived", ss.id, ErrLogChanged, from)
+	}
+	if head.Events < from {
+		return fmt.Errorf("read session %q: %w: its archive holds seqs 0..%d, the read is at seq %d", ss.id, ErrLogChanged, head.Events-1, from)
+	}
+	next, err := s.readArchivedRecords(ctx, head, from, r.fn)
+	if err == nil {
+		r.next = next
+	}
+	return err
+}
+
+// coldPrefix hands fn the events 0..first-1 of the session, which its archive holds (the hot
+// records start at seq first).
+func (r *recordReader) coldPrefix(ctx context.Context, first int64) error {
+	ss, s := r.ss, r.ss.s
+	head, found, err := s.archiveHead(ctx, ss.tok)
+	if err != nil {
+		return fmt.Errorf("read session %q: %w", ss.id, err)
+	}
+	if !found || head.Events != first {
+		return wire.RecordError(ss.id, first, 0, session.RuleRecordContinue, "the hot records start at seq %d but no archive holds seqs 0..%d", first, first-1)
+	}
+	next, err := s.readArchivedRecords(ctx, head, 0, r.fn)
+	if err == nil {
+		r.next = next
+	}
+	return err
 }
 
 // readTo reads the records stored after r.last up to the one at stream seq upTo (UpTo).

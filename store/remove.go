@@ -41,6 +41,26 @@ type Removed struct {
 	Lease        *Lease `json:"lease,omitempty"`
 	ErrorReports uint64 `json:"errorReports"` // AGENTLOG_ERRORS messages purged
 	Blobs        int    `json:"blobs"`        // agentlog_blobs objects its records referenced, deleted
+	// Archive counts the AGENTLOG_ARCHIVE messages purged (its archive's head and parts).
+	Archive uint64 `json:"archive"`
+}
+
+// RemoveOpt is an option of Session.Remove.
+type RemoveOpt func(*removeOpts)
+
+type removeOpts struct {
+	ignoreHold bool
+	step       func(string)
+}
+
+// RemoveStepHook calls fn with the name of each step of a Session.Remove as it is reached (the
+// fault tests kill their process there): "marked", "records", "archive", "projections".
+func RemoveStepHook(fn func(step string)) RemoveOpt { return func(o *removeOpts) { o.step = fn } }
+
+func (o *removeOpts) at(step string) {
+	if o.step != nil {
+		o.step(step)
+	}
 }
 
 // Remove deletes the session: its records (AGENTLOG subject) and the blobs they reference
@@ -56,8 +76,13 @@ type Removed struct {
 // An rm that stopped half-way is finished by running it again.
 //
 // A session with nothing stored is a wrapped ErrSessionNotFound naming it. A stream with
-// DenyPurge is refused before anything changes.
-func (ss *Session) Remove(ctx context.Context) (Removed, error) {
+// DenyPurge is refused before anything changes. A held session is refused (ErrHeld). Options:
+// RemoveStepHook.
+func (ss *Session) Remove(ctx context.Context, opts ...RemoveOpt) (Removed, error) {
+	var o removeOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
 	s, id, tok, subject := ss.s, ss.id, ss.tok, ss.subject
 	if s.stream == nil {
 		return Removed{}, ss.noStore()
@@ -74,6 +99,16 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 	// right to purge are refused here, before anything is changed.
 	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
 		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
+	}
+
+	// A session under a legal hold is never deleted.
+	if !o.ignoreHold {
+		if h, err := s.getHold(ctx, tok, id); err == nil {
+			return rm, fmt.Errorf("remove session %q: %w (since %s: %s): release it first (agentlog hold --release)", id, ErrHeld,
+				time.UnixMilli(h.Since).UTC().Format(time.RFC3339), h.Reason)
+		} else if !errors.Is(err, ErrNoHold) {
+			return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
+		}
 	}
 
 	// 1. Mark the metadata.
@@ -111,6 +146,7 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 		}
 	}
 
+	o.at("marked")
 	// 2. Take the writer lease over: a live writer is fenced at its next renewal, and Create/Open
 	// of the id are refused while the removal runs.
 	if l, _, err := ss.Lease(ctx); err == nil && l.Writer != removeWriterID {
@@ -129,8 +165,30 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 		return fail("delete the blobs", err)
 	}
 	rm.Events = s.lastSeqFromHeaders(ctx, subject) + 1
+	if head, found, err := s.archiveHead(ctx, tok); err == nil && found && rm.Events == 0 {
+		rm.Events = head.Events
+	}
 	if rm.Records, err = s.purge(ctx, wire.StreamName, subject, 0); err != nil {
 		return fail("purge the records", err)
+	}
+	o.at("records")
+	// Its archive: the parts, then the head (found again by a removal run again).
+	if s.archive != nil {
+		n, err := s.purge(ctx, wire.ArchiveStream, wire.ArchivePartsFilter(tok), 0)
+		if err != nil {
+			return fail("purge the archive's parts", err)
+		}
+		m, err := s.purge(ctx, wire.ArchiveStream, wire.ArchiveSubject(tok), 0)
+		if err != nil {
+			return fail("purge the archive", err)
+		}
+		rm.Archive = n + m
+		o.at("archive")
+	}
+	if s.children != nil {
+		if _, err := s.purge(ctx, wire.ChildrenStream, wire.ChildrenPrefix+".*."+tok, 0); err != nil {
+			return fail("purge its lineage link", err)
+		}
 	}
 
 	// 4. The projections, twice: a fold in flight during the purge may have written one since.
@@ -146,6 +204,7 @@ func (ss *Session) Remove(ctx context.Context) (Removed, error) {
 		}
 	}
 
+	o.at("projections")
 	// 5. The error reports.
 	if rm.ErrorReports, err = s.purge(ctx, wire.ErrorsStream, wire.ErrorsPrefix+"."+tok, 0); err != nil {
 		return fail("purge the error reports", err)
@@ -279,6 +338,9 @@ func (ss *Session) anythingStored(ctx context.Context) (bool, error) {
 	s, tok := ss.s, ss.tok
 	if t, err := ss.TailFromLeader(ctx); err != nil || t.LastStreamSeq > 0 {
 		return true, nil // a record, even one that does not decode
+	}
+	if _, found, err := s.archiveHead(ctx, tok); err != nil || found {
+		return true, nil
 	}
 	if _, _, err := ss.Lease(ctx); err == nil {
 		return true, nil

@@ -62,6 +62,13 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	if err != nil {
 		return fmt.Errorf("session %q: encode header: %w", h.ID, err)
 	}
+	// A fork's lineage link first: a child is never without it (a link whose create then fails
+	// names a child of another parent, or none, and readers skip it).
+	if h.ParentSession != "" {
+		if err := s.LinkChild(ctx, h.ParentSession, h.ID); err != nil {
+			return err
+		}
+	}
 	// A KV create, by hand so that the entry carries the incarnation header: expect no entry, or
 	// (re-create after Session.Delete) the delete marker that is the key's last entry.
 	subject := wire.KVSubject(wire.SessionsBucket, tok)

@@ -20,7 +20,16 @@ type Store struct {
 	maxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
 	// maxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes).
 	maxEventBytes int64
+
+	archive   natsjs.Stream   // AGENTLOG_ARCHIVE: archived sessions (nil: not provisioned)
+	children  natsjs.Stream   // AGENTLOG_CHILDREN: fork lineage by parent
+	lifecycle natsjs.KeyValue // agentlog_lifecycle: the lifecycle policy and legal holds
+	mux       *directMux      // batched direct gets over one reply subscription (shared by copies)
 }
+
+// Archive is the AGENTLOG_ARCHIVE stream (nil when the store has none: not provisioned, or
+// credentials that may not look it up).
+func (s *Store) Archive() natsjs.Stream { return s.archive }
 
 // JetStream is the JetStream context the Store was opened with (nil for the zero Store).
 func (s *Store) JetStream() natsjs.JetStream { return s.js }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/internal/bench"
@@ -16,13 +17,13 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append, project, turn, memory, fork or scale)"),
+		Args:  exactArgs(0, "a subcommand (append, project, turn, memory, fork, scale or lifecycle)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, turn, memory, fork or scale)", cmd.CommandPath())}
+			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, turn, memory, fork, scale or lifecycle)", cmd.CommandPath())}
 		},
 	}
 	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchTurnCmd(g), newBenchMemoryCmd(g), newBenchForkCmd(g),
-		newBenchScaleCmd(g), newBenchScaleServerCmd(g))
+		newBenchScaleCmd(g), newBenchScaleServerCmd(g), newBenchLifecycleCmd(g))
 	return c
 }
 
@@ -323,5 +324,64 @@ func newBenchScaleServerCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&dir, "data", "", "JetStream storage directory")
 	c.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile (pprof) of this process to this file")
+	return c
+}
+
+func newBenchLifecycleCmd(g *globals) *cobra.Command {
+	o := bench.LifecycleOptions{}
+	var phases string
+	c := &cobra.Command{
+		Use:   "lifecycle [--sessions N --active M] [--phases archive,restore,scale] [--json]",
+		Short: "Archive throughput and size, restore against fork, and a large store with most sessions archived, each against its baseline in one run",
+		Long: `lifecycle measures the targets of the session lifecycle (ARCHITECTURE.md, "Lifecycle"), each
+against a baseline of the same run:
+
+  archive: --archive-sessions sessions of --archive-events events (generated agent sessions, 25
+      events a record, folded by a projector) archived by one lifecycle pass, against the raw work
+      on as many others (read the records, publish their bytes once, purge the subject):
+      archive_sessions_per_sec (target >= 2,000), and the archives' bytes against gzip -6 of the
+      same packed JSONL (archived_bytes_ratio, target <= 1.2);
+  restore: a --restore-events session restored from its archive against a fork of it, median of
+      --rounds (restore_ratio, target <= 2.0);
+  scale: a store of --sessions sessions (default 1,000,000) of which --active stay active, the
+      others archived: append to the active ones against a fresh store of --active sessions
+      (append_ratio, target >= 0.9), the hot stream's bytes against the same store before
+      archiving (hot_bytes_ratio, <= 0.05), a projector restarted with its checkpoints until it
+      serves a fresh messages query (restart_ready_ms, <= 2,000), and the first page of
+      sessions --limit 50 (list_first_page_ms, <= 200).
+
+The scale phase runs its servers as child processes (as bench scale does). --sessions 100000
+--active 1000 finishes in a few minutes; the default (a million) takes far longer on 2 cores.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if phases != "" {
+				o.Phases = strings.Split(phases, ",")
+				for _, p := range o.Phases {
+					if p != "archive" && p != "restore" && p != "scale" {
+						return &usageError{fmt.Errorf("--phases: %q is not archive, restore or scale", p)}
+					}
+				}
+			}
+			if o.Sessions < 1000 || o.Active < 1 || o.Active > o.Sessions || o.ArchiveSessions < 1 || o.ArchiveEvents < 4 || o.RestoreEvents < 4 || o.Rounds < 1 || o.Workers < 1 {
+				return &usageError{fmt.Errorf("--sessions >= 1000, 1 <= --active <= --sessions, and the other counts >= 1 (events >= 4)")}
+			}
+			res, err := bench.RunLifecycle(cmd.Context(), o, g.stderr)
+			if err != nil {
+				return err
+			}
+			return bench.PrintLifecycle(g.stdout, o.JSON, res)
+		},
+	}
+	c.Flags().IntVar(&o.Sessions, "sessions", 1_000_000, "sessions of the large store (scale phase)")
+	c.Flags().IntVar(&o.Active, "active", 10_000, "of which stay active (scale phase)")
+	c.Flags().IntVar(&o.ArchiveSessions, "archive-sessions", 4000, "sessions the archive phase archives")
+	c.Flags().IntVar(&o.ArchiveEvents, "archive-events", 100, "events per session of the archive phase")
+	c.Flags().IntVar(&o.RestoreEvents, "restore-events", 10_000, "events of the restore phase's session")
+	c.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds of the restore phase")
+	c.Flags().IntVar(&o.Workers, "workers", 64, "concurrent writers and archivers")
+	c.Flags().StringVar(&phases, "phases", "", "comma-separated phases to run (default all)")
+	c.Flags().StringVar(&o.HotCompression, "hot-compression", "s2", "the hot stream's compression in the scale phase: s2 or none (the hot path's measurement)")
+	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
+	c.Flags().StringVar(&o.DataDir, "data", "", "parent of the runs' storage directories (default: a temporary directory, removed afterwards)")
 	return c
 }

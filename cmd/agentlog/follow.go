@@ -78,18 +78,18 @@ and --follow goes on printing new events as they are appended, until SIGINT (exi
 			return err
 		}
 		if hp == nil { // a log without metadata is still printed, as without these flags; an unknown id is refused at once, --follow too
-			if t, terr := ss.Tail(hctx); terr != nil || t.NextSeq == 0 {
+			if loc, terr := ss.Locate(hctx); terr != nil || loc.NextSeq() == 0 {
 				return fmt.Errorf("session %q not found", args[0])
 			}
 		}
 		if !q.Follow && q.FromSeq > 0 {
 			// Without --follow, a start past the log's end would print the header alone and look
 			// like success: refuse it, naming the end (with --follow it is waited for).
-			t, err := ss.TailFromLeader(hctx)
+			loc, err := ss.Locate(hctx)
 			if err != nil {
 				return err
 			}
-			if last := t.NextSeq - 1; q.FromSeq > last {
+			if last := loc.NextSeq() - 1; q.FromSeq > last {
 				end := fmt.Sprintf("its last seq is %d", last)
 				if last < 0 {
 					end = "it has no events yet"

@@ -86,6 +86,10 @@ Quick start:
 		withMessagesWatch(g, newMessagesCmd(g)),
 		withIDResolution(g, newForkCmd(g)),
 		withIDCompletion(g, newRmCmd(g)), // a delete takes the exact id, no prefix
+		withIDCompletion(g, newArchiveCmd(g)),
+		withIDCompletion(g, newRestoreCmd(g)),
+		withIDCompletion(g, newHoldCmd(g)),
+		newLifecycleCmd(g),
 		newGCCmd(g),
 		markOffline(newInspectCmd(g)),
 		markOffline(newDemoCmd(g)),

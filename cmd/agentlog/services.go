@@ -124,12 +124,18 @@ credentials use the global account, as before. --http serves the server's monito
 
 func newProvisionCmd(g *globals) *cobra.Command {
 	var cfg store.Config
+	var pf policyFlags
 	c := &cobra.Command{
-		Use:   "provision [--partitions N] [--replicas R]",
+		Use:   "provision [--partitions N] [--replicas R] [--archive-after D] [--retain-for D]",
 		Short: "Create the agentlog stream and KV buckets on a NATS cluster (idempotent)",
 		Long: `provision creates what is missing of the AGENTLOG stream, the AGENTLOG_ERRORS stream and the
 agentlog_sessions and agentlog_projections KV buckets, and checks what exists. It refuses, naming the
-setting, to run against an existing config it cannot use. The partition count is fixed at creation.`,
+setting, to run against an existing config it cannot use. The partition count is fixed at creation.
+It also creates the lifecycle's stream AGENTLOG_ARCHIVE (archived sessions), the lineage index
+AGENTLOG_CHILDREN and the KV bucket agentlog_lifecycle, and stores the lifecycle policy given by
+--archive-after and --retain-for (either may be off; a value not given keeps the cluster's: 24h and
+off on a new cluster). It rebuilds the lineage index (AGENTLOG_CHILDREN) from the sessions'
+metadata: one pass over agentlog_sessions.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Partitions < 1 || cfg.Partitions > wire.MaxPartitions {
@@ -149,18 +155,29 @@ setting, to run against an existing config it cannot use. The partition count is
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions) and %s, KV buckets %s and %s\n",
-				g.natsURL, wire.StreamName, st.Partitions(), wire.ErrorsStream, wire.SessionsBucket, wire.ProjectionsBucket)
+			p, err := pf.apply(cmd, g, st)
+			if err != nil {
+				return err
+			}
+			// The lineage index from the metadata (forks made before it existed get their links).
+			if _, err := st.RebuildLineage(ctx); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions), %s, %s and %s, KV buckets %s, %s and %s; lifecycle: archive-after %s, retain-for %s\n",
+				g.natsURL, wire.StreamName, st.Partitions(), wire.ErrorsStream, wire.ArchiveStream, wire.ChildrenStream, wire.SessionsBucket, wire.ProjectionsBucket, wire.LifecycleBucket,
+				store.FormatPolicyDuration(p.ArchiveAfter), store.FormatPolicyDuration(p.RetainFor))
 			return nil
 		},
 	}
 	c.Flags().IntVar(&cfg.Partitions, "partitions", wire.DefaultPartitions, "partition count of a new stream (fixed at creation)")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and buckets (3 in production)")
+	pf.add(c)
 	return c
 }
 
 func newProjectorCmd(g *globals) *cobra.Command {
 	var name string
+	var lifecycleInterval time.Duration
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
@@ -205,7 +222,7 @@ waited for.`,
 			defer nc.Close()
 			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
-				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace})
+				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace, LifecycleInterval: lifecycleInterval})
 			if err != nil {
 				return err
 			}
@@ -227,6 +244,8 @@ waited for.`,
 	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
 		"how often the instance owning partition 0 removes orphan blobs of "+wire.BlobsBucket+" (as agentlog gc does; negative: never)")
 	c.Flags().DurationVar(&blobGrace, "blob-grace", store.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
+	c.Flags().DurationVar(&lifecycleInterval, "lifecycle-interval", projector.DefaultLifecycleInterval,
+		"how often the instance owning partition 0 applies the cluster's lifecycle policy (as agentlog lifecycle run does; it needs the right to purge; negative: never)")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

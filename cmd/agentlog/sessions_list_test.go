@@ -68,7 +68,7 @@ func TestSessionsStatusCLI(t *testing.T) {
 	if code, out, errOut := runCLI(ctx, s.URL(), "fork", "sol", "--child", "solo-fork"); code != 0 {
 		t.Fatalf("fork by prefix: %d %s %s", code, out, errOut)
 	}
-	code, out, errOut := runCLI(ctx, s.URL(), "sessions", "--json")
+	code, out, errOut := runCLI(ctx, s.URL(), "sessions", "--sort", "id", "--json")
 	if code != 0 {
 		t.Fatalf("sessions: %d %s", code, errOut)
 	}
@@ -83,9 +83,24 @@ func TestSessionsStatusCLI(t *testing.T) {
 	if len(got) != 4 || got[2].ID != "solo" || got[2].Children[0] != "solo-fork" || got[3].ParentSession != "solo" || got[0].LastSeq != 3 {
 		t.Fatalf("sessions --json: %s", out)
 	}
-	code, out, errOut = runCLI(ctx, s.URL(), "sessions", "--limit", "1", "--prefix", "job")
+	code, out, errOut = runCLI(ctx, s.URL(), "sessions", "--sort", "id", "--limit", "1", "--prefix", "job")
 	if code != 0 || !strings.Contains(out, "job-1") || strings.Contains(out, "job-2") || !strings.Contains(errOut, "next: --after job-1") {
 		t.Fatalf("sessions --limit 1: %d %q %q", code, out, errOut)
+	}
+	// The default order is newest first (by creation), and its cursor continues it.
+	code, out, errOut = runCLI(ctx, s.URL(), "sessions", "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "solo-fork ") || !strings.HasPrefix(lines[2], "solo ") || !strings.Contains(lines[0], "STATE") ||
+		!strings.Contains(lines[1], " active ") || !strings.HasPrefix(errOut, "next: --after c:") {
+		t.Fatalf("sessions --limit 2: %d %q %q", code, out, errOut)
+	}
+	cursor := strings.TrimSpace(strings.TrimPrefix(errOut, "next: --after "))
+	code, out, errOut = runCLI(ctx, s.URL(), "sessions", "--after", cursor)
+	if code != 0 || !strings.Contains(out, "job-2") || !strings.Contains(out, "job-1") || strings.Contains(out, "solo") || errOut != "" {
+		t.Fatalf("sessions --after %s: %d %q %q", cursor, code, out, errOut)
+	}
+	if code, out, _ := runCLI(ctx, s.URL(), "sessions", "--parent", "solo", "--json"); code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":"solo-fork"`) {
+		t.Fatalf("sessions --parent solo: %d %q", code, out)
 	}
 	qc, _ := client.New(s.Conn())
 	if _, err := qc.Messages(ctx, "solo-fork", client.MinSeq(4)); err != nil {

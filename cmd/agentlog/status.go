@@ -54,6 +54,10 @@ acknowledged writes, a purge outside agentlog) is shown with its data loss, and 
 			tw := tabwriter.NewWriter(g.stdout, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "session\t%s\n", termSafe(s.ID))
 			fmt.Fprintf(tw, "created\t%s\n", formatMs(s.CreatedAt))
+			fmt.Fprintf(tw, "state\t%s\n", s.State)
+			if s.Hold {
+				fmt.Fprintf(tw, "hold\theld: %s\n", termSafe(s.HoldReason))
+			}
 			fmt.Fprintf(tw, "last seq\t%d (%d events)\n", s.LastSeq, s.Events)
 			fmt.Fprintf(tw, "open turn\t%s\n", openTurnLine(s))
 			parent := "-"

@@ -42,6 +42,7 @@ const (
 	writersKV     = "KV_" + wire.WritersBucket
 	membersKV     = "KV_" + projector.MembersBucket
 	blobsObj      = "OBJ_" + wire.BlobsBucket
+	lifecycleKV   = "KV_" + wire.LifecycleBucket
 )
 
 func e(subject, why string) Entry { return Entry{subject, why} }
@@ -53,7 +54,7 @@ func api(rest, why string) Entry { return Entry{"$JS.API." + rest, why} }
 // bucket, and reads replies on its inbox.
 func openEntries() []Entry {
 	var out []Entry
-	for _, s := range []string{wire.StreamName, wire.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj} {
+	for _, s := range []string{wire.StreamName, wire.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj, wire.ArchiveStream, wire.ChildrenStream, lifecycleKV} {
 		out = append(out, api("STREAM.INFO."+s, "store.Open checks the stream's or bucket's settings"))
 	}
 	return out
@@ -88,8 +89,21 @@ var (
 	blobWrite = []Entry{
 		e("$O."+wire.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes; a failed upload's chunks are left to the projector's blob GC"),
 	}
+	// An archived session's log and state (the lifecycle, ARCHITECTURE.md): every reader of a
+	// session reads its archive when its log lives there, and the lineage index for its forks.
+	archiveRead = []Entry{
+		api("DIRECT.GET."+wire.ArchiveStream, "archive heads and parts of a page of sessions, in one batch (listing, Locate): multi_last"),
+		api("DIRECT.GET."+wire.ArchiveStream+".>", "an archive's head or part, by subject (an archived session's reads)"),
+		api("STREAM.MSG.GET."+wire.ArchiveStream, "an archive's head and parts from the stream leader (reading an archived session)"),
+		api("DIRECT.GET."+wire.ChildrenStream, "a session's forks from the lineage index (status, sessions --parent): multi_last"),
+		api("DIRECT.GET."+lifecycleKV, "the legal holds of a page of sessions, in one batch (status, sessions --state held)"),
+		api("DIRECT.GET."+lifecycleKV+".>", "one session's legal hold, the lifecycle policy"),
+	}
 	// The listing (client.Sessions: sessions, status, id prefixes and completion).
 	listing = []Entry{
+		api("DIRECT.GET."+sessionsKV, "the metadata of a page of sessions, in one batch (sessions: newest first, forks, holds)"),
+		api("DIRECT.GET."+projectionsKV, "the projection states of a page of sessions, in one batch (sessions --open-turn, --stopped, --title; the inspector's list)"),
+		api("DIRECT.GET."+wire.ErrorsStream, "whether a page of sessions have agent/error reports (sessions --errored)"),
 		api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
 		api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions (sessions, status, id prefixes)"),
 		api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
@@ -121,6 +135,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e(wire.SubjectPrefix+".>", "the records it appends: guarded JetStream publishes, acked on its inbox"),
 				e(wire.ErrorsPrefix+".>", "the publisher's error reports (AGENTLOG_ERRORS)"),
 				e("$KV."+wire.SessionsBucket+".>", "session metadata: the KV create that claims a new session's id"),
+				e(wire.ChildrenPrefix+".>", "the lineage link of a session it creates with a parentSession (AGENTLOG_CHILDREN)"),
 				e("$KV."+wire.WritersBucket+".>", "its writer lease: create, renew, release (KV agentlog_writers)"),
 				e("agentlog.fork", "the fork service"),
 				e("agentlog.query.>", "the query service (messages, projection, snapshot, surface)"),
@@ -130,7 +145,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, blobRead, tsBlobRead, blobWrite, listing, openEntries()),
+			}, blobRead, tsBlobRead, blobWrite, listing, archiveRead, openEntries()),
 			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
@@ -141,7 +156,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				tailGet, leaderGet, metaGet,
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, blobRead, listing, openEntries()),
+			}, blobRead, listing, archiveRead, openEntries()),
 			Subscribe: []Entry{inbox,
 				e(wire.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
 			DenyPublish: projectorConsumers(partitions),
@@ -174,7 +189,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e("$O."+wire.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
 				api("STREAM.PURGE."+blobsObj, "removes orphan blobs and the chunks of failed uploads: purges their chunks"),
 				api("DIRECT.GET."+writersKV+".>", "the orphan collector leaves the sessions of live writers alone"),
-			}, blobRead, openEntries()),
+			}, blobRead, archiveRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil
@@ -183,11 +198,12 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 			Publish: concat([]Entry{
 				e(wire.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
 				e("$KV."+wire.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
+				e(wire.ChildrenPrefix+".>", "the child's lineage link (AGENTLOG_CHILDREN), written before its metadata"),
 				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (Session.PurgeThrough)"),
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
 				logConsumer, logNext, logDelete,
-			}, blobRead, blobWrite, openEntries()),
+			}, blobRead, blobWrite, archiveRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"), srvDiscovery},
 			AllowResponses: true,
 		}, nil

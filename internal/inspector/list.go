@@ -2,11 +2,10 @@ package inspector
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentlog/agentlog/client"
@@ -35,63 +34,81 @@ type listPage struct {
 	Limit               int
 	Rows                []listRow
 	Error               string
+	// The search: order and filters, as given in the query string (Query keeps them for links).
+	Sort, State, Title, Parent, Active, CreatedAfter, CreatedBefore string
+	OpenTurn, Errored, Stopped                                      bool
+	Query                                                           string
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	lp := listPage{Prefix: q.Get("prefix"), After: q.Get("after"), Limit: listLimit}
+	lp := listPage{Prefix: q.Get("prefix"), After: q.Get("after"), Limit: listLimit,
+		Sort: q.Get("sort"), State: q.Get("state"), Title: q.Get("title"), Parent: q.Get("parent"), Active: q.Get("active"),
+		CreatedAfter: q.Get("created_after"), CreatedBefore: q.Get("created_before"),
+		OpenTurn: q.Get("open") == "1", Errored: q.Get("errored") == "1", Stopped: q.Get("stopped") == "1"}
 	if v, err := strconv.Atoi(q.Get("limit")); err == nil && v > 0 {
 		lp.Limit = min(v, maxListLimit)
 	}
-	// A page of the listing reads every header (children come from the parents): about 0.3 s per
-	// 100,000 sessions on an idle machine, so it gets more time than one query.
+	if lp.Sort == "" {
+		lp.Sort = client.SortCreated // newest first, as the CLI lists: a page reads only its rows
+	}
+	sq := client.SessionsQuery{Prefix: lp.Prefix, After: lp.After, Limit: lp.Limit, Sort: lp.Sort, State: lp.State,
+		Title: lp.Title, Parent: lp.Parent, OpenTurn: lp.OpenTurn, Errored: lp.Errored, Stopped: lp.Stopped, Details: true}
+	if lp.Prefix != "" && q.Get("sort") == "" {
+		sq.Sort, lp.Sort = client.SortID, client.SortID // an id prefix reads best in id order
+	}
+	var perr error
+	if lp.Active != "" {
+		var d time.Duration
+		if d, perr = time.ParseDuration(lp.Active); perr == nil {
+			sq.ActiveSince = time.Now().Add(-d)
+		}
+	}
+	for _, f := range []struct {
+		v   string
+		dst *time.Time
+	}{{lp.CreatedAfter, &sq.CreatedAfter}, {lp.CreatedBefore, &sq.CreatedBefore}} {
+		if f.v != "" && perr == nil {
+			var t time.Time
+			if t, perr = time.Parse("2006-01-02", f.v); perr != nil {
+				t, perr = time.Parse(time.RFC3339, f.v)
+			}
+			*f.dst = t
+		}
+	}
+	keep := url.Values{}
+	for _, k := range []string{"prefix", "sort", "state", "title", "parent", "active", "created_after", "created_before", "open", "errored", "stopped"} {
+		if v := q.Get(k); v != "" {
+			keep.Set(k, v)
+		}
+	}
+	keep.Set("limit", strconv.Itoa(lp.Limit))
+	lp.Query = keep.Encode()
 	ctx, cancel := context.WithTimeout(r.Context(), 6*s.o.QueryTimeout)
 	defer cancel()
 	var infos []client.SessionInfo
-	next, err := s.c.Sessions(ctx, client.SessionsQuery{Prefix: lp.Prefix, After: lp.After, Limit: lp.Limit}, func(si client.SessionInfo) error {
-		infos = append(infos, si)
-		return nil
-	})
+	var next string
+	err := perr
+	if err == nil {
+		next, err = s.c.Sessions(ctx, sq, func(si client.SessionInfo) error {
+			infos = append(infos, si)
+			return nil
+		})
+	}
 	if err != nil {
 		lp.Error = "The sessions cannot be listed: " + err.Error()
 	}
 	lp.Next = next
-	lp.Rows = s.decorate(ctx, infos)
-	s.render(w, http.StatusOK, "list.html", lp)
-}
-
-// decorate reads the title and turns views of each listed session, 8 at a time.
-func (s *Server) decorate(ctx context.Context, infos []client.SessionInfo) []listRow {
-	rows := make([]listRow, len(infos))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	lp.Rows = make([]listRow, len(infos))
 	for i, si := range infos {
-		rows[i].SessionInfo = si
-		if si.Events == 0 {
-			continue
+		// Title and open turn come with the listing (its batched reads of the projections, or the
+		// archive's head), not from a query per row.
+		lp.Rows[i] = listRow{SessionInfo: si, Title: si.Title, OpenTurn: si.OpenTurn, Folded: si.Events > 0}
+		if si.TitleBytes > len(si.Title) {
+			lp.Rows[i].TitleBytes = si.TitleBytes
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(row *listRow) {
-			defer func() { <-sem; wg.Done() }()
-			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTitle); err == nil {
-				var v projector.TitleView
-				if json.Unmarshal(t.View, &v) == nil && v.Title != nil {
-					row.Title, row.TitleBytes = capTitle(v)
-				}
-			}
-			if t, err := s.c.Projection(qctx, row.ID, projector.UnitTurns); err == nil {
-				var v projector.TurnsState
-				if json.Unmarshal(t.View, &v) == nil {
-					row.OpenTurn, row.Folded = v.OpenTurn, true
-				}
-			}
-		}(&rows[i])
 	}
-	wg.Wait()
-	return rows
+	s.render(w, http.StatusOK, "list.html", lp)
 }
 
 // handleListLive streams the sessions that appear (Server-Sent Events "session": {id, html}),

@@ -216,3 +216,25 @@ func (s *Server) update(ctx context.Context, id string, h *session.Header, linea
 	render(&u.Boundaries, "boundaries")
 	return u, err
 }
+
+// handleRestore brings an archived session back to the hot stream (client.Restore), with
+// --allow-fork (it writes) and the page's CSRF token, then shows the session again.
+func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !s.o.AllowFork {
+		s.errorPage(w, r, http.StatusForbidden, "Read-only", "This inspector is read-only: start it with --allow-fork to restore sessions.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if !s.csrfOK(r) {
+		s.errorPage(w, r, http.StatusForbidden, "Forbidden", "The restore request is cross-origin or lacks the page's CSRF token: restore from the inspector's own page.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	if _, err := s.c.Restore(ctx, id); err != nil {
+		s.errorPage(w, r, http.StatusServiceUnavailable, "Restore failed", err.Error())
+		return
+	}
+	http.Redirect(w, r, sessURL(id)+"?restored=1", http.StatusSeeOther)
+}

@@ -131,6 +131,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /sessions/{id}/chunks", s.handleChunks)
 	mux.HandleFunc("GET /sessions/{id}/messages.json", s.handleMessagesJSON)
 	mux.HandleFunc("POST /sessions/{id}/fork", s.handleFork)
+	mux.HandleFunc("POST /sessions/{id}/restore", s.handleRestore)
 	mux.HandleFunc("GET /sessions/{id}/forked", s.handleForked)
 	mux.HandleFunc("POST /sessions/{id}/rebuild", s.handleRebuild)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -54,8 +54,10 @@ type sessionPage struct {
 
 	AllowFork  bool
 	AllowAdmin bool
-	CSRF       string
-	LoadMs     int64
+	// State is the session's lifecycle state ("active", "archived") and hold.
+	State  client.SessionState
+	CSRF   string
+	LoadMs int64
 }
 
 // maxBoundaries is how many fork boundaries (the last ones) the fork tab lists unless all are
@@ -129,6 +131,7 @@ type sessionData struct {
 	snap    *client.SnapshotReply
 	snapErr string
 	reports []ErrorReport
+	state   client.SessionState
 }
 
 // ErrorReport is an agent/error report of a failed write (publisher.ErrorReport).
@@ -151,8 +154,14 @@ func (s *Server) read(parent context.Context, id string) (*sessionData, error) {
 	var merr error
 	var snap client.SnapshotReply
 	var serr error
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); d.reports = s.reports(ctx, id) }()
+	go func() {
+		defer wg.Done()
+		if st, err := s.c.State(ctx, id); err == nil {
+			d.state = st
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		// The fork tree reads every header (about 0.3 s per 100,000 sessions when idle).
@@ -282,6 +291,7 @@ func (s *Server) page(id string, d *sessionData, p int, seq int64, all bool) *se
 		}
 	}
 	sp.Self = findNode(d.lineage.Root, id)
+	sp.State = d.state
 	if n := len(d.events); n > 0 {
 		sp.LastActivity = timeMs(d.events[n-1].Time)
 		sp.Duration = sp.LastActivity - timeMs(d.events[0].Time)
