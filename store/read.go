@@ -283,6 +283,20 @@ func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...R
 	if o.upTo > 0 && o.follow {
 		return 0, fmt.Errorf("read session %q: UpTo and Follow do not go together", ss.id)
 	}
+	if o.scan {
+		// Records read elsewhere than from AGENTLOG (the archive's) come without the decoder's
+		// scan: they are wrapped, to be scanned when first read.
+		inner := fn
+		fn = func(rec Record) error {
+			if len(rec.Scanned) != len(rec.Events) {
+				rec.Scanned = make([]session.Scanned, len(rec.Events))
+				for i := range rec.Events {
+					rec.Scanned[i] = session.Scan(rec.Events[i])
+				}
+			}
+			return inner(rec)
+		}
+	}
 	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq, scan: o.scan}
 	if o.upTo > 0 {
 		if err := r.readTo(ctx, o.upTo); err != nil {
