@@ -155,8 +155,9 @@ func decode(service, id string, body []byte, v any) error {
 }
 
 // query sends q to a query endpoint and decodes the reply into v. Without a deadline on ctx (and
-// no Timeout) it waits 10 s beyond the minSeq wait; with one, the service is asked to give up
-// waiting for minSeq 250 ms before it, so that it answers "408" first.
+// no Timeout) it waits 10 s beyond the minSeq wait; with one, the service is asked (timeoutMs) to
+// give up waiting for minSeq, or queueing behind other queries, 250 ms before it, so that it
+// answers "408" or "503" first.
 func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o options, v any) error {
 	if q.Session == "" {
 		return &Error{Service: QueryService, Code: CodeBadRequest, Description: "session id is empty"}
@@ -175,7 +176,8 @@ func (c *Client) query(ctx context.Context, subject string, q QueryRequest, o op
 		}
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(wait)*time.Millisecond+10*time.Second)
 		defer cancel()
-	} else if q.MinSeq != nil {
+	} else {
+		// The service waits for minSeq until then, and gives up a query still queued then (503).
 		ms := min(max(time.Until(dl).Milliseconds()-250, 1), MaxTimeoutMs)
 		q.TimeoutMs = &ms
 	}

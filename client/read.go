@@ -15,11 +15,29 @@ import (
 // EventsQuery selects events of a session: seq >= FromSeq, and of those only the last Tail
 // (0: all). With Follow the read goes on after the log's end, for new records as they are
 // appended, until the call's ctx ends.
+//
+// After resumes a read where an earlier one stopped, without reading the log again: only the
+// records stored after After.StreamSeq are read, the first of which must start at After.NextSeq
+// (not with Tail). Reached, when set, is called after the events of each record with the
+// position after it, which a later read takes as After.
 type EventsQuery struct {
 	FromSeq int64
 	Tail    int64
 	Follow  bool
+	After   Position
+	Reached func(Position)
 }
+
+// Position is a place in a session's log: after the record at stream seq StreamSeq (0: the
+// start), whose last event is NextSeq-1.
+type Position struct {
+	StreamSeq uint64
+	NextSeq   int64
+}
+
+// ErrLogChanged is returned (wrapped) by Events with After when the log no longer holds that
+// position (an operator purged its records): read it again from the start.
+var ErrLogChanged = store.ErrLogChanged
 
 // Events calls fn for each selected event of session id, in seq order. It reads the stored log
 // (records before the first selected one are read and skipped), then with Follow an ordered
@@ -29,6 +47,10 @@ type EventsQuery struct {
 func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(session.Event) error) error {
 	if q.FromSeq < 0 || q.Tail < 0 {
 		return &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("events: fromSeq %d, tail %d: want >= 0", q.FromSeq, q.Tail)}
+	}
+	if q.After.NextSeq < 0 || (q.After.StreamSeq == 0) != (q.After.NextSeq == 0) || (q.After.StreamSeq > 0 && q.Tail > 0) {
+		return &Error{Code: CodeBadRequest, Session: id, Description: fmt.Sprintf("events: after stream seq %d, next seq %d (tail %d): want both 0, or both > 0 without a tail",
+			q.After.StreamSeq, q.After.NextSeq, q.Tail)}
 	}
 	ss, err := c.session(ctx, id)
 	if err != nil {
@@ -57,6 +79,9 @@ func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(s
 	if q.Follow {
 		opts = append(opts, store.Follow())
 	}
+	if q.After.StreamSeq > 0 {
+		opts = append(opts, store.AfterStreamSeq(q.After.StreamSeq, q.After.NextSeq))
+	}
 	_, err = ss.Records(ctx, func(r store.Record) error {
 		for _, ev := range r.Events {
 			if ev.Seq >= from {
@@ -64,6 +89,9 @@ func (c *Client) Events(ctx context.Context, id string, q EventsQuery, fn func(s
 					return &fnError{err}
 				}
 			}
+		}
+		if q.Reached != nil {
+			q.Reached(Position{StreamSeq: r.StreamSeq, NextSeq: r.Events[len(r.Events)-1].Seq + 1})
 		}
 		return nil
 	}, opts...)

@@ -270,3 +270,41 @@ func TestEventsFollowAndWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsResumeAfter: a read reports the position after each record (Reached); a read with
+// After reads only the records stored after it, and one whose position the log no longer holds
+// (purged and written again) is ErrLogChanged.
+func TestEventsResumeAfter(t *testing.T) {
+	te, c := opsStack(t)
+	var pos client.Position
+	var first []session.Event
+	if err := c.Events(ctx(t), "a", client.EventsQuery{Reached: func(p client.Position) { pos = p }}, func(e session.Event) error { first = append(first, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if pos.StreamSeq == 0 || pos.NextSeq != int64(len(first)) {
+		t.Fatalf("reached %+v after %d events", pos, len(first))
+	}
+	var none []session.Event
+	if err := c.Events(ctx(t), "a", client.EventsQuery{After: pos}, func(e session.Event) error { none = append(none, e); return nil }); err != nil || len(none) != 0 {
+		t.Fatalf("after the last record: %d events, %v", len(none), err)
+	}
+	more := []session.Event{ev(int64(len(first)), "turn/start", `{"turn":9}`, false)}
+	res, err := storetest.Session(te.Store, "a").Append(ctx(t), pos.StreamSeq, more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []session.Event
+	var after client.Position
+	if err := c.Events(ctx(t), "a", client.EventsQuery{After: pos, Reached: func(p client.Position) { after = p }}, func(e session.Event) error { got = append(got, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Seq != int64(len(first)) || after.StreamSeq != res.StreamSeq || after.NextSeq != int64(len(first))+1 {
+		t.Fatalf("resumed: %v, reached %+v (appended at stream seq %d)", got, after, res.StreamSeq)
+	}
+	if err := c.Events(ctx(t), "a", client.EventsQuery{After: client.Position{StreamSeq: 1}}, func(session.Event) error { return nil }); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("a position without its next seq: %v", err)
+	}
+	if err := c.Events(ctx(t), "a", client.EventsQuery{After: client.Position{StreamSeq: after.StreamSeq + 1000, NextSeq: 99}}, func(session.Event) error { return nil }); !errors.Is(err, client.ErrLogChanged) {
+		t.Fatalf("a position past the log: %v", err)
+	}
+}

@@ -28,7 +28,8 @@ const (
 
 // QueryRequest is the request of the query endpoints: {"session", "minSeq"?, "timeoutMs"?,
 // "unit"?, "nodes"?}. With MinSeq >= 0 the service waits (at most TimeoutMs ms) until the
-// projection has applied that seq. Unit is for the projection endpoint; Nodes (messages only)
+// projection has applied that seq. TimeoutMs (default DefaultTimeoutMs) also bounds how long a
+// query may queue behind others: one not begun by then is answered CodeUnavailable. Unit is for the projection endpoint; Nodes (messages only)
 // continues a partial reply: the surface nodes whose messages are still wanted.
 type QueryRequest struct {
 	Session   string  `json:"session"`
@@ -78,6 +79,9 @@ type State struct {
 	ReplaceGeneration int64   `json:"replaceGeneration"`
 	Transcript        []int64 `json:"transcript"`
 	OpenTurn          *int64  `json:"openTurn"`
+	// NodeRecords, when present, is the AGENTLOG stream seq of the record holding each node (in
+	// Nodes' order): a reader of the nodes' events gets those records only.
+	NodeRecords []uint64 `json:"nodeRecords,omitempty"`
 }
 
 // ProjectionError is why a session's projection stopped: the seq of the first event not applied,

@@ -292,7 +292,7 @@ func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *i
 			if evs[i].Seq > b {
 				return errSeedRead
 			}
-			keep, err := seed.Add(&evs[i])
+			keep, err := seed.AddScanned(&r.Scanned[i]) // the decoder's scan: no second parse
 			if err != nil {
 				return err
 			}
@@ -320,7 +320,7 @@ func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *i
 			return errSeedRead
 		}
 		return nil
-	})
+	}, store.Scanned())
 	switch {
 	case werr != nil:
 		return nil, nil, nil, fmt.Errorf("forker: writing the child's record: %w", werr)

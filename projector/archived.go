@@ -89,8 +89,9 @@ func (s *queryService) archived(ctx context.Context, sh *store.Session) (*archiv
 		// A unit without an archived state (added since, or behind when archived): fold the
 		// archived events for every unit, as a projector would.
 		ss = newSessState(defs, tok, *h)
-		lk := &logLookup{ctx: ctx, store: s.store, id: id, batch: events}
-		if err := ss.apply(events, lk); err != nil {
+		scanned := scanAll(events)
+		lk := &logLookup{ctx: ctx, store: s.store, id: id, batch: scanned}
+		if err := ss.apply(scanned, lk); err != nil {
 			return nil, false, err
 		}
 	}

@@ -1,6 +1,8 @@
 package projector
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -65,9 +67,8 @@ var TranscriptUnit = Def[TranscriptState]{
 	Key: UnitTranscript, StateVersion: 1,
 	Reads: []string{"user/message", "assistant/message", "tool/result"},
 	Init:  func() TranscriptState { return TranscriptState{Seqs: []int64{}} },
-	Apply: func(s TranscriptState, ev session.Event) (TranscriptState, error) {
-		var op string
-		if json.Unmarshal(ev.SurfaceOp, &op) != nil || op != "append" {
+	ApplyScanned: func(s TranscriptState, ev *session.Scanned) (TranscriptState, error) {
+		if !session.StringIs(bytes.Trim(ev.SurfaceOp, " \t\r\n"), "append") {
 			return s, nil
 		}
 		return TranscriptState{Seqs: append(s.Seqs[:len(s.Seqs):len(s.Seqs)], ev.Seq)}, nil
@@ -279,10 +280,12 @@ var UsageUnit = Def[UsageState]{
 	Key: UnitUsage, StateVersion: 3, Reads: []string{"assistant/chunk", "assistant/message"},
 	Init:        func() UsageState { return UsageState{} },
 	InitSession: func(h session.Header) UsageState { return UsageState{SeedLength: seedLength(h)} },
-	Apply: func(s UsageState, ev session.Event) (UsageState, error) {
+	ApplyScanned: func(s UsageState, sc *session.Scanned) (UsageState, error) {
+		ev := sc.Event
 		if ev.Type == "assistant/chunk" {
-			// Most chunks are text, reasoning or tool-call deltas: read only chunk.type for those.
-			if t, ok := session.LookupJSON(ev.Data, "chunk", "type"); !ok || !session.StringIs(t, "usage") {
+			// Most chunks are text, reasoning or tool-call deltas: read only chunk.type for those
+			// (located by the event's scan: nothing is parsed).
+			if !sc.Field("chunk", "type").IsString("usage") {
 				return s, nil
 			}
 		}
@@ -356,58 +359,33 @@ type ToolsState struct {
 	Open   map[string]string     `json:"open"`
 }
 
-// ToolsUnit counts tool calls, results and errors by tool name.
+// ToolsUnit counts tool calls, results and errors by tool name. It reads the data as JSON.parse
+// does (names case-sensitive, the last of repeated names wins), from what the event's scan
+// located: a tool result's output is not parsed. StateVersion 2: version 1 decoded the whole data
+// with encoding/json, which matched names case-insensitively.
 var ToolsUnit = Def[ToolsState]{
-	Key: UnitTools, StateVersion: 1, Reads: []string{"tool/call", "tool/result"},
+	Key: UnitTools, StateVersion: 2, Reads: []string{"tool/call", "tool/result"},
 	Init: func() ToolsState { return ToolsState{ByName: map[string]ToolCounts{}, Open: map[string]string{}} },
-	Apply: func(s ToolsState, ev session.Event) (ToolsState, error) {
-		next := ToolsState{ByName: maps.Clone(s.ByName), Open: maps.Clone(s.Open)}
-		if next.ByName == nil {
-			next.ByName = map[string]ToolCounts{}
-		}
-		if next.Open == nil {
-			next.Open = map[string]string{}
-		}
+	ApplyScanned: func(s ToolsState, sc *session.Scanned) (ToolsState, error) {
+		ev := sc.Event
 		if ev.Type == "tool/call" {
-			var d struct {
-				CallID *string `json:"callId"`
-				Name   *string `json:"name"`
-			}
-			if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil || d.CallID == nil || d.Name == nil {
+			callID, ok1, err1 := fieldString(sc.Field("callId"))
+			name, ok2, err2 := fieldString(sc.Field("name"))
+			if err := cmp.Or(err1, err2); err != nil || !ok1 || !ok2 {
 				return s, unitDataError(ev, `{callId: string, name: string, ...}`, err)
 			}
-			c := next.ByName[*d.Name]
+			next := cloneTools(s)
+			c := next.ByName[name]
 			c.Calls++
-			next.ByName[*d.Name] = c
-			next.Open[*d.CallID] = *d.Name
+			next.ByName[name] = c
+			next.Open[callID] = name
 			return next, nil
 		}
-		var d struct {
-			Message struct {
-				Content []struct {
-					Type       string `json:"type"`
-					ToolCallID string `json:"toolCallId"`
-					IsError    bool   `json:"isError"`
-				} `json:"content"`
-				Source struct {
-					CallID string `json:"callId"`
-				} `json:"source"`
-			} `json:"message"`
-			Error json.RawMessage `json:"error"`
-		}
-		if err := json.Unmarshal(session.WellFormed(ev.Data), &d); err != nil {
+		callID, isErr, err := readToolResult(sc)
+		if err != nil {
 			return s, unitDataError(ev, `{message: {content, source: {callId}}, error?}`, err)
 		}
-		callID := d.Message.Source.CallID
-		isErr := len(d.Error) > 0 && string(d.Error) != "null"
-		for _, b := range d.Message.Content {
-			if b.Type == "tool-result" {
-				if callID == "" {
-					callID = b.ToolCallID
-				}
-				isErr = isErr || b.IsError
-			}
-		}
+		next := cloneTools(s)
 		name := next.Open[callID]
 		delete(next.Open, callID)
 		c := next.ByName[name]
@@ -418,6 +396,87 @@ var ToolsUnit = Def[ToolsState]{
 		next.ByName[name] = c
 		return next, nil
 	},
+}
+
+// cloneTools is a copy of s that Apply may change.
+func cloneTools(s ToolsState) ToolsState {
+	next := ToolsState{ByName: maps.Clone(s.ByName), Open: maps.Clone(s.Open)}
+	if next.ByName == nil {
+		next.ByName = map[string]ToolCounts{}
+	}
+	if next.Open == nil {
+		next.Open = map[string]string{}
+	}
+	return next
+}
+
+// readToolResult reads a tool/result's call id (message.source.callId, else the first tool-result
+// block's toolCallId) and whether it is an error (a non-null data.error, or a tool-result block
+// with isError true). Values of the wrong type are an error; absent and null ones are empty.
+func readToolResult(sc *session.Scanned) (callID string, isErr bool, err error) {
+	msg := sc.Field("message")
+	if err := wantKind(msg, "message", session.Field.IsObject); err != nil {
+		return "", false, err
+	}
+	source := msg.Get("source")
+	if err := wantKind(source, "message.source", session.Field.IsObject); err != nil {
+		return "", false, err
+	}
+	if callID, _, err = fieldString(source.Get("callId")); err != nil {
+		return "", false, err
+	}
+	if e := sc.Field("error"); e.Exists() && !e.IsNull() {
+		isErr = true
+	}
+	content := msg.Get("content")
+	if err := wantKind(content, "message.content", session.Field.IsArray); err != nil {
+		return "", false, err
+	}
+	for b := range content.Elems() {
+		if err := wantKind(b, "a content block", session.Field.IsObject); err != nil {
+			return "", false, err
+		}
+		typ, _, err := fieldString(b.Get("type"))
+		if err != nil {
+			return "", false, err
+		}
+		id, _, err := fieldString(b.Get("toolCallId"))
+		if err != nil {
+			return "", false, err
+		}
+		flag := b.Get("isError")
+		if err := wantKind(flag, "isError", session.Field.IsBool); err != nil {
+			return "", false, err
+		}
+		if typ == "tool-result" {
+			if callID == "" {
+				callID = id
+			}
+			isErr = isErr || flag.IsTrue()
+		}
+	}
+	return callID, isErr, nil
+}
+
+// wantKind is nil when f is absent, null or of the kind is tests; else an error naming what.
+func wantKind(f session.Field, what string, is func(session.Field) bool) error {
+	if !f.Exists() || f.IsNull() || is(f) {
+		return nil
+	}
+	return fmt.Errorf("%s is %s", what, f.Raw()[:min(len(f.Raw()), 40)])
+}
+
+// fieldString decodes f as a string, as encoding/json decodes the well-formed text (ill-formed
+// UTF-8 and lone surrogates become U+FFFD); ok is false when f is absent or null, err set when
+// it is something else.
+func fieldString(f session.Field) (s string, ok bool, err error) {
+	if !f.Exists() || f.IsNull() {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(session.WellFormed(f.Raw()), &s); err != nil {
+		return "", false, err
+	}
+	return s, true, nil
 }
 
 // TurnsState is the turns unit's state: the number of turn/start events, the open turn (nil: none)

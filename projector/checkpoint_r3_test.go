@@ -134,7 +134,7 @@ func TestCheckpointConflictR3(t *testing.T) {
 			if copies[i], err = loadSession(c, js[i], defs, tok, id); err != nil {
 				t.Fatal(err)
 			}
-			if err := foldEvents(c, js[i], copies[i], []session.Event{ev}, last); err != nil {
+			if err := foldEvents(c, js[i], copies[i], scanAll([]session.Event{ev}), last); err != nil {
 				t.Fatal(err)
 			}
 			if !copies[i].dirty || copies[i].gate().asOfSeq != int64(round) {

@@ -29,6 +29,39 @@ type unitState struct {
 	pos     *LogPosition // as decoded (nil: none stored, or a legacy value)
 
 	hdr *session.Header // the session's header (its sessState's), for InitSession
+
+	// The gate's: the stream seq of the record holding each surface node (0: unknown), stored as
+	// State.NodeRecords, so that a query reads only the records of the nodes it lacks.
+	nodeAt map[int64]uint64
+}
+
+// noteNode records that node seq of the gate's surface is in the record at stream seq at.
+func (u *unitState) noteNode(seq int64, at uint64) {
+	if u.nodeAt == nil {
+		u.nodeAt = map[int64]uint64{}
+	}
+	u.nodeAt[seq] = at
+	if surf, _ := u.state.(*session.Surface); surf != nil && len(u.nodeAt) > 2*len(surf.Nodes)+64 {
+		keep := make(map[int64]uint64, len(surf.Nodes))
+		for _, n := range surf.Nodes {
+			if a, ok := u.nodeAt[n]; ok {
+				keep[n] = a
+			}
+		}
+		u.nodeAt = keep // nodes a replace took out
+	}
+}
+
+// nodeRecords is State.NodeRecords for the gate's surface: every node's record, nil when one is
+// unknown.
+func (u *unitState) nodeRecords(nodes []int64) []uint64 {
+	out := make([]uint64, len(nodes))
+	for i, n := range nodes {
+		if out[i] = u.nodeAt[n]; out[i] == 0 {
+			return nil
+		}
+	}
+	return out
 }
 
 // sessState is the fold state of one session: every registered unit, the gate first.
@@ -130,6 +163,13 @@ func decodeUnit(u *unitState, raw []byte, rev uint64) bool {
 	if u.def.gate {
 		p := Projection{AsOfSeq: v.AsOfSeq, State: st.(State)}
 		st = toSurface(p)
+		u.nodeAt = nil
+		if recs := p.State.NodeRecords; len(recs) == len(p.State.Nodes) {
+			u.nodeAt = make(map[int64]uint64, len(recs))
+			for i, n := range p.State.Nodes {
+				u.nodeAt[n] = recs[i]
+			}
+		}
 	}
 	u.state, u.asOfSeq, u.err, u.enc, u.written = st, v.AsOfSeq, v.Error, v.State, true
 	u.logged = v.Error != nil // logged and counted when it stopped
@@ -204,12 +244,12 @@ func (ss *sessState) takePosition() {
 // return is transient (the log or the KV bucket could not be read).
 //
 // streamSeq is the record's AGENTLOG stream seq (0: unknown); the session's position moves to it.
-func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []session.Event, streamSeq uint64) error {
+func foldEvents(ctx context.Context, sto *store.Store, ss *sessState, events []session.Scanned, streamSeq uint64) error {
 	from, ok := ss.minActive()
 	if !ok || len(events) == 0 || events[len(events)-1].Seq <= from {
 		return nil
 	}
-	lk := &logLookup{ctx: ctx, store: sto, id: ss.id, batch: events}
+	lk := &logLookup{ctx: ctx, store: sto, id: ss.id, batch: events, batchAt: streamSeq}
 	todo := events
 	foldedLog := false // the whole log was folded, not only this record (a log read for a lookup
 	// reaches past the record, so only a fold of all of it moves the position to its end)
@@ -263,15 +303,17 @@ func catchUp(ctx context.Context, sto *store.Store, ss *sessState) error {
 }
 
 // apply folds events in order: the gate first, then each running unit behind the event.
-func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
+func (ss *sessState) apply(events []session.Scanned, lk *logLookup) error {
 	g := ss.gate()
-	for _, ev := range events {
+	recordAt := lk.recordAt(events)
+	for i := range events {
+		ev := &events[i]
 		if ev.Seq > g.asOfSeq {
 			if g.err != nil {
 				return nil
 			}
 			surf := g.state.(*session.Surface)
-			if err := surf.Apply(ss.id, ev, lk.lookup); err != nil {
+			if err := surf.ApplyScanned(ss.id, ev, lk.lookup); err != nil {
 				if lk.transient != nil {
 					return lk.transient
 				}
@@ -280,6 +322,9 @@ func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
 				return nil
 			}
 			g.asOfSeq, g.enc, g.written = ev.Seq, nil, false
+			if session.SurfaceEligible(ev.Type) {
+				g.noteNode(ev.Seq, recordAt(i)) // accepted: it is a node now (append or replace)
+			}
 			ss.dirty = true
 		}
 		for _, u := range ss.units[1:] {
@@ -289,7 +334,7 @@ func (ss *sessState) apply(events []session.Event, lk *logLookup) error {
 			if u.def.wants(ev.Type) {
 				next, err := safeApply(u.def, u.state, ev)
 				if err != nil {
-					u.err = unitError(ss.id, u.def.Key, ev, err)
+					u.err = unitError(ss.id, u.def.Key, ev.Event, err)
 					u.written = false
 					ss.dirty = true
 					continue
@@ -317,7 +362,7 @@ func (ss *sessState) stopAll(seq int64, rule session.Rule, msg string) {
 }
 
 // safeApply calls a unit's Apply, turning a panic into an error.
-func safeApply(d *Definition, state any, ev session.Event) (next any, err error) {
+func safeApply(d *Definition, state any, ev *session.Scanned) (next any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("apply panicked: %v", r)
@@ -345,7 +390,9 @@ func (u *unitState) encode(pos *LogPosition) ([]byte, error) {
 	if u.enc == nil {
 		var st any = u.state
 		if u.def.gate {
-			st = fromSurface(u.state.(*session.Surface)).State
+			gs := fromSurface(u.state.(*session.Surface)).State
+			gs.NodeRecords = u.nodeRecords(gs.Nodes)
+			st = gs
 		}
 		b, err := json.Marshal(st)
 		if err != nil {
@@ -417,7 +464,7 @@ func stopTooLarge(ss *sessState, u *unitState, size int, limit int64) {
 // resetState puts u back to its initial state (stored small, with its error).
 func (u *unitState) resetState() {
 	if u.def.gate {
-		u.state = session.NewSurface()
+		u.state, u.nodeAt = session.NewSurface(), nil
 	} else {
 		u.state = u.def.init(*u.hdr)
 	}
@@ -593,8 +640,9 @@ func FoldSession(reg *Registry, h session.Header, events []session.Event) (clien
 	if len(ss.units) == 0 || !ss.units[0].def.gate {
 		return client.SnapshotReply{}, errors.New("projector: the registry must hold the messages unit first (use NewRegistry)")
 	}
-	lk := &logLookup{id: id, batch: events}
-	if err := ss.apply(events, lk); err != nil {
+	scanned := scanAll(events)
+	lk := &logLookup{id: id, batch: scanned}
+	if err := ss.apply(scanned, lk); err != nil {
 		return client.SnapshotReply{}, err
 	}
 	return ss.views()

@@ -317,17 +317,34 @@ func (s *queryService) checkStored(ctx context.Context, id, token string, raw []
 	ss := &sessState{token: token, id: id, units: []*unitState{g}, hdr: g.hdr}
 	ss.takePosition()
 	h, inc, known, removing, err := sessionMetaState(ctx, s.store, id)
+	s.metrics.storeRequest(reqMetadata, 1)
 	if err != nil {
 		return Projection{}, nil, err
 	}
 	if removing {
 		return Projection{}, nil, errSessionRemoving
 	}
+	if known && inc != "" && inc == ss.incarnation && !ss.legacy && ss.streamSeq != 0 && !ss.stopped() {
+		// The node cache's read of the log up to the state's last record (which a messages
+		// answer reads anyway) shows that the record is there and ends at asOfSeq: no tail read.
+		ok, err := s.nodes.verify(ctx, s.store, id, LogPosition{Incarnation: inc, StreamSeq: ss.streamSeq}, ss.folded())
+		if err != nil {
+			return Projection{}, nil, err
+		}
+		if ok {
+			proj, _, err := decodeProjection(raw)
+			return proj, raw, err
+		}
+	}
 	sh, err := s.store.Session(id)
 	if err != nil {
 		return Projection{}, nil, err
 	}
 	tail, err := sh.TailFromLeader(ctx)
+	s.metrics.storeRequest(reqTail, 1)
+	if err == nil && tail.LastStreamSeq > ss.streamSeq && ss.streamSeq != 0 {
+		s.metrics.storeRequest(reqRecord, 1) // logMismatch reads the last record folded
+	}
 	if err != nil && !isSessionError(err) {
 		return Projection{}, nil, err
 	}

@@ -23,6 +23,7 @@ type metrics struct {
 	cacheMisses        *prometheus.CounterVec // cache
 	queries            *prometheus.CounterVec // endpoint, code
 	querySeconds       *prometheus.HistogramVec
+	storeRequests      *prometheus.CounterVec // request
 	funcs              []prometheus.Collector
 
 	lagRecords *prometheus.Desc
@@ -52,6 +53,8 @@ func newMetrics(p *Projector) *metrics {
 		queries:     vec("agentlog_query_requests_total", "Query service requests answered, by endpoint and reply code (200: success).", "endpoint", "code"),
 		querySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentlog_query_duration_seconds",
 			Help: "Time from a query's arrival to its reply, including any wait for minSeq.", Buckets: latencyBuckets, ConstLabels: cl}, []string{"endpoint"}),
+		storeRequests: vec("agentlog_query_store_requests_total",
+			"JetStream requests the query service made to answer queries, by what they read: projection (a state), metadata, tail (a subject's last record), record (one record), consumer (a consumer created: a KV watch, a log read).", "request"),
 		lagRecords: prometheus.NewDesc("agentlog_projector_lag_records",
 			"Records of an owned partition not yet folded and acknowledged (the consumer's pending and unacknowledged).", []string{"partition"}, cl),
 		lagSeconds: prometheus.NewDesc("agentlog_projector_lag_seconds",
@@ -67,6 +70,9 @@ func newMetrics(p *Projector) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentlog_projector_partitions_owned",
 			Help: "Partitions this instance consumes.", ConstLabels: cl},
 			func() float64 { return float64(len(p.Owned())) }),
+	}
+	for _, r := range []string{reqProjection, reqMetadata, reqTail, reqRecord, reqConsumer} {
+		m.storeRequests.WithLabelValues(r)
 	}
 	for _, c := range []string{"state", "query"} {
 		m.cacheHits.WithLabelValues(c)
@@ -100,7 +106,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // all are the metrics other than the lag.
 func (m *metrics) all() []prometheus.Collector {
 	return append([]prometheus.Collector{m.records, m.checkpointSeconds, m.checkpointFailures, m.stopped,
-		m.cacheHits, m.cacheMisses, m.queries, m.querySeconds}, m.funcs...)
+		m.cacheHits, m.cacheMisses, m.queries, m.querySeconds, m.storeRequests}, m.funcs...)
 }
 
 // lagTimeout bounds the consumer reads of one collection.
@@ -207,4 +213,20 @@ func (o meter) done(code client.Code, desc string) {
 	}
 	o.m.queries.WithLabelValues(o.endpoint, string(code)).Inc()
 	o.m.querySeconds.WithLabelValues(o.endpoint).Observe(d.Seconds())
+}
+
+// The requests agentlog_query_store_requests_total counts.
+const (
+	reqProjection = "projection"
+	reqMetadata   = "metadata"
+	reqTail       = "tail"
+	reqRecord     = "record"
+	reqConsumer   = "consumer"
+)
+
+// storeRequest counts n JetStream requests of kind made to answer a query (m may be nil).
+func (m *metrics) storeRequest(kind string, n int) {
+	if m != nil && n > 0 {
+		m.storeRequests.WithLabelValues(kind).Add(float64(n))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"slices"
@@ -31,8 +32,10 @@ const DefaultQueryCacheBytes = 64 << 20
 // recently queried sessions go first); a session whose events alone exceed the bound is read whole
 // for each query, as without the cache, and does not push the others out.
 type nodeCache struct {
-	max int64
-	m   *metrics
+	max   int64
+	m     *metrics
+	epoch func() uint64 // the connection's reconnects: a log read before one is checked again (nil: 0)
+	reads chan struct{} // bounds the log reads in flight (their bytes share the connection)
 
 	mu   sync.Mutex
 	size int64
@@ -51,12 +54,203 @@ type nodeLog struct {
 	lastAt time.Time               // the server's timestamp of that record: its identity with last
 	next   int64                   // event seq the next record must start at
 	inc    string                  // incarnation of the log read ("": unknown)
-	size   int64                   // bytes held (the events' raw fields); guarded by nodeCache.mu
-	elem   *list.Element           // nil once evicted; guarded by nodeCache.mu
+	// The log was found to hold what l read, up to last, at checked, under connection epoch epoch
+	// (records read, or the last one checked). Within verifyTTL of it and in the same epoch, l
+	// vouches for a state of its incarnation at or below last without a read.
+	checked time.Time
+	epoch   uint64
+	size    int64         // bytes held (the events' raw fields); guarded by nodeCache.mu
+	elem    *list.Element // nil once evicted; guarded by nodeCache.mu
 }
 
 func newNodeCache(maxBytes int64) *nodeCache {
-	return &nodeCache{max: maxBytes, lru: list.New(), byID: map[string]*nodeLog{}}
+	return &nodeCache{max: maxBytes, lru: list.New(), byID: map[string]*nodeLog{}, reads: make(chan struct{}, maxLogReads)}
+}
+
+// maxLogReads bounds the log reads of a query service in flight: each holds up to a record (or a
+// pull of two) on the connection, which the server limits (max_pending) and the partitions'
+// pulls share.
+const maxLogReads = 16
+
+// directReads is how many records a read with store.UpTo gets one by one (store's directReadRecords),
+// for agentlog_query_store_requests_total.
+const directReads = 4
+
+// verifyTTL is how long a log read (or check) vouches for what it read: a state of the same
+// incarnation at or below it is answered without reading the log again. A log can lose records
+// only when its server loses data (a restart without fsync): a reconnect, or at most verifyTTL,
+// ends the trust.
+const verifyTTL = 5 * time.Second
+
+// checkEpoch empties l when what it holds was read before the connection's last reconnect: the
+// server may have lost records since, and written others with the same event seqs (and even the
+// same stream seqs) in their place.
+func (c *nodeCache) checkEpoch(l *nodeLog) {
+	if e := c.curEpoch(); l.epoch != e {
+		if l.last != 0 || len(l.events) > 0 {
+			c.reset(l)
+		}
+		l.epoch = e
+	}
+}
+
+func (c *nodeCache) curEpoch() uint64 {
+	if c.epoch == nil {
+		return 0
+	}
+	return c.epoch()
+}
+
+// fresh reports whether l vouches for the log up to l.last now.
+func (c *nodeCache) fresh(l *nodeLog) bool {
+	return l.last != 0 && l.epoch == c.curEpoch() && time.Since(l.checked) < verifyTTL
+}
+
+// verify reports whether session id's log holds the state at pos: the record at stream seq
+// pos.StreamSeq is the session's and ends at asOfSeq. It reads that record (a direct get by its
+// seq: what a messages answer often reads anyway, whose surface events it keeps), every time: a
+// log can lose records without any sign to this service (a purge outside agentlog), and a state
+// of a log that lost them must not be answered. false: not shown (the caller checks against the
+// tail); an error is transient.
+func (c *nodeCache) verify(ctx context.Context, st *store.Store, id string, pos LogPosition, asOfSeq int64) (bool, error) {
+	if pos.Incarnation == "" || pos.StreamSeq == 0 {
+		return false, nil
+	}
+	l := c.entry(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.checkEpoch(l)
+	if l.inc != "" && l.inc != pos.Incarnation {
+		c.reset(l)
+	}
+	last, found, added, err := c.fetch(ctx, st, l, pos.StreamSeq)
+	c.account(l, added)
+	if err != nil || !found || last != asOfSeq {
+		return false, err
+	}
+	return true, nil
+}
+
+// fetch reads the record of l's session at stream seq seq (a direct get of that seq, blobs
+// read) and keeps its surface events; it returns the record's last event seq, found false when
+// the stream holds no record of the session there, and the bytes it added (for the caller to
+// account once its reads end). A record that does not decode is not
+// found (the caller's fallback reports it).
+func (c *nodeCache) fetch(ctx context.Context, st *store.Store, l *nodeLog, seq uint64) (last int64, found bool, added int64, err error) {
+	select {
+	case c.reads <- struct{}{}:
+		defer func() { <-c.reads }()
+	case <-ctx.Done():
+		return 0, false, 0, ctx.Err()
+	}
+	c.m.storeRequest(reqRecord, 1)
+	m, err := st.Stream().GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, false, 0, nil
+	case err != nil:
+		return 0, false, 0, fmt.Errorf("reading the log: stream seq %d: %w", seq, err)
+	case !strings.HasSuffix(m.Subject, "."+l.token) || !strings.HasPrefix(m.Subject, wire.SubjectPrefix+"."):
+		return 0, false, 0, nil
+	}
+	evs, err := st.DecodeRecord(ctx, m.Header, m.Data)
+	if err != nil {
+		var se *session.Error
+		if errors.As(err, &se) {
+			return 0, false, 0, nil
+		}
+		return 0, false, 0, fmt.Errorf("reading the log: stream seq %d: %w", seq, err)
+	}
+	for _, ev := range evs {
+		if _, ok := l.events[ev.Seq]; ok || !session.SurfaceEligible(ev.Type) {
+			continue
+		}
+		own := owned(ev)
+		l.events[ev.Seq], l.at[ev.Seq] = own, seq
+		added += int64(len(own.Data)+len(own.SurfaceOp)+len(own.SourceEventSeqs)+len(own.Time)) + eventOverhead
+	}
+	return evs[len(evs)-1].Seq, true, added, nil
+}
+
+// advance is verify on l, locked: it brings l to pos.StreamSeq.
+func (c *nodeCache) advance(ctx context.Context, st *store.Store, l *nodeLog, pos LogPosition, asOfSeq int64) (bool, error) {
+	if pos.Incarnation == "" || pos.StreamSeq == 0 {
+		return false, nil
+	}
+	if l.last != 0 && l.inc != pos.Incarnation {
+		c.reset(l) // another incarnation's log (or one read without a position)
+	}
+	if l.last != 0 && !c.fresh(l) {
+		err := c.checkLast(ctx, st, l)
+		if errors.Is(err, store.ErrLogChanged) {
+			c.reset(l)
+		} else if err != nil {
+			return false, err
+		} else {
+			l.checked, l.epoch = time.Now(), c.curEpoch()
+		}
+	}
+	if l.last >= pos.StreamSeq {
+		return l.last > 0, nil
+	}
+	epoch := c.curEpoch()
+	lastSeq, err := c.readTo(ctx, st, l, pos.StreamSeq)
+	var se *session.Error
+	if errors.Is(err, store.ErrLogChanged) || (errors.As(err, &se) && se.Rule == session.RuleRecordContinue) {
+		c.reset(l)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	l.inc, l.checked, l.epoch = pos.Incarnation, time.Now(), epoch
+	return lastSeq == asOfSeq, nil
+}
+
+// readTo reads the records of l's session after l.last up to stream seq upTo into l (one log read
+// slot held), and returns the last event seq of the record at upTo.
+func (c *nodeCache) readTo(ctx context.Context, st *store.Store, l *nodeLog, upTo uint64) (int64, error) {
+	select {
+	case c.reads <- struct{}{}:
+		defer func() { <-c.reads }()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	sh, err := st.Session(l.id)
+	if err != nil {
+		return 0, err
+	}
+	var added int64
+	read := 0
+	var opts []store.ReadOpt
+	if l.last != 0 {
+		opts = append(opts, store.AfterStreamSeq(l.last, l.next))
+	}
+	_, err = sh.Records(ctx, func(r store.Record) error {
+		streamSeq, at, evs := r.StreamSeq, r.Stored, r.Events
+		read++
+		for _, ev := range evs {
+			if !session.SurfaceEligible(ev.Type) {
+				continue
+			}
+			own := owned(ev)
+			l.events[ev.Seq], l.at[ev.Seq] = own, streamSeq
+			added += int64(len(own.Data)+len(own.SurfaceOp)+len(own.SourceEventSeqs)+len(own.Time)) + eventOverhead
+		}
+		l.last, l.next, l.lastAt = streamSeq, evs[len(evs)-1].Seq+1, at
+		return nil
+	}, append(opts, store.UpTo(upTo))...)
+	c.m.storeRequest(reqRecord, min(read+1, directReads))
+	if read >= directReads {
+		c.m.storeRequest(reqConsumer, 1)
+	}
+	if added > 0 {
+		c.account(l, added)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the log: %w", err)
+	}
+	return l.next - 1, nil
 }
 
 // Approximate heap cost, in bytes, of an entry (map, list element, id) and of a kept event beyond
@@ -121,7 +315,7 @@ func (c *nodeCache) evict(l *nodeLog) {
 // the caller; nil: unknown). When the cache has read this incarnation's log up to that position
 // or beyond, the record it read last is still there (checkLast: one get) and it holds every
 // node, it answers without reading the log: no record the projection folded is missing from it.
-func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, nodes []int64, recheck bool, pos *LogPosition) (map[int64]session.Event, map[int64]uint64, error) {
+func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, nodes []int64, recs []uint64, recheck bool, pos *LogPosition) (map[int64]session.Event, map[int64]uint64, error) {
 	var l *nodeLog
 	if c.max <= 0 {
 		tok, _ := wire.Token(id)
@@ -131,7 +325,16 @@ func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, node
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c.m.cache("query", l.last != 0)
+	c.checkEpoch(l)
+	if len(recs) == len(nodes) {
+		for i, seq := range nodes {
+			if at, ok := l.at[seq]; ok && at != recs[i] {
+				delete(l.events, seq) // the state names another record for it now: read that one
+				delete(l.at, seq)
+			}
+		}
+	}
+	c.m.cache("query", l.last != 0 || len(l.events) > 0)
 	hold := func() (map[int64]session.Event, map[int64]uint64, error) {
 		// A copy of the index: the caller derives while other queries may update l.
 		out, at := make(map[int64]session.Event, len(nodes)), make(map[int64]uint64, len(nodes))
@@ -145,8 +348,51 @@ func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, node
 	missing := func() bool {
 		return slices.ContainsFunc(nodes, func(seq int64) bool { _, ok := l.events[seq]; return !ok })
 	}
-	if pos != nil && l.last != 0 && l.inc == pos.Incarnation && pos.StreamSeq <= l.last && !missing() && c.checkLast(ctx, st, l) == nil {
-		return hold()
+	if pos != nil && pos.Incarnation != "" {
+		if l.inc != "" && l.inc != pos.Incarnation {
+			c.reset(l) // what l holds is another incarnation's
+		}
+		if (l.inc == pos.Incarnation || l.last == 0 && len(recs) == len(nodes)) && !missing() {
+			l.inc = pos.Incarnation
+			// Every node is held, read from this incarnation's log since the last reconnect; the
+			// caller checked the projection against the log.
+			return hold()
+		}
+	}
+	if len(recs) == len(nodes) && missing() && (pos == nil || l.inc == "" || l.inc == pos.Incarnation) {
+		// The state names the record of each node: get the records of the nodes not held (a
+		// direct get by stream seq each), not the log between.
+		want := map[uint64]bool{}
+		for i, seq := range nodes {
+			if _, ok := l.events[seq]; !ok && recs[i] != 0 {
+				want[recs[i]] = true
+			}
+		}
+		var added int64
+		for _, r := range slices.Sorted(maps.Keys(want)) {
+			_, _, n, err := c.fetch(ctx, st, l, r)
+			added += n
+			if err != nil {
+				c.account(l, added)
+				return nil, nil, err
+			}
+		}
+		c.account(l, added) // once: a session larger than the bound is evicted alone
+		if pos != nil && l.inc == "" && l.last == 0 && pos.Incarnation != "" {
+			l.inc = pos.Incarnation
+		}
+		if !missing() {
+			return hold()
+		}
+	}
+	if pos != nil && pos.Incarnation != "" && l.last < pos.StreamSeq {
+		// Read to the projection's position (no tail read): what verify does, when it has not.
+		if _, err := c.advance(ctx, st, l, *pos, -1); err != nil {
+			return nil, nil, err
+		}
+		if l.inc == pos.Incarnation && l.last >= pos.StreamSeq && !missing() {
+			return hold()
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		err := c.update(ctx, st, l)
@@ -162,6 +408,7 @@ func (c *nodeCache) events(ctx context.Context, st *store.Store, id string, node
 		if pos != nil && l.last >= pos.StreamSeq {
 			l.inc = pos.Incarnation // read to the projection's position of this incarnation's log
 		}
+		l.checked, l.epoch = time.Now(), c.curEpoch()
 		if !missing() || !recheck || attempt > 0 || l.last == 0 {
 			return hold()
 		}
@@ -179,12 +426,23 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	}
 	before := l.last
 	var added int64
+	read := 0
+	defer func() {
+		c.m.storeRequest(reqTail, 1) // Records reads the tail first
+		if read > 4 {
+			c.m.storeRequest(reqRecord, 4)
+			c.m.storeRequest(reqConsumer, 1)
+		} else {
+			c.m.storeRequest(reqRecord, read)
+		}
+	}()
 	sh, err := st.Session(l.id)
 	if err != nil {
 		return err
 	}
 	_, err = sh.Records(ctx, func(r store.Record) error {
 		streamSeq, evs := r.StreamSeq, r.Events
+		read++
 		for _, ev := range evs {
 			if !session.SurfaceEligible(ev.Type) {
 				continue
@@ -201,6 +459,7 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	}
 	if err == nil && l.last != before {
 		var m *jetstream.RawStreamMsg
+		c.m.storeRequest(reqRecord, 1)
 		if m, err = st.Stream().GetMsg(ctx, l.last); err == nil {
 			l.lastAt = m.Time
 		}
@@ -219,6 +478,7 @@ func (c *nodeCache) checkLast(ctx context.Context, st *store.Store, l *nodeLog) 
 	if l.last == 0 {
 		return nil
 	}
+	c.m.storeRequest(reqRecord, 1)
 	m, err := st.Stream().GetMsg(ctx, l.last)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -245,7 +505,7 @@ func (c *nodeCache) reset(l *nodeLog) {
 	c.mu.Lock()
 	freed := max(l.size-entryOverhead, 0) // the entry itself stays
 	c.mu.Unlock()
-	l.events, l.at, l.last, l.next, l.lastAt, l.inc = map[int64]session.Event{}, map[int64]uint64{}, 0, 0, time.Time{}, ""
+	l.events, l.at, l.last, l.next, l.lastAt, l.inc, l.checked = map[int64]session.Event{}, map[int64]uint64{}, 0, 0, time.Time{}, "", time.Time{}
 	c.account(l, -freed)
 }
 

@@ -23,7 +23,7 @@ const (
 	DefaultFlushInterval = 50 * time.Millisecond  // longest a folded record waits for its checkpoint
 	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
 	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
-	pullMaxBytes         = 8 << 20                // bytes of records a partition's pull buffers
+	pullBudgetBytes      = 16 << 20               // bytes of records all of an instance's pulls buffer at most (pullBytes)
 	createdChecks        = 32                     // concurrent checks of the sessions a checkpoint created
 	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
 	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
@@ -93,12 +93,27 @@ func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	}
 	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
 	// them could be half a GiB in flight. (Why Consume, not Messages: recordFeed.)
-	iter, err := consumeFeed(p.nc, cons, jetstream.PullMaxMessagesWithBytesLimit(512, pullMaxBytes), jetstream.PullPriorityGroup(PriorityGroup),
+	iter, err := consumeFeed(p.nc, cons, jetstream.PullMaxMessagesWithBytesLimit(512, pullBytes(p.store.Partitions(), p.store.MaxMsgSize())), jetstream.PullPriorityGroup(PriorityGroup),
 		jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("consuming with %s: %w", name, err)
 	}
 	return iter, nil
+}
+
+// pullBytes is the bytes of records one partition's pull asks for: an even share of
+// pullBudgetBytes among the stream's partitions, and room for one record of the largest size.
+//
+// Why a budget: what every pull of the connection asks for, the server may send before the client
+// reads it; the server holds at most max_pending (64 MiB by default) for a client and closes the
+// connection beyond ("Slow Consumer Detected: MaxPending ... Exceeded"), which dropped the
+// projector's connection, and every publisher sharing it, under load (16 partitions pulled
+// 8 MiB each, 128 MiB). With the budget the pulls of an instance owning all 16 partitions ask for
+// 16 MiB; a stream of many more partitions than its max message size allows (max_pending /
+// (MaxMsgSize + 64 KiB)) needs a larger max_pending or more instances (deploy/README.md).
+func pullBytes(partitions int, maxMsgSize int32) int {
+	floor := int(max(maxMsgSize, 1<<20)) + 64<<10 // the record and its headers
+	return max(floor, pullBudgetBytes/max(partitions, 1))
 }
 
 // stopping reports whether stop was called.
@@ -296,10 +311,11 @@ func (w *worker) handle(msg jetstream.Msg) {
 	h := msg.Headers()
 	// Offloaded events are read from agentlog_blobs: a blob that is missing or differs is the log's
 	// fault (a *session.Error, rule record-blob); failing to reach the bucket is transient.
-	events, decodeErr := p.store.DecodeRecord(w.ctx, h, msg.Data())
+	// One scan per event: the rules and the units read what it located (session.Scanned).
+	events, decodeErr := p.store.ScanRecord(w.ctx, h, msg.Data())
 	if se := (*session.Error)(nil); decodeErr != nil && !errors.As(decodeErr, &se) {
 		if !w.retry("decode "+id, func() error {
-			events, decodeErr = p.store.DecodeRecord(w.ctx, h, msg.Data())
+			events, decodeErr = p.store.ScanRecord(w.ctx, h, msg.Data())
 			if decodeErr != nil && !errors.As(decodeErr, &se) {
 				return decodeErr
 			}

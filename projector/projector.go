@@ -318,12 +318,14 @@ func sessionError(id string, seq int64, err error) *ProjectionError {
 // logLookup is the session.Lookup of one fold: the events being folded first, then the session
 // read from the log, lazily and at most once.
 type logLookup struct {
-	ctx    context.Context
-	store  *store.Store
-	id     string
-	batch  []session.Event
-	log    []session.Event
-	loaded bool
+	ctx     context.Context
+	store   *store.Store
+	id      string
+	batch   []session.Scanned
+	batchAt uint64 // the stream seq of the record batch is (0: unknown)
+	log     []session.Scanned
+	logAt   []uint64 // the stream seq of each event's record in log (nil: unknown)
+	loaded  bool
 	// lastStreamSeq is the stream seq of the log's last record, once loaded from the store.
 	lastStreamSeq uint64
 	// transient is set when reading the log failed for a reason other than a bad log.
@@ -339,10 +341,17 @@ func (l *logLookup) loadLog() error {
 		return nil
 	}
 	var events []session.Event
+	var at []uint64
 	sh, err := l.store.Session(l.id)
 	var last uint64
 	if err == nil {
-		last, err = sh.Records(l.ctx, store.Collect(&events))
+		last, err = sh.Records(l.ctx, func(r store.Record) error {
+			events = append(events, r.Events...)
+			for range r.Events {
+				at = append(at, r.StreamSeq)
+			}
+			return nil
+		})
 	}
 	if err != nil {
 		var se *session.Error
@@ -352,25 +361,47 @@ func (l *logLookup) loadLog() error {
 		l.transient = &transientError{fmt.Errorf("reading the log: %w", err)} // err names the session
 		return l.transient
 	}
-	l.log, l.loaded, l.lastStreamSeq = events, true, last
+	l.log, l.logAt, l.loaded, l.lastStreamSeq = scanAll(events), at, true, last
 	return nil
 }
 
+// recordAt returns the stream seq of the record of each event of events, which are l's batch or
+// its log (0: unknown).
+func (l *logLookup) recordAt(events []session.Scanned) func(i int) uint64 {
+	if l != nil && len(events) > 0 && len(l.log) == len(events) && &l.log[0] == &events[0] && len(l.logAt) == len(events) {
+		return func(i int) uint64 { return l.logAt[i] }
+	}
+	var at uint64
+	if l != nil && len(events) > 0 && len(l.batch) == len(events) && &l.batch[0] == &events[0] {
+		at = l.batchAt
+	}
+	return func(int) uint64 { return at }
+}
+
+// scanAll wraps events in the shared form (each is scanned when first read).
+func scanAll(events []session.Event) []session.Scanned {
+	out := make([]session.Scanned, len(events))
+	for i, ev := range events {
+		out[i] = session.Scan(ev)
+	}
+	return out
+}
+
 func (l *logLookup) lookup(seq int64) (session.Event, error) {
-	for _, ev := range l.batch {
-		if ev.Seq == seq {
-			return ev, nil
+	for i := range l.batch {
+		if l.batch[i].Seq == seq {
+			return l.batch[i].Event, nil
 		}
 	}
 	if err := l.loadLog(); err != nil {
 		return session.Event{}, err
 	}
 	if seq >= 0 && seq < int64(len(l.log)) && l.log[seq].Seq == seq {
-		return l.log[seq], nil
+		return l.log[seq].Event, nil
 	}
-	for _, ev := range l.log {
-		if ev.Seq == seq {
-			return ev, nil
+	for i := range l.log {
+		if l.log[i].Seq == seq {
+			return l.log[i].Event, nil
 		}
 	}
 	return session.Event{}, fmt.Errorf("session %q: event seq %d is not in the log", l.id, seq)

@@ -55,7 +55,8 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	if sp.AsOfSeq != 10 || int64s(sp.State.Nodes) != toolNodes || sp.State.ReplaceGeneration != 1 {
 		t.Fatalf("surface endpoint: %+v", sp)
 	}
-	// The stored value has exactly the documented shape.
+	// The stored value has exactly the documented shape (nodeRecords: the stream seq of each
+	// node's record).
 	tok, _ := wire.Token("s1")
 	ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok))
 	if err != nil {
@@ -65,7 +66,7 @@ func TestFoldsMultiRecordSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"stateVersion":1,"asOfSeq":10,"log":{"incarnation":"` + info.Incarnation + `","streamSeq":4},"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2}}`
+	want := `{"stateVersion":1,"asOfSeq":10,"log":{"incarnation":"` + info.Incarnation + `","streamSeq":4},"state":{"nodes":[2,3,7,10],"replaceGeneration":1,"transcript":[2,3,5,10],"openTurn":2,"nodeRecords":[1,2,4,4]}}`
 	if string(ent.Value()) != want {
 		t.Fatalf("stored value\n got %s\nwant %s", ent.Value(), want)
 	}
@@ -178,7 +179,7 @@ func TestGapRereadsTheLog(t *testing.T) {
 	if ss.gate().asOfSeq != 1 || ss.units[1].asOfSeq != -1 {
 		t.Fatalf("loaded: gate at %d, transcript at %d", ss.gate().asOfSeq, ss.units[1].asOfSeq)
 	}
-	if err := foldEvents(ctx(t), e.store, ss, recEvents, msg.Sequence); err != nil {
+	if err := foldEvents(ctx(t), e.store, ss, scanAll(recEvents), msg.Sequence); err != nil {
 		t.Fatalf("fold: %v", err)
 	}
 	if conflicts, err := writeSessions(ctx(t), e.store.JetStream(), []*sessState{ss}); err != nil || len(conflicts) != 0 {

@@ -49,7 +49,7 @@ func (s *queryService) answerMessages(ctx context.Context, q query, proj Project
 		if stored.Log != nil && stored.Log.Incarnation == "" {
 			stored.Log = nil // a session without an incarnation: its log cannot be told from a re-created one
 		}
-		if events, at, err = s.nodes.events(ctx, s.store, q.Session, nodes, q.Nodes == nil, stored.Log); err != nil {
+		if events, at, err = s.nodes.events(ctx, s.store, q.Session, nodes, nodeRecords(proj.State, nodes), q.Nodes == nil, stored.Log); err != nil {
 			return nil, fmt.Errorf("session %q: %w", q.Session, err)
 		}
 	}
@@ -153,4 +153,23 @@ func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[in
 		return Projection{}, nil, nil, fmt.Errorf("session %q: reading the log: %w", q.Session, err)
 	}
 	return fromSurface(surf), kept, at, nil
+}
+
+// nodeRecords is the stream seq of the record of each of nodes, from the state's NodeRecords (nil
+// when it has none, or a node is not one of its nodes).
+func nodeRecords(st State, nodes []int64) []uint64 {
+	if len(st.NodeRecords) != len(st.Nodes) || len(st.Nodes) == 0 {
+		return nil
+	}
+	at := make(map[int64]uint64, len(st.Nodes))
+	for i, n := range st.Nodes {
+		at[n] = st.NodeRecords[i]
+	}
+	out := make([]uint64, len(nodes))
+	for i, n := range nodes {
+		if out[i] = at[n]; out[i] == 0 {
+			return nil
+		}
+	}
+	return out
 }

@@ -45,28 +45,42 @@ type queryService struct {
 	cancel context.CancelFunc
 	svc    *service
 
-	reqs    sync.WaitGroup // handlers in flight, including those waiting for minSeq
-	reqMu   sync.Mutex     // guards closing and reqs.Add
-	closing bool
-	slots   chan struct{} // bounds the queries waiting (for minSeq, or for a fold slot)
-	work    chan struct{} // bounds the queries being answered
-	folds   chan struct{} // bounds the messages queries folding a whole log (state too large)
-	nodes   *nodeCache    // surface-eligible events of the sessions queried last
-	waiting atomic.Int64  // test hook: the queries waiting for minSeq
+	reqs     sync.WaitGroup // handlers in flight, including those waiting for minSeq
+	reqMu    sync.Mutex     // guards closing and reqs.Add
+	closing  bool
+	queued   atomic.Int64  // queries admitted and not yet answered (queued, waiting or answering)
+	work     chan struct{} // bounds the queries being answered; the others queue for it
+	folds    chan struct{} // bounds the messages queries folding a whole log (state too large)
+	nodes    *nodeCache    // surface-eligible events of the sessions queried last
+	feed     *changeFeed   // tells the queries waiting for minSeq that their state changed
+	feedDone <-chan struct{}
+	waiting  atomic.Int64 // test hook: the queries waiting for minSeq
 
 	archivedViews archivedCache // the archived sessions queried last
 }
+
+// Admission of queries. At most maxAnswering are answered at once; the others queue for a slot
+// (in arrival order) until their deadline (the request's timeoutMs, or the default), and one
+// still queued then is answered "503" at once: its caller has given up or is about to, so the
+// service does not spend itself on it (it sheds load by deadline, not by a fixed count). Beyond
+// maxQueued queries admitted (queued, waiting for minSeq or being answered), a query is answered
+// "503" on arrival: what bounds the memory the service holds for them.
+const (
+	maxAnswering = 64
+	maxQueued    = 10_000
+)
 
 // newQueryService returns the query service of an instance, not started; cacheBytes bounds its
 // node cache (0: keep nothing).
 func newQueryService(st *store.Store, nc *nats.Conn, name string, reg *Registry, m *metrics, tracer trace.Tracer, cacheBytes int64) *queryService {
 	s := &queryService{store: st, nc: nc, name: name, registry: reg, metrics: m, tracer: tracer,
-		slots: make(chan struct{}, 256),
-		work:  make(chan struct{}, 64),
+		work:  make(chan struct{}, maxAnswering),
 		folds: make(chan struct{}, 2),
 		nodes: newNodeCache(cacheBytes),
+		feed:  newChangeFeed(st),
 	}
 	s.nodes.m = m
+	s.nodes.epoch = func() uint64 { return nc.Stats().Reconnects }
 	return s
 }
 
@@ -79,6 +93,12 @@ type handler func(ctx context.Context, q query, proj Projection, raw []byte) ([]
 func (s *queryService) start(parent context.Context, defs []*Definition) error {
 	s.defs = defs
 	s.ctx, s.cancel = context.WithCancel(parent)
+	done, err := s.feed.start(s.ctx)
+	if err != nil {
+		s.cancel()
+		return fmt.Errorf("projector: watching the messages states (for minSeq queries): %w", err)
+	}
+	s.feedDone = done
 	svc, err := newService(s.nc, micro.Config{
 		Name:        client.QueryService,
 		Version:     QueryServiceVersion,
@@ -120,6 +140,7 @@ func (s *queryService) stop() error {
 	s.reqMu.Unlock()
 	s.cancel()
 	s.reqs.Wait()
+	<-s.feedDone
 	if err != nil {
 		return fmt.Errorf("projector: stopping the query service: %w", err)
 	}
@@ -146,10 +167,10 @@ func (q query) timeoutMs() int64 {
 func (q query) waits() bool { return q.MinSeq != nil && *q.MinSeq >= 0 }
 
 // endpoint builds a subscription's handler. It only parses the request and hands it to a
-// goroutine: at most cap(s.work) are being answered at once and cap(s.slots) more are waiting;
-// beyond that the request is answered "503" at once. The subscription is thus never held up by a
-// slow answer (a large history, a KV read) and does not fall behind and drop requests (a slow
-// consumer), and a burst of large queries cannot starve small ones for long.
+// goroutine, which queues for an answering slot (admission: maxAnswering, maxQueued). The
+// subscription is thus never held up by a slow answer (a large history, a KV read) and does not
+// fall behind and drop requests (a slow consumer), and a burst of large queries cannot starve
+// small ones for long.
 func (s *queryService) endpoint(name string, allowStopped bool, h handler) func(*endpointStats, *nats.Msg) {
 	return func(ep *endpointStats, req *nats.Msg) {
 		r := &replier{nc: s.nc, reply: req.Reply, meter: meter{m: s.metrics, ep: ep, endpoint: name, start: time.Now(),
@@ -170,29 +191,62 @@ func (s *queryService) endpoint(name string, allowStopped bool, h handler) func(
 		}
 		s.reqs.Add(1)
 		s.reqMu.Unlock()
-		select {
-		case s.work <- struct{}{}:
-		default:
+		if n := s.queued.Add(1); n > maxQueued {
+			s.queued.Add(-1)
 			s.reqs.Done()
-			r.send(nil, replyErr(client.CodeUnavailable, "session %q: projector %s is answering %d queries already; retry", q.Session, s.name, cap(s.work)))
+			r.send(nil, replyErr(client.CodeUnavailable, "session %q: projector %s holds %d queries already; retry", q.Session, s.name, maxQueued))
 			return
 		}
 		go func() {
 			defer s.reqs.Done()
+			defer s.queued.Add(-1)
 			r.send(s.answer(q, token, allowStopped, h))
 		}()
 	}
 }
 
-// answer answers q with h, holding a work slot (taken by endpoint). A query that must wait (for
-// minSeq, or a messages query of a session whose state outgrew KV, which folds the log and waits
-// for a fold slot) gives the work slot back and takes a wait slot instead.
+// acquire takes an answering slot for q, queueing for one until q's deadline; a query still
+// queued then is answered "503" (shed), one queued when the service stops "503" too.
+func (s *queryService) acquire(q query) error {
+	select {
+	case s.work <- struct{}{}:
+		return nil
+	default:
+	}
+	queuedAt := time.Now()
+	t := time.NewTimer(time.Until(q.deadline))
+	defer t.Stop()
+	select {
+	case s.work <- struct{}{}:
+		return nil
+	case <-t.C:
+		return replyErr(client.CodeUnavailable, "session %q: projector %s is busy: the query waited %d ms for one of its %d answering slots, to its deadline (timeoutMs %d); retry",
+			q.Session, s.name, time.Since(queuedAt).Milliseconds(), maxAnswering, q.timeoutMs())
+	case <-s.ctx.Done():
+		return s.stopping(q)
+	}
+}
+
+func (s *queryService) release() { <-s.work }
+
+// answer answers q with h, holding an answering slot. A query that must wait (for minSeq, or a
+// messages query of a session whose state outgrew KV, which folds the log and waits for a fold
+// slot) gives the slot back while it waits.
 func (s *queryService) answer(q query, token string, allowStopped bool, h handler) ([]byte, error) {
 	ctx := s.ctx
+	var w *feedWaiter
+	if q.waits() {
+		// Registered before the first read: any change after it is a notice.
+		w = s.feed.add(token)
+		defer s.feed.remove(w)
+	}
+	if err := s.acquire(q); err != nil {
+		return nil, err
+	}
 	proj, raw, wait, err := s.readNow(ctx, &q, token, allowStopped)
 	slow := err == nil && !wait && !allowStopped && tooLarge(proj)
 	if err != nil || !wait && !slow {
-		defer func() { <-s.work }()
+		defer s.release()
 		if err != nil {
 			return nil, err
 		}
@@ -201,16 +255,20 @@ func (s *queryService) answer(q query, token string, allowStopped bool, h handle
 		}
 		return h(ctx, q, proj, raw)
 	}
-	<-s.work
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		return nil, replyErr(client.CodeUnavailable, "session %q: projector %s has %d queries waiting already", q.Session, s.name, cap(s.slots))
-	}
-	defer func() { <-s.slots }()
+	s.release()
 	if wait {
-		if proj, raw, err = s.waitProjection(ctx, q, token, allowStopped); err != nil {
+		var behind *Projection
+		if proj.StateVersion != 0 {
+			behind = &proj
+		}
+		if proj, raw, err = s.waitProjection(ctx, q, token, allowStopped, w, behind); err != nil {
 			return nil, err
+		}
+		if !(!allowStopped && tooLarge(proj)) {
+			if err := s.acquire(q); err != nil {
+				return nil, err
+			}
+			defer s.release()
 		}
 	}
 	if err := checkLost(q, proj, allowStopped); err != nil {
@@ -269,6 +327,7 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 		return v.messages, v.raw, false, nil, true
 	}
 	e, err := sh.ProjectionEntry(ctx, UnitMessages)
+	s.metrics.storeRequest(reqProjection, 1)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if proj, raw, wait, err, ok := fromArchive(); ok {
 			return proj, raw, wait, err
@@ -276,10 +335,12 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 		// One metadata read: a session being removed (its keys purged already, its log maybe not)
 		// is not found; an unknown one (no metadata, no records) has nothing to wait for.
 		_, _, known, removing, merr := sessionMetaState(ctx, s.store, q.Session)
+		s.metrics.storeRequest(reqMetadata, 1)
 		if removing {
 			return Projection{}, nil, false, errSessionRemoving
 		}
 		if q.waits() && merr == nil && !known {
+			s.metrics.storeRequest(reqTail, 1)
 			if empty, err := logEmpty(ctx, s.store, q.Session); err == nil && empty {
 				// Nothing to wait for: an unknown session gets its 404 at once, as without minSeq.
 				return Projection{}, nil, false, replyErr(client.CodeNotFound, "session %q: no projection (unknown session: no metadata and no events)", q.Session)
@@ -295,6 +356,9 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 	}
 	proj, current, err := decodeProjection(e.Value())
 	raw = e.Value()
+	if err == nil && current && proj.Error == nil && q.waits() && proj.AsOfSeq < *q.MinSeq {
+		return proj, nil, true, nil // checked once it is there (waitProjection); proj says how far it got
+	}
 	if err == nil && current {
 		if proj, raw, err = s.checkStored(ctx, q.Session, token, raw, e.Revision()); err != nil {
 			return Projection{}, nil, false, checkedErr(q.Session, key, err)
@@ -338,10 +402,12 @@ func stoppedErr(id string, pe *ProjectionError) error {
 	return replyErr(client.CodeStopped, "session %q: projection stopped at seq %d (rule %s): %s", id, pe.Seq, pe.Rule, pe.Message)
 }
 
-// waitProjection watches the projection's KV key until asOfSeq >= minSeq (or the projection
-// stops), for at most timeoutMs. Errors: "408" on timeout, "409" for a stopped projection (unless
-// allowStopped), "503" when the service stops meanwhile.
-func (s *queryService) waitProjection(ctx context.Context, q query, token string, allowStopped bool) (Projection, []byte, error) {
+// waitProjection waits until the projection's asOfSeq >= minSeq (or the projection stops), for
+// at most timeoutMs: it reads the KV key again at each notice of the service's change feed to w,
+// registered before the read that found it behind (last: what that read found, nil: no value),
+// and every feedRecheck without one. Errors: "408" on timeout, "409" for a stopped projection
+// (unless allowStopped), "503" when the service stops meanwhile.
+func (s *queryService) waitProjection(ctx context.Context, q query, token string, allowStopped bool, w *feedWaiter, last *Projection) (Projection, []byte, error) {
 	key := wire.ProjectionKey(UnitMessages, token)
 	minSeq := *q.MinSeq
 	timeoutMs := q.timeoutMs()
@@ -351,61 +417,71 @@ func (s *queryService) waitProjection(ctx context.Context, q query, token string
 	}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
-	w, err := sh.WatchProjection(wctx, UnitMessages)
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		// The wait ended before the watch started (a wait of a few ms): a timeout, not a failure.
-		return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms", q.Session, minSeq, timeoutMs)
-	}
-	if err != nil {
-		return Projection{}, nil, fmt.Errorf("session %q: watching projection %s: %w", q.Session, key, err)
-	}
-	defer func() { _ = w.Stop() }()
 	s.waiting.Add(1)
 	defer s.waiting.Add(-1)
-	var last *Projection
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return Projection{}, nil, fmt.Errorf("session %q: watch of projection %s ended", q.Session, key)
+	tick := time.NewTicker(feedRecheck)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		if first {
+			// The caller has just read the key: wait for a change first.
+			if err := s.waitNotice(ctx, wctx, w, tick, q, minSeq, timeoutMs, last); err != nil {
+				return Projection{}, nil, err
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			proj, current, err := decodeProjection(e.Value())
-			if err != nil || !current {
-				continue
-			}
-			raw := e.Value()
-			if proj.Error != nil || proj.AsOfSeq >= minSeq {
-				// Never answer from a state of another log (lost records, a re-create).
-				if proj, raw, err = s.checkStored(wctx, q.Session, token, raw, e.Revision()); err != nil {
-					if wctx.Err() != nil && !errors.Is(err, errSessionRemoving) && !errors.Is(err, errSessionGone) {
-						continue // the deadline case below answers
-					}
-					return Projection{}, nil, checkedErr(q.Session, key, err)
-				}
-			}
-			last = &proj
-			if proj.Error != nil {
-				if allowStopped || tooLarge(proj) {
-					return proj, raw, nil // too large: answerMessages folds the log
-				}
-				return Projection{}, nil, stoppedErr(q.Session, proj.Error)
-			}
-			if proj.AsOfSeq >= minSeq {
-				return proj, raw, nil
-			}
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return Projection{}, nil, s.stopping(q)
-			}
-			at := "no projection yet"
-			if last != nil {
-				at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
-			}
-			return Projection{}, nil, replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at)
 		}
+		e, err := sh.ProjectionEntry(wctx, UnitMessages)
+		s.metrics.storeRequest(reqProjection, 1)
+		if err == nil {
+			proj, current, derr := decodeProjection(e.Value())
+			if derr == nil && current {
+				raw := e.Value()
+				ok := true
+				if proj.Error != nil || proj.AsOfSeq >= minSeq {
+					// Never answer from a state of another log (lost records, a re-create).
+					if proj, raw, err = s.checkStored(wctx, q.Session, token, raw, e.Revision()); err != nil {
+						if wctx.Err() == nil || errors.Is(err, errSessionRemoving) || errors.Is(err, errSessionGone) {
+							return Projection{}, nil, checkedErr(q.Session, key, err)
+						}
+						ok = false // the deadline case below answers
+					}
+				}
+				if ok {
+					last = &proj
+					if proj.Error != nil {
+						if allowStopped || tooLarge(proj) {
+							return proj, raw, nil // too large: answerMessages folds the log
+						}
+						return Projection{}, nil, stoppedErr(q.Session, proj.Error)
+					}
+					if proj.AsOfSeq >= minSeq {
+						return proj, raw, nil
+					}
+				}
+			}
+		}
+		// Not yet (no value, another stateVersion, behind, or a read that failed: read again).
+		if err := s.waitNotice(ctx, wctx, w, tick, q, minSeq, timeoutMs, last); err != nil {
+			return Projection{}, nil, err
+		}
+	}
+}
+
+// waitNotice waits for a notice to w, the recheck tick or the end of the wait (its error: "503"
+// when the service stops, "408" at the deadline, naming last's asOfSeq).
+func (s *queryService) waitNotice(ctx, wctx context.Context, w *feedWaiter, tick *time.Ticker, q query, minSeq, timeoutMs int64, last *Projection) error {
+	select {
+	case <-w.c:
+		return nil
+	case <-tick.C:
+		return nil
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return s.stopping(q)
+		}
+		at := "no projection yet"
+		if last != nil {
+			at = fmt.Sprintf("asOfSeq %d", last.AsOfSeq)
+		}
+		return replyErr(client.CodeTimeout, "session %q: projection did not reach seq %d within %d ms (%s)", q.Session, minSeq, timeoutMs, at)
 	}
 }
 

@@ -27,7 +27,7 @@ type Definition struct {
 
 	init    func(h session.Header) any
 	lineage bool // init reads the session header (Def.InitSession)
-	apply   func(state any, ev session.Event) (any, error)
+	apply   func(state any, ev *session.Scanned) (any, error)
 	view    func(state any) any
 	decode  func(raw []byte) (any, error)
 	same    func(a, b any) bool // Apply returned its input unchanged (nil: sameState)
@@ -42,7 +42,22 @@ type Definer interface{ Definition() Definition }
 func (d Definition) Definition() Definition { return d }
 
 // wants reports whether the unit's Apply is called for events of type typ.
-func (d *Definition) wants(typ string) bool { return d.reads == nil || d.reads[typ] }
+func (d *Definition) wants(typ string) bool {
+	if d.reads == nil {
+		return true
+	}
+	if len(d.Reads) <= 8 {
+		// A short list is faster to walk than to hash into (the decoder's common type strings are
+		// constants, which compare by pointer).
+		for _, t := range d.Reads {
+			if t == typ {
+				return true
+			}
+		}
+		return false
+	}
+	return d.reads[typ]
+}
 
 // Def is a projection unit over a state of Go type S, which must round-trip through
 // encoding/json (states are plain JSON when stored). Init returns the state before any event;
@@ -55,7 +70,9 @@ func (d *Definition) wants(typ string) bool { return d.reads == nil || d.reads[t
 // be pure and must not modify its input in place when it returns a new state (copy maps and slices
 // it changes). An error from Apply stops this unit for this session only: the stored value keeps
 // the state as of the previous event and gains "error" naming the session, the seq and rule
-// "unit-apply". View turns a state into what queries return (nil: the state itself).
+// "unit-apply". ApplyScanned, when set, is called instead of Apply, with the event in the form
+// its decoder left it (session.Scanned): reading its data through Field or Lookup costs no second
+// parse. View turns a state into what queries return (nil: the state itself).
 type Def[S any] struct {
 	Key          string
 	StateVersion int
@@ -63,6 +80,7 @@ type Def[S any] struct {
 	Init         func() S
 	InitSession  func(h session.Header) S
 	Apply        func(state S, ev session.Event) (S, error)
+	ApplyScanned func(state S, ev *session.Scanned) (S, error)
 	View         func(state S) any
 }
 
@@ -75,10 +93,27 @@ func (d Def[S]) Definition() Definition {
 	case d.Init != nil:
 		def.init = func(session.Header) any { return d.Init() }
 	}
-	if d.Apply != nil {
-		def.apply = func(state any, ev session.Event) (any, error) {
+	// An unchanged state of a comparable type is handed back as the interface it came in, so that
+	// an event the unit ignores costs no new box (and unchanged sees the same value).
+	comparable := plainComparable(reflect.TypeFor[S](), 0)
+	switch {
+	case d.ApplyScanned != nil:
+		def.apply = func(state any, ev *session.Scanned) (any, error) {
 			s, _ := state.(S)
-			return d.Apply(s, ev)
+			next, err := d.ApplyScanned(s, ev)
+			if comparable && err == nil && any(next) == any(s) {
+				return state, nil
+			}
+			return next, err
+		}
+	case d.Apply != nil:
+		def.apply = func(state any, ev *session.Scanned) (any, error) {
+			s, _ := state.(S)
+			next, err := d.Apply(s, ev.Event)
+			if comparable && err == nil && any(next) == any(s) {
+				return state, nil
+			}
+			return next, err
 		}
 	}
 	def.view = func(state any) any {
@@ -88,7 +123,7 @@ func (d Def[S]) Definition() Definition {
 		}
 		return d.View(s)
 	}
-	if plainComparable(reflect.TypeFor[S](), 0) {
+	if comparable {
 		// == on the interface values is the same shallow identity as sameState, without reflection.
 		def.same = func(a, b any) bool { return a == b }
 	}
@@ -221,7 +256,7 @@ var ErrUnitExists = errors.New("projector: projection unit already registered")
 
 // Register adds a unit. It refuses a key that is empty, longer than 64 bytes or not
 // [A-Za-z0-9_-] (it is a KV key token), a stateVersion below 1, a missing Init (and InitSession)
-// or Apply, and a key already registered (ErrUnitExists). Register units before Start: a running projector folds
+// or Apply (and ApplyScanned), and a key already registered (ErrUnitExists). Register units before Start: a running projector folds
 // only the units registered when it loaded a session.
 func (r *Registry) Register(u Definer) error {
 	d := u.Definition()
@@ -232,7 +267,7 @@ func (r *Registry) Register(u Definer) error {
 		return fmt.Errorf("projector: unit %q: stateVersion must be >= 1, got %d", d.Key, d.StateVersion)
 	}
 	if !d.gate && (d.init == nil || d.apply == nil) {
-		return fmt.Errorf("projector: unit %q: Init (or InitSession) and Apply are required", d.Key)
+		return fmt.Errorf("projector: unit %q: Init (or InitSession) and Apply (or ApplyScanned) are required", d.Key)
 	}
 	if d.Reads != nil {
 		d.reads = map[string]bool{}

@@ -25,16 +25,34 @@ import (
 //
 // Repeated keys overwrite (the last one wins); every other key is validated with skip and dropped.
 func decodeEventLineFast(line []byte) (ev Event, ok bool) {
+	sc, ok := scanEventLineFast(line, nil)
+	return sc.Event, ok
+}
+
+// scanEventLineFast is decodeEventLineFast keeping what its scan found (Scanned): with ls, the
+// values of data are located (in ls's buffer), and the time string is cut from ls's arena.
+func scanEventLineFast(line []byte, ls *LineScanner) (sc Scanned, ok bool) {
+	ev := &sc.Event
+	var base int
+	if ls != nil {
+		base = len(ls.nodes)
+		defer func() {
+			if !ok {
+				ls.nodes = ls.nodes[:base]
+			}
+		}()
+	}
+	indexed, dataLossy := false, false
 	p := jsvalue.Scanner{B: line}
 	b := line
 	p.Space()
 	if p.Pos >= len(b) || b[p.Pos] != '{' {
-		return Event{}, false
+		return Scanned{}, false
 	}
 	p.Pos++
 	p.Space()
 	if p.Pos < len(b) && b[p.Pos] == '}' {
-		return Event{}, false // {} has no type: refused
+		return Scanned{}, false // {} has no type: refused
 	}
 	var (
 		typ       []byte
@@ -49,49 +67,49 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 	for {
 		p.Space()
 		if p.Pos >= len(b) || b[p.Pos] != '"' {
-			return Event{}, false
+			return Scanned{}, false
 		}
 		ks := p.Pos + 1
 		ke := jsvalue.PlainRun(b, ks)
 		if ke >= len(b) || b[ke] != '"' {
-			return Event{}, false // an escape, a control character or no closing quote
+			return Scanned{}, false // an escape, a control character or no closing quote
 		}
 		key := b[ks:ke]
 		p.Pos = ke + 1
 		p.Space()
 		if p.Pos >= len(b) || b[p.Pos] != ':' {
-			return Event{}, false
+			return Scanned{}, false
 		}
 		p.Pos++
 		p.Space()
 		if p.Pos >= len(b) {
-			return Event{}, false
+			return Scanned{}, false
 		}
 		switch string(key) {
 		case "type":
 			if b[p.Pos] != '"' {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			s := p.Pos + 1
 			e := jsvalue.PlainRun(b, s)
 			if e >= len(b) || b[e] != '"' {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			typ, haveType = b[s:e], true
 			p.Pos = e + 1
 		case "seq":
 			n, ok := plainSeq(&p)
 			if !ok {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			seq = n
 		case "time":
 			if c := b[p.Pos]; c != '-' && !isDigit(c) {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			start := p.Pos
 			if p.Number() != nil {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			timeRaw = b[start:p.Pos]
 		case "ignorable":
@@ -103,16 +121,31 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 				ignorable = false
 				p.Pos += 5
 			default:
-				return Event{}, false
+				return Scanned{}, false
 			}
+		case "data":
+			start := p.Pos
+			var err error
+			if ls != nil {
+				var complete bool
+				ls.nodes, complete, dataLossy, err = p.SkipIndexed(1, scanLevels, -1, ls.nodes[:base], base+scanNodes)
+				indexed = complete
+				if !complete {
+					ls.nodes = ls.nodes[:base]
+				}
+			} else {
+				dataLossy, err = p.Skip(1)
+			}
+			if err != nil {
+				return Scanned{}, false
+			}
+			data = b[start:p.Pos]
 		default:
 			start := p.Pos
 			if _, err := p.Skip(1); err != nil {
-				return Event{}, false
+				return Scanned{}, false
 			}
 			switch string(key) {
-			case "data":
-				data = b[start:p.Pos]
 			case "surfaceOp":
 				op = b[start:p.Pos]
 			case "sourceEventSeqs":
@@ -121,7 +154,7 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 		}
 		p.Space()
 		if p.Pos >= len(b) {
-			return Event{}, false
+			return Scanned{}, false
 		}
 		if b[p.Pos] == ',' {
 			p.Pos++
@@ -131,20 +164,24 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 			p.Pos++
 			break
 		}
-		return Event{}, false
+		return Scanned{}, false
 	}
 	p.Space()
 	if p.Pos != len(b) || !haveType || seq < 0 || data == nil {
-		return Event{}, false
+		return Scanned{}, false
 	}
 	t, ok := eventTypeString(typ)
 	if !ok {
-		return Event{}, false
+		return Scanned{}, false
 	}
 	ev.Type = t
 	ev.Seq = seq
 	if timeRaw != nil {
-		ev.Time = json.Number(timeRaw)
+		if ls != nil {
+			ev.Time = json.Number(ls.str(timeRaw))
+		} else {
+			ev.Time = json.Number(timeRaw)
+		}
 	}
 	ev.Data = json.RawMessage(data)
 	if op != nil {
@@ -154,7 +191,15 @@ func decodeEventLineFast(line []byte) (ev Event, ok bool) {
 		ev.SourceEventSeqs = json.RawMessage(srcs)
 	}
 	ev.Ignorable = ignorable
-	return ev, true
+	sc.flags, sc.dataAt, sc.dataN = scanChecked, &data[0], len(data)
+	if dataLossy {
+		sc.flags |= scanDataLossy
+	}
+	if indexed {
+		sc.flags |= scanIndexed
+		sc.index = jsvalue.NewIndex(data, ls.nodes[base:len(ls.nodes):len(ls.nodes)], scanLevels)
+	}
+	return sc, true
 }
 
 // plainSeq reads a plain integer literal of at most 15 digits at p.Pos (without a sign, fraction or

@@ -334,18 +334,25 @@ func DecodeEventLine(line []byte, session string) (Event, error) {
 // decodeEventLineGeneral is DecodeEventLine for any input: it parses the line with
 // jsvalue.ParseShallow and reads the envelope with decodeEvent.
 func decodeEventLineGeneral(line []byte, session string) (Event, error) {
+	ev, _, err := decodeEventLineParsed(line, session)
+	return ev, err
+}
+
+// decodeEventLineParsed is decodeEventLineGeneral that also returns the parsed parts (data,
+// surfaceOp and sourceEventSeqs are placeholders: validated, with their lossiness, not built).
+func decodeEventLineParsed(line []byte, session string) (Event, parsedEvent, error) {
 	v, err := jsvalue.ParseShallow(line, "type", "seq", "time", "ignorable")
 	if err != nil {
-		return Event{}, newError(session, -1, 0, RuleJSON, err.Error())
+		return Event{}, parsedEvent{}, newError(session, -1, 0, RuleJSON, err.Error())
 	}
 	if v.Kind() == jsvalue.Object {
 		if t := v.Field("type"); t != nil && t.Kind() == jsvalue.String && isChunkRowTag(t.Str()) {
-			return Event{}, newError(session, -1, 0, RuleRecord, "a packed "+t.Str()+" row holds several events; read it with ReadJSONL")
+			return Event{}, parsedEvent{}, newError(session, -1, 0, RuleRecord, "a packed "+t.Str()+" row holds several events; read it with ReadJSONL")
 		}
 	}
-	ev, _, derr := decodeEvent(v, session, false)
+	ev, p, derr := decodeEvent(v, session, false)
 	if derr != nil {
-		return Event{}, derr
+		return Event{}, parsedEvent{}, derr
 	}
-	return ev, nil
+	return ev, p, nil
 }

@@ -26,8 +26,32 @@ func NewSeedValidator(lookup Lookup) *SeedValidator {
 // Add validates ev as the next seed event (index Len()) and folds it in. A refusal is a code-less
 // *ForkError with ForkChild's text; the validator is then unchanged.
 func (v *SeedValidator) Add(ev *Event) *ForkError {
-	i := v.n
 	p, ok := parseSeedEvent(ev)
+	return v.add(ev, p, ok)
+}
+
+// AddScanned is Add for an event in the shared form: its data is not parsed again where no check
+// reads its fields.
+func (v *SeedValidator) AddScanned(ev *Scanned) *ForkError {
+	if dataIsRead(ev.Type) || !(ev.current() && ev.flags&scanChecked != 0 || ev.scanData()) {
+		return v.Add(&ev.Event)
+	}
+	p := parsedEvent{data: jsvalue.Unread(ev.flags&scanDataLossy != 0)} // no check reads this type's data
+	var err error
+	ok := true
+	if ev.SurfaceOp != nil {
+		p.op, err = jsvalue.Parse(ev.SurfaceOp)
+		ok = err == nil
+	}
+	if ok && ev.SourceEventSeqs != nil {
+		p.srcs, err = jsvalue.Parse(ev.SourceEventSeqs)
+		ok = err == nil
+	}
+	return v.add(&ev.Event, p, ok)
+}
+
+func (v *SeedValidator) add(ev *Event, p parsedEvent, ok bool) *ForkError {
+	i := v.n
 	if !ok {
 		return &ForkError{Msg: "seed event at index " + strconv.Itoa(i) + " is not losslessly JSON-serializable"}
 	}
@@ -99,6 +123,15 @@ func (s *SeedStream) Boundary() int64 { return s.boundary }
 // whether it joins the seed: false after a seed refusal (the caller stops writing the seed but
 // keeps passing events up to the boundary, which decides the refusal).
 func (s *SeedStream) Add(ev *Event) (keep bool, err error) {
+	return s.add(ev, nil)
+}
+
+// AddScanned is Add for an event in the shared form (SeedValidator.AddScanned).
+func (s *SeedStream) AddScanned(ev *Scanned) (keep bool, err error) {
+	return s.add(&ev.Event, ev)
+}
+
+func (s *SeedStream) add(ev *Event, sc *Scanned) (keep bool, err error) {
 	if ev.Seq != s.next || ev.Seq > s.boundary {
 		return false, fmt.Errorf("session %s: fork seed: got seq %d, want %d (boundary %d)", jsQuote(s.id), ev.Seq, s.next, s.boundary)
 	}
@@ -112,7 +145,13 @@ func (s *SeedStream) Add(ev *Event) (keep bool, err error) {
 	if s.seedErr != nil {
 		return false, nil
 	}
-	if ferr := s.v.Add(ev); ferr != nil {
+	var ferr *ForkError
+	if sc != nil {
+		ferr = s.v.AddScanned(sc)
+	} else {
+		ferr = s.v.Add(ev)
+	}
+	if ferr != nil {
 		s.seedErr = ferr
 		return false, nil
 	}

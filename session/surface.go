@@ -40,10 +40,11 @@ func (s *Surface) validateNext(sessionID string, ev *Event, p *parsedEvent, stri
 	}
 	v.plan = plan
 	if strict {
-		if r := eventShape(ev, p.data); r != nil {
+		rr, r := eventShape(ev, p.data)
+		if r != nil {
 			return v, r.toError(sessionID, ev.Seq)
 		}
-		v.rr, _ = readForRepair(ev.Type, p.data) // cannot fail after eventShape
+		v.rr = rr
 	}
 	return v, nil
 }

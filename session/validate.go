@@ -63,14 +63,20 @@ func checkAppend(nodes []int64, ev *Event, p *parsedEvent, expected int64, looku
 	if p.data.Lossy() {
 		return surfPlan{}, &refusal{RuleLosslessJSON, `session event "` + ev.Type + `" carries non-JSON-serializable data`}
 	}
-	if r := legacyRequestHeader(ev.Type, p.data, `session event "`+ev.Type+`"`); r != "" {
-		return surfPlan{}, &refusal{RuleLegacyRequestHeader, r}
+	if isLegacyType(ev.Type) {
+		if r := legacyRequestHeader(ev.Type, p.data, `session event "`+ev.Type+`"`); r != "" {
+			return surfPlan{}, &refusal{RuleLegacyRequestHeader, r}
+		}
 	}
 	if (p.op != nil && p.op.Lossy()) || (p.srcs != nil && p.srcs.Lossy()) {
 		return surfPlan{}, &refusal{RuleLosslessJSON, `session event "` + ev.Type + `" carries non-JSON-serializable surface metadata`}
 	}
 	return planSurface(nodes, ev, p, lookup)
 }
+
+// isLegacyType reports whether legacyRequestHeader can refuse an event of type typ (its
+// location text is built only then).
+func isLegacyType(typ string) bool { return typ == "request/header-delta" || typ == "request/header" }
 
 // legacyRequestHeader is the reference's assertSupportedRequestHeader; "" when supported.
 func legacyRequestHeader(typ string, data *jsvalue.Value, location string) string {
@@ -86,16 +92,16 @@ func legacyRequestHeader(typ string, data *jsvalue.Value, location string) strin
 // planSurface is the reference's planSurfaceEvent after the seq check.
 func planSurface(nodes []int64, ev *Event, p *parsedEvent, lookup lookupFn) (surfPlan, *refusal) {
 	typ := ev.Type
-	q := `session event "` + typ + `"`
 	if !isSurfaceType(typ) {
 		if p.op != nil {
-			return surfPlan{}, &refusal{RuleSurfaceOp, q + " is not surface-eligible and cannot carry surfaceOp"}
+			return surfPlan{}, &refusal{RuleSurfaceOp, `session event "` + typ + `" is not surface-eligible and cannot carry surfaceOp`}
 		}
 		if p.srcs != nil {
-			return surfPlan{}, &refusal{RuleSurfaceOp, q + " is not surface-eligible and cannot carry sourceEventSeqs"}
+			return surfPlan{}, &refusal{RuleSurfaceOp, `session event "` + typ + `" is not surface-eligible and cannot carry sourceEventSeqs`}
 		}
 		return surfPlan{kind: planNone}, nil
 	}
+	q := `session event "` + typ + `"`
 	op := p.op
 	if op == nil {
 		return surfPlan{}, &refusal{RuleSurfaceOp, q + " is surface-eligible and requires a surfaceOp marker"}
@@ -231,14 +237,15 @@ func assertToolResultRewrite(data *jsvalue.Value, shadowed []int64, lookup looku
 // eventShape is agentlog's event-shape rule: an event is refused when the reference would accept
 // it at append and then fail on it in deriveMessages or interruptedTurnClosers (a TypeError such
 // as "Cannot read properties of undefined (reading 'content')"), and a turn/start must carry an
-// integer turn. Events that pass can always be derived and repaired.
-func eventShape(ev *Event, data *jsvalue.Value) *refusal {
+// integer turn. Events that pass can always be derived and repaired. It returns what the repair
+// reads of the event.
+func eventShape(ev *Event, data *jsvalue.Value) (repairRead, *refusal) {
 	rr, err := readForRepair(ev.Type, data)
 	if err != nil {
-		return &refusal{RuleEventShape, err.Error()}
+		return rr, &refusal{RuleEventShape, err.Error()}
 	}
 	if ev.Type == "turn/start" && (rr.turn == nil || rr.turn.Kind() != jsvalue.Number || !jsvalue.IsSafeInteger(rr.turn.Num())) {
-		return &refusal{RuleEventShape, "turn/start data.turn must be an integer, got " + describe(rr.turn)}
+		return rr, &refusal{RuleEventShape, "turn/start data.turn must be an integer, got " + describe(rr.turn)}
 	}
-	return nil
+	return rr, nil
 }

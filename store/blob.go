@@ -179,13 +179,24 @@ func (s *Store) fetchBlob(ctx context.Context, id, tok string, ref wire.BlobRef,
 
 // resolve fills in the offloaded events of a decoded record of session id from their blobs.
 func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []session.Event, blobs []wire.BlobLine, streamSeq uint64) error {
+	return s.resolveLines(ctx, id, h, blobs, streamSeq, func(b wire.BlobLine, line []byte) (*session.Event, error) {
+		ev, err := session.DecodeEventLine(line, id)
+		evs[b.Index] = ev
+		return &evs[b.Index], err
+	})
+}
+
+// resolveLines fetches the line of each offloaded event of blobs and decodes it with decode,
+// which stores the event and returns it; an event that is not the one its blob names is an error
+// (rule record-blob).
+func (s *Store) resolveLines(ctx context.Context, id string, h nats.Header, blobs []wire.BlobLine, streamSeq uint64, decode func(b wire.BlobLine, line []byte) (*session.Event, error)) error {
 	tok := h.Get(wire.HeaderSession)
 	for _, b := range blobs {
 		line, err := s.fetchBlob(ctx, id, tok, b.Ref, streamSeq)
 		if err != nil {
 			return err
 		}
-		ev, err := session.DecodeEventLine(line, id)
+		ev, err := decode(b, line)
 		if err != nil || ev.Type == "" || ev.Time == "" || ev.Seq != b.Ref.Seq || bytes.IndexByte(line, '\n') >= 0 {
 			why := "lacks one of type, seq, time, data, or has another seq"
 			if err != nil {
@@ -193,7 +204,6 @@ func (s *Store) resolve(ctx context.Context, id string, h nats.Header, evs []ses
 			}
 			return wire.RecordError(id, b.Ref.Seq, streamSeq, session.RuleRecordBlob, "the event's blob %s is not the event: %s", wire.BlobName(tok, b.Ref), why)
 		}
-		evs[b.Index] = ev
 	}
 	return nil
 }
@@ -211,6 +221,31 @@ func (s *Store) DecodeRecord(ctx context.Context, h nats.Header, body []byte) ([
 		return nil, err
 	}
 	return rec.Events, nil
+}
+
+// ScanRecord is DecodeRecord giving the events in the shared form, each scanned once
+// (wire.ScanRecord); they alias body, which the caller must not change while it uses them.
+func (s *Store) ScanRecord(ctx context.Context, h nats.Header, body []byte) ([]session.Scanned, error) {
+	rec, err := s.scanRecord(ctx, h, body, 0)
+	return rec.Events, err
+}
+
+// scanRecord is ScanRecord for the record at streamSeq (0: unknown), giving its id too.
+func (s *Store) scanRecord(ctx context.Context, h nats.Header, body []byte, streamSeq uint64) (wire.ScannedRecord, error) {
+	rec, err := wire.ScanRecordAt(h, body, streamSeq)
+	if err != nil || len(rec.Blobs) == 0 {
+		return rec, err
+	}
+	var ls session.LineScanner
+	err = s.resolveLines(ctx, rec.ID, h, rec.Blobs, streamSeq, func(b wire.BlobLine, line []byte) (*session.Event, error) {
+		sc, err := ls.Scan(line, rec.ID)
+		rec.Events[b.Index] = sc
+		return &rec.Events[b.Index].Event, err
+	})
+	if err != nil {
+		return wire.ScannedRecord{}, err
+	}
+	return rec, nil
 }
 
 // ensureBlobsBucket returns the Object Store bucket agentlog_blobs, creating it when missing (file

@@ -42,6 +42,19 @@ func (ss *Session) WatchProjections(ctx context.Context, opts ...natsjs.WatchOpt
 	return ss.s.projections.WatchFiltered(ctx, []string{wire.ProjectionKeysFilter(ss.tok)}, opts...)
 }
 
+// WatchUnit watches the stored state of projection unit of every session (keys <unit>.*), with
+// the options of nats.go's KV Watch: one watch for a service that waits on the states of many
+// sessions. Errors are the KV's and a bad unit name.
+func (s *Store) WatchUnit(ctx context.Context, unit string, opts ...natsjs.WatchOpt) (natsjs.KeyWatcher, error) {
+	if err := wire.CheckUnit(unit); err != nil {
+		return nil, err
+	}
+	if s.projections == nil {
+		return nil, errors.New("the store has no agentlog_projections bucket")
+	}
+	return s.projections.Watch(ctx, wire.ProjectionKey(unit, "*"), opts...)
+}
+
 // checkProjections refuses a bad unit name and a Store without the bucket.
 func (ss *Session) checkProjections(unit string) error {
 	if err := wire.CheckUnit(unit); err != nil {

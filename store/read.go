@@ -167,8 +167,13 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 // Read returns all events of session id in order and the stream seq of its last record (none:
 // Record is one record of a session, as Session.Records reads it.
 type Record struct {
-	StreamSeq uint64          // the record's stream sequence in AGENTLOG
-	Events    []session.Event // its events, checked; offloaded ones read from their blobs
+	StreamSeq uint64    // the record's stream sequence in AGENTLOG
+	Stored    time.Time // when the server stored it (its timestamp)
+	// Scanned (with the Scanned option) are Events in the shared form, each scanned once by the
+	// decoder (session.Scanned): a reader that validates them reads their data without a second
+	// parse.
+	Scanned []session.Scanned
+	Events  []session.Event // its events, checked; offloaded ones read from their blobs
 	// Body is the record's events' lines joined by "\n", one line per event, in a buffer of its
 	// own that Events alias (a handler may keep both). A line is the event as stored, which decodes
 	// to its event; the line of an offloaded event is empty.
@@ -183,6 +188,17 @@ type readOpts struct {
 	after   uint64 // AfterStreamSeq
 	nextSeq int64
 	follow  bool
+	upTo    uint64 // UpTo (0: the leader's last record)
+	scan    bool   // Scanned
+}
+
+// Scanned hands each record's events in the shared form too (Record.Scanned), as the decoder
+// scanned them (wire.ScanRecordAt).
+func Scanned() ReadOpt {
+	return func(o *readOpts) error {
+		o.scan = true
+		return nil
+	}
 }
 
 // AfterStreamSeq reads only the records stored after stream seq streamSeq, the last record the
@@ -198,6 +214,22 @@ func AfterStreamSeq(streamSeq uint64, nextSeq int64) ReadOpt {
 			return fmt.Errorf("after stream seq %d, next event seq %d: want a next seq ≥ 0, and 0 after stream seq 0", streamSeq, nextSeq)
 		}
 		o.after, o.nextSeq = streamSeq, nextSeq
+		return nil
+	}
+}
+
+// UpTo reads up to the record at stream seq streamSeq, which the caller knows to be one of the
+// session's (the last record a projection folded), instead of up to the last record the stream
+// leader has: the read does not ask for the log's tail, and it gets the first records (up to
+// directReadRecords) with direct gets, which a replica behind the leader may answer (the leader is
+// asked when it has none). A log without a record of the session at streamSeq (records lost) is a
+// wrapped ErrLogChanged. Not with Follow.
+func UpTo(streamSeq uint64) ReadOpt {
+	return func(o *readOpts) error {
+		if streamSeq == 0 {
+			return errors.New("up to stream seq 0: want a record's stream seq")
+		}
+		o.upTo = streamSeq
 		return nil
 	}
 }
@@ -248,7 +280,30 @@ func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...R
 	if ss.s.js == nil || ss.s.stream == nil {
 		return 0, ss.noStore()
 	}
-	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq}
+	if o.upTo > 0 && o.follow {
+		return 0, fmt.Errorf("read session %q: UpTo and Follow do not go together", ss.id)
+	}
+	if o.scan {
+		// Records read elsewhere than from AGENTLOG (the archive's) come without the decoder's
+		// scan: they are wrapped, to be scanned when first read.
+		inner := fn
+		fn = func(rec Record) error {
+			if len(rec.Scanned) != len(rec.Events) {
+				rec.Scanned = make([]session.Scanned, len(rec.Events))
+				for i := range rec.Events {
+					rec.Scanned[i] = session.Scan(rec.Events[i])
+				}
+			}
+			return inner(rec)
+		}
+	}
+	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq, scan: o.scan}
+	if o.upTo > 0 {
+		if err := r.readTo(ctx, o.upTo); err != nil {
+			return 0, err
+		}
+		return r.last, nil
+	}
 	if err := r.read(ctx, o.follow); err != nil {
 		return 0, err
 	}
@@ -265,11 +320,24 @@ type recordReader struct {
 	fn   func(Record) error
 	last uint64 // stream seq of the last record read (or AfterStreamSeq's)
 	next int64  // the event seq the next record must start at
+	scan bool   // Scanned
 }
 
 // take checks one record (it must continue the previous one), hands it to fn and moves on.
-func (r *recordReader) take(ctx context.Context, streamSeq uint64, h nats.Header, body []byte) error {
-	evs, copied, err := r.ss.decodeStoredBody(ctx, h, body, streamSeq, true)
+func (r *recordReader) take(ctx context.Context, streamSeq uint64, stored time.Time, h nats.Header, body []byte) error {
+	var evs []session.Event
+	var scanned []session.Scanned
+	var copied []byte
+	var err error
+	if r.scan {
+		scanned, copied, err = r.ss.scanStoredBody(ctx, h, body, streamSeq)
+		evs = make([]session.Event, len(scanned))
+		for i := range scanned {
+			evs[i] = scanned[i].Event
+		}
+	} else {
+		evs, copied, err = r.ss.decodeStoredBody(ctx, h, body, streamSeq, true)
+	}
 	if err != nil {
 		return err
 	}
@@ -277,7 +345,7 @@ func (r *recordReader) take(ctx context.Context, streamSeq uint64, h nats.Header
 		return wire.RecordError(r.ss.id, evs[0].Seq, streamSeq, session.RuleRecordContinue,
 			"record starts at seq %d but the previous record (stream seq %d) ends before seq %d", evs[0].Seq, r.last, r.next)
 	}
-	if err := r.fn(Record{StreamSeq: streamSeq, Events: evs, Body: copied}); err != nil {
+	if err := r.fn(Record{StreamSeq: streamSeq, Stored: stored, Events: evs, Body: copied, Scanned: scanned}); err != nil {
 		return err
 	}
 	r.next, r.last = evs[len(evs)-1].Seq+1, streamSeq
@@ -330,7 +398,7 @@ func (r *recordReader) read(ctx context.Context, following bool) error {
 				}
 			}
 		}
-		if err := r.take(ctx, m.Sequence, m.Header, m.Data); err != nil {
+		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
 			return err
 		}
 		if r.last >= target {
@@ -440,6 +508,50 @@ func (r *recordReader) coldPrefix(ctx context.Context, first int64) error {
 	return err
 }
 
+// readTo reads the records stored after r.last up to the one at stream seq upTo (UpTo).
+func (r *recordReader) readTo(ctx context.Context, upTo uint64) error {
+	ss, s := r.ss, r.ss.s
+	if upTo <= r.last {
+		return nil
+	}
+	missing := func() error {
+		return fmt.Errorf("read session %q: %w: no record of it at stream seq %d (read to stream seq %d)", ss.id, ErrLogChanged, upTo, r.last)
+	}
+	for range directReadRecords {
+		m, err := s.stream.GetMsg(ctx, r.last+1, natsjs.WithGetMsgSubject(ss.subject))
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			m, err = s.leaderNextMsg(ctx, ss.subject, r.last+1) // a replica behind holds a prefix
+		}
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return missing()
+		}
+		if err != nil {
+			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
+		}
+		if m.Sequence > upTo {
+			return missing()
+		}
+		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
+			return err
+		}
+		if r.last == upTo {
+			return nil
+		}
+	}
+	var short bool
+	err := r.consume(ctx, func(streamSeq, pending uint64) bool {
+		short = streamSeq < upTo && pending == 0
+		return streamSeq >= upTo || short
+	})
+	switch {
+	case err != nil:
+		return err
+	case short || r.last != upTo:
+		return missing()
+	}
+	return nil
+}
+
 // follow hands fn every record stored after r.last, as it is stored, until ctx ends.
 func (r *recordReader) follow(ctx context.Context) error {
 	err := r.consume(ctx, func(uint64, uint64) bool { return false })
@@ -488,7 +600,7 @@ func (r *recordReader) consume(ctx context.Context, done func(streamSeq, pending
 		if err != nil {
 			return fmt.Errorf("read session %q after stream seq %d: %w", ss.id, r.last, err)
 		}
-		if err := r.take(ctx, meta.Sequence.Stream, msg.Headers(), msg.Data()); err != nil {
+		if err := r.take(ctx, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data()); err != nil {
 			return err
 		}
 		if done(r.last, meta.NumPending) {
@@ -503,6 +615,20 @@ func (r *recordReader) consume(ctx context.Context, done func(streamSeq, pending
 func (ss *Session) decodeStored(ctx context.Context, h nats.Header, body []byte, streamSeq uint64, withBlobs bool) ([]session.Event, error) {
 	evs, _, err := ss.decodeStoredBody(ctx, h, body, streamSeq, withBlobs)
 	return evs, err
+}
+
+// scanStoredBody is decodeStoredBody (blobs read) giving the events in the shared form; they
+// alias a copy of body, which it returns.
+func (ss *Session) scanStoredBody(ctx context.Context, h nats.Header, body []byte, streamSeq uint64) ([]session.Scanned, []byte, error) {
+	copied := append([]byte(nil), body...)
+	rec, err := ss.s.scanRecord(ctx, h, copied, streamSeq)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec.ID != ss.id {
+		return nil, nil, wire.RecordError(ss.id, rec.Events[0].Seq, streamSeq, session.RuleRecordSession, "record names session %q", rec.ID)
+	}
+	return rec.Events, copied, nil
 }
 
 // decodeStoredBody is decodeStored that also returns the copy of body the events alias (the

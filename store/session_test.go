@@ -184,3 +184,54 @@ func TestProjections(t *testing.T) {
 		break
 	}
 }
+
+// TestRecordsUpTo: UpTo reads to a record the caller names (through direct gets, and past
+// directReadRecords with a consumer), handing each record's timestamp and, with Scanned, its
+// events in the shared form; a stream seq that is not one of the session's records is
+// ErrLogChanged.
+func TestRecordsUpTo(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	ss := sessionOf(s, "upto")
+	other := sessionOf(s, "other")
+	var seqs []uint64
+	var last, olast uint64
+	for i := int64(0); i < 10; i++ {
+		r, err := ss.Append(ctx, last, evs(i, i+1, "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.StreamSeq
+		seqs = append(seqs, last)
+		o, err := other.Append(ctx, olast, evs(i, i+1, "o")) // interleaved records of another subject
+		if err != nil {
+			t.Fatal(err)
+		}
+		olast = o.StreamSeq
+	}
+	for _, upTo := range []int{2, 9} { // direct gets only, then a consumer for the rest
+		var got []Record
+		n, err := ss.Records(ctx, func(r Record) error { got = append(got, r); return nil }, UpTo(seqs[upTo]), Scanned())
+		if err != nil || n != seqs[upTo] || len(got) != upTo+1 {
+			t.Fatalf("up to record %d: read %d records to stream seq %d, %v", upTo, len(got), n, err)
+		}
+		for i, r := range got {
+			if r.StreamSeq != seqs[i] || r.Stored.IsZero() || len(r.Scanned) != 1 || r.Scanned[0].Seq != int64(i) || r.Events[0].Seq != int64(i) {
+				t.Fatalf("record %d: %+v", i, r)
+			}
+		}
+	}
+	var after []Record
+	if _, err := ss.Records(ctx, func(r Record) error { after = append(after, r); return nil }, AfterStreamSeq(seqs[6], 7), UpTo(seqs[8])); err != nil || len(after) != 2 {
+		t.Fatalf("after record 6 up to record 8: %d records, %v", len(after), err)
+	}
+	if _, err := ss.Records(ctx, func(Record) error { return nil }, UpTo(olast)); !errors.Is(err, ErrLogChanged) {
+		t.Fatalf("up to another session's record: %v, want ErrLogChanged", err)
+	}
+	if _, err := ss.Records(ctx, func(Record) error { return nil }, UpTo(olast+100)); !errors.Is(err, ErrLogChanged) {
+		t.Fatalf("up to a stream seq past the log: %v, want ErrLogChanged", err)
+	}
+	if _, err := ss.Records(ctx, func(Record) error { return nil }, UpTo(seqs[1]), Follow()); err == nil {
+		t.Fatal("UpTo with Follow was accepted")
+	}
+}

@@ -199,92 +199,164 @@ type Record struct {
 // which errors name. A format 2 record is decoded too: its offloaded events are left with only
 // their seq and listed in Record.Blobs, for the caller to fetch (store.Store.DecodeRecord does).
 func DecodeRecordAt(h Header, body []byte, streamSeq uint64) (Record, error) {
-	id, evs, copied, blobs, err := decodeRecord(h, body, streamSeq)
-	return Record{ID: id, Events: evs, Body: copied, Blobs: blobs}, err
+	// The events alias a copy of body, not the caller's buffer.
+	d, err := decodeRecord(h, append([]byte(nil), body...), streamSeq, false)
+	return Record{ID: d.id, Events: d.events, Body: d.body, Blobs: d.blobs}, err
 }
 
-// decodeRecord decodes a record (DecodeRecordAt).
-func decodeRecord(h Header, body []byte, streamSeq uint64) (string, []session.Event, []byte, []BlobLine, error) {
+// ScannedRecord is a record decoded into the shared form (ScanRecord).
+type ScannedRecord struct {
+	ID     string            // the session, from the Agentlog-Session header
+	Events []session.Scanned // its events; an offloaded one holds only its Seq
+	Blobs  []BlobLine        // the offloaded events of a format 2 record, in seq order
+}
+
+// ScanRecord is DecodeRecordAt (stream seq unknown) giving the events in the shared form: each
+// line is decoded and its data validated and located in one pass (session.LineScanner), so that
+// the rules and the projection units read the data without parsing it again. The events alias
+// body (not a copy of it): the caller must not change body while it uses them.
+func ScanRecord(h Header, body []byte) (ScannedRecord, error) { return ScanRecordAt(h, body, 0) }
+
+// ScanRecordAt is ScanRecord for a record stored at stream seq streamSeq (0 when unknown), which
+// errors name.
+func ScanRecordAt(h Header, body []byte, streamSeq uint64) (ScannedRecord, error) {
+	d, err := decodeRecord(h, body, streamSeq, true)
+	return ScannedRecord{ID: d.id, Events: d.scanned, Blobs: d.blobs}, err
+}
+
+// decoded is what decodeRecord returns: events, or with scan the scanned ones.
+type decoded struct {
+	id      string
+	events  []session.Event
+	scanned []session.Scanned
+	body    []byte
+	blobs   []BlobLine
+}
+
+// decodeRecord decodes a record whose events alias body (DecodeRecordAt, ScanRecord).
+func decodeRecord(h Header, body []byte, streamSeq uint64, scan bool) (decoded, error) {
 	id := "?"
 	tok, err := singleHeader(h, HeaderSession, id, streamSeq)
 	if err != nil {
-		return "", nil, nil, nil, err
+		return decoded{}, err
 	}
 	if id, err = IDFromToken(tok); err != nil {
-		return "", nil, nil, nil, RecordError(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
+		return decoded{}, RecordError(tok, -1, streamSeq, session.RuleRecordSession, "header %s: %v", HeaderSession, err)
 	}
+	d := decoded{id: id}
 	format, err := singleHeader(h, HeaderFormat, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, nil, err
+		return decoded{id: id}, err
 	}
 	if format != RecordFormat && format != RecordFormatBlobs {
-		return id, nil, nil, nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
+		return decoded{id: id}, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, nil, err
+		return decoded{id: id}, err
 	}
 	first, perr := strconv.ParseInt(fs, 10, 64)
 	if perr != nil || first < 0 || strconv.FormatInt(first, 10) != fs {
-		return id, nil, nil, nil, RecordError(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
+		return decoded{id: id}, RecordError(id, -1, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 0", HeaderFirstSeq, fs)
 	}
 	cs, err := singleHeader(h, HeaderCount, id, streamSeq)
 	if err != nil {
-		return id, nil, nil, nil, err
+		return decoded{id: id}, err
 	}
 	count, perr := strconv.Atoi(cs)
 	if perr != nil || count < 1 || strconv.Itoa(count) != cs {
-		return id, nil, nil, nil, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
+		return decoded{id: id}, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s is %q, want a decimal integer ≥ 1", HeaderCount, cs)
 	}
 	blobs, err := recordBlobLines(h, id, format, first, count, streamSeq)
 	if err != nil {
-		return id, nil, nil, nil, err
+		return decoded{id: id}, err
 	}
-	nlines := 0
-	if len(body) > 0 || len(blobs) > 0 { // a format 2 record of one offloaded event has an empty body
-		nlines = bytes.Count(body, []byte{'\n'}) + 1
+	// The lines are counted as they are split (below); only a mismatch counts them all.
+	// The lines are counted as they are split (below); a refusal counts them all, since a wrong
+	// count is reported before any line.
+	countErr := func() error {
+		nlines := 0
+		if len(body) > 0 || len(blobs) > 0 { // a format 2 record of one offloaded event has an empty body
+			nlines = bytes.Count(body, []byte{'\n'}) + 1
+		}
+		if nlines == count {
+			return nil
+		}
+		return RecordError(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
 	}
-	if nlines != count {
-		return id, nil, nil, nil, RecordError(id, first, streamSeq, session.RuleRecordCount, "header %s is %d but the body has %d lines", HeaderCount, count, nlines)
+	fail := func(err error) (decoded, error) {
+		if cerr := countErr(); cerr != nil {
+			err = cerr
+		}
+		return decoded{id: id}, err
 	}
-	events := make([]session.Event, 0, count)
-	rest := append([]byte(nil), body...) // the events alias this copy, not the caller's buffer
-	copied := rest
+	if len(body) == 0 && len(blobs) == 0 || count > len(body)+1 {
+		return fail(nil)
+	}
+	var ls session.LineScanner
+	if scan {
+		d.scanned = make([]session.Scanned, 0, count)
+		ls.Grow(count)
+	} else {
+		d.events = make([]session.Event, 0, count)
+	}
+	rest := body
 	next := 0 // the next of blobs
 	for i := 0; i < count; i++ {
 		want := first + int64(i)
 		line := rest
 		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+			if i == count-1 {
+				return fail(nil) // more lines than Count
+			}
 			line, rest = rest[:j], rest[j+1:]
+		} else if i < count-1 {
+			return fail(nil) // fewer lines than Count
 		}
 		if len(line) == 0 && next < len(blobs) && blobs[next].Ref.Seq == want {
 			blobs[next].Index = i
 			next++
-			events = append(events, session.Event{Seq: want})
+			if scan {
+				d.scanned = append(d.scanned, session.Scanned{Event: session.Event{Seq: want}})
+			} else {
+				d.events = append(d.events, session.Event{Seq: want})
+			}
 			continue
 		}
-		// One shallow pass per line: the envelope is built, data/surfaceOp/sourceEventSeqs are
-		// validated and kept as raw bytes (they alias body, copied once above).
-		ev, err := session.DecodeEventLine(line, id)
+		// One pass per line: the envelope is built, data/surfaceOp/sourceEventSeqs are validated
+		// and kept as raw bytes aliasing body (with scan, data's values are located too).
+		var ev session.Event
+		var sc session.Scanned
+		if scan {
+			sc, err = ls.Scan(line, id)
+			ev = sc.Event
+		} else {
+			ev, err = session.DecodeEventLine(line, id)
+		}
 		if err != nil {
 			why := err.Error()
 			if se, ok := err.(*session.Error); ok { // it names the session and seq we name: say them once
 				why = "(" + string(se.Rule) + ") " + se.Reason
 			}
-			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why)
+			return fail(RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d is not an event %s", i+1, why))
 		}
 		if ev.Type == "" || ev.Time == "" {
-			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1)
+			return fail(RecordError(id, want, streamSeq, session.RuleRecordEvent, "line %d lacks one of type, seq, time, data", i+1))
 		}
 		if ev.Seq != want {
-			return id, nil, nil, nil, RecordError(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first)
+			return fail(RecordError(id, want, streamSeq, session.RuleRecordSeq, "line %d has seq %d, want %d (first seq %d)", i+1, ev.Seq, want, first))
 		}
-		events = append(events, ev)
+		if scan {
+			d.scanned = append(d.scanned, sc)
+		} else {
+			d.events = append(d.events, ev)
+		}
 	}
 	if next != len(blobs) {
-		return id, nil, nil, nil, RecordError(id, blobs[next].Ref.Seq, streamSeq, session.RuleRecordBlob, "header %s names seq %d, but its line is not empty", HeaderBlob, blobs[next].Ref.Seq)
+		return fail(RecordError(id, blobs[next].Ref.Seq, streamSeq, session.RuleRecordBlob, "header %s names seq %d, but its line is not empty", HeaderBlob, blobs[next].Ref.Seq))
 	}
-	return id, events, copied, blobs, nil
+	d.body, d.blobs = body, blobs
+	return d, nil
 }
 
 // recordBlobLines parses the HeaderBlob values of a record (format 2 only; a format 1 record may

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,7 +185,23 @@ func FuzzDecodeRecordBlobs(f *testing.F) {
 				h.Add(HeaderBlob, v)
 			}
 		}
-		_, evs, _, bl, err := decodeRecord(h, []byte(body), 0)
+		d, err := decodeRecord(h, []byte(body), 0, false)
+		evs, bl := d.events, d.blobs
+		// The scanning decoder (ScanRecord) gives the same events and the same refusals.
+		ds, serr := decodeRecord(h, []byte(body), 0, true)
+		if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) {
+			t.Fatalf("decode: %v; scan: %v", err, serr)
+		}
+		if err == nil {
+			if len(ds.scanned) != len(evs) {
+				t.Fatalf("scan gave %d events, decode %d", len(ds.scanned), len(evs))
+			}
+			for i := range evs {
+				if !reflect.DeepEqual(ds.scanned[i].Event, evs[i]) {
+					t.Fatalf("event %d: scan %+v, decode %+v", i, ds.scanned[i].Event, evs[i])
+				}
+			}
+		}
 		if err != nil {
 			var se *session.Error
 			if !errors.As(err, &se) {

@@ -17,12 +17,12 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agentlog against raw JetStream on an embedded server",
-		Args:  exactArgs(0, "a subcommand (append, project, memory, fork, scale or lifecycle)"),
+		Args:  exactArgs(0, "a subcommand (append, project, turn, memory, fork, scale or lifecycle)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, memory, fork, scale or lifecycle)", cmd.CommandPath())}
+			return &usageError{fmt.Errorf("%s needs a subcommand (append, project, turn, memory, fork, scale or lifecycle)", cmd.CommandPath())}
 		},
 	}
-	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchMemoryCmd(g), newBenchForkCmd(g),
+	c.AddCommand(newBenchAppendCmd(g), newBenchProjectCmd(g), newBenchTurnCmd(g), newBenchMemoryCmd(g), newBenchForkCmd(g),
 		newBenchScaleCmd(g), newBenchScaleServerCmd(g), newBenchLifecycleCmd(g))
 	return c
 }
@@ -79,6 +79,59 @@ Both the server and the clients run in this process and share its CPUs.`,
 	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the publisher phase to this file")
 	c.Flags().IntVar(&o.Rounds, "rounds", 1, "alternate (b) and (a) this many times and report the median round of each (steadier on a shared machine)")
 	c.Flags().StringVar(&o.Skip, "skip", "", "skip one phase: baseline or publisher")
+	return c
+}
+
+// newBenchTurnCmd is `agentlog bench turn`: read-your-writes latency as an agent feels it.
+func newBenchTurnCmd(g *globals) *cobra.Command {
+	o := bench.TurnOptions{}
+	c := &cobra.Command{
+		Use:   "turn [--loads 0.5,0.8] [--for 10s] [--json]",
+		Short: "Read-your-writes latency of agents' turns (Flush, then a minSeq query) under load, against a raw publish and read-back",
+		Long: `turn starts an embedded nats-server and one projector instance (on a connection of its own, as
+a deployment runs it; --shared-conn: on the agents' connection, as agentlog dev does), creates
+--sessions agents (one publisher session each) and measures:
+
+  the maximum rate: every agent appends assistant/chunk events of --size bytes as fast as it can
+      for --max-for, flushing every 1,024 events;
+  each load of --loads, for --for: the agents append at that fraction of the maximum, and every
+      --probe-every each one ends a turn: Flush, then client.Messages with MinSeq = the last seq
+      flushed. The turn latency runs from the start of Flush to the answer (what an agent waits
+      before its next model request), the lag from the end of Flush;
+  the raw baseline, under the same load: a few probers publish one message with a
+      Nats-Expected-Last-Subject-Sequence guard to a stream like AGENTLOG, wait for its ack, then
+      read it back with a direct get.
+
+Each phase reports p50, p99 and p99.9 of both, the ratio of the turn's p99 to the baseline's, the
+failed queries and writes (counted, never fatal: a writer keeps its events through a disconnect),
+the reconnects, and the JetStream requests the query service made per query.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Sessions < 1 || o.Size < 1 || o.Partitions < 1 || o.For <= 0 || o.MaxFor <= 0 || o.ProbeEvery <= 0 || len(o.Loads) == 0 {
+				return &usageError{fmt.Errorf("--sessions, --size and --partitions must be >= 1, --for, --max-for and --probe-every > 0, and --loads not empty")}
+			}
+			for _, l := range o.Loads {
+				if l <= 0 || l > 1 {
+					return &usageError{fmt.Errorf("--loads must be fractions in (0, 1], got %g", l)}
+				}
+			}
+			r, err := bench.RunTurn(cmd.Context(), o, g.stderr)
+			if err != nil {
+				return err
+			}
+			return bench.PrintTurn(g.stdout, o.JSON, r)
+		},
+	}
+	c.Flags().IntVar(&o.Sessions, "sessions", 50, "agents (one session each)")
+	c.Flags().IntVar(&o.Size, "size", 512, "approximate event size in bytes")
+	c.Flags().Float64SliceVar(&o.Loads, "loads", []float64{0.5, 0.8}, "load phases, fractions of the agents' maximum rate")
+	c.Flags().DurationVar(&o.For, "for", 10*time.Second, "length of each load phase")
+	c.Flags().DurationVar(&o.MaxFor, "max-for", 5*time.Second, "length of the maximum-rate phase")
+	c.Flags().DurationVar(&o.ProbeEvery, "probe-every", 500*time.Millisecond, "each agent ends a turn this often")
+	c.Flags().IntVar(&o.Partitions, "partitions", 16, "partitions of the stream")
+	c.Flags().BoolVar(&o.SharedConn, "shared-conn", false, "run the projector on the agents' connection (as agentlog dev does)")
+	c.Flags().StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile (pprof) of the load phases to this file")
+	c.Flags().BoolVar(&o.JSON, "json", false, "print one JSON line")
 	return c
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ForkOptions are the flags of `agentlog bench fork`.
@@ -57,6 +58,11 @@ type ForkResult struct {
 	BaselineCPUMs float64 `json:"baseline_cpu_ms"`
 	CPURatio      float64 `json:"cpu_ratio"`
 
+	// BatchBaselineMs is the baseline writing the same records as one ADR-50 atomic batch (as a
+	// fork of more than one record does), and BatchCost its time against the baseline's: what
+	// staging the batch costs the server.
+	BatchBaselineMs  float64   `json:"batch_baseline_ms"`
+	BatchCost        float64   `json:"batch_cost"`
 	RoundsForkMs     []float64 `json:"rounds_fork_ms"`
 	RoundsBaselineMs []float64 `json:"rounds_baseline_ms"`
 	// Growth of this process's peak RSS (the server, the forker and the client all run in it)
@@ -162,7 +168,7 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 		return res, err
 	}
 	res.ForkPeakRSSGrowthBytes, res.BaselinePeakRSSGrowthBytes = -1, -1
-	var forks, bases, forkCPU, baseCPU []float64
+	var forks, bases, batches, forkCPU, baseCPU []float64
 	// Both phases of every round: the profile's stacks tell them apart (forker.(*Forker).serve,
 	// bench.benchRawCopy and the server goroutines they drive).
 	stopProfile, err := startCPUProfile(o.CPUProfile)
@@ -182,6 +188,11 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 		if reset && r == 0 {
 			res.BaselinePeakRSSGrowthBytes = peakRSS() - rss0
 		}
+		t = time.Now()
+		if err := benchRawBatch(ctx, st, src, "bench-batch-"+strconv.Itoa(r)); err != nil {
+			return res, fmt.Errorf("batch baseline: %w", err)
+		}
+		batches = append(batches, ms(time.Since(t)))
 
 		fmt.Fprintf(logw, "bench: round %d/%d: (a) fork...\n", r+1, o.Rounds)
 		debug.FreeOSMemory()
@@ -210,6 +221,9 @@ func RunFork(ctx context.Context, o ForkOptions, logw io.Writer) (ForkResult, er
 	res.RoundsForkMs, res.RoundsBaselineMs = slices.Sorted(slices.Values(forks)), slices.Sorted(slices.Values(bases))
 	res.ForkMs, res.BaselineMs = res.RoundsForkMs[len(forks)/2], res.RoundsBaselineMs[len(bases)/2]
 	res.Ratio = round2(res.ForkMs / res.BaselineMs)
+	slices.Sort(batches)
+	res.BatchBaselineMs = batches[len(batches)/2]
+	res.BatchCost = round2(res.BatchBaselineMs / res.BaselineMs)
 	slices.Sort(forkCPU)
 	slices.Sort(baseCPU)
 	res.ForkCPUMs, res.BaselineCPUMs = forkCPU[len(forkCPU)/2], baseCPU[len(baseCPU)/2]
@@ -266,6 +280,59 @@ func benchRawCopy(ctx context.Context, st *store.Store, src, dst string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// benchRawBatch is benchRawCopy publishing the records as one ADR-50 atomic batch (the first
+// guarded with expected last subject sequence 0), as a fork's seed of several records is written.
+func benchRawBatch(ctx context.Context, st *store.Store, src, dst string) error {
+	subject, err := wire.SessionSubject(src, st.Partitions())
+	if err != nil {
+		return err
+	}
+	to, err := wire.SessionSubject(dst, st.Partitions())
+	if err != nil {
+		return err
+	}
+	cons, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return err
+	}
+	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(256, 4*int(st.MaxMsgSize())))
+	if err != nil {
+		return err
+	}
+	defer iter.Stop()
+	bp, err := jetstreamext.NewBatchPublisher(st.JetStream(), jetstreamext.BatchFlowControl{AckFirst: true, AckEvery: 10, AckTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		m, err := iter.Next(natsjs.NextContext(ctx))
+		if err != nil {
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		h := nats.Header{}
+		for k, v := range m.Headers() {
+			if strings.HasPrefix(k, "Agentlog-") {
+				h[k] = v
+			}
+		}
+		if first {
+			h.Set(natsjs.ExpectedLastSubjSeqHeader, "0")
+		}
+		msg := &nats.Msg{Subject: to, Header: h, Data: m.Data()}
+		if meta.NumPending == 0 {
+			_, err := bp.CommitMsg(ctx, msg)
+			return err
+		}
+		if err := bp.AddMsg(msg); err != nil {
+			return err
+		}
 	}
 }
 

@@ -63,8 +63,14 @@ type ProjectResult struct {
 	// PartitionedRatio is EventsPerSec against it.
 	BaselinePartitionedEventsPerSec float64 `json:"baseline_partitioned_events_per_sec"`
 	PartitionedRatio                float64 `json:"partitioned_ratio"`
-	FoldMs                          float64 `json:"fold_ms"`
-	BaselineMs                      float64 `json:"baseline_ms"`
+	// The same comparison in CPU time of this process (user and system, the embedded server's
+	// included), which other load on the machine disturbs less: ns per event of the fold and of
+	// the decoding reader (median rounds), and their ratio (as decode_ratio: 1 is as cheap).
+	FoldCPUNsPerEvent           float64 `json:"fold_cpu_ns_per_event"`
+	BaselineDecodeCPUNsPerEvent float64 `json:"baseline_decode_cpu_ns_per_event"`
+	DecodeCPURatio              float64 `json:"decode_cpu_ratio"`
+	FoldMs                      float64 `json:"fold_ms"`
+	BaselineMs                  float64 `json:"baseline_ms"`
 	// RateIncludesStart is set when the stream was too small to time the fold after Start (most
 	// events were folded while Start ran): the rates then count Start's time too.
 	RateIncludesStart bool `json:"rate_includes_start,omitempty"`
@@ -85,6 +91,14 @@ type ProjectResult struct {
 	LagPublisherMaxEventsPerSec float64 `json:"lag_publisher_max_events_per_sec"`
 	LagLoad                     float64 `json:"lag_load"`
 	LagAppendEventsPerSec       float64 `json:"lag_append_events_per_sec"`
+	// The lag phase's p99.9 lag, its p99 turn latency (from the start of Flush to the answer, as
+	// bench turn measures it), its failed writes (the writers keep their events and retry; a
+	// failure is counted, never fatal) and the reconnects of the connection.
+	LagP999Ms          float64 `json:"lag_p999_ms"`
+	LagTurnP99Ms       float64 `json:"lag_turn_p99_ms"`
+	LagWriteFailures   int     `json:"lag_write_failures"`
+	LagFirstWriteError string  `json:"lag_first_write_error,omitempty"`
+	LagReconnects      uint64  `json:"lag_reconnects"`
 }
 
 // PrintProject writes r as one JSON line (asJSON) or as text.
@@ -188,6 +202,7 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 			_ = last.Stop()
 		}
 	}()
+	var baseDecodeCPU, foldCPUs []float64 // CPU ns per event
 	for r := range o.Rounds {
 		fmt.Fprintf(logw, "bench project: round %d/%d\n", r+1, o.Rounds)
 		base, err := benchOrdered(ctx, st, res.Events, false)
@@ -195,11 +210,13 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 			return res, err
 		}
 		bases = append(bases, base)
+		c0 := processCPU()
 		bd, err := benchOrdered(ctx, st, res.Events, true)
 		if err != nil {
 			return res, err
 		}
 		baseDecodes = append(baseDecodes, bd)
+		baseDecodeCPU = append(baseDecodeCPU, float64((processCPU()-c0).Nanoseconds())/float64(res.Events))
 		bp, err := benchPartitioned(ctx, st, res.Events)
 		if err != nil {
 			return res, err
@@ -219,9 +236,12 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 		if r == o.Rounds-1 {
 			profile = o.CPUProfile // the last round's fold phase
 		}
-		start, fold, folded, p, err := benchFold(ctx, st, nc, js, res.Events, profile)
+		start, fold, folded, foldCPU, p, err := benchFold(ctx, st, nc, js, res.Events, profile)
 		if err != nil {
 			return res, err
+		}
+		if folded > 0 {
+			foldCPUs = append(foldCPUs, float64(foldCPU.Nanoseconds())/float64(folded))
 		}
 		last = p
 		starts, folds = append(starts, start), append(folds, fold)
@@ -248,15 +268,23 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 	res.BaselinePartitionedEventsPerSec = round1(float64(res.Events) / basePartitioned[mid].Seconds())
 	res.DecodeRatio = float64(int64(res.EventsPerSec/res.BaselineDecodeEventsPerSec*1000+0.5)) / 1000
 	res.PartitionedRatio = float64(int64(res.EventsPerSec/res.BaselinePartitionedEventsPerSec*1000+0.5)) / 1000
+	if len(foldCPUs) > 0 {
+		slices.Sort(foldCPUs)
+		slices.Sort(baseDecodeCPU)
+		res.FoldCPUNsPerEvent, res.BaselineDecodeCPUNsPerEvent = round1(foldCPUs[len(foldCPUs)/2]), round1(baseDecodeCPU[len(baseDecodeCPU)/2])
+		res.DecodeCPURatio = round2(res.BaselineDecodeCPUNsPerEvent / res.FoldCPUNsPerEvent)
+	}
 
 	// Lag under load: publishers appending at LagLoad x their maximum rate (on this machine, the
 	// projector running); append acknowledged (a Flush returned) -> the query service answers
 	// minSeq.
 	if o.LagLoad > 0 {
-		lr, err := benchLagUnderLoad(ctx, st, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
+		lr, ph, err := benchLagUnderLoad(ctx, st, nc, o.LagSessions, o.Size, o.LagLoad, o.LagFor, logw)
 		if err != nil {
 			return res, fmt.Errorf("lag phase: %w", err)
 		}
+		res.LagP999Ms, res.LagTurnP99Ms, res.LagReconnects = ph.LagP999Ms, ph.TurnP99Ms, ph.Reconnects
+		res.LagWriteFailures, res.LagFirstWriteError = ph.WriteFailures, ph.FirstWriteError
 		res.LagSamples, res.LagFailures, res.LagFirstError = lr.Samples, lr.Failures, lr.FirstError
 		res.LagP50Ms, res.LagP99Ms = lr.P50Ms, lr.P99Ms
 		res.LagPublisherMaxEventsPerSec, res.LagAppendEventsPerSec, res.LagLoad = lr.MaxEventsPerSec, lr.AppendEventsPerSec, o.LagLoad
@@ -270,24 +298,24 @@ func RunProject(ctx context.Context, o ProjectOptions, logw io.Writer) (ProjectR
 // start inside Start, so a few may be folded before it returns), and the running projector, which
 // the caller stops; on an error the projector is stopped here. With profile set, the fold (not
 // the start) is written to that CPU profile.
-func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (startT, foldT time.Duration, folded int64, _ *projector.Projector, err error) {
+func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.JetStream, want int, profile string) (startT, foldT time.Duration, folded int64, cpu time.Duration, _ *projector.Projector, err error) {
 	var f *os.File
 	if profile != "" {
 		if f, err = os.Create(profile); err != nil {
-			return 0, 0, 0, nil, err
+			return 0, 0, 0, 0, nil, err
 		}
 		defer f.Close()
 	}
 	p, err := projector.New(st, nc, projector.Options{Name: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return 0, 0, 0, nil, err
+		return 0, 0, 0, 0, nil, err
 	}
 	t0 := time.Now()
 	if err := p.Start(ctx); err != nil {
-		return 0, 0, 0, nil, err
+		return 0, 0, 0, 0, nil, err
 	}
 	startT = time.Since(t0)
-	t1, before := time.Now(), p.Applied()
+	t1, before, c1 := time.Now(), p.Applied(), processCPU()
 	defer func() {
 		if err != nil {
 			_ = p.Stop()
@@ -295,14 +323,14 @@ func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.Je
 	}()
 	if f != nil {
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, 0, 0, nil, err
+			return 0, 0, 0, 0, nil, err
 		}
 		defer pprof.StopCPUProfile()
 	}
 	if err := waitFolded(ctx, st, p, int64(want)); err != nil {
-		return 0, 0, 0, nil, err
+		return 0, 0, 0, 0, nil, err
 	}
-	return startT, time.Since(t1), p.Applied() - before, p, nil
+	return startT, time.Since(t1), p.Applied() - before, processCPU() - c1, p, nil
 }
 
 // resetProjections removes what a bench projector left: its partition consumers and every stored

@@ -3,6 +3,7 @@ package inspector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -62,7 +63,8 @@ type liveUpdate struct {
 }
 
 // handleSessionLive streams a session page's updates: it follows the session's subject (the
-// stored log, then an ordered consumer for what is appended: client.Events with Follow) and, for
+// stored log, then an ordered consumer for what is appended: client.Events with Follow; from
+// the position the page was rendered at, ?pos=STREAMSEQ, when this instance rendered it) and, for
 // each burst of new events after ?after=SEQ, re-queries the messages and the snapshot as of the
 // last one and sends the re-rendered parts ("update"); a fork of a session in the page's tree
 // re-renders the tree ("tree").
@@ -78,6 +80,7 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 		page = -1
 	}
 	onLast, all := q.Get("last") == "1", q.Get("all") == "1"
+	pos, _ := strconv.ParseUint(q.Get("pos"), 10, 64)
 	ctx := r.Context()
 	lineage, err := s.c.Lineage(ctx, id)
 	if err != nil {
@@ -101,17 +104,34 @@ func (s *Server) handleSessionLive(w http.ResponseWriter, r *http.Request) {
 		notify = make(chan struct{}, 1)
 		errc   = make(chan error, 1)
 	)
+	// The events the page was rendered from, when this instance rendered it: the read resumes
+	// after them (client.Events with After) instead of reading the log again.
+	read := client.EventsQuery{Follow: true}
+	if kept, at, ok := s.rendered.take(renderedKey{id: id, lastSeq: after, streamSeq: pos}); ok {
+		events, read.After = kept, at
+	}
 	go func() {
-		errc <- s.c.Events(ctx, id, client.EventsQuery{Follow: true}, func(ev session.Event) error {
-			mu.Lock()
-			events = append(events, ev)
-			mu.Unlock()
-			select {
-			case notify <- struct{}{}:
-			default:
+		for {
+			err := s.c.Events(ctx, id, read, func(ev session.Event) error {
+				mu.Lock()
+				events = append(events, ev)
+				mu.Unlock()
+				select {
+				case notify <- struct{}{}:
+				default:
+				}
+				return nil
+			})
+			if read.After.StreamSeq == 0 || !errors.Is(err, client.ErrLogChanged) {
+				errc <- err
+				return
 			}
-			return nil
-		})
+			// The log was purged and written again since the page: read it from the start.
+			mu.Lock()
+			events = nil
+			mu.Unlock()
+			read.After = client.Position{}
+		}
 	}()
 	sessions, unsubscribe := s.hub.subscribe()
 	defer unsubscribe()

@@ -57,17 +57,19 @@ type Options struct {
 
 // Server serves the inspector. Close stops its watches and live streams.
 type Server struct {
-	c     *client.Client
-	nc    *nats.Conn
-	o     Options
-	log   *slog.Logger
-	tmpl  *template.Template
-	csrf  string
-	ctx   context.Context
-	stop  context.CancelFunc
-	hub   *hub
-	mux   http.Handler
-	close sync.Once
+	c    *client.Client
+	nc   *nats.Conn
+	o    Options
+	log  *slog.Logger
+	tmpl *template.Template
+	csrf string
+	ctx  context.Context
+	stop context.CancelFunc
+	hub  *hub
+	mux  http.Handler
+	// rendered keeps what session pages were rendered from, for their live streams.
+	rendered *renderedLogs
+	close    sync.Once
 
 	store *store.Store        // with AllowAdmin
 	reg   *projector.Registry // with AllowAdmin: the built-in units
@@ -95,7 +97,7 @@ func New(nc *nats.Conn, o Options) (*Server, error) {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Server{c: c, nc: nc, o: o, log: o.Logger, tmpl: tmpl, csrf: hex.EncodeToString(b), ctx: ctx, stop: stop}
+	s := &Server{c: c, nc: nc, o: o, log: o.Logger, tmpl: tmpl, csrf: hex.EncodeToString(b), ctx: ctx, stop: stop, rendered: newRenderedLogs()}
 	if s.hub, err = startHub(ctx, nc, o.Logger); err != nil {
 		stop()
 		return nil, err

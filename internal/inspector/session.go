@@ -48,6 +48,10 @@ type sessionPage struct {
 
 	Reports []ErrorReport // the latest agent/error reports, oldest first
 
+	// StreamSeq is the stream seq of the log's last record the page shows (0: none), which its
+	// live stream resumes after.
+	StreamSeq uint64
+
 	AllowFork  bool
 	AllowAdmin bool
 	// State is the session's lifecycle state ("active", "archived") and hold.
@@ -121,6 +125,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err err
 type sessionData struct {
 	lineage client.Lineage
 	events  []session.Event
+	pos     client.Position // the log position after events
 	msgs    *client.MessagesReply
 	msgNote string
 	snap    *client.SnapshotReply
@@ -166,7 +171,7 @@ func (s *Server) read(parent context.Context, id string) (*sessionData, error) {
 	}()
 	go func() {
 		defer wg.Done()
-		eerr = s.c.Events(ctx, id, client.EventsQuery{}, func(ev session.Event) error {
+		eerr = s.c.Events(ctx, id, client.EventsQuery{Reached: func(p client.Position) { d.pos = p }}, func(ev session.Event) error {
 			d.events = append(d.events, ev)
 			return nil
 		})
@@ -359,6 +364,10 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		sp.Tab = "timeline"
 	}
 	sp.LoadMs = time.Since(start).Milliseconds()
+	if int64(len(d.events))-1 == sp.LastSeq && d.pos.NextSeq == sp.LastSeq+1 {
+		sp.StreamSeq = d.pos.StreamSeq
+		s.rendered.put(id, d.events, d.pos) // for the page's live stream
+	}
 	var b bytes.Buffer
 	if err := s.tmpl.ExecuteTemplate(&b, "sessionmain", sp); err != nil {
 		s.log.Error("inspector: render", "template", "sessionmain", "err", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -304,7 +305,8 @@ func (p *parser) skipString() error {
 // PlainRun returns the index of the first byte of b at or after i that ends a run of plain string
 // bytes: '"', '\\' or a control character (< 0x20); len(b) when there is none. It tests eight bytes
 // at a time (SWAR): a word has such a byte iff hasZero(x^'"'), hasZero(x^'\\') or hasLess(x, 0x20)
-// is non-zero (exact for the existence test; the byte is then found one at a time).
+// is non-zero (exact for the existence test, and for the lowest such byte, which the lowest set
+// bit names).
 func PlainRun(b []byte, i int) int {
 	const (
 		ones   = 0x0101010101010101
@@ -316,8 +318,9 @@ func PlainRun(b []byte, i int) int {
 	for i+8 <= len(b) {
 		x := binary.LittleEndian.Uint64(b[i:])
 		q, s := x^quote, x^bslash
-		if ((q-ones)&^q|(s-ones)&^s|(x-ctl)&^x)&highs != 0 {
-			break
+		if m := ((q-ones)&^q | (s-ones)&^s | (x-ctl)&^x) & highs; m != 0 {
+			// The lowest flagged byte is exact (a borrow only flags bytes above a real one).
+			return i + bits.TrailingZeros64(m)>>3
 		}
 		i += 8
 	}
@@ -329,3 +332,23 @@ func PlainRun(b []byte, i int) int {
 	}
 	return i
 }
+
+// Placeholder is the value Scan returns for raw, a valid JSON value whose lossiness a scan found:
+// its kind, Raw and Lossy, and no members.
+func Placeholder(raw []byte, lossy bool) *Value {
+	return &Value{kind: kindOf(raw[0]), raw: raw, lossy: lossy}
+}
+
+// Unread returns a shared value that stands for a valid JSON value nobody reads, only its
+// lossiness: kind Null, no Raw. Callers must not change it.
+func Unread(lossy bool) *Value {
+	if lossy {
+		return unreadLossy
+	}
+	return unreadLossless
+}
+
+var (
+	unreadLossless = &Value{kind: Null}
+	unreadLossy    = &Value{kind: Null, lossy: true}
+)

@@ -47,7 +47,7 @@
     var base = body.dataset.base;
     var main = document.getElementById("session-main");
     if (!main) return; // the session could not be read
-    var q = "?after=" + encodeURIComponent(main.dataset.lastSeq) + "&page=" + encodeURIComponent(main.dataset.pageIndex) +
+    var q = "?after=" + encodeURIComponent(main.dataset.lastSeq) + "&pos=" + encodeURIComponent(main.dataset.streamSeq || "0") + "&page=" + encodeURIComponent(main.dataset.pageIndex) +
       "&last=" + (main.dataset.lastPage === "1" ? "1" : "0") + "&all=" + (main.dataset.all === "true" ? "1" : "0");
     var es = new EventSource(base + "/live" + q);
     es.onopen = function () { setStatus("live · seq " + main.dataset.lastSeq, true); };
