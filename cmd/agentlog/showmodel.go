@@ -177,7 +177,15 @@ func (b *showBuilder) flushRun() {
 func unitApply[S any](d projector.Def[S], s S, ev session.Event) S {
 	for _, t := range d.Reads {
 		if t == ev.Type {
-			if next, err := d.Apply(s, ev); err == nil {
+			var next S
+			var err error
+			if d.Apply != nil {
+				next, err = d.Apply(s, ev)
+			} else {
+				sc := session.Scan(ev)
+				next, err = d.ApplyScanned(s, &sc)
+			}
+			if err == nil {
 				return next
 			}
 			return s
