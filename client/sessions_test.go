@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,6 +18,8 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // opsStack is stack with an extra unit "boom" that stops at every tool/call, and sessions
@@ -306,5 +309,59 @@ func TestEventsResumeAfter(t *testing.T) {
 	}
 	if err := c.Events(ctx(t), "a", client.EventsQuery{After: client.Position{StreamSeq: after.StreamSeq + 1000, NextSeq: 99}}, func(session.Event) error { return nil }); !errors.Is(err, client.ErrLogChanged) {
 		t.Fatalf("a position past the log: %v", err)
+	}
+}
+
+// TestStatusAfterRestore: a messages state folded before the session was archived names the
+// stream seq of a record the archive purged; after a restore (the records written again at
+// higher stream seqs) and an append, Status reports no data loss although no projector refolded
+// yet (none runs here).
+func TestStatusAfterRestore(t *testing.T) {
+	te := testnats.Start(t, store.Config{Partitions: 2})
+	if err := te.Store.CreateSession(ctx(t), session.Header{ID: "r", CreatedAt: 1785000000000}); err != nil {
+		t.Fatal(err)
+	}
+	ss := storetest.Session(te.Store, "r")
+	r, err := ss.Append(ctx(t), 0, events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := ss.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := jetstream.New(te.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := kv.KeyValue(ctx(t), wire.ProjectionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := events()[len(events())-1].Seq
+	state, _ := json.Marshal(map[string]any{"stateVersion": 1, "asOfSeq": last,
+		"log": client.LogPosition{Incarnation: info.Incarnation, StreamSeq: r.StreamSeq}, "state": map[string]any{}})
+	key := wire.ProjectionKey(projector.UnitMessages, ss.Token())
+	if _, err := ss.Archive(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The state a projector folded before the archive, put back as it would have been.
+	if _, err := proj.Put(ctx(t), key, state); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ss.Restore(ctx(t))
+	if err != nil || !res.Restored {
+		t.Fatalf("restore: %+v %v", res, err)
+	}
+	if _, err := ss.Append(ctx(t), res.StreamSeq, []session.Event{ev(last+1, "turn/start", `{"turn":9}`, false)}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(te.NC, client.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Status(ctx(t), "r")
+	if err != nil || s.DataLoss != nil || s.LastSeq != last+1 {
+		t.Fatalf("status after restore and append: %+v %v", s, err)
 	}
 }

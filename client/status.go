@@ -229,6 +229,17 @@ func checkLoss(ctx context.Context, ss *store.Session, h session.Header, tail st
 		if err != nil && !errors.As(err, &se) {
 			return nil, &Error{Code: CodeInternal, Session: id, Description: fmt.Sprintf("read stream seq %d from the stream leader", s), Err: err}
 		}
+		if err == nil && !found && tail.NextSeq-1 >= a {
+			// A state folded before the session was archived and restored names a stream seq
+			// below the restored records: they were written again (the projector refolds).
+			first, restored, rerr := ss.Restored(ctx)
+			if rerr != nil {
+				return nil, &Error{Code: CodeInternal, Session: id, Description: "read the log's first record from the stream leader", Err: rerr}
+			}
+			if restored && first > s {
+				return lost, nil
+			}
+		}
 		if err != nil || !found || rec.NextSeq-1 != a {
 			lost = mergeLoss(lost, &DataLoss{FromSeq: a, ToSeq: a, StreamSeq: s, DetectedAt: now,
 				Detail: fmt.Sprintf("the projection folded seqs up to %d, last from the record at stream seq %d, which the log no longer holds", a, s)})

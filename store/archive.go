@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +110,21 @@ func (ss *Session) Locate(ctx context.Context) (Location, error) {
 		}
 	}
 	return loc, nil
+}
+
+// Restored reports whether the session's hot log begins with records a Restore wrote (their
+// Nats-Msg-Id is RestoreMsgID's), and the stream seq of its first record (0: no hot record). A
+// projection folded before the archive names stream seqs below it: those records were written
+// again, not lost.
+func (ss *Session) Restored(ctx context.Context) (firstStreamSeq uint64, restored bool, err error) {
+	m, err := ss.s.leaderNextMsg(ctx, ss.subject, 1)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read the first record of session %q: %w", ss.id, err)
+	}
+	return m.Sequence, strings.HasPrefix(m.Header.Get(natsjs.MsgIDHeader), RestoreMsgID("")), nil
 }
 
 // hotFirstSeq is the seq of the session's first hot record, from its headers (-1: none).
