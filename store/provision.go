@@ -71,6 +71,11 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	if !w.explicitReplicas {
+		// What is missing (a bucket lost, or added by a later version) is created with the
+		// session stream's replicas: provision again without --replicas on R3 makes R3.
+		w.replicas = stream.CachedInfo().Config.Replicas
+	}
 
 	sessions, err := ensureBucket(ctx, js, wire.SessionsBucket, w, "agentlog session metadata (header per session token)")
 	if err != nil {

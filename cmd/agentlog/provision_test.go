@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestProvisionAgainKeepsReplicas: on an R3 cluster, provision run again without --replicas (or
@@ -37,6 +40,27 @@ func TestProvisionAgainKeepsReplicas(t *testing.T) {
 	}
 	if code, out, errOut := runCLI(ctx, urls, "provision"); code != 0 || !strings.Contains(out, "(4 partitions, 3 replicas)") {
 		t.Fatalf("provision again without flags: exit %d %s %s", code, out, errOut)
+	}
+	// A bucket lost (or added by a later version) is created again with the stream's replicas.
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, wire.ProjectionsBucket); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI(ctx, urls, "provision"); code != 0 {
+		t.Fatalf("provision after a lost bucket: exit %d %s %s", code, out, errOut)
+	}
+	if kv, err := js.KeyValue(ctx, wire.ProjectionsBucket); err != nil {
+		t.Fatal(err)
+	} else if st, err := kv.Status(ctx); err != nil || st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Fatalf("the bucket provision made again: %v %v, want 3 replicas", st, err)
 	}
 	if code, _, errOut := runCLI(ctx, urls, "provision", "--replicas", "3"); code != 0 {
 		t.Fatalf("provision again --replicas 3: exit %d %s", code, errOut)
