@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/sessionview"
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/session"
 	"github.com/fatih/color"
@@ -88,17 +89,17 @@ not exist yet is waited for. ID may be a unique prefix.`,
 					limit = 240
 				}
 			}
-			var lines []showLine
-			emit := func(l showLine) { lines = append(lines, l) }
-			b := newShowBuilder(h, limit, func(l showLine) { emit(l) })
+			var lines []sessionview.Line
+			emit := func(l sessionview.Line) { lines = append(lines, l) }
+			b := sessionview.NewBuilder(h, limit, func(l sessionview.Line) { emit(l) })
 			err = c.Events(ctx, id, client.EventsQuery{}, func(ev session.Event) error {
-				b.add(ev)
+				b.Add(ev)
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			v := b.finish()
+			v := b.Finish()
 			if output == "json" && !follow {
 				return writeJSON(bw, v, false)
 			}
@@ -111,12 +112,12 @@ not exist yet is waited for. ID may be a unique prefix.`,
 			} else {
 				r.header(v)
 			}
-			print := func(l showLine) {
+			print := func(l sessionview.Line) {
 				if output == "json" {
 					_ = writeJSON(bw, struct {
-						Depth int       `json:"depth"`
-						End   bool      `json:"end,omitempty"`
-						Node  *showNode `json:"node"`
+						Depth int               `json:"depth"`
+						End   bool              `json:"end,omitempty"`
+						Node  *sessionview.Node `json:"node"`
 					}{l.Depth, l.End, l.Node}, false)
 					return
 				}
@@ -135,12 +136,12 @@ not exist yet is waited for. ID may be a unique prefix.`,
 			if err := bw.Flush(); err != nil {
 				return err
 			}
-			emit = func(l showLine) {
+			emit = func(l sessionview.Line) {
 				print(l)
 				_ = bw.Flush()
 			}
 			err = c.Events(ctx, id, client.EventsQuery{FromSeq: v.Events, Follow: true}, func(ev session.Event) error {
-				b.add(ev)
+				b.Add(ev)
 				return bw.Flush()
 			})
 			if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
@@ -183,7 +184,7 @@ func useColor(w io.Writer, mode string) bool {
 	return ok && f == os.Stdout && !color.NoColor
 }
 
-// showRenderer writes the terminal view: a header, then one line per showLine, in columns SEQ,
+// showRenderer writes the terminal view: a header, then one line per sessionview.Line, in columns SEQ,
 // TIME (UTC), TOOK and the item, indented by depth, each line cut to width (display columns, so
 // that wide characters count double).
 type showRenderer struct {
@@ -221,7 +222,7 @@ func (r *showRenderer) textLimit() int {
 	return max(20, r.width-showSeqCol-showTimeCol-showTookCol)
 }
 
-func (r *showRenderer) header(v *showView) {
+func (r *showRenderer) header(v *sessionview.View) {
 	kv := func(k, val string) { fmt.Fprintf(r.w, "%s %s\n", r.bold(fmt.Sprintf("%-9s", k)), val) }
 	kv("session", termSafe(v.Session))
 	title := "-"
@@ -263,7 +264,7 @@ func (r *showRenderer) header(v *showView) {
 func (r *showRenderer) note(s string) { fmt.Fprintln(r.w, r.mark("("+s+")")) }
 
 // line prints one line of the view.
-func (r *showRenderer) line(l showLine) {
+func (r *showRenderer) line(l sessionview.Line) {
 	n := l.Node
 	seqs := strconv.FormatInt(n.Seq, 10)
 	t := n.Time
@@ -333,7 +334,7 @@ type seg struct {
 }
 
 // describe is a node's text on its line, in colored pieces (cut later to the width).
-func (r *showRenderer) describe(n *showNode, end bool) []seg {
+func (r *showRenderer) describe(n *sessionview.Node, end bool) []seg {
 	var marks []seg
 	// A turn's, a step's and a tool call's marks go on its end line (its result), where they are
 	// known when the view is followed live.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/devstack"
+	"github.com/agentlog/agentlog/internal/sessionview"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -113,11 +114,11 @@ func TestShowRecordedSession(t *testing.T) {
 		t.Error("--full did not print the texts whole")
 	}
 
-	var v showView
+	var v sessionview.View
 	if err := json.Unmarshal([]byte(mustCLI(ctx, t, s.URL(), "show", "goal-1", "-o", "json")), &v); err != nil {
 		t.Fatal(err)
 	}
-	var turns []*showNode
+	var turns []*sessionview.Node
 	for _, n := range v.Nodes {
 		if n.Kind == "turn" {
 			turns = append(turns, n)
@@ -190,7 +191,7 @@ func TestShowMarksCompactionsAndRepairs(t *testing.T) {
 	if !strings.Contains(out, "parent    demo, seed length") || !strings.Contains(out, "own: in 0 · out 0; inherited:") {
 		t.Errorf("show of a fork lacks its lineage:\n%s", out)
 	}
-	var v showView
+	var v sessionview.View
 	if err := json.Unmarshal([]byte(mustCLI(ctx, t, s.URL(), "show", "demo-kid", "-o", "json")), &v); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,10 @@
-package main
+// Package sessionview is the view model of `agentlog show`: a session's events folded into turns
+// and steps, messages and tool calls (with their results), runs of streamed chunks folded into
+// the message they built, usage per step and per turn. The usage, title and turn figures are the projector's own units
+// folded over the events read, the message texts the session package's: nothing here re-derives
+// what those define. Builder takes events in seq order and
+// reports each terminal line as it becomes final; Finish gives the whole View (show --output json).
+package sessionview
 
 import (
 	"encoding/json"
@@ -11,63 +17,56 @@ import (
 	"github.com/agentlog/agentlog/session"
 )
 
-// The view model of `agentlog show`: a session's events folded into turns and steps, messages
-// and tool calls (with their results), runs of streamed chunks folded into the message they
-// built, usage per step and per turn. The usage, title and turn figures are the projector's own
-// units (projector.UsageUnit, TitleUnit, TurnsUnit) folded over the events read, the message
-// texts the session package's (session.LookupJSON, session.MessageText): nothing here re-derives
-// what those define.
-
-// showNode is one node of the view: a turn, a step, or an item of either (kind user, assistant,
+// Node is one node of the view: a turn, a step, or an item of either (kind user, assistant,
 // stream, tool, event). Seq..LastSeq are its events (a turn's turn/start to turn/end, an
 // assistant message's first chunk to the message, a tool call to its result); Time is its first
 // event's (Unix ms) and DurationMs the time to its last, for turns, steps and tool calls with a
 // result. Text is cut to the view's limit unless --full (Cut says so; TextRunes is its length).
-type showNode struct {
-	Kind       string      `json:"kind"`
-	Seq        int64       `json:"seq"`
-	LastSeq    int64       `json:"lastSeq"`
-	Time       int64       `json:"time"`
-	DurationMs *int64      `json:"durationMs,omitempty"`
-	Turn       int64       `json:"turn,omitempty"`
-	Step       int64       `json:"step,omitempty"`
-	Type       string      `json:"type,omitempty"` // the event type of an event item
-	Text       string      `json:"text,omitempty"`
-	TextRunes  int         `json:"textRunes,omitempty"`
-	Cut        bool        `json:"cut,omitempty"`
-	Chunks     int         `json:"chunks,omitempty"` // streamed chunks folded into it
-	Reasoning  int         `json:"reasoningRunes,omitempty"`
-	Calls      []string    `json:"calls,omitempty"` // tool calls an assistant message asks for
-	Tool       string      `json:"tool,omitempty"`
-	CallID     string      `json:"callId,omitempty"`
-	Arguments  string      `json:"arguments,omitempty"`
-	Result     *showText   `json:"result,omitempty"`
-	ResultSeq  *int64      `json:"resultSeq,omitempty"`
-	Error      bool        `json:"error,omitempty"` // an error result
-	Reason     string      `json:"reason,omitempty"`
-	Inherited  bool        `json:"inherited,omitempty"` // from a fork's seed (seq < seedLength)
-	Usage      *showUsage  `json:"usage,omitempty"`
-	Marks      []string    `json:"marks,omitempty"` // compaction, repair, interrupted, end-seed, orphan
-	Children   []*showNode `json:"children,omitempty"`
+type Node struct {
+	Kind       string   `json:"kind"`
+	Seq        int64    `json:"seq"`
+	LastSeq    int64    `json:"lastSeq"`
+	Time       int64    `json:"time"`
+	DurationMs *int64   `json:"durationMs,omitempty"`
+	Turn       int64    `json:"turn,omitempty"`
+	Step       int64    `json:"step,omitempty"`
+	Type       string   `json:"type,omitempty"` // the event type of an event item
+	Text       string   `json:"text,omitempty"`
+	TextRunes  int      `json:"textRunes,omitempty"`
+	Cut        bool     `json:"cut,omitempty"`
+	Chunks     int      `json:"chunks,omitempty"` // streamed chunks folded into it
+	Reasoning  int      `json:"reasoningRunes,omitempty"`
+	Calls      []string `json:"calls,omitempty"` // tool calls an assistant message asks for
+	Tool       string   `json:"tool,omitempty"`
+	CallID     string   `json:"callId,omitempty"`
+	Arguments  string   `json:"arguments,omitempty"`
+	Result     *Text    `json:"result,omitempty"`
+	ResultSeq  *int64   `json:"resultSeq,omitempty"`
+	Error      bool     `json:"error,omitempty"` // an error result
+	Reason     string   `json:"reason,omitempty"`
+	Inherited  bool     `json:"inherited,omitempty"` // from a fork's seed (seq < seedLength)
+	Usage      *Usage   `json:"usage,omitempty"`
+	Marks      []string `json:"marks,omitempty"` // compaction, repair, interrupted, end-seed, orphan
+	Children   []*Node  `json:"children,omitempty"`
 
 	start int64 // time of its first event, for durations
 	usage projector.UsageState
 }
 
-// showText is a text cut to the view's limit.
-type showText struct {
+// Text is a text cut to the view's limit.
+type Text struct {
 	Text  string `json:"text"`
 	Runes int    `json:"runes"`
 	Cut   bool   `json:"cut,omitempty"`
 }
 
-// showUsage is the usage unit's view of a turn's or step's events: its totals, split into the
+// Usage is the usage unit's view of a turn's or step's events: its totals, split into the
 // session's own and what a fork inherited.
-type showUsage = projector.UsageView
+type Usage = projector.UsageView
 
-// showView is the whole view (`show --output json`): the session's header, the units' figures over
+// View is the whole view (`show --output json`): the session's header, the units' figures over
 // the whole log, and the nodes (turns, and items outside any turn).
-type showView struct {
+type View struct {
 	Session       string               `json:"session"`
 	Title         *string              `json:"title"`
 	CreatedAt     int64                `json:"createdAt"`
@@ -78,41 +77,43 @@ type showView struct {
 	LastSeq       int64                `json:"lastSeq"`
 	Events        int64                `json:"events"`
 	Turns         projector.TurnsState `json:"turns"`
-	Usage         showUsage            `json:"usage"`
+	Usage         Usage                `json:"usage"`
 	Compactions   int                  `json:"compactions"`
 	Repairs       int                  `json:"repairs"`
-	Nodes         []*showNode          `json:"nodes"`
+	Nodes         []*Node              `json:"nodes"`
 }
 
-// showBuilder folds events into a showView, one at a time, and reports each line of the
+// Builder folds events into a View, one at a time, and reports each line of the
 // terminal view as it becomes final (for --follow).
-type showBuilder struct {
-	v      *showView
+type Builder struct {
+	v      *View
 	hdr    session.Header
 	limit  int // runes a text is cut to (0: none)
-	emit   func(showLine)
-	turn   *showNode
-	step   *showNode
-	run    *showNode            // a run of streamed chunks not yet folded
-	runTxt strings.Builder      // its text deltas
-	calls  map[string]*showNode // open tool calls by callId
+	emit   func(Line)
+	turn   *Node
+	step   *Node
+	run    *Node            // a run of streamed chunks not yet folded
+	runTxt strings.Builder  // its text deltas
+	calls  map[string]*Node // open tool calls by callId
 	title  projector.TitleState
 	turns  projector.TurnsState
 	usage  projector.UsageState
 	seed   int64
 }
 
-// showLine is one line of the terminal view: a node's start or end, at depth (0 top level).
-type showLine struct {
-	Node  *showNode
+// Line is one line of the terminal view: a node's start or end, at depth (0 top level).
+type Line struct {
+	Node  *Node
 	Depth int
 	End   bool // the end of a turn or step, or a tool call's result
 }
 
-func newShowBuilder(h session.Header, limit int, emit func(showLine)) *showBuilder {
-	b := &showBuilder{hdr: h, limit: limit, emit: emit, calls: map[string]*showNode{}}
-	b.v = &showView{Session: h.ID, CreatedAt: h.CreatedAt, Cwd: h.Cwd, CwdRestorable: session.CwdRestorable(h.Cwd),
-		ParentSession: h.ParentSession, SeedLength: h.SeedLength, LastSeq: -1, Nodes: []*showNode{}}
+// NewBuilder starts the view of the session of header h: texts cut to limit runes (0: none), each
+// final terminal line handed to emit.
+func NewBuilder(h session.Header, limit int, emit func(Line)) *Builder {
+	b := &Builder{hdr: h, limit: limit, emit: emit, calls: map[string]*Node{}}
+	b.v = &View{Session: h.ID, CreatedAt: h.CreatedAt, Cwd: h.Cwd, CwdRestorable: session.CwdRestorable(h.Cwd),
+		ParentSession: h.ParentSession, SeedLength: h.SeedLength, LastSeq: -1, Nodes: []*Node{}}
 	b.title = projector.TitleUnit.Init()
 	b.turns = projector.TurnsUnit.InitSession(h)
 	b.usage = projector.UsageUnit.InitSession(h)
@@ -123,21 +124,21 @@ func newShowBuilder(h session.Header, limit int, emit func(showLine)) *showBuild
 }
 
 // cut cuts s to the view's limit.
-func (b *showBuilder) cut(s string) showText {
+func (b *Builder) cut(s string) Text {
 	n := utf8.RuneCountInString(s)
 	if b.limit <= 0 || n <= b.limit {
-		return showText{Text: s, Runes: n}
+		return Text{Text: s, Runes: n}
 	}
-	return showText{Text: session.CutRunes(s, b.limit), Runes: n, Cut: true}
+	return Text{Text: session.CutRunes(s, b.limit), Runes: n, Cut: true}
 }
 
-func (b *showBuilder) setText(n *showNode, s string) {
+func (b *Builder) setText(n *Node, s string) {
 	t := b.cut(s)
 	n.Text, n.TextRunes, n.Cut = t.Text, t.Runes, t.Cut
 }
 
 // depth is the depth of a new item: under the open step, else the open turn, else the top.
-func (b *showBuilder) depth() int {
+func (b *Builder) depth() int {
 	switch {
 	case b.step != nil:
 		return 2
@@ -148,7 +149,7 @@ func (b *showBuilder) depth() int {
 }
 
 // place adds an item under the open step, turn, or at the top, and emits its line.
-func (b *showBuilder) place(n *showNode) {
+func (b *Builder) place(n *Node) {
 	switch {
 	case b.step != nil:
 		b.step.Children = append(b.step.Children, n)
@@ -157,11 +158,11 @@ func (b *showBuilder) place(n *showNode) {
 	default:
 		b.v.Nodes = append(b.v.Nodes, n)
 	}
-	b.emit(showLine{Node: n, Depth: b.depth()})
+	b.emit(Line{Node: n, Depth: b.depth()})
 }
 
 // flushRun emits a run of chunks that no assistant/message followed (a stream cut off).
-func (b *showBuilder) flushRun() {
+func (b *Builder) flushRun() {
 	if b.run == nil {
 		return
 	}
@@ -194,8 +195,8 @@ func unitApply[S any](d projector.Def[S], s S, ev session.Event) S {
 	return s
 }
 
-// add folds the log's next event into the view.
-func (b *showBuilder) add(ev session.Event) {
+// Add folds the log's next event into the view.
+func (b *Builder) Add(ev session.Event) {
 	v := b.v
 	v.LastSeq, v.Events = ev.Seq, ev.Seq+1
 	b.title = unitApply(projector.TitleUnit, b.title, ev)
@@ -211,7 +212,7 @@ func (b *showBuilder) add(ev session.Event) {
 	inherited := ev.Seq < b.seed
 	if ev.Type == "assistant/chunk" {
 		if b.run == nil {
-			b.run = &showNode{Kind: "stream", Seq: ev.Seq, Time: t, Turn: turnOf(ev.Data), Step: stepOf(ev.Data), Inherited: inherited}
+			b.run = &Node{Kind: "stream", Seq: ev.Seq, Time: t, Turn: turnOf(ev.Data), Step: stepOf(ev.Data), Inherited: inherited}
 			b.runTxt.Reset()
 		}
 		b.run.LastSeq = ev.Seq
@@ -229,7 +230,7 @@ func (b *showBuilder) add(ev session.Event) {
 	if ev.Type != "assistant/message" {
 		b.flushRun()
 	}
-	n := &showNode{Seq: ev.Seq, LastSeq: ev.Seq, Time: t, Inherited: inherited, start: t}
+	n := &Node{Seq: ev.Seq, LastSeq: ev.Seq, Time: t, Inherited: inherited, start: t}
 	if op := replaceSpan(ev.SurfaceOp); op != "" {
 		n.Marks = append(n.Marks, "compaction: replaces nodes "+op)
 		v.Compactions++
@@ -241,7 +242,7 @@ func (b *showBuilder) add(ev session.Event) {
 		n.Kind, n.Turn = "turn", turnOf(ev.Data)
 		n.usage = projector.UsageUnit.InitSession(b.hdr)
 		v.Nodes = append(v.Nodes, n)
-		b.emit(showLine{Node: n, Depth: 0})
+		b.emit(Line{Node: n, Depth: 0})
 		b.turn = n
 	case "turn/end":
 		b.closeStep(ev.Seq, t)
@@ -325,7 +326,7 @@ func (b *showBuilder) add(ev session.Event) {
 		call.Marks = append(call.Marks, marks...)
 		d := t - call.start
 		call.DurationMs = &d
-		b.emit(showLine{Node: call, Depth: b.depth(), End: true})
+		b.emit(Line{Node: call, Depth: b.depth(), End: true})
 	case "session/end-seed":
 		n.Kind, n.Type = "event", ev.Type
 		n.Marks = append(n.Marks, "end-seed: this lifecycle's own writes begin")
@@ -341,7 +342,7 @@ func (b *showBuilder) add(ev session.Event) {
 }
 
 // closeStep ends the open step at the event seq (time t).
-func (b *showBuilder) closeStep(seq, t int64) {
+func (b *Builder) closeStep(seq, t int64) {
 	s := b.step
 	if s == nil {
 		return
@@ -359,12 +360,12 @@ func (b *showBuilder) closeStep(seq, t int64) {
 	if b.turn != nil {
 		depth = 1
 	}
-	b.emit(showLine{Node: s, Depth: depth, End: true})
+	b.emit(Line{Node: s, Depth: depth, End: true})
 }
 
 // closeTurn ends the open turn at the event seq (time t), with the turn/end's reason ("" when a
 // turn/start came first: the turn never ended).
-func (b *showBuilder) closeTurn(seq, t int64, reason string) {
+func (b *Builder) closeTurn(seq, t int64, reason string) {
 	tn := b.turn
 	if tn == nil {
 		return
@@ -380,12 +381,12 @@ func (b *showBuilder) closeTurn(seq, t int64, reason string) {
 	tn.DurationMs = &d
 	u := projector.UsageUnit.View(tn.usage).(projector.UsageView)
 	tn.Usage = &u
-	b.emit(showLine{Node: tn, Depth: 0, End: true})
+	b.emit(Line{Node: tn, Depth: 0, End: true})
 }
 
-// finish completes the view of the events added so far (a pending stream is shown; an open turn
+// Finish completes the view of the events added so far (a pending stream is shown; an open turn
 // stays open).
-func (b *showBuilder) finish() *showView {
+func (b *Builder) Finish() *View {
 	b.flushRun()
 	v := b.v
 	v.Title = b.title.Title
