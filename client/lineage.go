@@ -55,7 +55,7 @@ func (c *Client) Lineage(ctx context.Context, id string) (Lineage, error) {
 	seen := map[string]bool{id: true}
 	for cur := byID[id]; cur.parent != ""; {
 		p, ok := byID[cur.parent]
-		if !ok {
+		if !ok || p.rev > cur.rev { // none, or one created after its child: another session
 			l.MissingParent = cur.parent
 			break
 		}

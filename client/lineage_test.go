@@ -117,3 +117,42 @@ func TestLineage(t *testing.T) {
 		t.Errorf("the last 5 of 7 reports: %s %v", r, err)
 	}
 }
+
+// TestParentCreatedAgain: a parent removed and created again under its id is another session:
+// the old fork shows its parent removed, and the new parent lists no forks (status, sessions
+// --parent, lineage).
+func TestParentCreatedAgain(t *testing.T) {
+	te := testnats.Start(t, store.Config{Partitions: 2})
+	c, err := client.New(te.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := int64(0)
+	for _, h := range []session.Header{{ID: "p", CreatedAt: 1785000000000}, {ID: "p-fork", ParentSession: "p", SeedLength: &seed, CreatedAt: 1785000000001}} {
+		if err := te.Store.CreateSession(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := c.Status(ctx(t), "p-fork"); err != nil || s.ParentRemoved {
+		t.Fatalf("fork of a live parent: %+v %v", s, err)
+	}
+	if _, err := c.Remove(ctx(t), "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.Store.CreateSession(ctx(t), session.Header{ID: "p", CreatedAt: 1785000000002}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Status(ctx(t), "p-fork"); err != nil || !s.ParentRemoved {
+		t.Fatalf("fork of a removed parent, its id created again: %+v %v", s, err)
+	}
+	if s, err := c.Status(ctx(t), "p"); err != nil || len(s.Children) != 0 {
+		t.Fatalf("the new p: %+v %v", s, err)
+	}
+	var forks []string
+	if _, err := c.Sessions(ctx(t), client.SessionsQuery{Parent: "p"}, func(s client.SessionInfo) error { forks = append(forks, s.ID); return nil }); err != nil || len(forks) != 0 {
+		t.Fatalf("sessions --parent p: %v %v", forks, err)
+	}
+	if l, err := c.Lineage(ctx(t), "p"); err != nil || tree(l.Root) != "p" {
+		t.Fatalf("lineage of the new p: %v %v", l, err)
+	}
+}

@@ -105,7 +105,10 @@ func (c *Client) Sessions(ctx context.Context, q SessionsQuery, fn func(SessionI
 			if err != nil {
 				return "", &Error{Code: CodeInternal, Description: "read the lineage index", Err: err}
 			}
-			toks = links[ptok]
+			toks, err = currentChildren(ctx, st, ptok, links[ptok])
+			if err != nil {
+				return "", err
+			}
 		} else {
 			holds, err := st.Holds(ctx)
 			if err != nil {
@@ -357,9 +360,30 @@ func lookup(ctx context.Context, ss *store.Session) (info store.SessionInfo, fou
 	return info, true, nil
 }
 
+// currentChildren keeps of the children linked to parent token ptok those created after the
+// parent's metadata: a child created before it is a fork of a removed session of the same id.
+func currentChildren(ctx context.Context, st *store.Store, ptok string, children []string) ([]string, error) {
+	metas, err := st.SessionEntries(ctx, append([]string{ptok}, children...))
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Description: "read the forks' metadata", Err: err}
+	}
+	p, ok := metas[ptok]
+	if !ok {
+		return children, nil
+	}
+	var out []string
+	for _, c := range children {
+		if m, ok := metas[c]; ok && m.Revision > p.Revision {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // meta is one session's entry in agentlog_sessions.
 type meta struct {
 	id, token  string
+	rev        uint64 // its metadata revision: a session created later has a higher one
 	createdAt  int64
 	parent     string
 	seedLength *int64
@@ -394,7 +418,7 @@ func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, erro
 		if err != nil {
 			return nil // not a session key
 		}
-		e := meta{id: id, token: se.Token}
+		e := meta{id: id, token: se.Token, rev: se.Revision}
 		if !keysOnly {
 			decodeMeta(se.Value, &e)
 		}
@@ -469,9 +493,14 @@ func jsonInt(n json.Number) int64 {
 
 // childrenOf maps each parent id to its children's ids (sorted, as all is).
 func childrenOf(all []meta) map[string][]string {
+	revs := make(map[string]uint64, len(all))
+	for _, m := range all {
+		revs[m.id] = m.rev
+	}
 	ch := map[string][]string{}
 	for _, m := range all {
-		if m.parent != "" {
+		// A child created before its parent's metadata is a fork of a removed session of that id.
+		if m.parent != "" && m.rev > revs[m.parent] {
 			ch[m.parent] = append(ch[m.parent], m.id)
 		}
 	}

@@ -105,11 +105,13 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	if h.ParentSession != "" {
 		// The parent's metadata gone (agentlog rm): the fork keeps its copy, its link is marked.
 		if ps, perr := st.Session(h.ParentSession); perr == nil {
-			_, found, err := lookup(ctx, ps)
+			pinfo, found, err := lookup(ctx, ps)
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				return Status{}, err
 			}
-			s.ParentRemoved = !found || err != nil
+			// A parent created after its child (a later metadata revision) is another session
+			// of the same id: the child's parent was removed.
+			s.ParentRemoved = !found || err != nil || pinfo.Revision > info.Revision
 		}
 	}
 	if tail.LastStreamSeq == 0 { // no hot record: archived, maybe
@@ -327,7 +329,7 @@ func childrenIndexed(ctx context.Context, st *store.Store, ids []string) (map[st
 	if err != nil {
 		return nil, &Error{Code: CodeInternal, Description: "read the lineage index", Err: err}
 	}
-	var childToks []string
+	childToks := slices.Clone(toks) // the parents' metadata too, for their revisions
 	for _, cs := range links {
 		childToks = append(childToks, cs...)
 	}
@@ -340,7 +342,9 @@ func childrenIndexed(ctx context.Context, st *store.Store, ids []string) (map[st
 		parent := byTok[ptok]
 		for _, ct := range cs {
 			e, ok := metas[ct]
-			if !ok || e.Header.ParentSession != parent {
+			// A link of a child created before the parent's metadata (a parent removed and
+			// created again under its id) is a fork of the removed session.
+			if !ok || e.Header.ParentSession != parent || e.Revision < metas[ptok].Revision {
 				continue
 			}
 			out[parent] = append(out[parent], e.Header.ID)

@@ -23,6 +23,9 @@ type SessionEntry struct {
 	Token  string      // the key: the session's subject token (not checked)
 	Header nats.Header // the entry's headers (wire.IncarnationHeader, wire.DeletingHeader, ...)
 	Value  []byte      // the session's header line; nil when scanned keys only
+	// Revision is the entry's revision (its stream seq in the bucket): a session created later
+	// has a higher one.
+	Revision uint64
 }
 
 // ScanSessions calls fn, in stream order, with the last entry of every key of agentlog_sessions
@@ -42,6 +45,9 @@ func (s *Store) ScanSessions(ctx context.Context, keysOnly bool, sized func(n ui
 		e := SessionEntry{Token: strings.TrimPrefix(m.Subject(), prefix), Header: m.Headers()}
 		if !keysOnly {
 			e.Value = m.Data()
+		}
+		if md, err := m.Metadata(); err == nil {
+			e.Revision = md.Sequence.Stream
 		}
 		return fn(e)
 	})
