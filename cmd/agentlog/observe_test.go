@@ -182,8 +182,7 @@ func TestProjectorReadiness(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := store.Provision(ctx, js, store.Config{})
-	if err != nil {
+	if _, err := store.Provision(ctx, js, store.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
@@ -196,7 +195,10 @@ func TestProjectorReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	st, _ = store.Open(ctx, js)
+	st, err := store.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := storetest.Session(st, "counted").Append(ctx, 0, []session.Event{note(0), note(1)}); err != nil {
 		t.Fatal(err)
 	}

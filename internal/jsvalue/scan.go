@@ -258,7 +258,7 @@ func (p *parser) skip(depth int) (bool, error) {
 		}
 		raw := p.b[start:p.i]
 		// Only a negative literal (possibly -0) or a long or exponent form can be lossy.
-		if raw[0] == '-' || len(raw) > 300 || bytes.IndexAny(raw, "eE") >= 0 {
+		if raw[0] == '-' || len(raw) > 300 || bytes.ContainsAny(raw, "eE") {
 			return !IsLossless(ParseNumber(raw)), nil
 		}
 		return false, nil
