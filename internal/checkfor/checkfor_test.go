@@ -1,0 +1,28 @@
+package checkfor
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestErr: nil once f holds (f called at once, then until it holds); f's last error, wrapped, when
+// it never does.
+func TestErr(t *testing.T) {
+	n := 0
+	if err := Err(time.Minute, time.Millisecond, func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("Err = %v after %d calls, want nil after 3", err, n)
+	}
+	last := errors.New("")
+	n = 0
+	err := Err(0, time.Millisecond, func() error { n++; last = errors.New(strings.Repeat("x", n)); return last })
+	if !errors.Is(err, last) || n != 1 || !strings.Contains(err.Error(), "still failing after 0s: x") {
+		t.Fatalf("Err = %v after %d calls, want the last error after 1", err, n)
+	}
+}
