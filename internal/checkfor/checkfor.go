@@ -17,6 +17,17 @@ func Check(t testing.TB, total, wait time.Duration, f func() error) {
 	}
 }
 
+// Holds adapts a condition with no error of its own to Check: its error, while cond is false,
+// says that what does not hold yet.
+func Holds(what string, cond func() bool) func() error {
+	return func() error {
+		if !cond() {
+			return fmt.Errorf("not yet: %s", what)
+		}
+		return nil
+	}
+}
+
 // Err is Check for code that has no t to fail (a goroutine, a helper that returns an error): nil as
 // soon as f returns nil, else f's last error after total, with how long it waited.
 func Err(total, wait time.Duration, f func() error) error {

@@ -8,7 +8,7 @@ import (
 )
 
 // TestErr: nil once f holds (f called at once, then until it holds); f's last error, wrapped, when
-// it never does.
+// it never does. Holds: an error naming what while cond is false.
 func TestErr(t *testing.T) {
 	n := 0
 	if err := Err(time.Minute, time.Millisecond, func() error {
@@ -18,6 +18,13 @@ func TestErr(t *testing.T) {
 		return nil
 	}); err != nil || n != 3 {
 		t.Fatalf("Err = %v after %d calls, want nil after 3", err, n)
+	}
+	ok := false
+	if err := Holds("ok", func() bool { return ok })(); err == nil || err.Error() != "not yet: ok" {
+		t.Fatalf("Holds while false: %v", err)
+	}
+	if ok = true; Holds("ok", func() bool { return ok })() != nil {
+		t.Fatal("Holds while true: an error")
 	}
 	last := errors.New("")
 	n = 0
