@@ -300,13 +300,14 @@ func TestPublisherServerRestartMidWrite(t *testing.T) {
 	restarts := 0
 	for finished := false; restarts < 3 && !finished; {
 		at := progress.Load() + 6 // a few Flushes into the writing
-		for progress.Load() < at && !finished {
+		checkfor.Check(t, 2*time.Minute, 5*time.Millisecond, checkfor.Holds("a few Flushes into the writing", func() bool {
 			select {
 			case <-done:
 				finished = true
-			case <-time.After(5 * time.Millisecond):
+			default:
 			}
-		}
+			return finished || progress.Load() >= at
+		}))
 		if !finished {
 			srv.restart()
 			restarts++
