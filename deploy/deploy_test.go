@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/projector"
@@ -176,24 +177,18 @@ func TestClusterRunsR3(t *testing.T) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Wait (bounded by ctx) until the cluster has a JetStream meta leader and takes the R3 stream;
+	// Wait until the cluster has a JetStream meta leader and takes the R3 stream;
 	// each try has its own short deadline, as a request to a cluster still forming may get no answer.
 	var s *store.Store
-	for {
+	checkfor.Check(t, time.Minute, 200*time.Millisecond, func() error {
 		try, cancelTry := context.WithTimeout(ctx, 2*time.Second)
-		s, err = store.Provision(try, js, store.Config{Replicas: 3})
-		cancelTry()
-		if err == nil || errors.Is(err, store.ErrIncompatible) || ctx.Err() != nil {
-			break
+		defer cancelTry()
+		var err error
+		if s, err = store.Provision(try, js, store.Config{Replicas: 3}); errors.Is(err, store.ErrIncompatible) {
+			t.Fatalf("provision --replicas 3: %v", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if err != nil {
-		t.Fatalf("provision --replicas 3: %v", err)
-	}
+		return err
+	})
 	info, err := s.Stream().Info(ctx)
 	if err != nil || info.Config.Replicas != 3 {
 		t.Fatalf("AGENTLOG replicas: %+v, %v", info, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -40,14 +41,14 @@ func TestBlobUploadAcrossServerRestart(t *testing.T) {
 	}
 	flushed := make(chan error, 1)
 	go func() { flushed <- wa.Flush(ctx) }()
-	eventually(t, "the upload started", func() bool {
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the upload started", func() bool {
 		s, err := st.JetStream().Stream(ctx, "OBJ_agentlog_blobs")
 		if err != nil {
 			return false
 		}
 		info, err := s.Info(ctx)
 		return err == nil && info.State.Msgs > 0
-	})
+	}))
 	srv.stop()
 	srv.start()
 	err = <-flushed

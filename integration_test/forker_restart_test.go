@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentlog/agentlog/internal/checkfor"
 )
 
 // devNoServices starts `agentlog dev --projectors 0 --forkers 0` on data and port.
@@ -21,23 +23,21 @@ func devNoServices(t *testing.T, data string, port int) *proc {
 func forkUntil(t *testing.T, url, src string, limit time.Duration, logs *proc) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	checkfor.Check(t, limit, 50*time.Millisecond, func() error {
 		r := runAt(t, url, nil, "--timeout", "2s", "fork", src, "--json")
-		if r.code == 0 {
-			var res struct {
-				Child      string `json:"child"`
-				SeedLength int    `json:"seedLength"`
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Child == "" {
-				t.Fatalf("fork %s: %q: %v", src, r.stdout, err)
-			}
-			return time.Since(start)
+		if r.code != 0 {
+			return fmt.Errorf("no fork of %s: %s\nforker:\n%s", src, r.stderr, logs.out.String())
 		}
-		if time.Since(start) > limit {
-			t.Fatalf("no fork of %s within %s: %s\nforker:\n%s", src, limit, r.stderr, logs.out.String())
+		var res struct {
+			Child      string `json:"child"`
+			SeedLength int    `json:"seedLength"`
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Child == "" {
+			t.Fatalf("fork %s: %q: %v", src, r.stdout, err)
+		}
+		return nil
+	})
+	return time.Since(start)
 }
 
 // TestSeparateForkerSurvivesServerRestart: `agentlog dev --projectors 0 --forkers 0` with a
@@ -67,7 +67,7 @@ func TestSeparateForkerSurvivesServerRestart(t *testing.T) {
 	} {
 		mark := len(fk.out.String())
 		c.stop()
-		time.Sleep(2 * time.Second) // the forker sees the server gone
+		fk.waitOutputFrom(t, mark, "connection to NATS lost", 60*time.Second) // the forker sees the server gone
 		at := data
 		if c.lost {
 			at = t.TempDir()
@@ -79,6 +79,7 @@ func TestSeparateForkerSurvivesServerRestart(t *testing.T) {
 		}
 		forkUntil(t, url, "src", 10*time.Second, fk)
 		t.Logf("%s: first fork %s after the server was back", c.name, time.Since(back).Round(time.Millisecond))
+		// A sleep, not a condition: it gives a wrong forker the time to log the change twice.
 		time.Sleep(3 * time.Second)
 		out := fk.out.String()[mark:]
 		if fk.exited() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -200,14 +201,14 @@ func TestLifecyclePassKilledAndRestarted(t *testing.T) {
 	close(restarted)
 	wg.Wait()
 	t.Logf("the pass the restart interrupted: archived %d, %d errors; %v", interrupted.Archived, interrupted.Errors, passErr)
-	eventually(t, "the connection is back", func() bool { return nc.IsConnected() })
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the connection is back", func() bool { return nc.IsConnected() }))
 	check("after a server restart mid-pass")
 	var res store.PassResult
-	eventually(t, "a pass completes", func() bool {
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("a pass completes", func() bool {
 		var err error
 		res, err = st.LifecyclePass(ctx, store.Policy{ArchiveAfter: 24 * time.Hour}, store.PassOptions{Now: func() time.Time { return later }})
 		return err == nil && res.Errors == 0
-	})
+	}))
 	for id := range want {
 		if loc, err := sess(t, st, id).Locate(ctx); err != nil || loc.State != store.StateArchived {
 			t.Fatalf("%s after the last pass: %+v %v", id, loc, err)

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentlog/agentlog/internal/checkfor"
+	"github.com/agentlog/agentlog/internal/process"
 )
 
 // TestProjectorRestartTakesLeaseAtOnce: a projector killed (kill -9) and restarted 0.5 s later
@@ -23,14 +26,7 @@ func TestProjectorRestartTakesLeaseAtOnce(t *testing.T) {
 		return cmd, &stderr
 	}
 	waitFor := func(out *syncBuffer, want string, within time.Duration) bool {
-		deadline := time.Now().Add(within)
-		for !strings.Contains(out.String(), want) {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return true
+		return checkfor.Err(within, 20*time.Millisecond, checkfor.Holds(want, func() bool { return strings.Contains(out.String(), want) })) == nil
 	}
 	first, out1 := start()
 	if !waitFor(out1, "partitions assigned", 30*time.Second) {
@@ -42,7 +38,7 @@ func TestProjectorRestartTakesLeaseAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Wait() }()
-	time.Sleep(500 * time.Millisecond)
+	checkfor.Check(t, 10*time.Second, 10*time.Millisecond, checkfor.Holds("the first projector dead", func() bool { return !process.Alive(first.Process.Pid) }))
 	began := time.Now()
 	second, out2 := start()
 	defer func() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -39,7 +40,7 @@ func (f *faultWriter) run(ctx context.Context, rng *rand.Rand, progress *atomic.
 			f.flush(ctx, i)
 			progress.Add(1)
 		}
-		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // the workload's pace, random: a sleep is the point
 	}
 	return nil
 }
@@ -101,7 +102,7 @@ func TestPublisherFaultsThroughProxy(t *testing.T) {
 	var progress atomic.Int64
 	stop := make(chan struct{})
 	chaosDone := make(chan int)
-	go func() { // the faults, one after another, until the writers are done
+	go func() { // the faults, one after another, until the writers are done (their sleeps are the faults' lengths)
 		rng := rand.New(rand.NewPCG(1, 2))
 		n := 0
 		for {
@@ -224,10 +225,10 @@ func TestPublisherLostAck(t *testing.T) {
 			}
 			flushed := make(chan error, 1)
 			go func() { flushed <- w.Flush(ctx) }()
-			eventually(t, "the record to be stored", func() bool {
+			checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the record to be stored", func() bool {
 				tail, err := storetest.Session(direct, id).Tail(ctx)
 				return err == nil && tail.NextSeq == int64(len(sent))
-			})
+			}))
 			if c.expired {
 				// The server forgets msg ids older than the window on a timer of the window's
 				// length: wait several windows before the retry can reach it.
@@ -299,13 +300,14 @@ func TestPublisherServerRestartMidWrite(t *testing.T) {
 	restarts := 0
 	for finished := false; restarts < 3 && !finished; {
 		at := progress.Load() + 6 // a few Flushes into the writing
-		for progress.Load() < at && !finished {
+		checkfor.Check(t, 2*time.Minute, 5*time.Millisecond, checkfor.Holds("a few Flushes into the writing", func() bool {
 			select {
 			case <-done:
 				finished = true
-			case <-time.After(5 * time.Millisecond):
+			default:
 			}
-		}
+			return finished || progress.Load() >= at
+		}))
 		if !finished {
 			srv.restart()
 			restarts++

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/internal/storetest"
@@ -130,7 +131,7 @@ func (p *faultProxy) pump(dst, src net.Conn, drop *atomic.Bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if d := time.Duration(p.delay.Load()); d > 0 {
-				time.Sleep(d)
+				time.Sleep(d) // the latency the fault injects: a sleep is the point
 			}
 			if !drop.Load() {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -172,16 +173,11 @@ func (s *ownServer) start() {
 	s.t.Helper()
 	// natsdev.RunServer may release the data directory's lock (and the port) a moment after
 	// WaitForShutdown returns: retry a restart for a while.
-	var err error
-	for try := 0; try < 500; try++ {
-		var srv *server.Server
-		if srv, err = natsdev.RunServer(natsdev.ServerOptions{DataDir: s.dir, Port: s.port, ServerName: "agentlog-it-own"}); err == nil {
-			s.srv = srv
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s.t.Fatal(err)
+	checkfor.Check(s.t, 10*time.Second, 10*time.Millisecond, func() error {
+		srv, err := natsdev.RunServer(natsdev.ServerOptions{DataDir: s.dir, Port: s.port, ServerName: "agentlog-it-own"})
+		s.srv = srv
+		return err
+	})
 }
 
 func (s *ownServer) stop() {
@@ -284,17 +280,4 @@ func chunkEvents(tag string, from, n int) []session.Event {
 		out = append(out, ev)
 	}
 	return out
-}
-
-// eventually polls cond every 10 ms until it holds, failing the test after 60 s (only when the code
-// under test is broken; the tests assert outcomes, not timings).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after 60 s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/internal/storetest"
@@ -108,7 +109,7 @@ func TestStaleWriterAfterDataLoss(t *testing.T) {
 	if tail.LastStreamSeq != lostTail.LastStreamSeq {
 		t.Logf("B's record is at stream seq %d, A's lost one was at %d: the guard alone would have caught this", tail.LastStreamSeq, lostTail.LastStreamSeq)
 	}
-	eventually(t, "A reconnected", ncA.IsConnected)
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A reconnected", ncA.IsConnected))
 
 	if err := wa.Append(evs[6]); err != nil {
 		t.Fatal(err)
@@ -259,7 +260,7 @@ func TestStaleWriterWriteDuringOutage(t *testing.T) {
 			snapshot := t.TempDir()
 			copyDir(t, srv.dir, snapshot)
 			srv.start()
-			eventually(t, "A reconnected", ncA.IsConnected)
+			checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A reconnected", ncA.IsConnected))
 			if err := flush(3, 6); err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +272,7 @@ func TestStaleWriterWriteDuringOutage(t *testing.T) {
 			// The loss, with A held disconnected until B has written.
 			gate.shut()
 			srv.stop()
-			eventually(t, "A disconnected", func() bool { return !ncA.IsConnected() })
+			checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A disconnected", func() bool { return !ncA.IsConnected() }))
 			if err := os.RemoveAll(srv.dir); err != nil {
 				t.Fatal(err)
 			}
@@ -283,10 +284,10 @@ func TestStaleWriterWriteDuringOutage(t *testing.T) {
 			go func() { flushed <- wa.Flush(ctx) }()
 			// A's write is under way: buffered by nats.go (a write that does not wait for the
 			// connection) or retried (one that does).
-			eventually(t, "A's write sent or retried", func() bool {
+			checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A's write sent or retried", func() bool {
 				n, _ := ncA.Buffered()
 				return n > 0 || logA.contains("transient write error")
-			})
+			}))
 			srv.start()
 
 			ncB, stB := connectStore(t, srv.URL(), nil)
@@ -295,10 +296,10 @@ func TestStaleWriterWriteDuringOutage(t *testing.T) {
 			if c.takeover {
 				opts = append(opts, publisher.Takeover())
 			} else {
-				eventually(t, "A's restored lease expired", func() bool {
+				checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A's restored lease expired", func() bool {
 					_, _, err := storetest.Session(st, id).Lease(ctx)
 					return errors.Is(err, store.ErrNoLease)
-				})
+				}))
 			}
 			wb, err := pb.Open(ctx, id, opts...)
 			if err != nil {

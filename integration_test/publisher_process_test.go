@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/internal/storetest"
@@ -294,13 +295,17 @@ func TestPublisherOpenFencesLiveWriter(t *testing.T) {
 // openWhenDead opens id, retrying while the killed writer's lease is live (at most a minute).
 func openWhenDead(ctx context.Context, t *testing.T, p *publisher.Publisher, id string) (*publisher.Writer, error) {
 	t.Helper()
-	for {
-		w, err := p.Open(ctx, id)
-		if !errors.Is(err, publisher.ErrSessionLive) || ctx.Err() != nil {
-			return w, err
+	var w *publisher.Writer
+	var err error
+	if live := checkfor.Err(time.Minute, 100*time.Millisecond, func() error {
+		if w, err = p.Open(ctx, id); errors.Is(err, publisher.ErrSessionLive) && ctx.Err() == nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); live != nil {
+		return nil, live
 	}
+	return w, err
 }
 
 // TestOpenAfterWriterKilled: a writer process killed with SIGKILL leaves its lease behind (TTL

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -56,7 +57,7 @@ func TestIdleWriterAcrossServerRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv.stop()
-			time.Sleep(c.down)
+			time.Sleep(c.down) // the outage of the case: a sleep is the point
 			srv.start()
 			back := time.Now()
 			if err := writeSome(ctx, w, evs[3:6]); err != nil {
@@ -67,10 +68,10 @@ func TestIdleWriterAcrossServerRestart(t *testing.T) {
 			if took > 10*time.Second {
 				t.Fatalf("first write %s after the server was back, want within 10 s", took)
 			}
-			eventually(t, "the writer to hold its lease again", func() bool {
+			checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the writer to hold its lease again", func() bool {
 				l, _, err := storetest.Session(st, id).Lease(ctx)
 				return err == nil && l.Writer == "A"
-			})
+			}))
 			ncB, stB := connectStore(t, srv.URL(), nil)
 			pb := newPublisher(t, stB, ncB, publisher.Options{WriterID: "B", Logger: quietLogger()})
 			if _, err := pb.Open(ctx, id); !errors.Is(err, publisher.ErrSessionLive) {
@@ -116,7 +117,7 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	}
 	proxy.SetDrop(true, true)
 	srv.stop()
-	time.Sleep(2 * ttl)
+	time.Sleep(2 * ttl) // a sleep, not a condition: A's lease expires while the server is down
 	srv.start()
 	ncB, stB := connectStore(t, srv.URL(), nil)
 	pb := newPublisher(t, stB, ncB, publisher.Options{WriterID: "B", Logger: quietLogger()})
@@ -134,9 +135,9 @@ func TestWriterLeaseTakenWhileServerDown(t *testing.T) {
 	// Nothing is admitted (a wrong seq), so only the renewal can fence A.
 	wrongSeq := evs[3]
 	wrongSeq.Seq = 99
-	eventually(t, "A fenced by its lease renewal", func() bool {
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("A fenced by its lease renewal", func() bool {
 		return errors.Is(wa.Append(wrongSeq), publisher.ErrFenced)
-	})
+	}))
 	if err := wa.Flush(ctx); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("A's Flush: %v, want ErrLeaseLost (fenced by its renewal)", err)
 	}
@@ -185,10 +186,10 @@ func TestWriterLeaseBucketLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := time.Now()
-	eventually(t, "the writer to hold its lease again", func() bool {
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the writer to hold its lease again", func() bool {
 		l, _, err := storetest.Session(st, id).Lease(ctx)
 		return err == nil && l.Writer == "A"
-	})
+	}))
 	t.Logf("lease back %s after the bucket was deleted", time.Since(lost).Round(time.Millisecond))
 	ncB, stB := connectStore(t, srv.URL(), nil)
 	pb := newPublisher(t, stB, ncB, publisher.Options{WriterID: "B", Logger: quietLogger()})
@@ -230,7 +231,7 @@ func TestFlushAcrossServerRestart(t *testing.T) {
 	srv.stop()
 	flushed := make(chan error, 1)
 	go func() { flushed <- writeSome(ctx, w, evs[3:]) }()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the outage the flush waits across: a sleep is the point
 	srv.start()
 	back := time.Now()
 	select {

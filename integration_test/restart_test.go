@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/sessiontest"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
@@ -59,16 +60,21 @@ func (p *proc) exited() bool {
 // first or d passes.
 func (p *proc) waitOutput(t *testing.T, substr string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.out.String(), substr) {
+	p.waitOutputFrom(t, 0, substr, d)
+}
+
+// waitOutputFrom is waitOutput in the output from byte offset from on.
+func (p *proc) waitOutputFrom(t *testing.T, from int, substr string, d time.Duration) {
+	t.Helper()
+	checkfor.Check(t, d, 20*time.Millisecond, func() error {
+		if out := p.out.String(); strings.Contains(out[from:], substr) {
+			return nil
+		}
 		if p.exited() {
 			t.Fatalf("%v exited before printing %q:\n%s", p.cmd.Args, substr, p.out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v did not print %q within %s:\n%s", p.cmd.Args, substr, d, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%v did not print %q:\n%s", p.cmd.Args, substr, p.out.String())
+	})
 }
 
 // interrupt sends SIGINT and waits for the exit.
@@ -215,23 +221,23 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 	sameAsFreshFold(t, url, "before")
 
 	dev.interrupt(t)
-	time.Sleep(time.Second) // the projector sees the server gone
+	// A sleep, not a condition: the projector logs nothing when it sees the server gone, and the
+	// server must stay down long enough for it to.
+	time.Sleep(time.Second)
 	restartAt := len(px.out.String())
 	dev = devAt(t, data, port, 0)
 	back := time.Now()
 	importAt(t, url, "after", userLines("after", 0, 4))
-	for {
+	checkfor.Check(t, 20*time.Second, 50*time.Millisecond, func() error {
 		r := runAt(t, url, nil, "--timeout", "3s", "messages", "after")
-		if r.code == 0 {
-			if n := countMessages(t, []byte(r.stdout)); n != 4 {
-				t.Fatalf("after the restart: %d messages, want 4", n)
-			}
-			break
+		if r.code != 0 {
+			return fmt.Errorf("no messages after the server came back: %s\nprojector:\n%s", r.stderr, px.out.String())
 		}
-		if time.Since(back) > 20*time.Second {
-			t.Fatalf("no messages 20 s after the server came back: %s\nprojector:\n%s", r.stderr, px.out.String())
+		if n := countMessages(t, []byte(r.stdout)); n != 4 {
+			t.Fatalf("after the restart: %d messages, want 4", n)
 		}
-	}
+		return nil
+	})
 	t.Logf("messages served %s after the server came back", time.Since(back).Round(time.Millisecond))
 	sameAsFreshFold(t, url, "before")
 	quiet(t, px, restartAt)
@@ -255,15 +261,12 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 	}()
 	lost := time.Now()
 	importAt(t, url, "lost", userLines("lost", 0, 2))
-	for {
-		r := runAt(t, url, nil, "--timeout", "3s", "messages", "lost")
-		if r.code == 0 {
-			break
+	checkfor.Check(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if r := runAt(t, url, nil, "--timeout", "3s", "messages", "lost"); r.code != 0 {
+			return fmt.Errorf("no messages after the projector's bucket and consumers were deleted: %s\nprojector:\n%s", r.stderr, px.out.String())
 		}
-		if time.Since(lost) > 20*time.Second {
-			t.Fatalf("no messages 20 s after the projector's bucket and consumers were deleted: %s\nprojector:\n%s", r.stderr, px.out.String())
-		}
-	}
+		return nil
+	})
 	t.Logf("messages served %s after the bucket and consumers were deleted", time.Since(lost).Round(time.Millisecond))
 	sameAsFreshFold(t, url, "lost")
 	quiet(t, px, lostAt)
@@ -275,6 +278,7 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 // loop), and still runs.
 func quiet(t *testing.T, px *proc, from int) {
 	t.Helper()
+	// Sleeps, not conditions: no warning over a window is what this checks.
 	time.Sleep(3 * time.Second)
 	mark := len(px.out.String())
 	time.Sleep(2 * time.Second)
@@ -397,7 +401,9 @@ func lostAckedRecords(t *testing.T, separate bool) {
 	if n := countMessages(t, sameAsFreshFold(t, url, id)); n != 15 {
 		t.Fatalf("%d messages before the loss, want 15", n)
 	}
-	time.Sleep(200 * time.Millisecond) // the file store writes its block (no fsync needed: the OS keeps it)
+	// A sleep, not a condition: the file store writes its block in its own time (no fsync needed: the
+	// OS keeps it), and nothing outside it says when.
+	time.Sleep(200 * time.Millisecond)
 	dev.kill9()
 	blk := lastBlock(t, data)
 	fi, err := os.Stat(blk)
@@ -414,13 +420,12 @@ func lostAckedRecords(t *testing.T, separate bool) {
 	if separate {
 		// The projector holds the session in memory; the first thing it sees is a new record.
 		appendUsers("new", 1, 2)
-		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(logs.out.String(), "where=delivery") {
-			if time.Now().After(deadline) {
-				t.Fatalf("the running projector did not refold on delivery:\n%s", logs.out.String())
+		checkfor.Check(t, 20*time.Second, 20*time.Millisecond, func() error {
+			if !strings.Contains(logs.out.String(), "where=delivery") {
+				return fmt.Errorf("the running projector did not refold on delivery:\n%s", logs.out.String())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	if r := runAt(t, url, nil, "--timeout", "15s", "messages", id); r.code != 1 || !strings.Contains(r.stderr, `session "lossy" lost acknowledged records`) {
 		t.Fatalf("messages after the loss: exit %d, stdout %s, stderr %s; want the loss reported", r.code, r.stdout, r.stderr)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -35,12 +36,9 @@ func TestRmWhileFolding(t *testing.T) {
 
 		var keys []string
 		var msgs result
-		deadline := time.Now().Add(20 * time.Second)
-		for settled := 0; settled < 3; {
-			if time.Now().After(deadline) {
-				t.Fatalf("try %d: 20s after rm: keys %v, messages exit %d stdout %q stderr %q", try, keys, msgs.code, msgs.stdout, msgs.stderr)
-			}
-			time.Sleep(time.Second)
+		// Settled: three checks in a row, a second apart, find it gone.
+		settled := 0
+		checkfor.Check(t, 20*time.Second, time.Second, func() error {
 			keys = projectionKeys(t, st, tok)
 			msgs = agentlog(t, nil, "messages", id)
 			if len(keys) == 0 && msgs.code != 0 && strings.Contains(msgs.stderr, "(code 404)") {
@@ -48,7 +46,11 @@ func TestRmWhileFolding(t *testing.T) {
 			} else {
 				settled = 0
 			}
-		}
+			if settled < 3 {
+				return fmt.Errorf("try %d after rm (%d checks settled): keys %v, messages exit %d stdout %q stderr %q", try, settled, keys, msgs.code, msgs.stdout, msgs.stderr)
+			}
+			return nil
+		})
 		if r := agentlog(t, nil, "rm", id); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 			t.Fatalf("try %d: rm again: exit %d, stdout %q, stderr %q; want not found", try, r.code, r.stdout, r.stderr)
 		}

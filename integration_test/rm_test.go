@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
@@ -240,8 +241,8 @@ func startOwnDev(t *testing.T) *ownDev {
 
 func (d *ownDev) start(t *testing.T) {
 	t.Helper()
-	var lastErr error
-	for try := 0; try < 50; try++ { // the port and the data lock may take a moment to be released
+	// The port and the data lock may take a moment to be released: try again for a while.
+	checkfor.Check(t, 30*time.Second, 100*time.Millisecond, func() error {
 		cmd := exec.Command(binPath, "dev", "--data", d.data, "--listen", d.listen)
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
@@ -268,17 +269,16 @@ func (d *ownDev) start(t *testing.T) {
 		case url, ok := <-found:
 			if ok {
 				d.url, d.cmd = url, cmd
-				return
+				return nil
 			}
 			_ = cmd.Wait()
-			lastErr = fmt.Errorf("agentlog dev exited: %s", stderr.String())
+			return fmt.Errorf("agentlog dev exited: %s", stderr.String())
 		case <-time.After(60 * time.Second):
 			_ = cmd.Process.Kill()
 			t.Fatal("agentlog dev printed no URL within 60s")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal(lastErr)
+		return nil
+	})
 }
 
 func (d *ownDev) stop(t *testing.T) {

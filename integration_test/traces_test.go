@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/testnats"
 	"github.com/agentlog/agentlog/internal/tracing"
 	"github.com/agentlog/agentlog/projector"
@@ -99,7 +100,7 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 
 	var appendSpan, forkSpan, querySpan tracetest.SpanStub
 	var folds []tracetest.SpanStub
-	eventually(t, "the append, query, fork and both folds are exported", func() bool {
+	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the append, query, fork and both folds are exported", func() bool {
 		appendSpan, forkSpan, querySpan, folds = tracetest.SpanStub{}, tracetest.SpanStub{}, tracetest.SpanStub{}, nil
 		for _, s := range exp.GetSpans() {
 			switch s.Name {
@@ -118,7 +119,7 @@ func TestTraceLinksAppendToFold(t *testing.T) {
 			}
 		}
 		return appendSpan.Name != "" && forkSpan.Name != "" && querySpan.Name != "" && len(folds) >= 2
-	})
+	}))
 	agentSC := agent.SpanContext()
 	if appendSpan.Parent.SpanID() != agentSC.SpanID() || appendSpan.SpanKind != trace.SpanKindProducer {
 		t.Errorf("append span: parent %s, kind %s; want the agent's span %s, producer", appendSpan.Parent.SpanID(), appendSpan.SpanKind, agentSC.SpanID())

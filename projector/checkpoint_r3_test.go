@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
@@ -74,19 +75,18 @@ func provisionR3(t *testing.T, urls string) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var st *store.Store
+	// The cluster is forming: no condition to wait on but the next try.
+	checkfor.Check(t, 60*time.Second, 200*time.Millisecond, func() error {
 		try, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		st, err := store.Provision(try, js, store.Config{Replicas: 3})
-		cancel()
-		if err == nil {
-			return st
-		}
-		if errors.Is(err, store.ErrIncompatible) || time.Now().After(deadline) {
+		defer cancel()
+		var err error
+		if st, err = store.Provision(try, js, store.Config{Replicas: 3}); errors.Is(err, store.ErrIncompatible) {
 			t.Fatalf("provision --replicas 3: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond) // the cluster is forming: no condition to wait on but the next try
-	}
+		return err
+	})
+	return st
 }
 
 // TestCheckpointConflictR3: two projectors checkpoint the same session's keys at once on a 3-node

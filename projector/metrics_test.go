@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/obs"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
@@ -38,21 +40,19 @@ func serveMetrics(t *testing.T, p *Projector) *obs.Server {
 // waitMetric scrapes until name{labels} satisfies ok.
 func waitMetric(t *testing.T, addr, name string, labels map[string]string, ok func(float64) bool) float64 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var v float64
+	checkfor.Check(t, 20*time.Second, 20*time.Millisecond, func() error {
 		fams, err := obs.Scrape(ctx(t), addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, found := fams.Value(name, labels)
-		if found && ok(v) {
-			return v
+		var found bool
+		if v, found = fams.Value(name, labels); !found || !ok(v) {
+			return fmt.Errorf("%s%v = %v (found %v), not as expected", name, labels, v, found)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s%v = %v (found %v), never as expected", name, labels, v, found)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return v
 }
 
 func TestMetricsOfAFold(t *testing.T) {
@@ -176,23 +176,22 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	tok, _ := wire.Token("bad")
 	var v storedValue
 	var raw []byte
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	checkfor.Check(t, 20*time.Second, 10*time.Millisecond, func() error {
 		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey("poison", tok))
-		if err == nil {
-			raw = ent.Value()
-			if err := json.Unmarshal(raw, &v); err != nil {
-				t.Fatal(err)
-			}
-			if v.AsOfSeq >= 1 && v.Error != nil {
-				break
-			}
-		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		} else if err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the poison unit's value of bad: %s %v", raw, err)
+		raw = ent.Value()
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if v.AsOfSeq < 1 || v.Error == nil {
+			return fmt.Errorf("the poison unit's value of bad: %s", raw)
+		}
+		return nil
+	})
 	if v.Error == nil || v.Error.Seq != 2 || v.Error.Rule != session.RuleUnitApply || !strings.Contains(v.Error.Message, "refusing rm") || v.AsOfSeq != 1 {
 		t.Fatalf("stored poison value of bad: %s", raw)
 	}
@@ -200,18 +199,16 @@ func TestPoisonEventIsVisible(t *testing.T) {
 	// poison and tools values, which a checkpoint writes one after the other.
 	e.waitStored("good", func(p Projection) bool { return p.AsOfSeq == 2 })
 	var snap client.SnapshotReply
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	checkfor.Check(t, 20*time.Second, 10*time.Millisecond, func() error {
 		var err error
 		if snap, err = ReadSnapshot(ctx(t), e.store, reg, "good"); err != nil {
 			t.Fatal(err)
 		}
-		if snap.Units["poison"].AsOfSeq == 2 && snap.Units["tools"].AsOfSeq == 2 {
-			break
+		if snap.Units["poison"].AsOfSeq != 2 || snap.Units["tools"].AsOfSeq != 2 {
+			return fmt.Errorf("the units of good are not at seq 2: %+v", snap.Units)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the units of good never reached seq 2: %+v", snap.Units)
-		}
-	}
+		return nil
+	})
 	if u := snap.Units["poison"]; u.Error != nil || string(u.View) != "2" {
 		t.Fatalf("poison unit of good: %+v %s", u, u.View)
 	}

@@ -2,10 +2,13 @@ package projector
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -112,9 +115,15 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(func() bool {
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
 		ci, err := cons.Info(ctx(t))
-		return err == nil && ci.Delivered.Stream == 2 && ci.NumPending == 0 && ci.NumAckPending == 0
+		if err != nil {
+			return err
+		}
+		if ci.Delivered.Stream != 2 || ci.NumPending != 0 || ci.NumAckPending != 0 {
+			return fmt.Errorf("consumer delivered stream seq %d, %d pending, %d ack pending; want 2, 0, 0", ci.Delivered.Stream, ci.NumPending, ci.NumAckPending)
+		}
+		return nil
 	})
 	again, rev2 := e.stored("s1")
 	if rev2 != rev || again.AsOfSeq != 8 || int64s(again.State.Nodes) != "[2,3,5,8]" {
@@ -291,7 +300,12 @@ func TestQueryWaitsForMinSeq(t *testing.T) {
 		done <- result{r, err}
 	}()
 	// Append only once the query is known to be waiting on the KV key.
-	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+		if w := p.query.waiting.Load(); w != 1 {
+			return fmt.Errorf("%d queries waiting, want 1", w)
+		}
+		return nil
+	})
 	select {
 	case res := <-done:
 		t.Fatalf("query answered before seq 8 was written: %+v %v", res.r, res.err)
@@ -357,7 +371,12 @@ func TestStopIsGraceful(t *testing.T) {
 		_, err := queryMessages(ctx(t), e.nc, "s1", 99)
 		done <- err
 	}()
-	e.waitFor(func() bool { return p.query.waiting.Load() == 1 })
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+		if w := p.query.waiting.Load(); w != 1 {
+			return fmt.Errorf("%d queries waiting, want 1", w)
+		}
+		return nil
+	})
 	if err := p.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -369,23 +388,6 @@ func TestStopIsGraceful(t *testing.T) {
 	_, err := queryMessages(ctx(t), e.nc, "s1", -1)
 	if err == nil || !strings.Contains(err.Error(), "no instance") {
 		t.Fatalf("after Stop: %v", err)
-	}
-}
-
-// waitFor polls cond (a state change the test waits for, not a timing assertion).
-func (e *env) waitFor(cond func() bool) {
-	e.t.Helper()
-	c := ctx(e.t)
-	for !cond() {
-		select {
-		case <-c.Done():
-			e.t.Fatal("condition never held")
-		default:
-		}
-		// Yield to the service goroutines.
-		if _, err := e.nc.RTT(); err != nil {
-			e.t.Fatal(err)
-		}
 	}
 }
 

@@ -107,6 +107,7 @@ func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[in
 		return replyErr(client.CodeTimeout, "session %q: %s within %d ms (its state is too large to store; messages are folded from the log)", q.Session, what, q.timeoutMs())
 	}
 	if q.waits() {
+		s.waiting.Add(1)
 		for {
 			tail, err := sh.Tail(dctx)
 			if err == nil && tail.NextSeq-1 >= *q.MinSeq {
@@ -114,10 +115,12 @@ func (s *queryService) foldLog(ctx context.Context, q query) (Projection, map[in
 			}
 			select {
 			case <-dctx.Done():
+				s.waiting.Add(-1)
 				return Projection{}, nil, nil, gone()
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+		s.waiting.Add(-1)
 	}
 	select {
 	case s.folds <- struct{}{}:

@@ -54,7 +54,7 @@ type queryService struct {
 	nodes    *nodeCache    // surface-eligible events of the sessions queried last
 	feed     *changeFeed   // tells the queries waiting for minSeq that their state changed
 	feedDone <-chan struct{}
-	waiting  atomic.Int64 // test hook: the queries waiting for minSeq
+	waiting  atomic.Int64 // test hook: the queries waiting for minSeq (in waitProjection or foldLog)
 
 	archivedViews archivedCache // the archived sessions queried last
 }

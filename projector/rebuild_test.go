@@ -3,8 +3,11 @@ package projector
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
@@ -110,10 +113,16 @@ func TestRebuildCommand(t *testing.T) {
 	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).
 	tok, _ := wire.Token("b")
-	e.waitFor(func() bool {
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
 		ent, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitTitle, tok))
-		return err == nil && json.Valid(ent.Value()) && string(ent.Value()) != "" && ent != nil &&
-			func() bool { var v storedValue; _ = json.Unmarshal(ent.Value(), &v); return v.AsOfSeq == 11 }()
+		if err != nil {
+			return err
+		}
+		var v storedValue
+		if err := json.Unmarshal(ent.Value(), &v); err != nil || v.AsOfSeq != 11 {
+			return fmt.Errorf("the title value of b: %s (%v), want asOfSeq 11", ent.Value(), err)
+		}
+		return nil
 	})
 	if _, err := storetest.ProjectionsKV(e.store).Put(ctx(t), wire.ProjectionKey(UnitTitle, tok), []byte(`{"stateVersion":1,"asOfSeq":11,"state":{"title":"WRONG","seq":3}}`)); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/wire"
 )
@@ -44,19 +45,21 @@ func TestRSSManySessions(t *testing.T) {
 	t.Logf("wrote %d sessions in %v", n, time.Since(start).Round(time.Millisecond))
 	cmd := e.startProcess("rss")
 	start = time.Now()
-	e.waitFor(func() bool {
-		time.Sleep(500 * time.Millisecond)
+	checkfor.Check(t, 90*time.Second, 500*time.Millisecond, func() error {
 		for part := 0; part < e.store.Partitions(); part++ {
 			cons, err := e.store.JetStream().Consumer(ctx(t), wire.StreamName, PartitionConsumer(part))
 			if err != nil {
-				return false
+				return err
 			}
 			ci, err := cons.Info(ctx(t))
-			if err != nil || ci.NumPending != 0 || ci.NumAckPending != 0 || ci.Delivered.Consumer == 0 {
-				return false
+			if err != nil {
+				return err
+			}
+			if ci.NumPending != 0 || ci.NumAckPending != 0 || ci.Delivered.Consumer == 0 {
+				return fmt.Errorf("partition %d: %d pending, %d ack pending, %d delivered", part, ci.NumPending, ci.NumAckPending, ci.Delivered.Consumer)
 			}
 		}
-		return true
+		return nil
 	})
 	elapsed := time.Since(start)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))

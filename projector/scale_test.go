@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
@@ -87,17 +88,17 @@ func (e *env) waitMembers(names ...string) map[string][]int {
 	slices.Sort(names)
 	var kv jetstream.KeyValue
 	var owned map[string][]int
-	e.waitFor(func() bool {
+	checkfor.Check(e.t, 90*time.Second, 10*time.Millisecond, func() error {
 		if kv == nil {
 			k, err := e.store.JetStream().KeyValue(ctx(e.t), MembersBucket)
 			if err != nil {
-				return false
+				return err
 			}
 			kv = k
 		}
 		keys, err := kv.ListKeys(ctx(e.t))
 		if err != nil {
-			return false
+			return err
 		}
 		var got []string
 		for k := range keys.Keys() {
@@ -105,21 +106,24 @@ func (e *env) waitMembers(names ...string) map[string][]int {
 		}
 		slices.Sort(got)
 		if !slices.Equal(got, names) {
-			return false
+			return fmt.Errorf("members %v, want %v", got, names)
 		}
 		owned = map[string][]int{}
 		for _, n := range names {
 			ent, err := kv.Get(ctx(e.t), n)
 			if err != nil {
-				return false
+				return fmt.Errorf("member %s: %w", n, err)
 			}
 			var v MemberValue
-			if json.Unmarshal(ent.Value(), &v) != nil || !slices.Equal(v.Owned, Assign(names, n, e.store.Partitions())) {
-				return false
+			if err := json.Unmarshal(ent.Value(), &v); err != nil {
+				return fmt.Errorf("member %s: %w", n, err)
+			}
+			if want := Assign(names, n, e.store.Partitions()); !slices.Equal(v.Owned, want) {
+				return fmt.Errorf("member %s owns %v, want %v", n, v.Owned, want)
 			}
 			owned[n] = v.Owned
 		}
-		return true
+		return nil
 	})
 	return owned
 }
@@ -304,7 +308,12 @@ func TestScaleOneThreeOne(t *testing.T) {
 			b, c = e.startProjector("b"), e.startProjector("c")
 		case 45:
 			// All three hold partitions before the scale-in.
-			e.waitFor(func() bool { return len(b.Owned()) > 0 && len(c.Owned()) > 0 })
+			checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+				if len(b.Owned()) == 0 || len(c.Owned()) == 0 {
+					return fmt.Errorf("b owns %v, c owns %v", b.Owned(), c.Owned())
+				}
+				return nil
+			})
 		case 60:
 			if err := b.Stop(); err != nil {
 				t.Error(err)
@@ -387,14 +396,14 @@ func TestFailedCheckpointIsRetriedAtTheInterval(t *testing.T) {
 	}
 	e.create("s")
 	e.appendRecord("s", []session.Event{ev(0, "turn/start", `{"turn":1}`, "", "")})
-	deadline := time.Now().Add(10 * time.Second)
-	for n.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n.Load() == 0 {
-		t.Fatal("no checkpoint failed: the test does not test anything")
-	}
+	checkfor.Check(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n.Load() == 0 {
+			return errors.New("no checkpoint failed: the test does not test anything")
+		}
+		return nil
+	})
 	n.Store(0)
+	// A sleep, not a condition: the test counts the retries over this second.
 	time.Sleep(time.Second)
 	if got := n.Load(); got > 40 {
 		t.Errorf("a failed checkpoint was retried %d times in 1 s", got)
@@ -447,7 +456,7 @@ func TestStateTooLargeStopsTheSession(t *testing.T) {
 func TestStateTooLargeWhileWaiting(t *testing.T) {
 	lowerStateLimit(t, 3000)
 	e := newEnv(t)
-	e.startProjector("p1")
+	p := e.startProjector("p1")
 	e.create("long")
 	var evs []session.Event
 	for seq := int64(0); seq < 601; seq++ {
@@ -459,7 +468,12 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 	}
 	waiting := make(chan result, 1)
 	go func() { r, err := queryMessages(ctx(t), e.nc, "long", 599); waiting <- result{r, err} }()
-	time.Sleep(100 * time.Millisecond) // let the query wait (it passes either way if it did not)
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+		if w := p.query.waiting.Load(); w != 1 {
+			return fmt.Errorf("%d queries waiting, want 1", w)
+		}
+		return nil
+	})
 	e.appendChunked("long", evs[:600], 100)
 	got := <-waiting
 	if got.err != nil || len(got.r.Messages) != 600 {
@@ -468,7 +482,12 @@ func TestStateTooLargeWhileWaiting(t *testing.T) {
 	e.waitStored("long", func(p Projection) bool { return p.Error != nil && p.Error.Rule == session.RuleStateTooLarge })
 	later := make(chan result, 1)
 	go func() { r, err := queryMessages(ctx(t), e.nc, "long", 600); later <- result{r, err} }()
-	time.Sleep(200 * time.Millisecond)
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+		if w := p.query.waiting.Load(); w != 1 {
+			return fmt.Errorf("%d queries waiting, want 1", w)
+		}
+		return nil
+	})
 	e.appendRecord("long", evs[600:])
 	got = <-later
 	if got.err != nil || len(got.r.Messages) != 601 {
@@ -555,7 +574,12 @@ func TestTooLargeWaitersDoNotStarveOthers(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // let them wait (the check below holds either way if not)
+	checkfor.Check(t, 90*time.Second, 10*time.Millisecond, func() error {
+		if w := p.query.waiting.Load(); w != int64(cap(p.query.work)) {
+			return fmt.Errorf("%d queries waiting, want int64(cap(p.query.work))", w)
+		}
+		return nil
+	})
 	if _, err := queryMessages(ctx(t), e.nc, "small", 0); err != nil {
 		t.Fatalf("another session while the too-large session's queries wait: %v", err)
 	}

@@ -155,7 +155,7 @@ func TestOpenLiveRefusedAndTakeover(t *testing.T) {
 		if n := len(e.stored(t, "live")); n != 5 {
 			t.Fatalf("a refused Open wrote: %d events", n)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // a sleep, not a condition: the TTL passes, and wa's renewal keeps its lease
 	}
 	if _, err := pb.Create(ctx, header("live")); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("Create of a live existing session: %v, want ErrSessionExists", err)

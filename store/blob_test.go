@@ -350,7 +350,7 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 	if err != nil || c.PartialYoung != 1 || len(c.PartialRemoved) != 0 {
 		t.Fatalf("CollectBlobs with an hour's grace: %+v, %v; want the partial upload kept as young", c, err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // a sleep, not a condition: the clock passes the partial upload's last chunk (grace 0)
 	c, err = s.CollectBlobs(ctx, 0)
 	if err != nil || len(c.PartialRemoved) != 1 || c.PartialYoung != 0 || c.Used != 1 {
 		t.Fatalf("CollectBlobs: %+v, %v; want the partial upload purged, the kept blob used", c, err)

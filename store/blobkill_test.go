@@ -2,12 +2,14 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -80,21 +82,20 @@ func TestKillBetweenBlobAndRecord(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // when the test fails before its kill
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	for {
-		if _, err := os.Stat(mark); err == nil {
-			break
+	checkfor.Check(t, time.Minute, 10*time.Millisecond, func() error {
+		_, err := os.Stat(mark)
+		if err != nil {
+			select {
+			case err := <-exited:
+				t.Fatalf("the helper exited before storing the blob: %v", err)
+			default:
+			}
 		}
-		select {
-		case err := <-exited:
-			t.Fatalf("the helper exited before storing the blob: %v", err)
-		case <-ctx.Done():
-			_ = cmd.Process.Kill()
-			t.Fatal("the helper did not store the blob")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return err
+	})
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
@@ -113,16 +114,12 @@ func TestKillBetweenBlobAndRecord(t *testing.T) {
 	if c, err := s.CollectBlobs(ctx, 0); err != nil || c.Live != 1 || len(c.Removed) != 0 {
 		t.Fatalf("CollectBlobs with the writer's lease live: %+v, %v", c, err)
 	}
-	for {
-		if _, _, err := sessionOf(s, "killed").Lease(ctx); errors.Is(err, ErrNoLease) {
-			break
+	checkfor.Check(t, time.Minute, 100*time.Millisecond, func() error {
+		if _, _, err := sessionOf(s, "killed").Lease(ctx); !errors.Is(err, ErrNoLease) {
+			return fmt.Errorf("the killed writer's lease did not expire: %v", err)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the killed writer's lease did not expire")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 	if c, err := s.CollectBlobs(ctx, 0); err != nil || len(c.Removed) != 1 || c.Removed[0] != objs[0].Name {
 		t.Fatalf("CollectBlobs after the lease expired: %+v, %v", c, err)
 	}

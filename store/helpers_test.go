@@ -10,14 +10,40 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
+
+// testJetStream runs an embedded server with opts (DataDir defaults to t.TempDir()) and connects
+// to it as t.Name(); both are stopped at cleanup. (These tests are white-box, package store, so
+// they cannot use internal/testnats, which imports store; testnats.Server does the same.)
+func testJetStream(t testing.TB, opts natsdev.ServerOptions) natsjs.JetStream {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	srv, err := natsdev.RunServer(opts)
+	if err != nil {
+		t.Fatalf("natsdev.RunServer: %v", err)
+	}
+	nc, js, err := natsdev.Connect(srv.ClientURL(), nats.Name(t.Name()))
+	if err != nil {
+		srv.Shutdown()
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return js
+}
 
 // testStore provisions a store with cfg on a fresh embedded server.
 func testStore(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+	js := testJetStream(t, natsdev.ServerOptions{})
 	s, err := Provision(testCtx(t), js, cfg)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/wire"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -48,7 +47,7 @@ func TestProvisionCreatesWhatDesignSays(t *testing.T) {
 }
 
 func TestProvisionIdempotentAndOpen(t *testing.T) {
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+	js := testJetStream(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
 	if _, err := Open(ctx, js); !errors.Is(err, ErrNotProvisioned) || !strings.Contains(err.Error(), wire.StreamName) {
 		t.Fatalf("Open before Provision: %v, want ErrNotProvisioned naming %s", err, wire.StreamName)
@@ -134,7 +133,7 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+			js := testJetStream(t, natsdev.ServerOptions{})
 			ctx := testCtx(t)
 			sc := base()
 			c.edit(&sc)
@@ -173,7 +172,7 @@ func TestProvisionRefusesUnusableStream(t *testing.T) {
 }
 
 func TestProvisionRefusesUnusableBucket(t *testing.T) {
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+	js := testJetStream(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
 	if _, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: wire.SessionsBucket, Storage: natsjs.MemoryStorage}); err != nil {
 		t.Fatal(err)
@@ -185,7 +184,7 @@ func TestProvisionRefusesUnusableBucket(t *testing.T) {
 }
 
 func TestProvisionRefusesOverlappingStream(t *testing.T) {
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+	js := testJetStream(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
 	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "OTHER", Subjects: []string{"agentlog.>"}}); err != nil {
 		t.Fatal(err)
@@ -197,7 +196,7 @@ func TestProvisionRefusesOverlappingStream(t *testing.T) {
 }
 
 func TestProvisionChecksConfig(t *testing.T) {
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{MaxPayload: 256 << 10})
+	js := testJetStream(t, natsdev.ServerOptions{MaxPayload: 256 << 10})
 	ctx := testCtx(t)
 	for _, c := range []Config{{Partitions: -1}, {Replicas: 6}, {MaxMsgSize: -5}, {MaxMsgSize: 512}, {MaxMsgSize: 1 << 20}, {DuplicateWindow: -time.Second}} {
 		if _, err := Provision(ctx, js, c); err == nil {

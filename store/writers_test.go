@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 )
@@ -67,23 +67,19 @@ func TestWriterLeaseExpires(t *testing.T) {
 	if _, err := sessionOf(s, "dead").AcquireLease(ctx, Lease{Writer: "A"}, time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	checkfor.Check(t, 10*time.Second, 100*time.Millisecond, func() error {
 		_, err := sessionOf(s, "dead").AcquireLease(ctx, Lease{Writer: "B"}, time.Second, false)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrLeaseHeld) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("acquire after A's TTL: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestOpenCreatesWritersBucket: a deployment provisioned before agentlog_writers existed gets it
 // from Open (and from Provision).
 func TestOpenCreatesWritersBucket(t *testing.T) {
-	_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+	js := testJetStream(t, natsdev.ServerOptions{})
 	ctx := testCtx(t)
 	if _, err := Provision(ctx, js, Config{}); err != nil {
 		t.Fatal(err)

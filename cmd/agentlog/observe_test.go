@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/internal/obs"
 	"github.com/agentlog/agentlog/internal/storetest"
@@ -59,15 +61,14 @@ func runCmd(t *testing.T, args ...string) (stdout *lockedBuffer, done <-chan int
 func waitOutput(t *testing.T, out *lockedBuffer, re string) string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := rx.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+	var m []string
+	checkfor.Check(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if m = rx.FindStringSubmatch(out.String()); m == nil {
+			return fmt.Errorf("output does not match %s:\n%s", re, out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("output never matched %s:\n%s", re, out.String())
-	return ""
+		return nil
+	})
+	return m[1]
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -84,17 +85,15 @@ func get(t *testing.T, url string) (int, string) {
 // waitStatus polls url until it answers code, and returns the body.
 func waitStatus(t *testing.T, url string, code int) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, body := get(t, url)
-		if got == code {
-			return body
+	var body string
+	checkfor.Check(t, 30*time.Second, 50*time.Millisecond, func() error {
+		var got int
+		if got, body = get(t, url); got != code {
+			return fmt.Errorf("GET %s: %d %s, want %d", url, got, body, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s, want %d", url, got, body, code)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return body
 }
 
 // TestDevIsObservable: dev with --http, --metrics-addr and the system account.
@@ -202,32 +201,25 @@ func TestProjectorReadiness(t *testing.T) {
 	if _, err := storetest.Session(st, "counted").Append(ctx, 0, []session.Event{note(0), note(1)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	checkfor.Check(t, 20*time.Second, 20*time.Millisecond, func() error {
 		fams, err := obs.Scrape(ctx, metrics)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, _ := fams.Value("agentlog_projector_events_folded_total", map[string]string{"projector": "ready-1"}); v == 2 {
-			break
+		if v, _ := fams.Value("agentlog_projector_events_folded_total", map[string]string{"projector": "ready-1"}); v != 2 {
+			return fmt.Errorf("events folded %v, want 2", v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("events folded never reached 2")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	srv.Shutdown()
 	srv.WaitForShutdown()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		body := waitStatus(t, "http://"+metrics+"/readyz", 503)
-		if strings.Contains(body, "not connected to NATS") {
-			break
+	checkfor.Check(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if code, body := get(t, "http://"+metrics+"/readyz"); code != 503 || !strings.Contains(body, "not connected to NATS") {
+			return fmt.Errorf("/readyz with the server down: %d %q, want 503 not connected to NATS", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz with the server down: %q", body)
-		}
-	}
+		return nil
+	})
 	srv, err = natsdev.RunServer(natsdev.ServerOptions{DataDir: dir, Host: addr.IP.String(), Port: addr.Port})
 	if err != nil {
 		t.Fatal(err)

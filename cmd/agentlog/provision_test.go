@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -29,13 +30,13 @@ func TestProvisionAgainKeepsReplicas(t *testing.T) {
 	// The cluster elects its JetStream meta leader in its own time: retry the first provision.
 	var code int
 	var out, errOut string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		code, out, errOut = runCLI(ctx, urls, "--timeout", "5s", "provision", "--replicas", "3", "--partitions", "4")
-		if code == 0 || time.Now().After(deadline) {
-			break
+	checkfor.Check(t, 60*time.Second, 200*time.Millisecond, func() error {
+		if code, out, errOut = runCLI(ctx, urls, "--timeout", "5s", "provision", "--replicas", "3", "--partitions", "4"); code != 0 {
+			return fmt.Errorf("provision --replicas 3: exit %d %s %s", code, out, errOut)
 		}
-	}
-	if code != 0 || !strings.Contains(out, "(4 partitions, 3 replicas)") {
+		return nil
+	})
+	if !strings.Contains(out, "(4 partitions, 3 replicas)") {
 		t.Fatalf("provision --replicas 3: exit %d %s %s", code, out, errOut)
 	}
 	if code, out, errOut := runCLI(ctx, urls, "provision"); code != 0 || !strings.Contains(out, "(4 partitions, 3 replicas)") {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/sessionview"
 	"github.com/agentlog/agentlog/internal/storetest"
@@ -245,16 +246,6 @@ func startCLI(t *testing.T, url string, args ...string) (out, errOut *syncBuf, s
 	return out, errOut, stop
 }
 
-// waitFor polls cond every 20 ms until it holds or 60 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestFollowWaitsForSession: events --follow, messages --watch and show --follow of a session
 // that does not exist yet say so and wait for it (they exited 1), then follow it once created.
 func TestFollowWaitsForSession(t *testing.T) {
@@ -265,8 +256,11 @@ func TestFollowWaitsForSession(t *testing.T) {
 	msgOut, msgErr, msgStop := startCLI(t, s.URL(), "messages", "later", "--watch")
 	showOut, showErr, showStop := startCLI(t, s.URL(), "show", "later", "--follow")
 	for _, e := range []*syncBuf{evErr, msgErr, showErr} {
-		waitFor(t, "the waiting message", func() bool {
-			return strings.Contains(e.String(), `session "later" does not exist yet: waiting for it to be created`)
+		checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+			if !strings.Contains(e.String(), `session "later" does not exist yet: waiting for it to be created`) {
+				return fmt.Errorf("no waiting message: %s", e.String())
+			}
+			return nil
 		})
 	}
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "later", CreatedAt: 1785000000000}); err != nil {
@@ -275,9 +269,24 @@ func TestFollowWaitsForSession(t *testing.T) {
 	if _, err := storetest.Session(s.Store(), "later").Append(ctx, 0, opsEvents()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "events --follow to print the events", func() bool { return strings.Count(evOut.String(), "\n") == 5 })
-	waitFor(t, "messages --watch to print the history", func() bool { return strings.Contains(msgOut.String(), `"hello"`) })
-	waitFor(t, "show --follow to print the turn", func() bool { return strings.Contains(showOut.String(), "turn 1 ends: completed") })
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if n := strings.Count(evOut.String(), "\n"); n != 5 {
+			return fmt.Errorf("events --follow printed %d lines, want 5: %s", n, evOut.String())
+		}
+		return nil
+	})
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(msgOut.String(), `"hello"`) {
+			return fmt.Errorf("messages --watch did not print the history: %s", msgOut.String())
+		}
+		return nil
+	})
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(showOut.String(), "turn 1 ends: completed") {
+			return fmt.Errorf("show --follow did not print the turn: %s", showOut.String())
+		}
+		return nil
+	})
 	for name, stop := range map[string]func() int{"events": evStop, "messages": msgStop, "show": showStop} {
 		if code := stop(); code != 0 {
 			t.Errorf("%s: exit %d after SIGINT", name, code)
@@ -302,27 +311,32 @@ func TestEventsFollowAll(t *testing.T) {
 	}
 	out, _, stop := startCLI(t, s.URL(), "events", "--follow", "--all")
 	// Appends until the follower, which starts at the stream's next record, has seen one.
-	for i := 0; !strings.Contains(out.String(), `"session":"a`); i++ {
+	i := 0
+	checkfor.Check(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if strings.Contains(out.String(), `"session":"a`) {
+			return nil
+		}
 		id := fmt.Sprintf("a%d", i)
+		i++
 		if err := s.Store().CreateSession(ctx, session.Header{ID: id, CreatedAt: 1785000000000}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := storetest.Session(s.Store(), id).Append(ctx, 0, opsEvents()); err != nil {
 			t.Fatal(err)
 		}
-		if i == 200 {
-			t.Fatalf("events --follow --all printed nothing: %s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("events --follow --all printed nothing after %d sessions: %s", i, out.String())
+	})
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "b", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := storetest.Session(s.Store(), "b").Append(ctx, 0, opsEvents()[:2]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "session b's events", func() bool {
-		return strings.Contains(out.String(), `{"session":"b","event":{"type":"user/message","seq":1`)
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(out.String(), `{"session":"b","event":{"type":"user/message","seq":1`) {
+			return fmt.Errorf("no session b's events: %s", out.String())
+		}
+		return nil
 	})
 	if code := stop(); code != 0 {
 		t.Errorf("exit %d after SIGINT", code)
@@ -362,11 +376,18 @@ func TestTailZero(t *testing.T) {
 		t.Fatalf("--tail 1: %q", out)
 	}
 	out, _, stop := startCLI(t, s.URL(), "events", "t0", "--tail", "0", "--follow", "--no-header")
-	time.Sleep(300 * time.Millisecond) // give a wrong implementation the time to print the old events
+	// A sleep, not a condition: it gives a wrong implementation the time to print the old events
+	// (there is nothing to wait for when the right one prints nothing).
+	time.Sleep(300 * time.Millisecond)
 	if _, err := storetest.Session(s.Store(), "t0").Append(ctx, r.StreamSeq, evs[2:]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new events", func() bool { return strings.Count(out.String(), "\n") == 2 })
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if n := strings.Count(out.String(), "\n"); n != 2 {
+			return fmt.Errorf("%d lines, want the 2 new events: %s", n, out.String())
+		}
+		return nil
+	})
 	stop()
 	if got := out.String(); strings.Contains(got, `"seq":0`) || strings.Contains(got, `"seq":1,`) || !strings.Contains(got, `"seq":3`) {
 		t.Fatalf("--tail 0 --follow printed %q, want seqs 2 and 3 only", got)

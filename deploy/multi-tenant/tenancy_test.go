@@ -21,6 +21,7 @@ import (
 	"github.com/agentlog/agentlog/client"
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
 	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/loggen"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/projector"
@@ -122,20 +123,17 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	srv := start()
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	healthy := func() {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		checkfor.Check(t, 2*time.Minute, 5*time.Millisecond, func() error {
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					return
-				}
+			if err != nil {
+				return fmt.Errorf("nats-server not healthy: %w", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("nats-server not healthy within 2 minutes")
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("nats-server not healthy: /healthz %d", resp.StatusCode)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	healthy()
 
@@ -176,7 +174,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 		}
 		tenants[i] = tenant{nc, st, p, f}
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a sleep, not a condition: the services settle before their RSS is measured
 	servicesMiB := rssMiB(t, os.Getpid()) - rssBefore
 	// Every tenant gets 5 sessions of 20 events: in its account, or under its id prefix.
 	for ti := 0; ti < n; ti++ {
@@ -232,7 +230,7 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	w.Close(ctx)
 	pub.Close(ctx)
 
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a sleep, not a condition: the server settles before its RSS is measured
 	r := tenancyResult{Mode: mode, Tenants: n, Partitions: partitions, ServerRSSMiB: rssMiB(t, srv.Process.Pid), ServicesRSSMiB: servicesMiB}
 	r.AppendP50Ms, r.AppendP99Ms = pct(appendMs, 50), pct(appendMs, 99)
 	r.ReadP50Ms, r.ReadP99Ms = pct(readMs, 50), pct(readMs, 99)
@@ -258,17 +256,15 @@ func measureTenancy(t *testing.T, bin, mode string, n int) tenancyResult {
 	srv = start()
 	healthy()
 	for i := 0; i < accounts; i++ {
-		for {
+		checkfor.Check(t, 2*time.Minute, 5*time.Millisecond, func() error {
 			nc, js, err := natsdev.Connect(url, nats.UserInfo(fmt.Sprintf("t%d", i), "pw"))
-			if err == nil {
-				_, err = js.Stream(ctx, wire.StreamName)
-				nc.Close()
+			if err != nil {
+				return err
 			}
-			if err == nil {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			defer nc.Close()
+			_, err = js.Stream(ctx, wire.StreamName)
+			return err
+		})
 	}
 	r.RestartReadyMs = ms(time.Since(t1))
 	return r

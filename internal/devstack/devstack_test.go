@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
@@ -37,13 +38,7 @@ func TestStartServeClose(t *testing.T) {
 	if len(s.Projectors()) != 1 || len(s.Forkers()) != 1 || !strings.HasPrefix(s.URL(), "nats://127.0.0.1:") {
 		t.Fatalf("stack: %d projectors, %d forkers, URL %q", len(s.Projectors()), len(s.Forkers()), s.URL())
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for err := s.Ready(ctx); err != nil; err = s.Ready(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after 60 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	checkfor.Check(t, 60*time.Second, 20*time.Millisecond, func() error { return s.Ready(ctx) })
 	if err := s.Store().CreateSession(ctx, session.Header{ID: "d1", CreatedAt: 1785000000000}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/devstack"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/projector"
@@ -342,14 +343,12 @@ func TestUIRebuild(t *testing.T) {
 	}
 	key := wire.ProjectionKey(projector.UnitTitle, tok)
 	var e natsjs.KeyValueEntry
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if e, err = kv.Get(ctx, key); err == nil || time.Now().After(deadline) {
-			break
+	checkfor.Check(t, time.Minute, 50*time.Millisecond, func() error {
+		if e, err = kv.Get(ctx, key); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
 		}
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", key, err)
-	}
+		return nil
+	})
 	var v map[string]any
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
 		t.Fatal(err)

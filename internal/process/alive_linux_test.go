@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/agentlog/agentlog/internal/checkfor"
 )
 
 // TestAliveZombie: a child killed but not yet reaped (a zombie) is not alive; a running
@@ -27,13 +29,7 @@ func TestAliveZombie(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for Alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatal("a killed, unreaped child (a zombie) is still alive after 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	checkfor.Check(t, 5*time.Second, 10*time.Millisecond, checkfor.Holds("a killed, unreaped child (a zombie) not alive", func() bool { return !Alive(pid) }))
 }
 
 // TestGone: a running child that started before the lease is not gone; its pid once it is dead
@@ -65,11 +61,5 @@ func TestGone(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !Gone(pid, now) {
-		if time.Now().After(deadline) {
-			t.Fatal("a killed child is not gone after 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	checkfor.Check(t, 5*time.Second, 10*time.Millisecond, checkfor.Holds("a killed child gone", func() bool { return Gone(pid, now) }))
 }

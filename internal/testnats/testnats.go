@@ -1,7 +1,7 @@
 // Package testnats starts real NATS for tests: an embedded nats-server (natsdev.RunServer, file
 // storage in the test's temp dir), a connection to it, and a provisioned agentlog store, all torn
-// down when the test ends. It never mocks JetStream. (The jetstream package's own tests cannot import
-// it, as it imports jetstream; they use internal/testserver.)
+// down when the test ends. It never mocks JetStream. (Package store's own white-box tests cannot
+// import it, as it imports store; they start their server the way Server does.)
 package testnats
 
 import (
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/natsdev"
-	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -35,7 +34,7 @@ func Start(t testing.TB, cfg store.Config) *Env {
 // MaxPayload.
 func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg store.Config) *Env {
 	t.Helper()
-	url, nc, js := testserver.Start(t, opts)
+	url, nc, js := Server(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := store.Provision(ctx, js, cfg)
@@ -43,6 +42,30 @@ func StartWith(t testing.TB, opts natsdev.ServerOptions, cfg store.Config) *Env 
 		t.Fatalf("Provision: %v", err)
 	}
 	return &Env{URL: url, NC: nc, Store: st}
+}
+
+// Server runs an embedded server with opts (DataDir defaults to t.TempDir()) and connects to it as
+// t.Name(), provisioning nothing. Both are stopped at cleanup; failures end the test.
+func Server(t testing.TB, opts natsdev.ServerOptions) (url string, nc *nats.Conn, js jetstream.JetStream) {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	srv, err := natsdev.RunServer(opts)
+	if err != nil {
+		t.Fatalf("natsdev.RunServer: %v", err)
+	}
+	nc, js, err = natsdev.Connect(srv.ClientURL(), nats.Name(t.Name()))
+	if err != nil {
+		srv.Shutdown()
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv.ClientURL(), nc, js
 }
 
 // MarkRemoving leaves session id as an agentlog rm killed after its first step leaves it: its
