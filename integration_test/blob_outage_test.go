@@ -11,6 +11,7 @@ import (
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // TestBlobUploadAcrossServerRestart: an event larger than a record is being uploaded (as a blob)
@@ -41,7 +42,7 @@ func TestBlobUploadAcrossServerRestart(t *testing.T) {
 	flushed := make(chan error, 1)
 	go func() { flushed <- wa.Flush(ctx) }()
 	eventually(t, "the upload started", func() bool {
-		s, err := st.JetStream().Stream(ctx, "OBJ_agentlog_blobs")
+		s, err := st.JetStream().Stream(ctx, wire.BlobStream)
 		if err != nil {
 			return false
 		}

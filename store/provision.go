@@ -151,9 +151,15 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := ensureBlobsBucket(ctx, js, replicas)
-	if err != nil {
+	blobStream, err := ensureStream(ctx, js, wire.BlobStream, blobStreamConfig(replicas, stream.CachedInfo().Config.Compression), checkBlobStream)
+	if errors.Is(err, ErrIncompatible) {
 		return nil, err
+	}
+	if err != nil {
+		// Credentials that may not create it (an agent's, on a deployment provisioned before it
+		// existed): without it, events larger than a record are refused and format 3 records
+		// cannot be read (rule record-blob), each with an error saying so.
+		blobStream = nil
 	}
 	archive, children, lifecycle, err := ensureLifecycle(ctx, js, replicas, found.maxMsgSize)
 	if err != nil {
@@ -174,7 +180,7 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		sessions:    sessions,
 		projections: projections,
 		writers:     writers,
-		blobs:       blobs,
+		blobStream:  blobStream,
 		partitions:  found.partitions,
 		maxMsgSize:  found.maxMsgSize,
 	}, nil
