@@ -361,6 +361,7 @@ func (s *Store) collectLegacy(ctx context.Context, obs natsjs.ObjectStore, cutof
 	}
 	return nil
 }
+
 // collectPartial purges the chunk subjects (of subjects, the bucket's chunk subjects) whose nuid
 // no object in named has and whose last chunk the server stored before cutoff. A put in progress
 // keeps writing chunks, so its last chunk is never that old.

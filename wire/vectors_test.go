@@ -107,8 +107,8 @@ type vectors struct {
 		Token string    `json:"token"`
 		Name  string    `json:"name"`
 	} `json:"blobRefs"`
-	BadBlobValues   []string `json:"badBlobValues"`
-	ChunkBlobRefs   []struct {
+	BadBlobValues []string `json:"badBlobValues"`
+	ChunkBlobRefs []struct {
 		Value    string    `json:"value"`
 		Ref      vectorRef `json:"ref"`
 		Token    string    `json:"token"`
@@ -116,7 +116,7 @@ type vectors struct {
 		Filter   string    `json:"filter"`
 	} `json:"chunkBlobRefs"`
 	BadChunkBlobValues []string `json:"badChunkBlobValues"`
-	HeaderWireSizes []struct {
+	HeaderWireSizes    []struct {
 		Headers [][2]string `json:"headers"`
 		Size    int         `json:"size"`
 	} `json:"headerWireSizes"`
