@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/testserver"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
@@ -120,5 +122,26 @@ func TestLegacyBlobRead(t *testing.T) {
 	}
 	if objs, _ := obs.List(ctx); len(objs) != 0 {
 		t.Fatalf("%d legacy objects left", len(objs))
+	}
+}
+
+// TestBlobStreamMustBeWriteOnce: an AGENTLOG_BLOBS that would let a chunk be written twice (no
+// per-subject limit, or discard old) is refused (ErrIncompatible naming the setting), never used.
+func TestBlobStreamMustBeWriteOnce(t *testing.T) {
+	for _, bad := range []func(*natsjs.StreamConfig){
+		func(c *natsjs.StreamConfig) { c.MaxMsgsPerSubject, c.DiscardNewPerSubject = -1, false },
+		func(c *natsjs.StreamConfig) { c.Discard, c.DiscardNewPerSubject = natsjs.DiscardOld, false },
+		func(c *natsjs.StreamConfig) { c.MaxMsgsPerSubject = 2 },
+	} {
+		_, _, js := testserver.Start(t, natsdev.ServerOptions{})
+		cfg := blobStreamConfig(1, natsjs.S2Compression)
+		bad(&cfg)
+		if _, err := js.CreateStream(testCtx(t), cfg); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Provision(testCtx(t), js, Config{})
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), wire.BlobStream) {
+			t.Fatalf("Provision over a stream %s that is not write-once (%+v): %v", wire.BlobStream, cfg, err)
+		}
 	}
 }

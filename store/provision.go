@@ -91,8 +91,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 //
 // A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
 // Provision would refuse is ErrIncompatible (wrapped). Open changes no existing stream or bucket;
-// the things it may create are the lease bucket agentlog_writers and the Object Store bucket
-// agentlog_blobs, when missing (deployments provisioned before they existed).
+// the things it may create are the lease bucket agentlog_writers and the blob stream
+// AGENTLOG_BLOBS, when missing (deployments provisioned before they existed) and the credentials
+// may; one that is not write-once is ErrIncompatible.
 func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	w, err := wantFromConfig(js, Config{})
 	if err != nil {
@@ -143,7 +144,7 @@ func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.S
 }
 
 // newStore completes a Store on the checked AGENTLOG stream and KV buckets: it creates the lease
-// bucket agentlog_writers and the blob bucket agentlog_blobs where missing (deployments
+// bucket agentlog_writers and the blob stream AGENTLOG_BLOBS where missing (deployments
 // provisioned before they existed get them here), with the stream's replicas.
 func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, found foundStream, sessions, projections natsjs.KeyValue) (*Store, error) {
 	replicas := stream.CachedInfo().Config.Replicas

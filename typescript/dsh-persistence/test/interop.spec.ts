@@ -141,26 +141,28 @@ describe('large events (offloaded to agentlog_blobs)', () => {
   it('a legacy record (format 2) whose event is an Object Store object, written the old way, reads back by direct gets', async () => {
     const id = uniqueId('ts-legacy-blob')
     const tok = token(id)
+    const first = bigTurn(2)[0]!
     await backend.create(metaFor(id, undefined))
+    await backend.append(SessionId(id), [first])
     const nc = await backend.connection()
     const objm = new Objm(jetstream(nc))
     const os = await objm.create('agentlog_blobs', { storage: 'file' as never }).catch(() => objm.open('agentlog_blobs'))
-    const ev = bigTurn(300_000)[5]! as unknown as WireEvent
-    const line = new TextEncoder().encode(encodeEventLine(id, { ...ev, seq: 0 }))
+    const ev = { ...(bigTurn(300_000)[5]! as unknown as WireEvent), seq: 1 }
+    const line = new TextEncoder().encode(encodeEventLine(id, ev))
     const sha256 = createHash('sha256').update(line).digest('hex')
-    await os.putBlob({ name: `${tok}/0/NUIDLEGACY` }, line)
+    await os.putBlob({ name: `${tok}/1/NUIDLEGACY` }, line)
     const h = natsHeaders()
-    for (const [k, v] of recordHeaders(tok, 0, 1)) h.set(k, v)
+    for (const [k, v] of recordHeaders(tok, 1, 1)) h.set(k, v)
     h.set('Agentlog-Format', '2')
-    h.set('Agentlog-Blob', `0 ${line.length} ${sha256} NUIDLEGACY`)
+    h.set('Agentlog-Blob', `1 ${line.length} ${sha256} NUIDLEGACY`)
     await jetstream(nc).publish(sessionSubject(id, 16), new Uint8Array(0), { headers: h })
     const stored = await backend.loadStored(SessionId(id))
-    expect(stored?.events).toHaveLength(1)
-    expect(encodeEventLine(id, stored!.events[0] as WireEvent)).toBe(new TextDecoder().decode(line))
+    expect(stored?.events).toHaveLength(2)
+    expect(encodeEventLine(id, stored!.events[1] as WireEvent)).toBe(new TextDecoder().decode(line))
     const go = await goEvents(id)
-    expect(go.text).toBe(new TextDecoder().decode(line) + '\n')
-    await os.delete(`${tok}/0/NUIDLEGACY`)
-    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 0: .*missing.*record-blob/)
+    expect(go.text.split('\n')[1]).toBe(new TextDecoder().decode(line))
+    await os.delete(`${tok}/1/NUIDLEGACY`)
+    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 1: .*missing.*record-blob/)
   })
 
   it('an event over maxEventBytes is refused, naming the session, seq and rule, and nothing is stored', async () => {
