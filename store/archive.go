@@ -277,7 +277,7 @@ type ArchiveResult struct {
 	StoredBytes  int64  `json:"storedBytes"`  // the archive's payload (compressed)
 	Parts        int    `json:"parts"`        // messages of the payload
 	Projections  int    `json:"projections"`  // projection states moved into the archive
-	Blobs        int    `json:"blobs"`        // offloaded events deleted from agentlog_blobs (inline in the archive)
+	Blobs        int    `json:"blobs"`        // offloaded events removed from AGENTLOG_BLOBS and agentlog_blobs (inline in the archive)
 	LastActivity int64  `json:"lastActivity"` // when the last record was stored, Unix ms
 }
 
