@@ -12,6 +12,7 @@ import (
 	"github.com/agentlog/agentlog/publisher"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
 )
 
 // TestBlobUploadAcrossServerRestart: an event larger than a record is being uploaded (as a blob)
@@ -42,7 +43,7 @@ func TestBlobUploadAcrossServerRestart(t *testing.T) {
 	flushed := make(chan error, 1)
 	go func() { flushed <- wa.Flush(ctx) }()
 	checkfor.Check(t, 60*time.Second, 10*time.Millisecond, checkfor.Holds("the upload started", func() bool {
-		s, err := st.JetStream().Stream(ctx, "OBJ_agentlog_blobs")
+		s, err := st.JetStream().Stream(ctx, wire.BlobStream)
 		if err != nil {
 			return false
 		}

@@ -40,7 +40,7 @@ func (m *lifecycleMetrics) collectors() []prometheus.Collector {
 }
 
 // lifecycle runs one lifecycle pass (store.Store.LifecyclePass with the cluster's policy) when
-// this instance owns partition 0, as collectBlobs does. Credentials without the right to purge
+// this instance owns partition 0, so that one instance of the group does it. Credentials without the right to purge
 // (a projector's role has none: deploy/SECURITY.md) skip the pass with one clear log line; the
 // operator's role, or the lifecycle role, runs it (agentlog lifecycle run, or a projector started
 // with those credentials).

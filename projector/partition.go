@@ -309,7 +309,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	// Offloaded events are read from agentlog_blobs: a blob that is missing or differs is the log's
+	// Offloaded events are read from AGENTLOG_BLOBS: a blob that is missing or differs is the log's
 	// fault (a *session.Error, rule record-blob); failing to reach the bucket is transient.
 	// One scan per event: the rules and the units read what it located (session.Scanned).
 	events, decodeErr := p.store.ScanRecord(w.ctx, h, msg.Data())

@@ -28,8 +28,8 @@ const ConsumerName = "agentlog-projector"
 const casRetries = 16
 
 // Options configure a Projector. Zero values take defaults; New refuses a negative duration or
-// CacheSessions, a Name that is not a valid session id (it keys the member lease), a BlobGrace
-// below jetstream.MinBlobGrace and a Registry without the messages unit first.
+// CacheSessions, a Name that is not a valid session id (it keys the member lease) and a Registry
+// without the messages unit first.
 type Options struct {
 	// Name is the instance name (default "<hostname>-<pid>"): its member key, and in logs and
 	// in the query service's metadata. Two live instances must not share a name.
@@ -54,13 +54,6 @@ type Options struct {
 	// writer's append span carried in the record's headers) and of queries ("agentlog.query
 	// <endpoint>"). Default otel.GetTracerProvider() (no-op unless the SDK is set up).
 	TracerProvider trace.TracerProvider
-	// BlobGCInterval is how often the instance that owns partition 0 removes the orphan blobs of
-	// agentlog_blobs (jetstream.Store.CollectBlobs with BlobGrace): offloaded events whose record
-	// was never written. Default DefaultBlobGCInterval (1 h); negative: never.
-	BlobGCInterval time.Duration
-	// BlobGrace is the age an orphan blob must reach before it is removed (default
-	// jetstream.DefaultBlobGrace, at least jetstream.MinBlobGrace).
-	BlobGrace time.Duration
 	// LifecycleInterval is how often the instance that owns partition 0 runs a lifecycle pass
 	// (the cluster's policy: archive idle sessions, retention; store.Store.LifecyclePass).
 	// Default DefaultLifecycleInterval (10 min); negative: never. Credentials without the right
@@ -71,9 +64,6 @@ type Options struct {
 // StopTimeout bounds the handover of Projector.Stop, so that a service stops within 2 s of SIGTERM
 // even when the server is gone or stopped.
 const StopTimeout = 1500 * time.Millisecond
-
-// DefaultBlobGCInterval is the default Options.BlobGCInterval.
-const DefaultBlobGCInterval = time.Hour
 
 // Projector folds the sessions of the AGENTLOG stream into their units' states in the
 // agentlog_projections KV bucket and serves the agentlog-query micro service; instances divide the
@@ -100,7 +90,6 @@ type Projector struct {
 
 	memberState
 	foldState
-	blobGC
 	query *queryService
 
 	lifecycleInterval   time.Duration
@@ -150,8 +139,6 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Projector, error) {
 		logger:      logger.With("component", "projector", "instance", name),
 		registry:    reg,
 		memberState: memberState{memberKey: memberKeyOf(name), memberTTL: cmp.Or(opts.MemberTTL, DefaultMemberTTL)},
-		blobGC: blobGC{interval: cmp.Or(opts.BlobGCInterval, DefaultBlobGCInterval),
-			grace: cmp.Or(opts.BlobGrace, store.DefaultBlobGrace)},
 		foldState: foldState{cacheSessions: cmp.Or(opts.CacheSessions, DefaultCacheSessions),
 			flushInterval: cmp.Or(opts.FlushInterval, DefaultFlushInterval), workers: map[int]*worker{}},
 	}
@@ -176,7 +163,7 @@ func checkOptions(o Options) error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"FlushInterval", o.FlushInterval}, {"MemberTTL", o.MemberTTL}, {"BlobGrace", o.BlobGrace}} {
+	}{{"FlushInterval", o.FlushInterval}, {"MemberTTL", o.MemberTTL}} {
 		if d.v < 0 {
 			return fmt.Errorf("projector: Options.%s %s is negative", d.name, d.v)
 		}
@@ -184,8 +171,6 @@ func checkOptions(o Options) error {
 	switch {
 	case o.CacheSessions < 0:
 		return fmt.Errorf("projector: Options.CacheSessions %d is negative", o.CacheSessions)
-	case o.BlobGrace > 0 && o.BlobGrace < store.MinBlobGrace:
-		return fmt.Errorf("projector: Options.BlobGrace %s is below %s: an append in progress could lose its blob", o.BlobGrace, store.MinBlobGrace)
 	}
 	if o.Name != "" {
 		if _, err := wire.Token(o.Name); err != nil {
@@ -234,10 +219,6 @@ func (p *Projector) Start(ctx context.Context) error {
 	p.loop.Add(2)
 	go p.membership(mctx)
 	go p.heartbeat(mctx)
-	if p.blobGC.interval > 0 {
-		p.loop.Add(1)
-		go p.every(mctx, p.blobGC.interval, p.collectBlobs)
-	}
 	if p.lifecycleInterval > 0 {
 		p.loop.Add(1)
 		go p.every(mctx, p.lifecycleInterval, p.lifecycle)

@@ -103,7 +103,7 @@ type Options struct {
 	// MaxEventBytes caps one event's encoded JSON line, in bytes: Append refuses a larger event at
 	// once with a *session.Error (rule event-too-large) that also matches
 	// store.ErrEventTooLarge. An event too large for one record (the stream's max message
-	// size) is stored in the Object Store bucket agentlog_blobs and its record references it.
+	// size) is stored as a blob of the write-once stream AGENTLOG_BLOBS and its record references it.
 	// Default store.DefaultMaxEventBytes (64 MiB).
 	MaxEventBytes int64
 }

@@ -55,7 +55,7 @@ func TestLargeToolResultInOneWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := e.records(t, "big")
-	if len(recs) != 1 || recs[0].header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs {
+	if len(recs) != 1 || recs[0].header.Get(wire.HeaderFormat) != wire.RecordFormatChunks {
 		t.Fatalf("%d records (first: %v), want one record of format 2", len(recs), recs[0].header)
 	}
 	rest := fixtureEvents(t, 9)[6:]

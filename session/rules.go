@@ -69,7 +69,7 @@ const (
 	RuleRecordFormat   Rule = "record-format"   // Agentlog-Format is the record format version
 	RuleRecordSession  Rule = "record-session"  // Agentlog-Session is the token of the session the record is stored under
 	RuleRecordContinue Rule = "record-continue" // a record's first seq continues the previous record (0 for the first)
-	RuleRecordBlob     Rule = "record-blob"     // an offloaded event's blob is present in agentlog_blobs with the size and SHA-256 its record names
+	RuleRecordBlob     Rule = "record-blob"     // an offloaded event's blob is present (AGENTLOG_BLOBS, or legacy agentlog_blobs) with the chunk count, size and SHA-256 its record names
 	RuleEventTooLarge  Rule = "event-too-large" // an event's encoded line is at most the writer's max event bytes
 )
 

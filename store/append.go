@@ -218,7 +218,7 @@ func setBlobHeaders(h nats.Header, blobs []wire.BlobLine) {
 	if len(blobs) == 0 {
 		return
 	}
-	h.Set(wire.HeaderFormat, wire.RecordFormatBlobs)
+	h.Set(wire.HeaderFormat, wire.RecordFormatChunks)
 	for _, b := range blobs {
 		h.Add(wire.HeaderBlob, b.Ref.HeaderValue())
 	}

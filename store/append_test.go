@@ -427,7 +427,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 	if got, last, err := readAll(ctx, sessionOf(s, "huge")); err != nil || len(got) != 0 || last != 0 {
 		t.Fatalf("something was written: %d events, %v", len(got), err)
 	}
-	if objs, _ := s.blobs.List(ctx); len(objs) != 0 {
+	if objs := blobList(t, s); len(objs) != 0 {
 		t.Fatalf("a refused append stored %d blobs", len(objs))
 	}
 	if err := sessionOf(capped, "huge").CheckEventSize(window[3]); !errors.Is(err, ErrEventTooLarge) {

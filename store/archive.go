@@ -293,7 +293,7 @@ type ArchiveResult struct {
 	StoredBytes  int64  `json:"storedBytes"`  // the archive's payload (compressed)
 	Parts        int    `json:"parts"`        // messages of the payload
 	Projections  int    `json:"projections"`  // projection states moved into the archive
-	Blobs        int    `json:"blobs"`        // offloaded events deleted from agentlog_blobs (inline in the archive)
+	Blobs        int    `json:"blobs"`        // offloaded events removed from AGENTLOG_BLOBS and agentlog_blobs (inline in the archive)
 	LastActivity int64  `json:"lastActivity"` // when the last record was stored, Unix ms
 }
 
@@ -421,7 +421,7 @@ func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResu
 	if err := jw.WriteHeader(&info.Header); err != nil {
 		return res, fmt.Errorf("archive session %q: write its header: %w", id, err)
 	}
-	var blobNames []string
+	used := blobsUsed{ids: map[string]bool{}, names: map[string]bool{}}
 	var lastAt int64
 	next := int64(0)
 	if prefix != nil {
@@ -448,7 +448,11 @@ func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResu
 			return res, wire.RecordError(id, evs[0].Seq, m.Sequence, session.RuleRecordContinue, "record starts at seq %d, want %d", evs[0].Seq, next)
 		}
 		for _, ref := range wire.RecordBlobs(m.Header) {
-			blobNames = append(blobNames, wire.BlobName(tok, ref))
+			if ref.Legacy() {
+				used.names[wire.BlobName(tok, ref)] = true
+			} else {
+				used.ids[ref.ID] = true
+			}
 		}
 		if err := jw.Write(evs...); err != nil {
 			return res, err
@@ -508,11 +512,8 @@ func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResu
 		return res, fmt.Errorf("archive session %q: purge its projection keys (it is archived; run the archive again to finish): %w", id, err)
 	}
 	o.at("projections")
-	slices.Sort(blobNames)
-	if s.blobs != nil {
-		if res.Blobs, err = s.deleteBlobs(ctx, slices.Compact(blobNames)); err != nil {
-			return res, fmt.Errorf("archive session %q (it is archived): %w", id, err)
-		}
+	if res.Blobs, err = s.removeUsedBlobs(ctx, tok, used); err != nil {
+		return res, fmt.Errorf("archive session %q (it is archived): %w", id, err)
 	}
 	for _, old := range []*wire.ArchiveHead{prefix, stale} {
 		if old != nil && old.Parts > 1 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestOffloadRoundTrip(t *testing.T) {
 	}
 	sameEvents(t, got, window)
 	recs := rawRecords(t, s, "big")
-	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs || len(recs[0].Header.Values(wire.HeaderBlob)) != 2 {
+	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatChunks || len(recs[0].Header.Values(wire.HeaderBlob)) != 2 {
 		t.Fatalf("stored %d records, first headers %v; want one format 2 record naming 2 blobs", len(recs), recs[0].Header)
 	}
 	if refs := wire.RecordBlobs(recs[0].Header); len(refs) != 2 || refs[0].Seq != 3 || refs[0].Size != 50_000 || refs[1].Seq != 6 {
@@ -116,10 +117,10 @@ func TestOffloadRoundTrip(t *testing.T) {
 	}
 	// The retry wrote its blobs again (new objects, never overwriting): they are orphans, which
 	// CollectBlobs removes once older than its grace, keeping the two the record references.
-	if objs, _ := s.blobs.List(ctx); len(objs) != 4 {
+	if objs := blobList(t, s); len(objs) != 4 {
 		t.Fatalf("%d blobs, want 4", len(objs))
 	}
-	if c, err := s.CollectBlobs(ctx, time.Hour); err != nil || len(c.Removed) != 0 || c.Young != 4 {
+	if c, err := s.CollectBlobs(ctx, time.Hour); err != nil || len(c.Removed) != 0 || c.Young != 2 || c.Used != 2 {
 		t.Fatalf("CollectBlobs with an hour's grace: %+v, %v", c, err)
 	}
 	c, err := s.CollectBlobs(ctx, 0)
@@ -136,8 +137,8 @@ func TestOffloadRoundTrip(t *testing.T) {
 	if err != nil || rm.Blobs != 2 || rm.Events != 7 {
 		t.Fatalf("RemoveSession: %+v, %v", rm, err)
 	}
-	if objs, err := s.blobs.List(ctx); len(objs) != 0 {
-		t.Fatalf("%d blobs left after rm (%v)", len(objs), err)
+	if objs := blobList(t, s); len(objs) != 0 {
+		t.Fatalf("%d blobs left after rm (%v)", len(objs), objs)
 	}
 }
 
@@ -165,7 +166,7 @@ func TestOffloadAtTheRecordLimit(t *testing.T) {
 		info, _ := s.stream.Info(ctx)
 		t.Fatalf("no records of edge2: %+v", info.State)
 	}
-	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatBlobs || len(recs[0].Data) != 0 {
+	if len(recs) != 1 || recs[0].Header.Get(wire.HeaderFormat) != wire.RecordFormatChunks || len(recs[0].Data) != 0 {
 		t.Fatalf("an event one byte over the record limit was not offloaded: %v, %d body bytes", recs[0].Header, len(recs[0].Data))
 	}
 	for id, want := range map[string]session.Event{"edge": at, "edge2": over} {
@@ -212,18 +213,29 @@ func TestOffloadedBlobMissingOrCorrupt(t *testing.T) {
 	}
 	tok, _ := wire.Token("c")
 	ref := wire.RecordBlobs(rawRecords(t, s, "c")[0].Header)[0]
-	name := wire.BlobName(tok, ref)
-	// Other bytes of the same length under the blob's name: refused, never served.
-	bad := bytes.Repeat([]byte{'z'}, int(ref.Size))
-	if _, err := s.blobs.PutBytes(ctx, name, bad); err != nil {
+	// Other bytes of the same length under the blob's subjects (only after an operator's purge:
+	// the stream refuses a second message on a subject): refused, never served.
+	if err := s.purgeBlob(ctx, tok, ref.ID); err != nil {
 		t.Fatal(err)
+	}
+	bad := bytes.Repeat([]byte{'z'}, int(ref.Size))
+	if n, err := s.putBlob(ctx, tok, ref.ID, bad); err != nil || n != ref.Chunks {
+		t.Fatal(n, err)
 	}
 	_, _, err := readAll(ctx, sessionOf(s, "c"))
 	var se *session.Error
-	if !errors.As(err, &se) || se.Rule != session.RuleRecordBlob || se.Seq != 2 || se.Session != "c" || !strings.Contains(err.Error(), "another digest") {
+	if !errors.As(err, &se) || se.Rule != session.RuleRecordBlob || se.Seq != 2 || se.Session != "c" || !strings.Contains(err.Error(), "another SHA-256") {
 		t.Fatalf("Read with a corrupt blob: %v", err)
 	}
-	if err := s.blobs.Delete(ctx, name); err != nil {
+	// One chunk short.
+	if _, err := s.purge(ctx, wire.BlobStream, wire.BlobChunkSubject(tok, ref.ID, 0), 0); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = readAll(ctx, sessionOf(s, "c"))
+	if !errors.As(err, &se) || se.Rule != session.RuleRecordBlob || se.Seq != 2 || !strings.Contains(err.Error(), "chunk 0 of 1 is missing") {
+		t.Fatalf("Read with a missing chunk: %v", err)
+	}
+	if err := s.purgeBlob(ctx, tok, ref.ID); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = readAll(ctx, sessionOf(s, "c"))
@@ -254,7 +266,7 @@ func BenchmarkOffload(b *testing.B) {
 	b.ResetTimer()
 	raw := func(i int) {
 		t0 := time.Now()
-		if _, err := s.blobs.PutBytes(ctx, fmt.Sprintf("raw/%d", i), line); err != nil {
+		if _, err := s.putBlob(ctx, "raw", wire.NewBlobID(), line); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := s.js.Publish(ctx, "agentlog.session.0.raw", []byte(`{"raw":true}`)); err != nil {
@@ -286,24 +298,37 @@ func BenchmarkOffload(b *testing.B) {
 	b.ReportMetric(float64(rawNs)/float64(appendNs), "ratio")
 }
 
-// chunkSubjects returns the chunk subjects of agentlog_blobs and how many chunks each holds.
+// chunkSubjects returns the chunk subjects of AGENTLOG_BLOBS and how many chunks each holds.
 func chunkSubjects(t testing.TB, s *Store) map[string]uint64 {
 	t.Helper()
-	st, err := s.js.Stream(testCtx(t), blobsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(testCtx(t), natsjs.WithSubjectFilter(blobChunksPrefix+">"))
+	info, err := s.blobStream.Info(testCtx(t), natsjs.WithSubjectFilter(wire.BlobPrefix+".>"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return info.State.Subjects
 }
 
-// setBlobsMaxBytes sets the max bytes of agentlog_blobs' stream (-1: none), as an operator would.
+// blobList returns the blobs of AGENTLOG_BLOBS as their chunk filters, sorted.
+func blobList(t testing.TB, s *Store) []string {
+	t.Helper()
+	byTok, err := s.sessionBlobIDs(testCtx(t), wire.BlobPrefix+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for tok, ids := range byTok {
+		for id := range ids {
+			out = append(out, wire.BlobChunksFilter(tok, id))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// setBlobsMaxBytes sets the max bytes of AGENTLOG_BLOBS (-1: none), as an operator would.
 func setBlobsMaxBytes(t testing.TB, s *Store, n int64) {
 	t.Helper()
-	st, err := s.js.Stream(testCtx(t), blobsStream)
+	st, err := s.js.Stream(testCtx(t), wire.BlobStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,11 +350,7 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 	if _, err := sessionOf(s, "kept").Append(ctx, 0, kept); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.js.Stream(ctx, blobsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
+	info, err := s.blobStream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,25 +360,27 @@ func TestFailedPutLeavesChunksForCollectBlobs(t *testing.T) {
 		t.Fatalf("append into a full bucket: %v; want the session, the seq and the server's reason", err)
 	}
 	setBlobsMaxBytes(t, s, -1)
-	before := chunkSubjects(t, s)
+	before := blobList(t, s)
 	if len(before) != 2 {
-		t.Fatalf("chunk subjects after the failed put: %v; want the kept object's and the partial upload's", before)
-	}
-	if objs, _ := s.blobs.List(ctx); len(objs) != 1 {
-		t.Fatalf("%d objects, want only the kept one", len(objs))
+		t.Fatalf("blobs after the failed put: %v; want the kept one and the partial upload", before)
 	}
 	c, err := s.CollectBlobs(ctx, time.Hour)
-	if err != nil || c.PartialYoung != 1 || len(c.PartialRemoved) != 0 {
+	if err != nil || c.Young != 1 || c.Used != 1 || len(c.Removed) != 0 {
 		t.Fatalf("CollectBlobs with an hour's grace: %+v, %v; want the partial upload kept as young", c, err)
 	}
-	time.Sleep(10 * time.Millisecond) // a sleep, not a condition: the clock passes the partial upload's last chunk (grace 0)
 	c, err = s.CollectBlobs(ctx, 0)
-	if err != nil || len(c.PartialRemoved) != 1 || c.PartialYoung != 0 || c.Used != 1 {
+	if err != nil || len(c.Removed) != 1 || c.Young != 0 || c.Used != 1 {
 		t.Fatalf("CollectBlobs: %+v, %v; want the partial upload purged, the kept blob used", c, err)
 	}
+	failedTok, _ := wire.Token("failed")
 	after := chunkSubjects(t, s)
-	if len(after) != 1 || after[blobChunksPrefix+c.PartialRemoved[0]] != 0 {
-		t.Fatalf("chunk subjects after CollectBlobs: %v (partial %v)", after, c.PartialRemoved)
+	for subj := range after {
+		if tok, _, _, _ := wire.ParseBlobSubject(subj); tok == failedTok {
+			t.Fatalf("chunk %s of the failed upload left after CollectBlobs", subj)
+		}
+	}
+	if len(after) != 3 || !strings.HasPrefix(c.Removed[0], wire.BlobPrefix+"."+failedTok+".") {
+		t.Fatalf("chunk subjects after CollectBlobs: %v (removed %v); want the kept blob's 3", after, c.Removed)
 	}
 	got, _, err := readAll(ctx, sessionOf(s, "kept"))
 	if err != nil {

@@ -2,8 +2,9 @@
 // through a session's handle (Store.Session), guarded append (Session.Append, BeginAppend),
 // reading its records in order (Session.Records, Tail), its metadata (Store.CreateSession,
 // Session.Info), its writer lease, its projection states, and its removal (Session.Remove). Events
-// too large for a record are offloaded to the Object Store bucket agentlog_blobs (Append stores
-// them, every read checks them, Remove and Store.CollectBlobs delete them). What goes on the wire
+// too large for a record are offloaded to the write-once stream AGENTLOG_BLOBS (Append stores
+// them, every read checks them, Remove and Store.CollectBlobs purge them; legacy ones of the
+// Object Store bucket agentlog_blobs are read by direct gets). What goes on the wire
 // (names, tokens, subjects, the record codec) is package wire's.
 //
 // Errors name the session and carry no package prefix; refusals of a record are *session.Error,

@@ -40,12 +40,12 @@ func tooLargeErr(id string, seq int64, size, limit int64) error {
 // It is cheap for the usual event: the exact encoding is computed only when a quick upper bound
 // of the size passes the limit.
 //
-// With a blob bucket (agentlog_blobs, which Provision and Open set up) an event too large for a
+// With a blob stream (AGENTLOG_BLOBS, which Provision and Open set up) an event too large for a
 // record is offloaded instead, and CheckEventSize refuses only one over MaxEventBytes (rule
 // event-too-large; still a wrapped ErrEventTooLarge).
 func (ss *Session) CheckEventSize(ev session.Event) error {
 	s, id, tok := ss.s, ss.id, ss.tok
-	if s.blobs != nil {
+	if s.blobStream != nil {
 		return s.checkMaxEventBytes(id, ev)
 	}
 	limit := int(s.maxMsgSize)

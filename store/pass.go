@@ -58,6 +58,9 @@ type PassResult struct {
 	StaleArchives int          `json:"staleArchives"` // archives of restored sessions removed
 	ElapsedMs     float64      `json:"elapsedMs"`
 	Actions       []PassAction `json:"actions"`
+	// Blobs is what `agentlog lifecycle run` collected after the pass (CollectBlobs with
+	// DefaultBlobGrace; nil on a dry run). LifecyclePass itself leaves it nil.
+	Blobs *Collected `json:"blobs,omitempty"`
 }
 
 // staleArchiveAge: an archive the log does not use (a restored session's) is removed once it is

@@ -96,8 +96,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 //
 // A missing stream or bucket is ErrNotProvisioned (wrapped, naming it); an existing one that
 // Provision would refuse is ErrIncompatible (wrapped). Open changes no existing stream or bucket;
-// the things it may create are the lease bucket agentlog_writers and the Object Store bucket
-// agentlog_blobs, when missing (deployments provisioned before they existed).
+// the things it may create are the lease bucket agentlog_writers and the blob stream
+// AGENTLOG_BLOBS, when missing (deployments provisioned before they existed) and the credentials
+// may; one that is not write-once is ErrIncompatible.
 func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	w, err := wantFromConfig(js, Config{})
 	if err != nil {
@@ -148,7 +149,7 @@ func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.S
 }
 
 // newStore completes a Store on the checked AGENTLOG stream and KV buckets: it creates the lease
-// bucket agentlog_writers and the blob bucket agentlog_blobs where missing (deployments
+// bucket agentlog_writers and the blob stream AGENTLOG_BLOBS where missing (deployments
 // provisioned before they existed get them here), with the stream's replicas.
 func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, found foundStream, sessions, projections natsjs.KeyValue) (*Store, error) {
 	replicas := stream.CachedInfo().Config.Replicas
@@ -156,9 +157,15 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := ensureBlobsBucket(ctx, js, replicas)
-	if err != nil {
+	blobStream, err := ensureStream(ctx, js, wire.BlobStream, blobStreamConfig(replicas, stream.CachedInfo().Config.Compression), checkBlobStream)
+	if errors.Is(err, ErrIncompatible) {
 		return nil, err
+	}
+	if err != nil {
+		// Credentials that may not create it (an agent's, on a deployment provisioned before it
+		// existed): without it, events larger than a record are refused and format 3 records
+		// cannot be read (rule record-blob), each with an error saying so.
+		blobStream = nil
 	}
 	archive, children, lifecycle, err := ensureLifecycle(ctx, js, replicas, found.maxMsgSize)
 	if err != nil {
@@ -179,7 +186,7 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		sessions:    sessions,
 		projections: projections,
 		writers:     writers,
-		blobs:       blobs,
+		blobStream:  blobStream,
 		partitions:  found.partitions,
 		maxMsgSize:  found.maxMsgSize,
 	}, nil

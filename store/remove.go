@@ -40,7 +40,7 @@ type Removed struct {
 	// Lease is the live writer lease found (and removed); that writer is fenced.
 	Lease        *Lease `json:"lease,omitempty"`
 	ErrorReports uint64 `json:"errorReports"` // AGENTLOG_ERRORS messages purged
-	Blobs        int    `json:"blobs"`        // agentlog_blobs objects its records referenced, deleted
+	Blobs        int    `json:"blobs"`        // its blobs removed (AGENTLOG_BLOBS, and legacy agentlog_blobs objects its records named)
 	// Archive counts the AGENTLOG_ARCHIVE messages purged (its archive's head and parts).
 	Archive uint64 `json:"archive"`
 }
@@ -64,7 +64,7 @@ func (o *removeOpts) at(step string) {
 }
 
 // Remove deletes the session: its records (AGENTLOG subject) and the blobs they reference
-// (agentlog_blobs), its metadata
+// (AGENTLOG_BLOBS, legacy agentlog_blobs), its metadata
 // (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
 // its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
 //

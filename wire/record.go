@@ -66,7 +66,7 @@ func DecodeRecord(h Header, body []byte) ([]session.Event, error) {
 	rec, err := DecodeRecordAt(h, body, 0)
 	if err == nil && len(rec.Blobs) > 0 {
 		return nil, RecordError(rec.ID, rec.Blobs[0].Ref.Seq, 0, session.RuleRecordBlob,
-			"the record holds %d offloaded events (Agentlog-Format %s): read it through a Store (Store.DecodeRecord), which fetches them from %s", len(rec.Blobs), RecordFormatBlobs, BlobsBucket)
+			"the record holds %d offloaded events (Agentlog-Format %s): read it through a Store (Store.DecodeRecord), which fetches them from %s", len(rec.Blobs), h[HeaderFormat][0], BlobStream)
 	}
 	return rec.Events, err
 }
@@ -248,8 +248,8 @@ func decodeRecord(h Header, body []byte, streamSeq uint64, scan bool) (decoded, 
 	if err != nil {
 		return decoded{id: id}, err
 	}
-	if format != RecordFormat && format != RecordFormatBlobs {
-		return decoded{id: id}, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs)
+	if format != RecordFormat && format != RecordFormatBlobs && format != RecordFormatChunks {
+		return decoded{id: id}, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q, this code reads %q, %q and %q", HeaderFormat, format, RecordFormat, RecordFormatBlobs, RecordFormatChunks)
 	}
 	fs, err := singleHeader(h, HeaderFirstSeq, id, streamSeq)
 	if err != nil {
@@ -359,24 +359,28 @@ func decodeRecord(h Header, body []byte, streamSeq uint64, scan bool) (decoded, 
 	return d, nil
 }
 
-// recordBlobLines parses the HeaderBlob values of a record (format 2 only; a format 1 record may
-// have none): canonical, in ascending seq order, each within the record's seqs.
+// recordBlobLines parses the HeaderBlob values of a record (formats 2 and 3 only; a format 1
+// record may have none): canonical, in ascending seq order, each within the record's seqs.
 func recordBlobLines(h Header, id, format string, first int64, count int, streamSeq uint64) ([]BlobLine, error) {
 	vs := h[HeaderBlob]
 	if len(vs) == 0 {
-		if format == RecordFormatBlobs {
-			return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q but the record names no %s (format %q holds offloaded events)", HeaderFormat, format, HeaderBlob, RecordFormatBlobs)
+		if format != RecordFormat {
+			return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is %q but the record names no %s (format %q holds offloaded events)", HeaderFormat, format, HeaderBlob, format)
 		}
 		return nil, nil
 	}
-	if format != RecordFormatBlobs {
-		return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is present in a record of format %q (offloaded events need format %q)", HeaderBlob, format, RecordFormatBlobs)
+	if format == RecordFormat {
+		return nil, RecordError(id, -1, streamSeq, session.RuleRecordFormat, "header %s is present in a record of format %q (offloaded events need format %q)", HeaderBlob, format, RecordFormatChunks)
+	}
+	shape := "<seq> <size> <sha256 hex> <id> <chunks>"
+	if format == RecordFormatBlobs {
+		shape = "<seq> <size> <sha256 hex> <id>"
 	}
 	blobs := make([]BlobLine, len(vs))
 	for i, v := range vs {
-		ref, ok := parseBlobRef(v)
+		ref, ok := parseBlobRef(v, format)
 		if !ok {
-			return nil, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s value %q, want \"<seq> <size> <sha256 hex> <id>\"", HeaderBlob, v)
+			return nil, RecordError(id, first, streamSeq, session.RuleRecordHeader, "header %s value %q, want %q (format %s)", HeaderBlob, v, shape, format)
 		}
 		if ref.Seq < first || ref.Seq >= first+int64(count) || (i > 0 && ref.Seq <= blobs[i-1].Ref.Seq) {
 			return nil, RecordError(id, ref.Seq, streamSeq, session.RuleRecordHeader, "header %s names seq %d, out of order or outside the record's seqs %d..%d", HeaderBlob, ref.Seq, first, first+int64(count)-1)

@@ -40,11 +40,12 @@ type vectorRef struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	ID     string `json:"id"`
+	Chunks int    `json:"chunks,omitempty"` // format 3 refs only
 }
 
 func (v vectorRef) ref(t *testing.T) BlobRef {
 	t.Helper()
-	r := BlobRef{Seq: v.Seq, Size: v.Size, ID: v.ID}
+	r := BlobRef{Seq: v.Seq, Size: v.Size, ID: v.ID, Chunks: v.Chunks}
 	sum, err := hex.DecodeString(v.SHA256)
 	if err != nil || len(sum) != len(r.SHA256) {
 		t.Fatalf("vector sha256 %q", v.SHA256)
@@ -106,8 +107,16 @@ type vectors struct {
 		Token string    `json:"token"`
 		Name  string    `json:"name"`
 	} `json:"blobRefs"`
-	BadBlobValues   []string `json:"badBlobValues"`
-	HeaderWireSizes []struct {
+	BadBlobValues []string `json:"badBlobValues"`
+	ChunkBlobRefs []struct {
+		Value    string    `json:"value"`
+		Ref      vectorRef `json:"ref"`
+		Token    string    `json:"token"`
+		Subjects []string  `json:"subjects"`
+		Filter   string    `json:"filter"`
+	} `json:"chunkBlobRefs"`
+	BadChunkBlobValues []string `json:"badChunkBlobValues"`
+	HeaderWireSizes    []struct {
 		Headers [][2]string `json:"headers"`
 		Size    int         `json:"size"`
 	} `json:"headerWireSizes"`
@@ -251,8 +260,8 @@ func TestVectorsBlobs(t *testing.T) {
 	v := loadVectors(t)
 	for _, c := range v.BlobRefs {
 		ref := c.Ref.ref(t)
-		got, ok := parseBlobRef(c.Value)
-		if !ok || got != ref || ref.HeaderValue() != c.Value {
+		got, ok := parseBlobRef(c.Value, RecordFormatBlobs)
+		if !ok || got != ref || ref.HeaderValue() != c.Value || !ref.Legacy() {
 			t.Errorf("blob value %q: parsed %+v, %v; value of the ref %q", c.Value, got, ok, ref.HeaderValue())
 		}
 		if name := BlobName(c.Token, ref); name != c.Name {
@@ -263,8 +272,40 @@ func TestVectorsBlobs(t *testing.T) {
 		}
 	}
 	for _, bad := range v.BadBlobValues {
-		if ref, ok := parseBlobRef(bad); ok {
+		if ref, ok := parseBlobRef(bad, RecordFormatBlobs); ok {
 			t.Errorf("blob value %q accepted as %+v", bad, ref)
+		}
+	}
+	if len(v.ChunkBlobRefs) == 0 || len(v.BadChunkBlobValues) == 0 {
+		t.Fatal("no format 3 blob vectors")
+	}
+	for _, c := range v.ChunkBlobRefs {
+		ref := c.Ref.ref(t)
+		got, ok := parseBlobRef(c.Value, RecordFormatChunks)
+		if !ok || got != ref || ref.HeaderValue() != c.Value || ref.Legacy() {
+			t.Errorf("format 3 blob value %q: parsed %+v, %v; value of the ref %q", c.Value, got, ok, ref.HeaderValue())
+		}
+		if _, ok := parseBlobRef(c.Value, RecordFormatBlobs); ok {
+			t.Errorf("format 3 blob value %q accepted in a format 2 record", c.Value)
+		}
+		if len(c.Subjects) != ref.Chunks {
+			t.Errorf("%q: %d subjects for %d chunks", c.Value, len(c.Subjects), ref.Chunks)
+		}
+		for k, subj := range c.Subjects {
+			if got := BlobChunkSubject(c.Token, ref.ID, k); got != subj {
+				t.Errorf("BlobChunkSubject(%q, %q, %d) = %q, want %q", c.Token, ref.ID, k, got, subj)
+			}
+			if tok, id, kk, ok := ParseBlobSubject(subj); !ok || tok != c.Token || id != ref.ID || kk != k {
+				t.Errorf("ParseBlobSubject(%q) = %q %q %d %v", subj, tok, id, kk, ok)
+			}
+		}
+		if f := BlobChunksFilter(c.Token, ref.ID); f != c.Filter {
+			t.Errorf("BlobChunksFilter = %q, want %q", f, c.Filter)
+		}
+	}
+	for _, bad := range v.BadChunkBlobValues {
+		if ref, ok := parseBlobRef(bad, RecordFormatChunks); ok {
+			t.Errorf("format 3 blob value %q accepted as %+v", bad, ref)
 		}
 	}
 	for _, c := range v.HeaderWireSizes {

@@ -188,7 +188,7 @@ func importFile(ctx context.Context, g *globals, nc *nats.Conn, st *store.Store,
 		h.Cwd, h.Raw = cwd, nil
 	}
 	// The largest event is checked against --max-event-bytes before anything is written
-	// (one larger than a record is offloaded to agentlog_blobs; one over the cap never stored).
+	// (one larger than a record is offloaded to AGENTLOG_BLOBS; one over the cap never stored).
 	ss, err := st.Session(h.ID)
 	if err != nil {
 		return importResult{}, err

@@ -185,8 +185,9 @@ func newLifecycleCmd(g *globals) *cobra.Command {
 once, as the projector that owns partition 0 does every --lifecycle-interval: it archives the
 sessions with no append for archive-after (not held, without a live writer), deletes as rm does the
 sessions whose last activity is older than retain-for (hot or archived, not held), and removes the
-archives that restored sessions left behind. --dry-run lists what it would archive or delete, and
-why, and changes nothing. It needs the operator's (or the lifecycle) role.`,
+archives that restored sessions left behind. Then it removes the orphan blobs as agentlog gc does
+(grace ` + store.DefaultBlobGrace.String() + `). --dry-run lists what it would archive or delete, and why, and changes
+nothing. It needs the operator's role.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
@@ -203,6 +204,13 @@ why, and changes nothing. It needs the operator's (or the lifecycle) role.`,
 			res, err := st.LifecyclePass(ctx, p, store.PassOptions{DryRun: dry, Limit: limit})
 			if err != nil {
 				return purgeRefusal(g, "lifecycle run", err)
+			}
+			if !dry {
+				c, err := st.CollectBlobs(ctx, store.DefaultBlobGrace)
+				if err != nil {
+					return fmt.Errorf("lifecycle run: the pass is done; removing orphan blobs failed: %w", err)
+				}
+				res.Blobs = &c
 			}
 			if asJSON {
 				return writeJSON(g.stdout, res, false)
@@ -223,6 +231,9 @@ why, and changes nothing. It needs the operator's (or the lifecycle) role.`,
 				}
 				fmt.Fprintln(g.stdout, line)
 			}
+			if res.Blobs != nil {
+				printCollected(g, *res.Blobs, store.DefaultBlobGrace)
+			}
 			if res.Errors > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("lifecycle run: %d sessions failed", res.Errors)}
 			}
@@ -230,7 +241,7 @@ why, and changes nothing. It needs the operator's (or the lifecycle) role.`,
 		},
 	}
 	run.Flags().BoolVar(&dry, "dry-run", false, "list what the pass would archive or delete, and why; change nothing")
-	run.Flags().BoolVar(&asJSON, "json", false, `print {"archiveAfter","retainFor","dryRun","hotSessions","archived","archivedBytes","deleted","held","live","errors","staleArchives","elapsedMs","actions":[{"session","action","reason","lastActivity","error"?}]}`)
+	run.Flags().BoolVar(&asJSON, "json", false, `print {"archiveAfter","retainFor","dryRun","hotSessions","archived","archivedBytes","deleted","held","live","errors","staleArchives","elapsedMs","actions":[{"session","action","reason","lastActivity","error"?}],"blobs"?:{as agentlog gc --json}}`)
 	run.Flags().IntVar(&limit, "limit", 0, "stop after this many archives and deletions (0: none)")
 	c.AddCommand(run)
 	return c

@@ -23,7 +23,7 @@ func newRmCmd(g *globals) *cobra.Command {
 		Use:   "rm ID [--dry-run] [--yes] [--json]",
 		Short: "Delete a session: its records and blobs, metadata, projections, writer lease and error reports",
 		Long: `rm deletes session ID: its records in stream AGENTLOG (a purge of its subject) and the blobs of
-its offloaded events in agentlog_blobs, its metadata in
+its offloaded events in AGENTLOG_BLOBS (and legacy agentlog_blobs), its metadata in
 agentlog_sessions, its projection states in agentlog_projections, its writer lease in agentlog_writers
 and its error reports in AGENTLOG_ERRORS. A live writer of the session is fenced: its next write
 fails. The id can then be created again, as a new session. It prints what it removed, in words

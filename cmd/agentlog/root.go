@@ -165,7 +165,7 @@ func (g *globals) natsOptions(name string) []nats.Option {
 func (g *globals) addMaxEventBytesFlag(c *cobra.Command) {
 	g.maxEventBytes = store.DefaultMaxEventBytes
 	c.Flags().Var((*positiveBytes)(&g.maxEventBytes), "max-event-bytes",
-		"refuse an event whose JSON line is larger than this many bytes (events larger than one record are stored in the Object Store bucket "+wire.BlobsBucket+")")
+		"refuse an event whose JSON line is larger than this many bytes (events larger than one record are stored as blobs of the stream "+wire.BlobStream+")")
 }
 
 // positiveBytes is an int64 flag value that must be > 0.

@@ -193,7 +193,6 @@ func newProjectorCmd(g *globals) *cobra.Command {
 	var cacheSessions int
 	var flush time.Duration
 	var queryCacheMiB int64
-	var blobGCInterval, blobGrace time.Duration
 	var metricsAddr string
 	c := &cobra.Command{
 		Use:   "projector [--name NAME] [--metrics-addr HOST:PORT]",
@@ -219,9 +218,6 @@ waited for.`,
 			if queryCacheMiB < 0 || queryCacheMiB > 1<<20 {
 				return &usageError{fmt.Errorf("--query-cache-mib must be 0..%d (1 TiB), got %d", 1<<20, queryCacheMiB)}
 			}
-			if blobGrace < store.MinBlobGrace {
-				return &usageError{fmt.Errorf("--blob-grace %s is below %s: an append in progress could lose its blob", blobGrace, store.MinBlobGrace)}
-			}
 			queryCache := queryCacheMiB << 20
 			if queryCache == 0 {
 				queryCache = -1 // keep nothing
@@ -234,7 +230,7 @@ waited for.`,
 			defer nc.Close()
 			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
-				BlobGCInterval: blobGCInterval, BlobGrace: blobGrace, LifecycleInterval: lifecycleInterval})
+				LifecycleInterval: lifecycleInterval})
 			if err != nil {
 				return err
 			}
@@ -253,9 +249,6 @@ waited for.`,
 	c.Flags().DurationVar(&flush, "flush-interval", projector.DefaultFlushInterval, "longest a folded record waits for its checkpoint")
 	c.Flags().Int64Var(&queryCacheMiB, "query-cache-mib", projector.DefaultQueryCacheBytes>>20,
 		"MiB of user, assistant and tool-result events kept so that a messages query reads only the records appended since the session's last query (0: read the whole log each time)")
-	c.Flags().DurationVar(&blobGCInterval, "blob-gc-interval", projector.DefaultBlobGCInterval,
-		"how often the instance owning partition 0 removes orphan blobs of "+wire.BlobsBucket+" (as agentlog gc does; negative: never)")
-	c.Flags().DurationVar(&blobGrace, "blob-grace", store.DefaultBlobGrace, "age an orphan blob must reach before it is removed")
 	c.Flags().DurationVar(&lifecycleInterval, "lifecycle-interval", projector.DefaultLifecycleInterval,
 		"how often the instance owning partition 0 applies the cluster's lifecycle policy (as agentlog lifecycle run does; it needs the right to purge; negative: never)")
 	addMetricsFlag(c, &metricsAddr)

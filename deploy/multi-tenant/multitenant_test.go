@@ -543,18 +543,31 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	if err := js.DeleteStream(ctx, "AGENTLOG"); err == nil {
 		t.Fatal("agent deleted AGENTLOG")
 	}
-	// The agent purges the blob bucket: refused (a STREAM.PURGE carries its filter in the payload,
-	// so the right would take every session's blobs); the session's blob still reads.
+	// The agent purges the blob stream: refused (a STREAM.PURGE carries its filter in the payload,
+	// so the right would take every session's blobs); it overwrites a chunk of the session's blob:
+	// refused by the write-once stream. The session's blob still reads.
 	big := "big:" + strings.Repeat("P", 1<<20+512)
 	d.importLog(t, "A_AGENT_ARGS", smallLog("blob-victim", big))
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	blobs, err := js.Stream(ctx, "OBJ_"+wire.BlobsBucket)
+	blobs, err := js.Stream(ctx, wire.BlobStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := blobs.Purge(ctx); err == nil {
-		t.Fatal("agent purged agentlog_blobs")
+		t.Fatal("agent purged " + wire.BlobStream)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	victimTok, _ := wire.Token("blob-victim")
+	info, err := blobs.Info(ctx, natsjs.WithSubjectFilter(wire.BlobSessionFilter(victimTok)))
+	if err != nil || len(info.State.Subjects) == 0 {
+		t.Fatalf("the chunks of blob-victim's blob: %v, %v", info, err)
+	}
+	for subj := range info.State.Subjects {
+		if _, err := js.Publish(ctx, subj, []byte("overwritten")); err == nil {
+			t.Fatalf("agent overwrote chunk %s of another session's blob", subj)
+		}
 	}
 	if out := d.ok(t, "", "A_VIEWER_ARGS", "events", "blob-victim"); !strings.Contains(out, big) {
 		t.Fatalf("the blob of blob-victim after the agent's purge: %d bytes of events", len(out))

@@ -54,7 +54,7 @@ func api(rest, why string) Entry { return Entry{"$JS.API." + rest, why} }
 // bucket, and reads replies on its inbox.
 func openEntries() []Entry {
 	var out []Entry
-	for _, s := range []string{wire.StreamName, wire.ErrorsStream, sessionsKV, projectionsKV, writersKV, blobsObj, wire.ArchiveStream, wire.ChildrenStream, lifecycleKV} {
+	for _, s := range []string{wire.StreamName, wire.ErrorsStream, sessionsKV, projectionsKV, writersKV, wire.BlobStream, wire.ArchiveStream, wire.ChildrenStream, lifecycleKV} {
 		out = append(out, api("STREAM.INFO."+s, "store.Open checks the stream's or bucket's settings"))
 	}
 	return out
@@ -73,21 +73,19 @@ var (
 	watchDelete  = api("CONSUMER.DELETE."+projectionsKV+".*", "deletes that consumer when the watch stops")
 	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
 	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
-	// Offloaded events (agentlog_blobs): reading one, writing one.
+	// Offloaded events: reading one (AGENTLOG_BLOBS, and legacy objects of agentlog_blobs), by
+	// direct gets only (no consumer), and writing one.
 	blobRead = []Entry{
-		api("DIRECT.GET."+blobsObj+".>", "an offloaded event's blob: its metadata (Object Store get)"),
-		api("CONSUMER.CREATE."+blobsObj+".>", "the blob's chunks: an ordered push consumer (Object Store get)"),
-		e("$JS.FC."+blobsObj+".>", "flow-control replies of that push consumer"),
-		api("CONSUMER.DELETE."+blobsObj+".*", "deletes that consumer when the blob is read"),
+		api("DIRECT.GET."+wire.BlobStream, "an offloaded event's chunks, in batches by subject (next_by_subj agentlog.blob.<token>.<id>.*)"),
+		api("DIRECT.GET."+wire.BlobStream+".>", "one chunk by subject (a writer reads back a chunk it sent again)"),
+		api("DIRECT.GET."+blobsObj+".>", "a legacy offloaded event (record format 2): its Object Store metadata, by subject"),
+		api("DIRECT.GET."+blobsObj, "a legacy offloaded event's chunks, in batches by subject"),
 	}
-	// What the TypeScript backend's Object Store get (@nats-io/obj) adds to blobRead.
-	tsBlobRead = []Entry{
-		api("STREAM.MSG.GET."+blobsObj, "an offloaded event's blob metadata, as the TypeScript backend reads it (@nats-io/obj get: from the leader)"),
-	}
-	// No STREAM.PURGE of the bucket: its filter is in the payload, so it would purge any
-	// session's blobs. A failed put leaves its chunks to the projector's blob GC.
+	// No purge and no Object Store right: a purge's filter is in its payload (it could purge
+	// any session's blobs), and $O.agentlog_blobs.> would let it put the delete marker on
+	// another session's object. A failed upload's chunks are left to the operator's blob GC.
 	blobWrite = []Entry{
-		e("$O."+wire.BlobsBucket+".>", "the blobs of the events it offloads (larger than a record): chunks and metadata, acked publishes; a failed upload's chunks are left to the projector's blob GC"),
+		e(wire.BlobPrefix+".>", "the chunks of the events it offloads (larger than a record), acked publishes with expected last subject sequence 0; write-once by AGENTLOG_BLOBS's config (one message per subject, discard new per subject): no chunk once stored can be overwritten or appended to, and a blob id is 128 random bits, so no one can take a blob's subjects before it is written; a failed upload's chunks are left to the operator's blob GC"),
 	}
 	// An archived session's log and state (the lifecycle, ARCHITECTURE.md): every reader of a
 	// session reads its archive when its log lives there, and the lineage index for its forks.
@@ -146,7 +144,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
 				logConsumer, logNext, logDelete,
 				watchCreate, watchFC, watchDelete,
-			}, blobRead, tsBlobRead, blobWrite, listing, archiveRead, openEntries()),
+			}, blobRead, blobWrite, listing, archiveRead, openEntries()),
 			Subscribe:   []Entry{inbox},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
@@ -187,9 +185,6 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
 				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
 				watchCreate, watchFC, watchDelete,
-				e("$O."+wire.BlobsBucket+".M.>", "removes orphan blobs (CollectBlobs, hourly): the delete marker of their metadata"),
-				api("STREAM.PURGE."+blobsObj, "removes orphan blobs and the chunks of failed uploads: purges their chunks"),
-				api("DIRECT.GET."+writersKV+".>", "the orphan collector leaves the sessions of live writers alone"),
 			}, blobRead, archiveRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
 			AllowResponses: true,

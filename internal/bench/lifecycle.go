@@ -558,7 +558,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	fmt.Fprintf(logw, "bench lifecycle scale: %d sessions: append %.0f events/s (server %.1f µs CPU a record)\n", n, f.appendRate, f.appendCPUUs)
 
 	// A projector folds the hot stream, stops, and starts again with its checkpoints.
-	p, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	p, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1})
 	if err != nil {
 		return f, err
 	}
@@ -577,7 +577,7 @@ func lifecycleScaleRun(ctx context.Context, o LifecycleOptions, n, active int, d
 	if err != nil {
 		return f, err
 	}
-	p2, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1, BlobGCInterval: -1})
+	p2, err := projector.New(st, nc, projector.Options{Name: "bench-lifecycle", Logger: benchLogger, LifecycleInterval: -1})
 	if err != nil {
 		return f, err
 	}

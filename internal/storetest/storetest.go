@@ -50,15 +50,15 @@ func ProjectionsKV(st *store.Store) jetstream.KeyValue { return kv(st, wire.Proj
 // WritersKV is the agentlog_writers bucket of st. A failure to look it up panics.
 func WritersKV(st *store.Store) jetstream.KeyValue { return kv(st, wire.WritersBucket) }
 
-// BlobsOS is the agentlog_blobs Object Store bucket of st. A failure to look it up panics.
-func BlobsOS(st *store.Store) jetstream.ObjectStore {
+// Blobs lists the blobs of AGENTLOG_BLOBS of st (store.Store.ListBlobs). A failure panics.
+func Blobs(st *store.Store) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
-	obs, err := st.JetStream().ObjectStore(ctx, wire.BlobsBucket)
+	out, err := st.ListBlobs(ctx)
 	if err != nil {
-		panic(fmt.Sprintf("storetest: Object Store bucket %s: %v", wire.BlobsBucket, err))
+		panic(fmt.Sprintf("storetest: the blobs of %s: %v", wire.BlobStream, err))
 	}
-	return obs
+	return out
 }
 
 func kv(st *store.Store, bucket string) jetstream.KeyValue {

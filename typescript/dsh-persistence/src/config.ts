@@ -12,7 +12,7 @@ import {
 } from '@nats-io/transport-node'
 import type { MetricsConfig } from './metrics.js'
 import {
-  BLOBS_BUCKET, DEFAULT_MAX_EVENT_BYTES, ERRORS_PREFIX, ERRORS_STREAM, SESSIONS_BUCKET, STREAM_NAME, SUBJECT_PREFIX,
+  BLOBS_BUCKET, BLOB_PREFIX, BLOB_STREAM, DEFAULT_MAX_EVENT_BYTES, ERRORS_PREFIX, ERRORS_STREAM, SESSIONS_BUCKET, STREAM_NAME, SUBJECT_PREFIX,
   WRITERS_BUCKET,
 } from './wire.js'
 
@@ -42,7 +42,11 @@ export interface NamesConfig {
   sessionsBucket?: string
   errorsStream?: string
   errorsPrefix?: string
+  /** The legacy Object Store bucket of offloaded events (format 2 records): read only. */
   blobsBucket?: string
+  /** The write-once stream of offloaded events (format 3 records) and its subject prefix. */
+  blobStream?: string
+  blobPrefix?: string
 }
 
 /** What `provision` creates a missing stream and buckets with. */
@@ -124,7 +128,7 @@ export const ConfigSchema: z<Config> = z.object({
   leaseTtlMs: z.number().step(1).min(0),
   maxEventBytes: z.number().step(1).min(1),
   provision: z.union([z.boolean(), z.object({ partitions: z.number(), maxMsgSize: z.number(), replicas: z.number() })]),
-  names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string(), blobsBucket: z.string() }),
+  names: z.object({ stream: z.string(), writersBucket: z.string(), subjectPrefix: z.string(), sessionsBucket: z.string(), errorsStream: z.string(), errorsPrefix: z.string(), blobsBucket: z.string(), blobStream: z.string(), blobPrefix: z.string() }),
   metrics: z.union([z.boolean(), z.object({ listen: z.string(), defaultRegistry: z.boolean() })]),
 })
 
@@ -164,6 +168,8 @@ export function parseConfig(config: Config): Settings {
       errorsPrefix: config.names?.errorsPrefix ?? ERRORS_PREFIX,
       writersBucket: config.names?.writersBucket ?? WRITERS_BUCKET,
       blobsBucket: config.names?.blobsBucket ?? BLOBS_BUCKET,
+      blobStream: config.names?.blobStream ?? BLOB_STREAM,
+      blobPrefix: config.names?.blobPrefix ?? BLOB_PREFIX,
     },
     maxEventBytes: config.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES,
     leaseTtlMs,

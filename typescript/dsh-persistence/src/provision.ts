@@ -8,7 +8,6 @@ import {
   type JetStreamManager, type StreamConfig,
 } from '@nats-io/jetstream'
 import { Kvm, type KvOptions } from '@nats-io/kv'
-import { Objm, type ObjectStoreOptions } from '@nats-io/obj'
 import type { NamesConfig, ProvisionConfig } from './config.js'
 import { isStreamNotFound } from './errors.js'
 import { DEFAULT_PARTITIONS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET, STORE_FORMAT } from './wire.js'
@@ -71,11 +70,17 @@ export async function provision(nc: NatsConnection, jsm: JetStreamManager, n: Re
     }
     await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.errorsStream)) throw err })
   }
-  if (!await exists(`OBJ_${n.blobsBucket}`)) {
-    const opts: Partial<ObjectStoreOptions> = {
-      description: 'agentlog offloaded events: <token>/<seq>/<id>, the event\'s line, for events larger than one record',
-      storage: StorageType.File, replicas, compression: true,
+  if (!await exists(n.blobStream)) {
+    // Write-once (store/blob.go blobStreamConfig): one message per subject, discard new per
+    // subject, so a chunk once stored can never be overwritten or appended to.
+    const cfg: Partial<StreamConfig> & { name: string } = {
+      name: n.blobStream,
+      description: 'agentlog offloaded events: agentlog.blob.<token>.<blob id>.<chunk>, write-once chunks of events larger than one record',
+      subjects: [`${n.blobPrefix}.>`],
+      retention: RetentionPolicy.Limits, max_consumers: -1, max_msgs: -1, max_bytes: -1, max_msgs_per_subject: 1,
+      discard: DiscardPolicy.New, discard_new_per_subject: true, storage: StorageType.File, num_replicas: replicas,
+      allow_direct: true, deny_delete: true, compression: StoreCompression.S2,
     }
-    await new Objm(jetstream(nc)).create(n.blobsBucket, opts).catch(async (err: unknown) => { if (!await exists(`OBJ_${n.blobsBucket}`)) throw err })
+    await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.blobStream)) throw err })
   }
 }

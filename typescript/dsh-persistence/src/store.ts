@@ -9,7 +9,6 @@ import {
   jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type StoredMsg,
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
-import type { ObjectStore } from '@nats-io/obj'
 import { AckMux } from './ackmux.js'
 import { connectOptions, type Config, type NamesConfig, type Settings } from './config.js'
 import { isNoMessageFound } from './errors.js'
@@ -43,10 +42,7 @@ export class Store {
   declare readonly source: string
   /** Acked publishes of records and lease renewals, without nats.js's per-request machinery. */
   declare readonly acks: AckMux
-  /** agentlog_blobs, opened at its first use (a deployment without offloaded events need not have it): see blobs.ts. */
-  blobs?: Promise<ObjectStore>
-
-  private constructor(f: Omit<Fields<Store>, 'blobs'>) {
+  private constructor(f: Fields<Store>) {
     Object.assign(this, f)
   }
 

@@ -13,6 +13,8 @@ export const HEADER_FORMAT = 'Agentlog-Format'
 export const RECORD_FORMAT = '1'
 /** A record holding offloaded events (PROTOCOL.md §4.1): format 2, one Agentlog-Blob value each. */
 export const RECORD_FORMAT_BLOBS = '2'
+/** A record whose offloaded events are write-once blobs of AGENTLOG_BLOBS (what is written): format 3. */
+export const RECORD_FORMAT_CHUNKS = '3'
 export const HEADER_BLOB = 'Agentlog-Blob'
 /** NATS control headers this package sends. */
 export const HEADER_MSG_ID = 'Nats-Msg-Id'
@@ -29,6 +31,9 @@ export const WRITERS_BUCKET = 'agentlog_writers'
 export const ERRORS_STREAM = 'AGENTLOG_ERRORS'
 /** The Object Store bucket of offloaded events: object `<token>/<seq>/<id>` holds the event's line. */
 export const BLOBS_BUCKET = 'agentlog_blobs'
+/** The write-once stream of blob chunks (PROTOCOL.md §4.1): agentlog.blob.<token>.<blob id>.<chunk>. */
+export const BLOB_STREAM = 'AGENTLOG_BLOBS'
+export const BLOB_PREFIX = 'agentlog.blob'
 /** Default cap on one event's encoded line, bytes (64 MiB), as the Go publisher's. */
 export const DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 export const ERRORS_PREFIX = 'agentlog.errors'
@@ -234,27 +239,47 @@ function single(values: HeaderValues, key: string, id: string, streamSeq: number
   throw new AgentlogWireError(id, -1, 'record-header', `record at stream seq ${streamSeq}: header ${key} has ${vs.length} values, want 1`)
 }
 
-/** An offloaded event: its seq, the size (bytes) and SHA-256 (hex) of its line, its object's id. */
-export interface BlobRef { seq: number; size: number; sha256: string; id: string }
+/**
+ * An offloaded event: its seq, the size (bytes) and SHA-256 (hex) of its line, its blob's id and
+ * chunk count (format 3: a blob of AGENTLOG_BLOBS). A legacy ref (format 2) has no chunks: its id
+ * is the nuid of an object of the Object Store bucket agentlog_blobs.
+ */
+export interface BlobRef { seq: number; size: number; sha256: string; id: string; chunks?: number }
 
-/** The Agentlog-Blob header value of a ref: "<seq> <size> <sha256 hex> <id>". */
+/** The Agentlog-Blob header value of a ref: "<seq> <size> <sha256 hex> <id> <chunks>" (legacy: no chunks). */
 export function blobHeaderValue(ref: BlobRef): string {
-  return `${ref.seq} ${ref.size} ${ref.sha256} ${ref.id}`
+  const v = `${ref.seq} ${ref.size} ${ref.sha256} ${ref.id}`
+  return ref.chunks === undefined ? v : `${v} ${ref.chunks}`
 }
 
-/** The object name of a ref in agentlog_blobs: "<token>/<seq>/<id>". */
+/** The object name of a legacy ref in agentlog_blobs: "<token>/<seq>/<id>". */
 export function blobName(tok: string, ref: BlobRef): string {
   return `${tok}/${ref.seq}/${ref.id}`
 }
 
-/** Parse an Agentlog-Blob value (null when it is not canonical). */
-export function parseBlobRef(v: string): BlobRef | null {
-  const m = /^(0|[1-9][0-9]*) ([1-9][0-9]*) ([0-9a-f]{64}) ([0-9A-Za-z]{1,64})$/.exec(v)
+/** The subject of chunk k of blob id of session token tok: "agentlog.blob.<tok>.<id>.<k>". */
+export function blobChunkSubject(tok: string, id: string, k: number, prefix = BLOB_PREFIX): string {
+  return `${prefix}.${tok}.${id}.${k}`
+}
+
+/** The subject filter of every chunk of blob id: "agentlog.blob.<tok>.<id>.*". */
+export function blobChunksFilter(tok: string, id: string, prefix = BLOB_PREFIX): string {
+  return `${prefix}.${tok}.${id}.*`
+}
+
+/** Parse an Agentlog-Blob value of a record of format fmt (2: legacy, 3: chunks); null when it is not canonical. */
+export function parseBlobRef(v: string, fmt: string = RECORD_FORMAT_BLOBS): BlobRef | null {
+  const m = fmt === RECORD_FORMAT_CHUNKS
+    ? /^(0|[1-9][0-9]*) ([1-9][0-9]*) ([0-9a-f]{64}) ([0-9a-f]{32}) ([1-9][0-9]*)$/.exec(v)
+    : /^(0|[1-9][0-9]*) ([1-9][0-9]*) ([0-9a-f]{64}) ([0-9A-Za-z]{1,64})$/.exec(v)
   if (m === null) return null
   const seq = Number(m[1])
   const size = Number(m[2])
   if (!Number.isSafeInteger(seq) || !Number.isSafeInteger(size)) return null
-  return { seq, size, sha256: m[3]!, id: m[4]! }
+  if (fmt !== RECORD_FORMAT_CHUNKS) return { seq, size, sha256: m[3]!, id: m[4]! }
+  const chunks = Number(m[5])
+  if (!Number.isSafeInteger(chunks) || chunks > size) return null
+  return { seq, size, sha256: m[3]!, id: m[4]!, chunks }
 }
 
 /**
@@ -294,8 +319,8 @@ export function decodeRecord(values: HeaderValues, body: string, streamSeq: numb
     throw new AgentlogWireError(tok, -1, 'record-session', `record at stream seq ${streamSeq}: header ${HEADER_SESSION}: ${(err as Error).message}`)
   }
   const fmt = single(values, HEADER_FORMAT, id, streamSeq)
-  if (fmt !== RECORD_FORMAT && fmt !== RECORD_FORMAT_BLOBS) {
-    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: header ${HEADER_FORMAT} is ${JSON.stringify(fmt)}, this code reads "${RECORD_FORMAT}" and "${RECORD_FORMAT_BLOBS}"`)
+  if (fmt !== RECORD_FORMAT && fmt !== RECORD_FORMAT_BLOBS && fmt !== RECORD_FORMAT_CHUNKS) {
+    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: header ${HEADER_FORMAT} is ${JSON.stringify(fmt)}, this code reads "${RECORD_FORMAT}", "${RECORD_FORMAT_BLOBS}" and "${RECORD_FORMAT_CHUNKS}"`)
   }
   const fs = single(values, HEADER_FIRST_SEQ, id, streamSeq)
   const first = Number(fs)
@@ -309,13 +334,14 @@ export function decodeRecord(values: HeaderValues, body: string, streamSeq: numb
   }
   const refs: BlobRef[] = []
   const blobValues = values(HEADER_BLOB)
-  if ((blobValues.length > 0) !== (fmt === RECORD_FORMAT_BLOBS)) {
-    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: format ${JSON.stringify(fmt)} with ${blobValues.length} ${HEADER_BLOB} headers (format "${RECORD_FORMAT_BLOBS}" names offloaded events, format "${RECORD_FORMAT}" none)`)
+  if ((blobValues.length > 0) !== (fmt !== RECORD_FORMAT)) {
+    throw new AgentlogWireError(id, -1, 'record-format', `record at stream seq ${streamSeq}: format ${JSON.stringify(fmt)} with ${blobValues.length} ${HEADER_BLOB} headers (formats "${RECORD_FORMAT_CHUNKS}" and "${RECORD_FORMAT_BLOBS}" name offloaded events, format "${RECORD_FORMAT}" none)`)
   }
   for (const v of blobValues) {
-    const ref = parseBlobRef(v)
+    const ref = parseBlobRef(v, fmt)
     if (ref === null) {
-      throw new AgentlogWireError(id, first, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} value ${JSON.stringify(v)}, want "<seq> <size> <sha256 hex> <id>"`)
+      const shape = fmt === RECORD_FORMAT_CHUNKS ? '<seq> <size> <sha256 hex> <id> <chunks>' : '<seq> <size> <sha256 hex> <id>'
+      throw new AgentlogWireError(id, first, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} value ${JSON.stringify(v)}, want "${shape}" (format ${fmt})`)
     }
     if (ref.seq < first || ref.seq >= first + count || (refs.length > 0 && ref.seq <= refs[refs.length - 1]!.seq)) {
       throw new AgentlogWireError(id, ref.seq, 'record-header', `record at stream seq ${streamSeq}: header ${HEADER_BLOB} names seq ${ref.seq}, out of order or outside the record's seqs ${first}..${first + count - 1}`)

@@ -15,7 +15,7 @@ import { fieldBytes, type AgentlogMetrics } from './metrics.js'
 import type { Store, Tail } from './store.js'
 import {
   AgentlogWireError, HEADER_BLOB, HEADER_EXPECTED_LAST_SUBJECT_SEQ, HEADER_FORMAT, HEADER_INCARNATION, HEADER_MSG_ID,
-  MAX_BATCH_RECORDS, RECORD_FORMAT_BLOBS, blobHeaderValue, headerLine, headerWireSize, recordHeaders, token,
+  MAX_BATCH_RECORDS, RECORD_FORMAT_CHUNKS, blobHeaderValue, headerLine, headerWireSize, recordHeaders, token,
   type BlobRef, type WireEvent,
 } from './wire.js'
 
@@ -270,14 +270,14 @@ export class Writer {
   }
 }
 
-/** Record headers h of events [a, b) marked format 2 with an Agentlog-Blob value per offloaded event. */
+/** Record headers h of events [a, b) marked format 3 with an Agentlog-Blob value per offloaded event. */
 function withBlobs(h: [string, string][], blobAt: ReadonlyMap<number, BlobRef>, a: number, b: number): [string, string][] {
   if (blobAt.size === 0) return h // the common case: no offloaded event
   for (let i = a; i < b; i++) {
     const ref = blobAt.get(i)
     if (ref === undefined) continue
     const f = h.findIndex(([k]) => k === HEADER_FORMAT)
-    h[f] = [HEADER_FORMAT, RECORD_FORMAT_BLOBS]
+    h[f] = [HEADER_FORMAT, RECORD_FORMAT_CHUNKS]
     h.push([HEADER_BLOB, blobHeaderValue(ref)])
   }
   return h

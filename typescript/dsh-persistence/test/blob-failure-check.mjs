@@ -1,9 +1,11 @@
 // As the user TS_USER/TS_PASS on NATS_URL (no TLS): loads session TS_READ, whose seq 1 is an offloaded
 // user message of 2 MiB of "x", then writes such an event into session TS_SESSION while the
-// agentlog_blobs bucket is full, and prints "ok" when the load gives the text back and the write
+// AGENTLOG_BLOBS stream is full, and prints "ok" when the load gives the text back and the write
 // fails naming the session and the seq with the server's reason ("maximum bytes exceeded").
 // deploy/multi-tenant's TestAgentBlobs runs it as the agent role, and checks the server refused it
-// nothing (no purge of the bucket).
+// nothing (no purge of the stream). With TS_WRITE=id it instead writes session id whose seq 1 is
+// a user message of 3 MiB of "y" (offloaded), loads it back, and prints "ok" (the Go side then
+// reads it: TS writer, Go reader).
 //
 //   NATS_URL=nats://... TS_USER=agent TS_PASS=pw TS_READ=id TS_SESSION=id node test/blob-failure-check.mjs
 // Needs `npm ci` (the built lib/).
@@ -21,6 +23,19 @@ const ctx = new Context()
 await ctx.plugin(SessionStore)
 const fiber = await ctx.plugin(AgentlogSessionPersistence, { servers: env('NATS_URL'), name: 'dsh-blob-failure-check', user: env('TS_USER'), pass: env('TS_PASS'), leaseTtlMs: 0 })
 const backend = ctx.sessionPersistence
+if (process.env.TS_WRITE) {
+  const wid = process.env.TS_WRITE
+  const big = 'y'.repeat(3 << 20)
+  await backend.appendBatch({ version: 0, id: wid, createdAt: 1785000000000 }, [
+    { type: 'turn/start', seq: 0, time: 1785000000001, data: { turn: 1, trigger: { kind: 'message' } } },
+    { type: 'user/message', seq: 1, time: 1785000000002, data: { id: 'm1', role: 'user', content: [{ type: 'text', text: big }], source: { kind: 'user' } }, surfaceOp: 'append' },
+  ], false)
+  const got = await backend.loadStored(SessionId(wid))
+  await fiber.dispose()
+  if (got?.events[1]?.data?.content?.[0]?.text !== big) throw new Error(`blob-failure-check: ${wid} did not load back`)
+  console.log('ok')
+  process.exit(0)
+}
 const text = 'x'.repeat(2 << 20)
 const back = await backend.loadStored(SessionId(env('TS_READ')))
 if (back?.events[1]?.data?.content?.[0]?.text !== text) throw new Error(`blob-failure-check: loading ${env('TS_READ')} did not give its offloaded event back`)

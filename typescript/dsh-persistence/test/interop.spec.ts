@@ -15,6 +15,7 @@ import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createHash } from 'node:crypto'
 
 let ctx: Context
 let fiber: Fiber
@@ -121,14 +122,47 @@ describe('large events (offloaded to agentlog_blobs)', () => {
     const id = uniqueId('ts-lost-blob')
     await backend.create(metaFor(id, undefined))
     await backend.append(SessionId(id), bigTurn(2 << 20))
-    const os = await new Objm(await backend.connection()).open('agentlog_blobs')
-    const names: string[] = []
-    for (const o of await os.list()) if (o.name.startsWith(token(id) + '/')) names.push(o.name)
-    expect(names).toHaveLength(1)
-    await os.putBlob({ name: names[0]! }, new TextEncoder().encode('{"type":"x","seq":5,"time":1,"data":{}}'))
-    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 5: .*another digest.*record-blob/)
-    await os.delete(names[0]!)
+    const nc = await backend.connection()
+    const jsm = await jetstreamManager(nc)
+    const si = await jsm.streams.info('AGENTLOG_BLOBS', { subjects_filter: `agentlog.blob.${token(id)}.>` })
+    const subjects = Object.keys(si.state.subjects ?? {}).sort()
+    expect(subjects.length).toBeGreaterThan(0)
+    // A chunk cannot be overwritten (write-once stream): the publish is refused, the blob reads back.
+    await expect(jetstream(nc).publish(subjects[0]!, new TextEncoder().encode('x'))).rejects.toThrow()
+    expect((await backend.loadStored(SessionId(id)))?.events).toHaveLength(8)
+    // Only after an operator's purge can other bytes take the subjects: refused on load.
+    await jsm.streams.purge('AGENTLOG_BLOBS', { filter: `agentlog.blob.${token(id)}.>` })
+    for (const subj of subjects) await jetstream(nc).publish(subj, new TextEncoder().encode('{"type":"x","seq":5,"time":1,"data":{}}'))
+    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 5: .*another SHA-256.*record-blob/)
+    await jsm.streams.purge('AGENTLOG_BLOBS', { filter: `agentlog.blob.${token(id)}.>` })
     await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 5: .*is missing.*record-blob/)
+  })
+
+  it('a legacy record (format 2) whose event is an Object Store object, written the old way, reads back by direct gets', async () => {
+    const id = uniqueId('ts-legacy-blob')
+    const tok = token(id)
+    const first = bigTurn(2)[0]!
+    await backend.create(metaFor(id, undefined))
+    await backend.append(SessionId(id), [first])
+    const nc = await backend.connection()
+    const objm = new Objm(jetstream(nc))
+    const os = await objm.create('agentlog_blobs', { storage: 'file' as never }).catch(() => objm.open('agentlog_blobs'))
+    const ev = { ...(bigTurn(300_000)[5]! as unknown as WireEvent), seq: 1 }
+    const line = new TextEncoder().encode(encodeEventLine(id, ev))
+    const sha256 = createHash('sha256').update(line).digest('hex')
+    await os.putBlob({ name: `${tok}/1/NUIDLEGACY` }, line)
+    const h = natsHeaders()
+    for (const [k, v] of recordHeaders(tok, 1, 1)) h.set(k, v)
+    h.set('Agentlog-Format', '2')
+    h.set('Agentlog-Blob', `1 ${line.length} ${sha256} NUIDLEGACY`)
+    await jetstream(nc).publish(sessionSubject(id, 16), new Uint8Array(0), { headers: h })
+    const stored = await backend.loadStored(SessionId(id))
+    expect(stored?.events).toHaveLength(2)
+    expect(encodeEventLine(id, stored!.events[1] as WireEvent)).toBe(new TextDecoder().decode(line))
+    const go = await goEvents(id)
+    expect(go.text.split('\n')[1]).toBe(new TextDecoder().decode(line))
+    await os.delete(`${tok}/1/NUIDLEGACY`)
+    await expect(backend.loadStored(SessionId(id))).rejects.toThrow(/seq 1: .*missing.*record-blob/)
   })
 
   it('an event over maxEventBytes is refused, naming the session, seq and rule, and nothing is stored', async () => {

@@ -25,13 +25,15 @@ export function isolatedConfig(extra: Partial<Config> = {}): { config: Config; n
     errorsPrefix: `altest.${n}.errors`,
     writersBucket: `altest_${n}_writers`,
     blobsBucket: `altest_${n}_blobs`,
+    blobStream: `ALTEST_${n}_BLOBS`,
+    blobPrefix: `altest.${n}.blob`,
   }
   const config: Config = { servers: natsUrl(), names, provision: { partitions: 4 }, ...extra }
   const cleanup = async () => {
     const nc = await connect({ servers: natsUrl() })
     try {
       const jsm = await jetstreamManager(nc)
-      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream, `OBJ_${names.blobsBucket}`]) {
+      for (const s of [names.stream, `KV_${names.sessionsBucket}`, `KV_${names.writersBucket}`, names.errorsStream, `OBJ_${names.blobsBucket}`, names.blobStream]) {
         await jsm.streams.delete(s).catch(() => {})
       }
     } finally {

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import {
-  blobHeaderValue, blobName, decodeRecord, encodeEventLine, encodeLines, errorsSubject, headerLine, headerWireSize, idFromToken, parseBlobRef,
+  RECORD_FORMAT_BLOBS, RECORD_FORMAT_CHUNKS, blobChunkSubject, blobChunksFilter, blobHeaderValue, blobName, decodeRecord, encodeEventLine, encodeLines, errorsSubject, headerLine, headerWireSize, idFromToken, parseBlobRef,
   parseHeaderLine, partition, recordHeaders, sessionSubject, token, type WireEvent,
 } from '../src/wire.ts'
 
@@ -11,7 +11,7 @@ import {
 type Text = string | { repeat: string, count: number }
 const text = (t: Text): string => typeof t === 'string' ? t : t.repeat.repeat(t.count)
 
-interface Ref { seq: number, size: number, sha256: string, id: string }
+interface Ref { seq: number, size: number, sha256: string, id: string, chunks?: number }
 interface Vectors {
   tokens: { id: string, token: string }[]
   badIds: { id: Text, rule: string }[]
@@ -24,6 +24,8 @@ interface Vectors {
   decodeRefusals: { name: string, headers: Record<string, string[]>, body: string, rule: string }[]
   blobRefs: { value: string, ref: Ref, token: string, name: string }[]
   badBlobValues: string[]
+  chunkBlobRefs: { value: string, ref: Ref, token: string, subjects: string[], filter: string }[]
+  badChunkBlobValues: string[]
   headerWireSizes: { headers: [string, string][], size: number }[]
   projectionKeys: { unit: string, id: string, key: string }[]
 }
@@ -83,6 +85,15 @@ describe('the shared wire vectors (wire/testdata/vectors.json)', () => {
       expect(blobName(c.token, c.ref)).toBe(c.name)
     }
     for (const v of vectors.badBlobValues) expect(parseBlobRef(v), v).toBeNull()
+    expect(vectors.chunkBlobRefs.length).toBeGreaterThan(0)
+    for (const c of vectors.chunkBlobRefs) {
+      expect(parseBlobRef(c.value, RECORD_FORMAT_CHUNKS)).toEqual(c.ref)
+      expect(parseBlobRef(c.value, RECORD_FORMAT_BLOBS), c.value).toBeNull()
+      expect(blobHeaderValue(c.ref)).toBe(c.value)
+      expect(c.subjects.map((_, k) => blobChunkSubject(c.token, c.ref.id, k))).toEqual(c.subjects)
+      expect(blobChunksFilter(c.token, c.ref.id)).toBe(c.filter)
+    }
+    for (const v of vectors.badChunkBlobValues) expect(parseBlobRef(v, RECORD_FORMAT_CHUNKS), v).toBeNull()
     for (const c of vectors.headerWireSizes) expect(headerWireSize(c.headers)).toBe(c.size)
   })
 })
