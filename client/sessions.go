@@ -15,7 +15,6 @@ import (
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Lineage, Header, Events,
@@ -305,9 +304,9 @@ func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
 	}
-	js, err := natsjs.New(c.nc)
+	js, err := store.NewJetStream(c.nc, c.base.domain)
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Description: "jetstream", Err: err}
+		return nil, &Error{Code: CodeBadRequest, Description: "jetstream", Err: err}
 	}
 	st, err := store.Open(ctx, js)
 	if err != nil {

@@ -84,7 +84,7 @@ func (s *Store) putBlob(ctx context.Context, name string, data []byte) ([sha256.
 	if _, ok := ctx.Deadline(); !ok {
 		opts = append(opts, natsjs.WithPublishAsyncTimeout(s.js.Options().DefaultTimeout))
 	}
-	js, err := natsjs.New(s.js.Conn(), opts...)
+	js, err := likeJS(s.js, opts...)
 	if err != nil {
 		return sum, err
 	}

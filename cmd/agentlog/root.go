@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -160,6 +161,11 @@ func (g *globals) natsOptions(name string) []nats.Option {
 	return append([]nats.Option{nats.Name(name), nats.ErrorHandler(g.asyncError)}, g.conn.opts...)
 }
 
+// clientOptions are the client.New options of every command: the JetStream domain (--js-domain).
+func (g *globals) clientOptions() []client.Option {
+	return []client.Option{client.Domain(g.conn.jsDomain)}
+}
+
 // addMaxEventBytesFlag gives a command that writes events the flag --max-event-bytes, which
 // connect applies to the Store it returns.
 func (g *globals) addMaxEventBytesFlag(c *cobra.Command) {
@@ -184,7 +190,7 @@ func (b *positiveBytes) Set(v string) error {
 
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
 func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.Store, error) {
-	nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
+	nc, js, err := natsdev.ConnectDomain(g.natsURL, g.conn.jsDomain, g.natsOptions(name)...)
 	if err != nil {
 		return nil, nil, err
 	}

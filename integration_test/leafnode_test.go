@@ -1,0 +1,428 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/forker"
+	"github.com/agentlog/agentlog/internal/natsdev"
+	"github.com/agentlog/agentlog/internal/sessiontest"
+	"github.com/agentlog/agentlog/internal/storetest"
+	"github.com/agentlog/agentlog/projector"
+	"github.com/agentlog/agentlog/publisher"
+	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
+	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// hubDomain is the JetStream domain of the hub in the leaf-node tests (deploy/leaf-node).
+const hubDomain = "hub"
+
+// linkProxy is a TCP proxy on a fixed loopback port in front of a server's leafnode listener,
+// whose link can be cut for real: Down closes its listener and every connection through it (the
+// leaf's reconnects are refused, as with a network outage), Up listens on the same port again.
+type linkProxy struct {
+	t      *testing.T
+	addr   string
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newLinkProxy(t *testing.T, target string) *linkProxy {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &linkProxy{t: t, addr: fmt.Sprintf("127.0.0.1:%d", port), target: target, conns: map[net.Conn]struct{}{}}
+	p.Up()
+	t.Cleanup(func() { p.Down(); p.wg.Wait() })
+	return p
+}
+
+// Up listens again (a port just released may take a moment to be free: retried).
+func (p *linkProxy) Up() {
+	p.t.Helper()
+	var ln net.Listener
+	var err error
+	for try := 0; try < 500; try++ {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.serve(ln)
+}
+
+// Down closes the listener and every connection through the proxy.
+func (p *linkProxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *linkProxy) serve(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.ln != ln { // cut while dialing
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			continue
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+func (p *linkProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			src.Close()
+			dst.Close()
+			return
+		}
+	}
+}
+
+// startHubServer starts the hub: JetStream in domain hubDomain, a leafnode listener (returned
+// as HOST:PORT), on the global account (so a leaf's remote without credentials is bound to it).
+func startHubServer(t *testing.T) (*server.Server, string) {
+	t.Helper()
+	leafPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{
+		ServerName: "hub", Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, JetStreamDomain: hubDomain, StoreDir: t.TempDir(),
+		// NoAdvertise: the leaf must not learn the listener behind the proxy and reconnect there.
+		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort, NoAdvertise: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(natsdev.ReadyTimeout) {
+		t.Fatal("hub not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s, fmt.Sprintf("127.0.0.1:%d", leafPort)
+}
+
+// startLeafServer starts a leaf node without JetStream whose one remote is remote (the hub's
+// leafnode listener, here through a linkProxy), retried every 50 ms while it is cut.
+func startLeafServer(t *testing.T, remote string) *server.Server {
+	t.Helper()
+	u, err := url.Parse("nats-leaf://" + remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{
+		ServerName: "edge", Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		LeafNode: server.LeafNodeOpts{ReconnectInterval: 50 * time.Millisecond, Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(natsdev.ReadyTimeout) {
+		t.Fatal("leaf not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// sameMessages fails unless the messages served for id through c (after seq last is applied)
+// equal a fresh fold of events, the session's log as the hub's stream holds it.
+func sameMessages(t *testing.T, ctx context.Context, c *client.Client, id string, events []session.Event) {
+	t.Helper()
+	s, err := session.Load(id, events)
+	if err != nil {
+		t.Fatalf("session %q: a fresh fold of its log: %v", id, err)
+	}
+	want, _ := json.Marshal(s.DeriveMessages())
+	reply, err := c.Messages(ctx, id, client.MinSeq(int64(len(events)-1)))
+	if err != nil {
+		t.Fatalf("session %q: messages through the leaf: %v", id, err)
+	}
+	got, _ := json.Marshal(reply.Messages)
+	if !sessiontest.JSONEqual(t, got, want) {
+		t.Fatalf("session %q: messages served through the leaf:\n%s\nwant (a fresh fold of the log):\n%s", id, got, want)
+	}
+}
+
+// hubLog reads session id from the hub's stream directly (no domain): its events, and checks
+// each record is stored once (one Nats-Msg-Id each) and the events' seqs are 0..n-1, each once.
+func hubLog(t *testing.T, ctx context.Context, st *store.Store, id string) (events []session.Event, records int) {
+	t.Helper()
+	ss := storetest.Session(st, id)
+	events, _, err := storetest.ReadAll(ctx, ss)
+	if err != nil {
+		t.Fatalf("session %q: read from the hub: %v", id, err)
+	}
+	msgs, err := st.MsgsFrom(ctx, wire.StreamName, 1, 10000, ss.Subject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, seqs := map[string]bool{}, map[int64]int{}
+	for _, m := range msgs {
+		mid := m.Header.Get(nats.MsgIdHdr)
+		if ids[mid] {
+			t.Fatalf("session %q: record %s stored twice (stream seq %d)", id, mid, m.Sequence)
+		}
+		ids[mid] = true
+		evs, err := st.DecodeRecord(ctx, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			seqs[e.Seq]++
+		}
+	}
+	for i := range events {
+		if events[i].Seq != int64(i) || seqs[int64(i)] != 1 {
+			t.Fatalf("session %q: event seq %d stored %d times (event %d has seq %d)", id, i, seqs[int64(i)], i, events[i].Seq)
+		}
+	}
+	if len(seqs) != len(events) {
+		t.Fatalf("session %q: the records hold %d seqs, the log reads %d events", id, len(seqs), len(events))
+	}
+	return events, len(msgs)
+}
+
+// TestLeafNodeAgentAtTheEdge runs a hub (JetStream domain "hub", the projector and the forker)
+// and a leaf node without JetStream linked to it through a proxy; an agent connected to the leaf
+// writes, reads and forks with --js-domain hub (library and CLI). Then the leaf's link is cut:
+// the agent's writes fail as unavailable and stay pending in its publisher; the link is restored
+// and every event lands exactly once on the hub's stream, and the served messages equal a fresh
+// fold of the log.
+func TestLeafNodeAgentAtTheEdge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	hub, hubLeafAddr := startHubServer(t)
+	link := newLinkProxy(t, hubLeafAddr)
+	leaf := startLeafServer(t, link.addr)
+	linked := func() bool { return leaf.NumLeafNodes() == 1 && hub.NumLeafNodes() == 1 }
+	eventually(t, "the leaf node connected to the hub", linked)
+
+	// The hub: provisioned, with its services, connected to it directly (no domain needed).
+	hnc, hst := connectStore(t, hub.ClientURL(), &store.Config{})
+	proj, err := projector.New(hst, hnc, projector.Options{Name: "hub-projector", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proj.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer proj.Stop()
+	fk, err := forker.New(hst, hnc, forker.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fk.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer fk.Stop()
+
+	// The agent, on the leaf: without the domain its JetStream requests find no JetStream.
+	if nc, js, err := natsdev.Connect(leaf.ClientURL()); err != nil {
+		t.Fatal(err)
+	} else {
+		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := store.Open(octx, js)
+		ocancel()
+		nc.Close()
+		if err == nil {
+			t.Fatal("store.Open through the leaf without the hub's domain succeeded: the leaf has no JetStream")
+		}
+	}
+	anc, ajs, err := natsdev.ConnectDomain(leaf.ClientURL(), hubDomain, nats.Name("edge-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ast, err := store.Open(ctx, ajs)
+	if err != nil {
+		t.Fatalf("store.Open through the leaf with domain %q: %v", hubDomain, err)
+	}
+	if ast.Domain() != hubDomain || store.APIPrefix(ajs) != "$JS.hub.API." {
+		t.Fatalf("the agent's store: domain %q, API prefix %q", ast.Domain(), store.APIPrefix(ajs))
+	}
+	p := newPublisher(t, ast, anc, publisher.Options{
+		Window: 10 * time.Millisecond, WriterID: "edge", Logger: quietLogger(),
+		AttemptTimeout: 500 * time.Millisecond, RetryBudget: time.Second,
+	})
+	c, err := client.New(anc, client.Domain(hubDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "edge-agent-1"
+	sent := sessiontest.AgentTurns(160) // 4 turns of 40 events
+	w, err := p.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
+	if err != nil {
+		t.Fatalf("create through the leaf: %v", err)
+	}
+	appendAll := func(evs []session.Event) {
+		t.Helper()
+		for _, e := range evs {
+			if err := w.Append(e); err != nil {
+				t.Fatalf("append seq %d: %v", e.Seq, err)
+			}
+		}
+	}
+
+	// 1. Linked: write, read (library, CLI) and fork through the leaf.
+	appendAll(sent[:80])
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("flush through the leaf: %v", err)
+	}
+	stored, _ := hubLog(t, ctx, hst, id)
+	if len(stored) != 80 {
+		t.Fatalf("%d events on the hub after the first flush, want 80", len(stored))
+	}
+	sameMessages(t, ctx, c, id, stored)
+	var listed []string
+	if _, err := c.Sessions(ctx, client.SessionsQuery{}, func(s client.SessionInfo) error { listed = append(listed, s.ID); return nil }); err != nil || len(listed) != 1 || listed[0] != id {
+		t.Fatalf("sessions through the leaf: %v, %v", listed, err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		return mustAt(t, leaf.ClientURL(), nil, append([]string{"--js-domain", hubDomain}, args...)...)
+	}
+	if got := strings.Count(cli("events", id), `"seq":`); got != 80 {
+		t.Fatalf("agentlog --js-domain hub events %s through the leaf: %d lines, want 80", id, got)
+	}
+	if r := runAt(t, leaf.ClientURL(), nil, "--timeout", "3s", "events", id); r.code == 0 {
+		t.Fatalf("agentlog events through the leaf without --js-domain succeeded: %s", r.stdout)
+	}
+	bs := session.ForkBoundaries(stored)
+	if len(bs) == 0 {
+		t.Fatal("no fork boundary in the first 80 events")
+	}
+	at := bs[len(bs)-1].Seq
+	fr, err := c.Fork(ctx, client.ForkRequest{Source: id, Boundary: &at, Child: id + "-child"})
+	if err != nil {
+		t.Fatalf("fork through the leaf: %v", err)
+	}
+	child, _ := hubLog(t, ctx, hst, fr.Child)
+	if fr.SeedLength == 0 || len(child) < fr.SeedLength {
+		t.Fatalf("fork: seed length %d, the child's log %d events", fr.SeedLength, len(child))
+	}
+	sameMessages(t, ctx, c, fr.Child, child)
+	var cliFork struct {
+		Child string `json:"child"`
+	}
+	if err := json.Unmarshal([]byte(cli("fork", id, "--at", fmt.Sprint(at), "--child", id+"-cli", "--json")), &cliFork); err != nil || cliFork.Child != id+"-cli" {
+		t.Fatalf("agentlog --js-domain hub fork through the leaf: %+v, %v", cliFork, err)
+	}
+
+	// 2. The link is cut: writes fail as unavailable, their events stay pending.
+	link.Down()
+	eventually(t, "the leaf's link is down on both sides", func() bool { return leaf.NumLeafNodes() == 0 && hub.NumLeafNodes() == 0 })
+	appendAll(sent[80:120])
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = w.Flush(fctx)
+	fcancel()
+	if err == nil {
+		t.Fatal("flush with the leaf's link cut succeeded")
+	}
+	if !errors.Is(err, publisher.ErrUnavailable) {
+		t.Fatalf("flush with the leaf's link cut: %v (want publisher.ErrUnavailable)", err)
+	}
+	t.Logf("flush during the outage: %v", err)
+	var we *publisher.WriteError
+	if !errors.As(err, &we) || we.Session != id || we.Fenced || we.LastSeq >= 120 || we.FirstSeq < 80 {
+		t.Fatalf("flush during the outage: %#v, want a *WriteError of %q for seqs in 80..119, not fenced", we, id)
+	}
+	if d := w.DurableSeq(); d != 80 {
+		t.Fatalf("%d events durable during the outage, want 80", d)
+	}
+	appendAll(sent[120:140]) // still admitted: the publisher keeps them
+	if _, err := c.Messages(ctx, id); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("messages through the cut leaf: %v (want client.ErrUnavailable)", err)
+	}
+
+	// 3. The link is back: the kept events land, exactly once; writing goes on.
+	link.Up()
+	eventually(t, "the leaf reconnected to the hub", linked)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("flush after the link came back: %v", err)
+	}
+	appendAll(sent[140:])
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	stored, records := hubLog(t, ctx, hst, id)
+	if len(stored) != len(sent) {
+		t.Fatalf("%d events on the hub's stream, %d were written", len(stored), len(sent))
+	}
+	for i := range stored {
+		if err := sessiontest.SameEvent(stored[i], sent[i]); err != nil {
+			t.Fatalf("stored event %d is not the one written: %v", i, err)
+		}
+	}
+	info, err := hst.Stream().Info(ctx, natsjs.WithSubjectFilter(storetest.Session(hst, id).Subject()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[storetest.Session(hst, id).Subject()]; n != uint64(records) {
+		t.Fatalf("the hub's stream holds %d records of %q, %d read", n, id, records)
+	}
+	t.Logf("%d events in %d records on the hub's stream, each once", len(stored), records)
+	sameMessages(t, ctx, c, id, stored)
+	if got := strings.Count(cli("events", id), `"seq":`); got != len(sent) {
+		t.Fatalf("agentlog --js-domain hub events %s: %d lines, want %d", id, got, len(sent))
+	}
+}
