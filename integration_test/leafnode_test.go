@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -368,6 +371,8 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 		t.Fatalf("agentlog --js-domain hub fork through the leaf: %+v, %v", cliFork, err)
 	}
 
+	typescriptThroughLeaf(t, leaf.ClientURL(), cli)
+
 	// 2. The link is cut: writes fail as unavailable, their events stay pending.
 	link.Down()
 	eventually(t, "the leaf's link is down on both sides", func() bool { return leaf.NumLeafNodes() == 0 && hub.NumLeafNodes() == 0 })
@@ -424,5 +429,36 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 	sameMessages(t, ctx, c, id, stored)
 	if got := strings.Count(cli("events", id), `"seq":`); got != len(sent) {
 		t.Fatalf("agentlog --js-domain hub events %s: %d lines, want %d", id, got, len(sent))
+	}
+}
+
+// typescriptThroughLeaf writes and reads a session with the TypeScript backend connected to the
+// leaf at url, its domain from AGENTLOG_JS_DOMAIN (test/tenant-check.mjs: create, append, read
+// back), and checks the CLI through the leaf serves it. Without a built backend (npm ci) it only
+// says so, unless CI=true.
+func typescriptThroughLeaf(t *testing.T, url string, cli func(args ...string) string) {
+	t.Helper()
+	pkg, _ := filepath.Abs("../typescript/dsh-persistence")
+	if _, err := os.Stat(filepath.Join(pkg, "lib/index.js")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the TypeScript backend is not built (npm ci in %s): %v", pkg, err)
+		}
+		t.Logf("not checking the TypeScript backend through the leaf: run npm ci in %s (%v)", pkg, err)
+		return
+	}
+	cmd := exec.Command(filepath.Join(pkg, "node_modules/.bin/node"), "test/tenant-check.mjs")
+	cmd.Dir = pkg
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AGENTLOG_") && !strings.HasPrefix(kv, "NATS_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "NATS_URL="+url, "TS_FROM_ENV=1", "AGENTLOG_JS_DOMAIN="+hubDomain, "TS_SESSION=edge-ts", "TS_TEXT=written at the edge by the TypeScript backend")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
+		t.Fatalf("the TypeScript backend through the leaf (domain %s): %v\n%s", hubDomain, err, out)
+	}
+	if out := cli("messages", "edge-ts"); !strings.Contains(out, "written at the edge by the TypeScript backend") {
+		t.Fatalf("messages of the TypeScript backend's session through the leaf: %s", out)
 	}
 }
