@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,23 +247,33 @@ func hubLog(t *testing.T, ctx context.Context, st *store.Store, id string) (even
 	return events, len(msgs)
 }
 
-// TestLeafNodeAgentAtTheEdge runs a hub (JetStream domain "hub", the projector and the forker)
-// and a leaf node without JetStream linked to it through a proxy; an agent connected to the leaf
-// writes, reads and forks with --js-domain hub (library and CLI). Then the leaf's link is cut:
-// the agent's writes fail as unavailable and stay pending in its publisher; the link is restored
-// and every event lands exactly once on the hub's stream, and the served messages equal a fresh
-// fold of the log.
-func TestLeafNodeAgentAtTheEdge(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	hub, hubLeafAddr := startHubServer(t)
-	link := newLinkProxy(t, hubLeafAddr)
-	leaf := startLeafServer(t, link.addr)
-	linked := func() bool { return leaf.NumLeafNodes() == 1 && hub.NumLeafNodes() == 1 }
-	eventually(t, "the leaf node connected to the hub", linked)
+// edgeRig is a hub (domain hubDomain, provisioned, a projector and a forker connected to it
+// directly) and a leaf node without JetStream linked to it through link, and an agent connection
+// to the leaf with the hub's domain.
+type edgeRig struct {
+	hub, leaf *server.Server
+	link      *linkProxy
+	hst       *store.Store // the hub's, no domain
+	anc       *nats.Conn   // the agent's, to the leaf
+	ajs       natsjs.JetStream
+	ast       *store.Store // the agent's, through the leaf with the domain
+}
 
-	// The hub: provisioned, with its services, connected to it directly (no domain needed).
-	hnc, hst := connectStore(t, hub.ClientURL(), &store.Config{})
+func (r *edgeRig) linked() bool { return r.leaf.NumLeafNodes() == 1 && r.hub.NumLeafNodes() == 1 }
+
+func (r *edgeRig) unlinked() bool { return r.leaf.NumLeafNodes() == 0 && r.hub.NumLeafNodes() == 0 }
+
+func startEdgeRig(t *testing.T, ctx context.Context) *edgeRig {
+	t.Helper()
+	r := &edgeRig{}
+	var hubLeafAddr string
+	r.hub, hubLeafAddr = startHubServer(t)
+	r.link = newLinkProxy(t, hubLeafAddr)
+	r.leaf = startLeafServer(t, r.link.addr)
+	eventually(t, "the leaf node connected to the hub", r.linked)
+
+	hnc, hst := connectStore(t, r.hub.ClientURL(), &store.Config{})
+	r.hst = hst
 	proj, err := projector.New(hst, hnc, projector.Options{Name: "hub-projector", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +281,7 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 	if err := proj.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer proj.Stop()
+	t.Cleanup(func() { _ = proj.Stop() })
 	fk, err := forker.New(hst, hnc, forker.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -277,9 +289,33 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 	if err := fk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer fk.Stop()
+	t.Cleanup(func() { _ = fk.Stop() })
 
-	// The agent, on the leaf: without the domain its JetStream requests find no JetStream.
+	r.anc, r.ajs, err = natsdev.ConnectDomain(r.leaf.ClientURL(), hubDomain, nats.Name("edge-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.anc.Close)
+	if r.ast, err = store.Open(ctx, r.ajs); err != nil {
+		t.Fatalf("store.Open through the leaf with domain %q: %v", hubDomain, err)
+	}
+	return r
+}
+
+// TestLeafNodeAgentAtTheEdge runs a hub (JetStream domain "hub", the projector and the forker)
+// and a leaf node without JetStream linked to it through a proxy; an agent connected to the leaf
+// writes, reads and forks with --js-domain hub (library, CLI and the TypeScript backend). Then the
+// leaf's link is cut: the agent's writes fail as unavailable and stay pending in its publisher;
+// the link is restored and every event lands exactly once on the hub's stream, and the served
+// messages equal a fresh fold of the log.
+func TestLeafNodeAgentAtTheEdge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r := startEdgeRig(t, ctx)
+	leaf, link, hst, anc, ajs, ast := r.leaf, r.link, r.hst, r.anc, r.ajs, r.ast
+	linked := r.linked
+
+	// Without the domain the agent's JetStream requests find no JetStream: the leaf has none.
 	if nc, js, err := natsdev.Connect(leaf.ClientURL()); err != nil {
 		t.Fatal(err)
 	} else {
@@ -290,15 +326,6 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 		if err == nil {
 			t.Fatal("store.Open through the leaf without the hub's domain succeeded: the leaf has no JetStream")
 		}
-	}
-	anc, ajs, err := natsdev.ConnectDomain(leaf.ClientURL(), hubDomain, nats.Name("edge-agent"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anc.Close()
-	ast, err := store.Open(ctx, ajs)
-	if err != nil {
-		t.Fatalf("store.Open through the leaf with domain %q: %v", hubDomain, err)
 	}
 	if ast.Domain() != hubDomain || store.APIPrefix(ajs) != "$JS.hub.API." {
 		t.Fatalf("the agent's store: domain %q, API prefix %q", ast.Domain(), store.APIPrefix(ajs))
@@ -375,7 +402,7 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 
 	// 2. The link is cut: writes fail as unavailable, their events stay pending.
 	link.Down()
-	eventually(t, "the leaf's link is down on both sides", func() bool { return leaf.NumLeafNodes() == 0 && hub.NumLeafNodes() == 0 })
+	eventually(t, "the leaf's link is down on both sides", r.unlinked)
 	appendAll(sent[80:120])
 	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
 	err = w.Flush(fctx)
@@ -460,5 +487,93 @@ func typescriptThroughLeaf(t *testing.T, url string, cli func(args ...string) st
 	}
 	if out := cli("messages", "edge-ts"); !strings.Contains(out, "written at the edge by the TypeScript backend") {
 		t.Fatalf("messages of the TypeScript backend's session through the leaf: %s", out)
+	}
+}
+
+// TestLeafNodeLinkCutMidWrite cuts the leaf's link while several sessions are being written
+// through it (records in flight, acks lost with the link), twice, and restores it: every event
+// each writer sent lands exactly once on the hub's stream, in order, and the messages served
+// through the leaf equal a fresh fold of each log.
+func TestLeafNodeLinkCutMidWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := startEdgeRig(t, ctx)
+	p := newPublisher(t, r.ast, r.anc, publisher.Options{
+		Window: 5 * time.Millisecond, WriterID: "edge-midwrite", Logger: quietLogger(),
+		AttemptTimeout: 300 * time.Millisecond, RetryBudget: 600 * time.Millisecond,
+	})
+	const sessions = 3
+	fws := make([]*faultWriter, sessions)
+	for i := range fws {
+		id := fmt.Sprintf("edge-midwrite-%d", i)
+		w, err := p.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fws[i] = &faultWriter{w: w, sent: sessiontest.AgentTurns(400)}
+	}
+	var progress atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
+	for i, fw := range fws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fw.run(ctx, rand.New(rand.NewPCG(uint64(i), 24)), &progress); err != nil {
+				errs <- fmt.Errorf("session %q: %w", fw.w.ID(), err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	finished := func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	cuts := 0
+	for ; cuts < 2 && !finished(); cuts++ {
+		at := progress.Load() + 4 // a few Flushes into the writing
+		eventually(t, "the writers flushed a few times", func() bool { return progress.Load() >= at || finished() })
+		r.link.Down()
+		eventually(t, "the leaf's link is down on both sides", r.unlinked)
+		at = progress.Load() + 3 // flushes tried during the outage (each fails after the budget)
+		eventually(t, "the writers tried to flush during the outage", func() bool { return progress.Load() >= at || finished() })
+		r.link.Up()
+		eventually(t, "the leaf reconnected to the hub", r.linked)
+	}
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	fails := 0
+	for _, fw := range fws {
+		fails += fw.fails
+		fw.drain(t, ctx)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(r.anc, client.Domain(hubDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, records := 0, 0
+	for _, fw := range fws {
+		checkLog(t, r.hst, fw.w.ID(), fw.sent, len(fw.sent))
+		stored, n := hubLog(t, ctx, r.hst, fw.w.ID())
+		if len(stored) != len(fw.sent) {
+			t.Fatalf("session %q: %d events on the hub's stream, %d written", fw.w.ID(), len(stored), len(fw.sent))
+		}
+		sameMessages(t, ctx, c, fw.w.ID(), stored)
+		total, records = total+len(stored), records+n
+	}
+	t.Logf("%d link cuts; %d Flush calls failed during them; %d events in %d records on the hub's stream, each once", cuts, fails, total, records)
+	if fails == 0 {
+		t.Fatal("no Flush failed while the link was cut: the test did not cut anything")
 	}
 }
