@@ -310,11 +310,17 @@ func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	}
 	st, err := store.Open(ctx, js)
 	if err != nil {
-		code := CodeInternal
-		if errors.Is(err, store.ErrNotProvisioned) {
+		code, desc := CodeInternal, "open agentlog"
+		switch {
+		case errors.Is(err, store.ErrNotProvisioned):
 			code = CodeUnavailable
+		case errors.Is(err, nats.ErrNoResponders) && c.base.domain != "":
+			// A leaf node cut off from its hub, or a domain that is not the hub's.
+			code, desc = CodeUnavailable, fmt.Sprintf("open agentlog: no JetStream answered in domain %q (the domain of agentlog's server? through a leaf node: is it linked to the hub?)", c.base.domain)
+		case errors.Is(err, nats.ErrNoResponders):
+			code, desc = CodeUnavailable, "open agentlog: no JetStream answered (connected to a leaf node? give the hub's JetStream domain: client.Domain, --js-domain)"
 		}
-		return nil, &Error{Code: code, Description: "open agentlog", Err: err}
+		return nil, &Error{Code: code, Description: desc, Err: err}
 	}
 	c.st = st
 	return st, nil

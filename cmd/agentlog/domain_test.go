@@ -31,7 +31,7 @@ func TestJSDomain(t *testing.T) {
 	wantExit(t, "events --js-domain hub", 0, code, out, errOut, `"text":"hi"`)
 
 	code, out, errOut = cli(t, "--nats", url, "--timeout", "3s", "--js-domain", "elsewhere", "events", "d1")
-	wantExit(t, "events --js-domain elsewhere", 1, code, out, errOut)
+	wantExit(t, "events --js-domain elsewhere", 1, code, out, errOut, `no JetStream answered in domain "elsewhere"`)
 	code, out, errOut = cli(t, "--nats", url, "--js-domain", "a.b", "events", "d1")
 	wantExit(t, "--js-domain a.b", 2, code, out, errOut, "--js-domain", "one subject token")
 

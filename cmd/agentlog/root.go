@@ -17,6 +17,7 @@ import (
 	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -197,9 +198,20 @@ func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.
 	st, err := store.Open(ctx, js)
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, natsjs.ErrJetStreamNotEnabled) || errors.Is(err, natsjs.ErrJetStreamNotEnabledForAccount) {
+			return nil, nil, fmt.Errorf("NATS at %s: %w (%s)", g.natsURL, err, g.noJetStream())
+		}
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
 	return nc, st.WithMaxEventBytes(g.maxEventBytes), nil
+}
+
+// noJetStream says what to check when no JetStream answered the connection's requests.
+func (g *globals) noJetStream() string {
+	if d := g.conn.jsDomain; d != "" {
+		return fmt.Sprintf("no JetStream answered in domain %q: check that it is the domain of agentlog's server (jetstream { domain: %s }) and, through a leaf node, that the leaf is linked to it", d, d)
+	}
+	return "no JetStream answered: is JetStream enabled for this account? Connected to a leaf node, give the hub's domain with --js-domain"
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog
