@@ -473,20 +473,24 @@ func typescriptThroughLeaf(t *testing.T, url string, cli func(args ...string) st
 		t.Logf("not checking the TypeScript backend through the leaf: run npm ci in %s (%v)", pkg, err)
 		return
 	}
-	cmd := exec.Command(filepath.Join(pkg, "node_modules/.bin/node"), "test/tenant-check.mjs")
-	cmd.Dir = pkg
 	env := []string{}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AGENTLOG_") && !strings.HasPrefix(kv, "NATS_") {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, "NATS_URL="+url, "TS_FROM_ENV=1", "AGENTLOG_JS_DOMAIN="+hubDomain, "TS_SESSION=edge-ts", "TS_TEXT=written at the edge by the TypeScript backend")
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
-		t.Fatalf("the TypeScript backend through the leaf (domain %s): %v\n%s", hubDomain, err, out)
-	}
-	if out := cli("messages", "edge-ts"); !strings.Contains(out, "written at the edge by the TypeScript backend") {
-		t.Fatalf("messages of the TypeScript backend's session through the leaf: %s", out)
+	// The domain from the environment, then from the plugin config.
+	for i, domain := range []string{"AGENTLOG_JS_DOMAIN=" + hubDomain, "TS_DOMAIN=" + hubDomain} {
+		id := fmt.Sprintf("edge-ts-%d", i)
+		cmd := exec.Command(filepath.Join(pkg, "node_modules/.bin/node"), "test/tenant-check.mjs")
+		cmd.Dir = pkg
+		cmd.Env = append(env, "NATS_URL="+url, "TS_FROM_ENV=1", domain, "TS_SESSION="+id, "TS_TEXT=written at the edge by the TypeScript backend")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
+			t.Fatalf("the TypeScript backend through the leaf (%s): %v\n%s", domain, err, out)
+		}
+		if out := cli("messages", id); !strings.Contains(out, "written at the edge by the TypeScript backend") {
+			t.Fatalf("messages of the TypeScript backend's session %s through the leaf: %s", id, out)
+		}
 	}
 }
 
