@@ -400,6 +400,25 @@ func TestLeafNodeAgentAtTheEdge(t *testing.T) {
 
 	typescriptThroughLeaf(t, leaf.ClientURL(), cli)
 
+	// An event larger than a record: its blob goes to the hub's Object Store through the leaf.
+	lw, err := p.Create(ctx, session.Header{ID: "edge-large", CreatedAt: 1785000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("edge ", 300_000) // 1.5 MB, over the 1 MiB record
+	if err := lw.Append(session.Event{Type: "user/message", Seq: 0, Time: "1785000000001", SurfaceOp: json.RawMessage(`"append"`),
+		Data: json.RawMessage(`{"id":"big","role":"user","content":[{"type":"text","text":"` + big + `"}],"source":{"kind":"user"}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.Close(ctx); err != nil {
+		t.Fatalf("a large event through the leaf: %v", err)
+	}
+	large, _ := hubLog(t, ctx, hst, "edge-large")
+	if len(large) != 1 || !strings.Contains(string(large[0].Data), big) {
+		t.Fatalf("the large event on the hub: %d events", len(large))
+	}
+	sameMessages(t, ctx, c, "edge-large", large)
+
 	// 2. The link is cut: writes fail as unavailable, their events stay pending.
 	link.Down()
 	eventually(t, "the leaf's link is down on both sides", r.unlinked)
