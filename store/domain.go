@@ -11,7 +11,7 @@ import (
 // NewJetStream returns a JetStream context over nc for the JetStream domain domain ("" : the
 // account's own JetStream, natsjs.New; else natsjs.NewWithDomain, whose API requests go to
 // $JS.<domain>.API.>). A client of a leaf node reaches the hub's agentlog with the hub's domain.
-// opts are nats.go's. Errors are nats.go's (a domain with a '.' or a space, for one).
+// opts are nats.go's. A domain that is not one subject token is refused (CheckDomain).
 func NewJetStream(nc *nats.Conn, domain string, opts ...natsjs.JetStreamOpt) (natsjs.JetStream, error) {
 	if domain == "" {
 		return natsjs.New(nc, opts...)
