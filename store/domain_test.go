@@ -33,7 +33,7 @@ func TestAPIPrefix(t *testing.T) {
 	hub, _ := NewJetStream(nc, "hub")
 	pfx, _ := natsjs.NewWithAPIPrefix(nc, "$JS.other.API")
 	for _, c := range []struct {
-		js        natsjs.JetStream
+		js         natsjs.JetStream
 		api, kvPut string
 	}{
 		{plain, "$JS.API.", "$KV.agentlog_sessions.s1"},
