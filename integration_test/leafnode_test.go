@@ -600,3 +600,82 @@ func TestLeafNodeLinkCutMidWrite(t *testing.T) {
 		t.Fatal("no Flush failed while the link was cut: the test did not cut anything")
 	}
 }
+
+// TestLeafNodeServicesAtTheEdge runs the projector and the forker themselves behind the leaf
+// (their Store opened through it with the hub's domain), as `agentlog projector --js-domain hub`
+// does: the agent's session is folded and served, and forked, with every service request and
+// every JetStream call of the services crossing the leafnode link.
+func TestLeafNodeServicesAtTheEdge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	hub, hubLeafAddr := startHubServer(t)
+	link := newLinkProxy(t, hubLeafAddr)
+	leaf := startLeafServer(t, link.addr)
+	eventually(t, "the leaf node connected to the hub", func() bool { return leaf.NumLeafNodes() == 1 && hub.NumLeafNodes() == 1 })
+	_, hst := connectStore(t, hub.ClientURL(), &store.Config{})
+
+	snc, sjs, err := natsdev.ConnectDomain(leaf.ClientURL(), hubDomain, nats.Name("edge-services"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snc.Close()
+	sst, err := store.Open(ctx, sjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := projector.New(sst, snc, projector.Options{Name: "edge-projector", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proj.Start(ctx); err != nil {
+		t.Fatalf("projector through the leaf: %v", err)
+	}
+	defer proj.Stop()
+	fk, err := forker.New(sst, snc, forker.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fk.Start(ctx); err != nil {
+		t.Fatalf("forker through the leaf: %v", err)
+	}
+	defer fk.Stop()
+
+	anc, ajs, err := natsdev.ConnectDomain(leaf.ClientURL(), hubDomain, nats.Name("edge-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ast, err := store.Open(ctx, ajs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, ast, anc, publisher.Options{Window: 10 * time.Millisecond, WriterID: "edge-svc", Logger: quietLogger()})
+	const id = "edge-svc-1"
+	w, err := p.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := sessiontest.AgentTurns(120)
+	for _, e := range sent {
+		if err := w.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(anc, client.Domain(hubDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := hubLog(t, ctx, hst, id)
+	sameMessages(t, ctx, c, id, stored)
+	bs := session.ForkBoundaries(stored)
+	at := bs[len(bs)-1].Seq
+	fr, err := c.Fork(ctx, client.ForkRequest{Source: id, Boundary: &at, Child: id + "-child"})
+	if err != nil {
+		t.Fatalf("fork by the forker behind the leaf: %v", err)
+	}
+	child, _ := hubLog(t, ctx, hst, fr.Child)
+	sameMessages(t, ctx, c, fr.Child, child)
+}
