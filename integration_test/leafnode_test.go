@@ -679,3 +679,72 @@ func TestLeafNodeServicesAtTheEdge(t *testing.T) {
 	child, _ := hubLog(t, ctx, hst, fr.Child)
 	sameMessages(t, ctx, c, fr.Child, child)
 }
+
+// TestLeafNodeOutageLongerThanLease keeps the leaf's link down until the writer's lease has
+// expired at the hub (TTL 1 s): after the link is back the writer takes its lease again, proves
+// the tail and writes what it kept, exactly once; it is not fenced.
+func TestLeafNodeOutageLongerThanLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := startEdgeRig(t, ctx)
+	p := newPublisher(t, r.ast, r.anc, publisher.Options{
+		Window: 10 * time.Millisecond, WriterID: "edge-lease", Logger: quietLogger(), LeaseTTL: time.Second,
+		AttemptTimeout: 300 * time.Millisecond, RetryBudget: 600 * time.Millisecond,
+	})
+	const id = "edge-lease-1"
+	w, err := p.Create(ctx, session.Header{ID: id, CreatedAt: 1785000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := sessiontest.AgentTurns(120)
+	half := len(sent) / 2
+	for _, e := range sent[:half] {
+		if err := w.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leases := storetest.WritersKV(r.hst)
+	tok := storetest.Session(r.hst, id).Token()
+	if _, err := leases.Get(ctx, tok); err != nil {
+		t.Fatalf("the writer's lease at the hub: %v", err)
+	}
+	r.link.Down()
+	eventually(t, "the leaf's link is down on both sides", r.unlinked)
+	for _, e := range sent[half:] {
+		if err := w.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the writer's lease expired at the hub", func() bool {
+		_, err := leases.Get(ctx, tok)
+		return errors.Is(err, natsjs.ErrKeyNotFound)
+	})
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = w.Flush(fctx)
+	fcancel()
+	if !errors.Is(err, publisher.ErrUnavailable) {
+		t.Fatalf("flush with the link down: %v, want publisher.ErrUnavailable", err)
+	}
+	r.link.Up()
+	eventually(t, "the leaf reconnected to the hub", r.linked)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("flush after the link came back (the lease had expired): %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, r.hst, id, sent, len(sent))
+	stored, records := hubLog(t, ctx, r.hst, id)
+	if len(stored) != len(sent) {
+		t.Fatalf("%d events on the hub's stream, %d written", len(stored), len(sent))
+	}
+	c, err := client.New(r.anc, client.Domain(hubDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, ctx, c, id, stored)
+	t.Logf("%d events in %d records after an outage longer than the lease", len(stored), records)
+}
