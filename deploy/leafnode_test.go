@@ -74,7 +74,6 @@ func hubPassword(t *testing.T, h *server.Options, user string) string {
 func TestLeafNodeRuns(t *testing.T) {
 	h := load(t, hubConf)
 	h.Port, h.LeafNode.Port, h.StoreDir, h.JetStreamMaxStore = -1, freePort(t), t.TempDir(), 1<<30
-	h.LeafNode.NoAdvertise = true
 	hub := start(t, h)
 	l := load(t, leafConf)
 	l.Port = -1
