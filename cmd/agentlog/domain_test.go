@@ -45,6 +45,8 @@ func TestJSDomain(t *testing.T) {
 	if c, err := loadContext("edge"); err != nil || c.Settings["js-domain"] != "hub" {
 		t.Fatalf("saved context edge: %+v, %v", c, err)
 	}
+	code, out, errOut = cli(t, "context", "ls")
+	wantExit(t, "context ls", 0, code, out, errOut, "(js-domain hub)")
 	code, out, errOut = cli(t, "--context", "edge", "sessions")
 	wantExit(t, "sessions --context edge", 0, code, out, errOut, "d1")
 	if !strings.Contains(out, "d1") {
