@@ -34,7 +34,24 @@ type options struct {
 	minSeq        *int64
 	timeout       time.Duration
 	allowDataLoss bool
-	perCall       bool // applying the options of a call, not of New
+	domain        string // JetStream domain of the direct reads (Domain)
+	perCall       bool   // applying the options of a call, not of New
+}
+
+// Domain makes the Client's direct reads (Sessions, Messages' log reads, ...) go to JetStream
+// domain d ($JS.<d>.API.>), as a client of a leaf node reaches the hub's agentlog. The service
+// requests (agentlog.query.>, agentlog.fork) are core NATS and need no domain. Of New only.
+func Domain(d string) Option {
+	return func(o *options) error {
+		if o.perCall {
+			return fmt.Errorf("client.Domain is an option of New, not of a call")
+		}
+		if err := store.CheckDomain(d); err != nil {
+			return err
+		}
+		o.domain = d
+		return nil
+	}
 }
 
 // AllowDataLoss makes Messages answer from what the session's log holds even when the log lost

@@ -15,7 +15,6 @@ import (
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Direct reads: no service owns listing yet, so Sessions, Resolve, Status, Lineage, Header, Events,
@@ -308,17 +307,23 @@ func (c *Client) openStore(ctx context.Context) (*store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
 	}
-	js, err := natsjs.New(c.nc)
+	js, err := store.NewJetStream(c.nc, c.base.domain)
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Description: "jetstream", Err: err}
+		return nil, &Error{Code: CodeBadRequest, Description: "jetstream", Err: err}
 	}
 	st, err := store.Open(ctx, js)
 	if err != nil {
-		code := CodeInternal
-		if errors.Is(err, store.ErrNotProvisioned) {
+		code, desc := CodeInternal, "open agentlog"
+		switch {
+		case errors.Is(err, store.ErrNotProvisioned):
 			code = CodeUnavailable
+		case errors.Is(err, nats.ErrNoResponders) && c.base.domain != "":
+			// A leaf node cut off from its hub, or a domain that is not the hub's.
+			code, desc = CodeUnavailable, fmt.Sprintf("open agentlog: no JetStream answered in domain %q (the domain of agentlog's server? through a leaf node: is it linked to the hub?)", c.base.domain)
+		case errors.Is(err, nats.ErrNoResponders):
+			code, desc = CodeUnavailable, "open agentlog: no JetStream answered (connected to a leaf node? give the hub's JetStream domain: client.Domain, --js-domain)"
 		}
-		return nil, &Error{Code: code, Description: "open agentlog", Err: err}
+		return nil, &Error{Code: code, Description: desc, Err: err}
 	}
 	c.st = st
 	return st, nil

@@ -510,7 +510,7 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 					return nil, eerr
 				}
 			}
-			m := &nats.Msg{Subject: wire.KVSubject(wire.ProjectionsBucket, wire.ProjectionKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
+			m := &nats.Msg{Subject: store.KVPutSubject(js, wire.ProjectionsBucket, wire.ProjectionKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(u.rev, 10))
 			todo = append(todo, pendingWrite{ss: ss, u: u, msg: m})
 		}

@@ -54,6 +54,12 @@ var (
 	// store.ErrSessionDeleted.
 	ErrSessionDeleted error = &sentinel{"session deleted under this writer", store.ErrSessionDeleted}
 
+	// ErrUnavailable is matched (errors.Is) by a *WriteError whose cause is an outage: no server
+	// took the record within the retry budget (no responders, timeouts, a connection lost, a
+	// leaf node cut off from its hub). The write is not fenced: its events stay pending, in
+	// order, and the next write (a new event, Flush or Close) takes them.
+	ErrUnavailable = errors.New("agentlog unavailable (no JetStream answered: server down or unreachable, or a leaf node's link to its hub down)")
+
 	// ErrInvalidOption is returned (wrapped, with the option's own error) by Publisher.Open for an
 	// OpenOption that refuses its input. Nothing was done.
 	ErrInvalidOption = errors.New("invalid option")
@@ -155,6 +161,9 @@ type WriteError struct {
 func (e *WriteError) Error() string { return "publisher: " + e.text() }
 
 func (e *WriteError) text() string {
+	if !e.Fenced && transient(e.Err) {
+		return fmt.Sprintf("write of seqs %d..%d failed: agentlog unavailable (the events stay pending): %v", e.FirstSeq, e.LastSeq, e.Err)
+	}
 	return fmt.Sprintf("write of seqs %d..%d failed: %v", e.FirstSeq, e.LastSeq, e.Err)
 }
 
@@ -178,6 +187,9 @@ func (u unprefixed) Unwrap() error { return u.WriteError }
 func (e *WriteError) Unwrap() []error {
 	if e.Fenced {
 		return []error{e.Err, ErrFenced}
+	}
+	if transient(e.Err) {
+		return []error{e.Err, ErrUnavailable}
 	}
 	return []error{e.Err}
 }

@@ -93,7 +93,7 @@ func (s *Store) putBlob(ctx context.Context, tok, id string, data []byte) (int, 
 	if _, ok := ctx.Deadline(); !ok {
 		opts = append(opts, natsjs.WithPublishAsyncTimeout(s.js.Options().DefaultTimeout))
 	}
-	js, err := natsjs.New(s.js.Conn(), opts...)
+	js, err := likeJS(s.js, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -192,11 +192,7 @@ func (s *Store) directLast(ctx context.Context, stream, subject string) (*natsjs
 		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
 		defer cancel()
 	}
-	prefix := s.js.Options().APIPrefix
-	if prefix == "" {
-		prefix = "$JS.API."
-	}
-	msg, err := s.js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream+"."+subject, nil)
+	msg, err := s.js.Conn().RequestWithContext(ctx, s.api("DIRECT.GET."+stream+"."+subject), nil)
 	if err != nil {
 		return nil, false, err
 	}

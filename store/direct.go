@@ -92,10 +92,7 @@ func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsj
 		delete(m.wait, tok)
 		m.mu.Unlock()
 	}()
-	subject := s.js.Options().APIPrefix + "DIRECT.GET." + stream
-	if s.js.Options().APIPrefix == "" {
-		subject = "$JS.API.DIRECT.GET." + stream
-	}
+	subject := s.api("DIRECT.GET." + stream)
 	if err := m.nc.PublishRequest(subject, m.prefix+tok, body); err != nil {
 		return nil, err
 	}

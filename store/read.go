@@ -129,7 +129,7 @@ func (s *Store) leaderGetFrom(ctx context.Context, stream string, request map[st
 		defer cancel()
 	}
 	req, _ := json.Marshal(request)
-	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	reply, err := s.js.Conn().RequestWithContext(ctx, s.api("STREAM.MSG.GET."+stream), req)
 	if err != nil {
 		return nil, err
 	}

@@ -232,7 +232,7 @@ func (s *Store) markDeleting(ctx context.Context, tok string, value []byte, rev 
 	if inc != "" {
 		h.Set(wire.IncarnationHeader, inc)
 	}
-	m := &nats.Msg{Subject: wire.KVSubject(wire.SessionsBucket, tok), Header: h, Data: value}
+	m := &nats.Msg{Subject: KVPutSubject(s.js, wire.SessionsBucket, tok), Header: h, Data: value}
 	ack, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, err
@@ -310,7 +310,7 @@ func (s *Store) purge(ctx context.Context, stream, filter string, upTo uint64) (
 		req["seq"] = upTo
 	}
 	body, _ := json.Marshal(req)
-	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, body)
+	reply, err := s.js.Conn().RequestWithContext(ctx, s.api("STREAM.PURGE."+stream), body)
 	if err != nil {
 		return 0, fmt.Errorf("purge %s of stream %s: %w", filter, stream, err)
 	}

@@ -83,7 +83,11 @@ func (s *Store) TailsOf(ctx context.Context, tokens []string, fn func(h nats.Hea
 	for i, tok := range tokens {
 		subjects[i] = wire.TokenSubject(tok, s.partitions)
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
+	js, err := orbitJS(s.js)
+	if err != nil {
+		return err
+	}
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, wire.StreamName, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
 	if err != nil {
 		if errors.Is(err, jetstreamext.ErrNoMessages) {
 			return nil

@@ -74,7 +74,7 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	subject := wire.KVSubject(wire.SessionsBucket, tok)
 	expect := uint64(0)
 	for try := 0; ; try++ {
-		m := &nats.Msg{Subject: subject, Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
+		m := &nats.Msg{Subject: KVPutSubject(s.js, wire.SessionsBucket, tok), Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
 		_, err = s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
 		if err == nil || try > 0 || !IsWrongLastSequence(err) {
 			break

@@ -119,7 +119,7 @@ func (ss *Session) RenewLease(ctx context.Context, rev uint64, l Lease, ttl time
 
 // publishLease writes a lease value with a per-message TTL, guarded by rev when not nil.
 func (s *Store) publishLease(ctx context.Context, tok string, val []byte, ttl time.Duration, rev *uint64) (uint64, error) {
-	m := &nats.Msg{Subject: wire.KVSubject(wire.WritersBucket, tok), Header: nats.Header{}, Data: val}
+	m := &nats.Msg{Subject: KVPutSubject(s.js, wire.WritersBucket, tok), Header: nats.Header{}, Data: val}
 	opts := []natsjs.PublishOpt{natsjs.WithMsgTTL(ttl)}
 	if rev != nil {
 		opts = append(opts, natsjs.WithExpectLastSequencePerSubject(*rev))

@@ -77,7 +77,7 @@ resume's closers). A live writer of the session is refused (its lease is held). 
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc)
+			c, err := client.New(nc, g.clientOptions()...)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,6 +29,7 @@ type connSetting struct {
 type connFlags struct {
 	creds, nkey, user, password, token string
 	tlsCA, tlsCert, tlsKey             string
+	jsDomain                           string // --js-domain: the JetStream domain of agentlog ("": the account's own)
 
 	opts []nats.Option // built by resolve, added by globals.natsOptions
 
@@ -56,12 +58,14 @@ func (f *connFlags) settings(g *globals) []connSetting {
 			usage: "PEM `FILE` of the client certificate, for servers that verify clients (with --tls-key)"},
 		{flag: "tls-key", env: "AGENTLOG_NATS_TLS_KEY", natsEnv: "NATS_KEY", dst: &f.tlsKey,
 			usage: "PEM `FILE` of the client certificate's private key (with --tls-cert)"},
+		{flag: "js-domain", env: "AGENTLOG_JS_DOMAIN", natsEnv: "NATS_JS_DOMAIN", dst: &f.jsDomain,
+			usage: "JetStream `DOMAIN` of the agentlog to use, when it is not the connected server's own: the hub's domain from a leaf node (deploy/leaf-node)"},
 	}
 }
 
 // connFlagNames are the persistent flags that only matter to commands that dial NATS; offline
 // commands hide them in their help (hideConnFlags).
-var connFlagNames = []string{"nats", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "context", "timeout"}
+var connFlagNames = []string{"nats", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "js-domain", "context", "timeout"}
 
 // addConnFlags registers the connection flags on root's persistent flags. Their values are taken from
 // the environment in resolve, not here, so that --help shows no secret as a default.
@@ -167,6 +171,9 @@ func (f *connFlags) resolve(g *globals, fs *pflag.FlagSet) error {
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return &usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	if err := store.CheckDomain(f.jsDomain); err != nil {
+		return &usageError{fmt.Errorf("--js-domain: %w", err)}
 	}
 
 	f.opts = nil

@@ -248,7 +248,7 @@ absolute. A context of that name is replaced. It connects to nothing.`,
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls [--json]",
-		Short: "List the saved contexts: name (* selected), URL, credentials, TLS, description",
+		Short: "List the saved contexts: name (* selected), URL (and JetStream domain), credentials, TLS, description",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := contextDir()
@@ -266,6 +266,7 @@ absolute. A context of that name is replaced. It connects to nothing.`,
 				URL         string `json:"url"`
 				Credentials string `json:"credentials"`
 				TLS         bool   `json:"tls"`
+				Domain      string `json:"jsDomain,omitempty"`
 				Description string `json:"description,omitempty"`
 			}
 			var rows []row
@@ -278,7 +279,7 @@ absolute. A context of that name is replaced. It connects to nothing.`,
 				if err != nil {
 					return err
 				}
-				r := row{Name: name, Selected: name == selected, URL: c.Settings["nats"], Credentials: "none", Description: c.Description}
+				r := row{Name: name, Selected: name == selected, URL: c.Settings["nats"], Credentials: "none", Domain: c.Settings["js-domain"], Description: c.Description}
 				for _, k := range []string{"creds", "nkey", "user", "token"} {
 					if c.Settings[k] != "" {
 						r.Credentials = k
@@ -309,7 +310,11 @@ absolute. A context of that name is replaced. It connects to nothing.`,
 				if r.TLS {
 					tls = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, dash(redactURL(r.URL)), r.Credentials, tls, dash(oneLine(r.Description)))
+				u := dash(redactURL(r.URL))
+				if r.Domain != "" {
+					u += " (js-domain " + r.Domain + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, u, r.Credentials, tls, dash(oneLine(r.Description)))
 			}
 			return tw.Flush()
 		},

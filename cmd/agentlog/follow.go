@@ -93,7 +93,7 @@ stream stored them, as one JSON line {"session":ID,"event":EVENT}.`
 			return err
 		}
 		defer nc.Close()
-		c, err := client.New(nc)
+		c, err := client.New(nc, g.clientOptions()...)
 		if err != nil {
 			return err
 		}

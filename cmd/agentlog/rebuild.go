@@ -55,7 +55,7 @@ place when their session gets a record, or is queried. rebuild is for a unit who
 					return err
 				}
 			} else {
-				c, err := client.New(nc)
+				c, err := client.New(nc, g.clientOptions()...)
 				if err != nil {
 					return err
 				}

@@ -47,7 +47,7 @@ the same and asks for confirmation; --yes skips the question (scripts and pipes 
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc)
+			c, err := client.New(nc, g.clientOptions()...)
 			if err != nil {
 				return err
 			}

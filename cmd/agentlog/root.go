@@ -11,11 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -160,6 +162,11 @@ func (g *globals) natsOptions(name string) []nats.Option {
 	return append([]nats.Option{nats.Name(name), nats.ErrorHandler(g.asyncError)}, g.conn.opts...)
 }
 
+// clientOptions are the client.New options of every command: the JetStream domain (--js-domain).
+func (g *globals) clientOptions() []client.Option {
+	return []client.Option{client.Domain(g.conn.jsDomain)}
+}
+
 // addMaxEventBytesFlag gives a command that writes events the flag --max-event-bytes, which
 // connect applies to the Store it returns.
 func (g *globals) addMaxEventBytesFlag(c *cobra.Command) {
@@ -184,16 +191,27 @@ func (b *positiveBytes) Set(v string) error {
 
 // connect dials the configured NATS server and attaches to a provisioned agentlog.
 func (g *globals) connect(ctx context.Context, name string) (*nats.Conn, *store.Store, error) {
-	nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
+	nc, js, err := natsdev.ConnectDomain(g.natsURL, g.conn.jsDomain, g.natsOptions(name)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	st, err := store.Open(ctx, js)
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, natsjs.ErrJetStreamNotEnabled) || errors.Is(err, natsjs.ErrJetStreamNotEnabledForAccount) {
+			return nil, nil, fmt.Errorf("NATS at %s: %w (%s)", g.natsURL, err, g.noJetStream())
+		}
 		return nil, nil, fmt.Errorf("NATS at %s: %w", g.natsURL, err) // run adds the hint (hint)
 	}
 	return nc, st.WithMaxEventBytes(g.maxEventBytes), nil
+}
+
+// noJetStream says what to check when no JetStream answered the connection's requests.
+func (g *globals) noJetStream() string {
+	if d := g.conn.jsDomain; d != "" {
+		return fmt.Sprintf("no JetStream answered in domain %q: check that it is the domain of agentlog's server (jetstream { domain: %s }) and, through a leaf node, that the leaf is linked to it", d, d)
+	}
+	return "no JetStream answered: is JetStream enabled for this account? Connected to a leaf node, give the hub's domain with --js-domain"
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog

@@ -71,6 +71,10 @@ credentials use the global account, as before. --http serves the server's monito
 			}
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 			o.MaxEventBytes = g.maxEventBytes
+			if err := store.CheckDomain(o.Domain); err != nil {
+				return &usageError{fmt.Errorf("--js-domain: %w", err)}
+			}
+			o.UI.Domain = o.Domain
 			if o.SystemUser != "" && o.SystemPassword == "" {
 				if o.SystemPassword, err = devSystemPassword(abs, o.SystemUser); err != nil {
 					return err
@@ -113,6 +117,7 @@ credentials use the global account, as before. --http serves the server's monito
 	c.Flags().IntVar(&o.Forkers, "forkers", 1, "number of forker instances to run (0: none; attach separate \"agentlog forker\" processes)")
 	c.Flags().BoolVar(&o.SyncAlways, "sync-always", false, "fsync every write before acknowledging it (strict single-node durability; slower)")
 	c.Flags().StringVar(&o.HTTP, "http", "", "serve the nats-server monitoring endpoints (/varz, /jsz, ...) on HOST:PORT (off by default)")
+	c.Flags().StringVar(&o.Domain, "js-domain", "", "JetStream `DOMAIN` of the embedded server (\"\": none), for leaf nodes to reach it (deploy/leaf-node); its services use it")
 	c.Flags().StringVar(&o.SystemUser, "system-user", "sys", "user of the system account (\"\": no system account)")
 	c.Flags().StringVar(&o.SystemPassword, "system-password", "", "password of the system user (default: generated once, kept in DIR/"+SystemAccountFile+")")
 	addMetricsFlag(c, &metricsAddr)
@@ -157,7 +162,7 @@ metadata: one pass over agentlog_sessions.`,
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			nc, js, err := natsdev.Connect(g.natsURL, g.natsOptions("agentlog-provision")...)
+			nc, js, err := natsdev.ConnectDomain(g.natsURL, g.conn.jsDomain, g.natsOptions("agentlog-provision")...)
 			if err != nil {
 				return err
 			}

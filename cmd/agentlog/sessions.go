@@ -32,7 +32,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc)
+			c, err := client.New(nc, g.clientOptions()...)
 			if err != nil {
 				return err
 			}
@@ -163,7 +163,7 @@ func queryMessages(ctx context.Context, st *store.Store, nc *nats.Conn, id strin
 			return nil, fmt.Errorf("session %q: --min-seq %d is past the end of the log: %s (messages waits only for a seq the log holds)", id, minSeq, end)
 		}
 	}
-	c, err := client.New(nc)
+	c, err := client.New(nc, client.Domain(st.Domain()))
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +252,7 @@ created.`,
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc)
+			c, err := client.New(nc, g.clientOptions()...)
 			if err != nil {
 				return err
 			}

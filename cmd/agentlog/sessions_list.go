@@ -162,11 +162,11 @@ func parseTimeFlag(flag, v string) (time.Time, error) {
 
 // client dials --nats and returns a Client over the connection (close the connection when done).
 func (g *globals) client(name string) (*nats.Conn, *client.Client, error) {
-	nc, _, err := natsdev.Connect(g.natsURL, g.natsOptions(name)...)
+	nc, _, err := natsdev.ConnectDomain(g.natsURL, g.conn.jsDomain, g.natsOptions(name)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New(nc)
+	c, err := client.New(nc, g.clientOptions()...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

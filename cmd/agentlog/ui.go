@@ -115,6 +115,7 @@ page's CSRF token.`,
 				return err
 			}
 			defer nc.Close()
+			o.UIOptions.Domain = g.conn.jsDomain
 			u, err := devstack.StartUI(cmd.Context(), nc, o.UIOptions, logger)
 			if err != nil {
 				return err

@@ -38,6 +38,8 @@ type Options struct {
 	Name string
 	// Config provisions the stream and buckets (zero: the defaults).
 	Config store.Config
+	// Domain is the embedded server's JetStream domain ("": none); the stack's services use it.
+	Domain string
 	// UI serves the web inspector on the stack's connection when UI.Listen is set.
 	UI UIOptions
 }
@@ -72,7 +74,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		o.Name = "agentlog-dev"
 	}
 	sopts := natsdev.ServerOptions{DataDir: o.DataDir, Host: host, Port: port, SyncAlways: o.SyncAlways, ServerName: o.Name,
-		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword, Logger: o.Logger}
+		SystemUser: o.SystemUser, SystemPassword: o.SystemPassword, Logger: o.Logger, JetStreamDomain: o.Domain}
 	if o.HTTP != "" {
 		if sopts.HTTPHost, sopts.HTTPPort, err = HostPort("--http", o.HTTP); err != nil {
 			return nil, err
@@ -88,7 +90,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	nc, js, err := natsdev.Connect(s.url, nats.Name(o.Name))
+	nc, js, err := natsdev.ConnectDomain(s.url, o.Domain, nats.Name(o.Name))
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,8 @@ type UIOptions struct {
 	AllowFork bool
 	// AllowAdmin enables the operator actions (inspector.Options.AllowAdmin).
 	AllowAdmin bool
+	// Domain is the JetStream domain of the agentlog ("": the account's own; inspector.Options.Domain).
+	Domain string
 }
 
 // UI is a running inspector. Close stops it.
@@ -42,7 +44,7 @@ func StartUI(ctx context.Context, nc *nats.Conn, o UIOptions, logger *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	srv, err := inspector.New(nc, inspector.Options{Token: o.Token, AllowFork: o.AllowFork, AllowAdmin: o.AllowAdmin, Logger: logger})
+	srv, err := inspector.New(nc, inspector.Options{Token: o.Token, AllowFork: o.AllowFork, AllowAdmin: o.AllowAdmin, Logger: logger, Domain: o.Domain})
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // The operator actions (AllowAdmin): rebuilding one session's projection unit.
@@ -21,7 +20,7 @@ const rebuildTimeout = 2 * time.Minute
 
 // openAdmin attaches to the store and the built-in units for the operator actions.
 func (s *Server) openAdmin(ctx context.Context, nc *nats.Conn) error {
-	js, err := natsjs.New(nc)
+	js, err := store.NewJetStream(nc, s.o.Domain)
 	if err != nil {
 		return err
 	}

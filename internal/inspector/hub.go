@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -29,8 +30,8 @@ type hub struct {
 
 // startHub watches agentlog_sessions for new entries (updates only) until ctx ends; a watch that
 // ends is restarted.
-func startHub(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*hub, error) {
-	js, err := natsjs.New(nc)
+func startHub(ctx context.Context, nc *nats.Conn, domain string, log *slog.Logger) (*hub, error) {
+	js, err := store.NewJetStream(nc, domain)
 	if err != nil {
 		return nil, err
 	}

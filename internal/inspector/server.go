@@ -53,6 +53,9 @@ type Options struct {
 	// QueryTimeout bounds each query of a page (default 5 s).
 	QueryTimeout time.Duration
 	Logger       *slog.Logger
+	// Domain is the JetStream domain of the agentlog it reads ("": the account's own), for an
+	// inspector connected to a leaf node (client.Domain).
+	Domain string
 }
 
 // Server serves the inspector. Close stops its watches and live streams.
@@ -78,7 +81,7 @@ type Server struct {
 // New returns a Server reading through nc (a connection to a provisioned agentlog). It starts a
 // watch of agentlog_sessions for the live sessions list. Errors: a template or the watch.
 func New(nc *nats.Conn, o Options) (*Server, error) {
-	c, err := client.New(nc)
+	c, err := client.New(nc, client.Domain(o.Domain))
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +101,7 @@ func New(nc *nats.Conn, o Options) (*Server, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{c: c, nc: nc, o: o, log: o.Logger, tmpl: tmpl, csrf: hex.EncodeToString(b), ctx: ctx, stop: stop, rendered: newRenderedLogs()}
-	if s.hub, err = startHub(ctx, nc, o.Logger); err != nil {
+	if s.hub, err = startHub(ctx, nc, o.Domain, o.Logger); err != nil {
 		stop()
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package natsdev
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +16,13 @@ import (
 // Defaults: a 5 s dial timeout (a wrong URL is reported at once), then reconnect forever every
 // 250 ms plus jitter, buffering up to 8 MiB of publishes while reconnecting.
 func Connect(url string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream, error) {
+	return ConnectDomain(url, "", opts...)
+}
+
+// ConnectDomain is Connect with a JetStream handle for JetStream domain domain ("": the
+// account's own; see store.NewJetStream), as a client of a leaf node uses to reach the hub's (store.NewJetStream does the same
+// over a connection of its own; natsdev is below store, whose tests use it).
+func ConnectDomain(url, domain string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream, error) {
 	all := append([]nats.Option{
 		nats.Timeout(5 * time.Second),
 		nats.MaxReconnects(-1),
@@ -26,7 +34,15 @@ func Connect(url string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	js, err := natsjs.New(nc)
+	var js natsjs.JetStream
+	switch {
+	case domain == "":
+		js, err = natsjs.New(nc)
+	case strings.ContainsAny(domain, ". \t\r\n*>"):
+		err = fmt.Errorf("JetStream domain %q: a domain is one subject token (no '.', '*', '>' or white space)", domain)
+	default:
+		js, err = natsjs.NewWithDomain(nc, domain)
+	}
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("JetStream on %s: %w", url, err)

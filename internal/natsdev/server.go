@@ -38,6 +38,9 @@ type ServerOptions struct {
 	// SystemUser and SystemPassword, when both set, add the system account SYS with this user, for
 	// `nats server ls` and the like. Clients without credentials stay on the global account.
 	SystemUser, SystemPassword string
+	// JetStreamDomain is the server's JetStream domain ("": none): clients of a leaf node of this
+	// server reach its JetStream at $JS.<domain>.API.> (deploy/leaf-node).
+	JetStreamDomain string
 }
 
 // SystemAccount is the name of the system account RunServer adds with ServerOptions.SystemUser.
@@ -103,17 +106,18 @@ func RunServer(opts ServerOptions) (*server.Server, error) {
 		l.Close()
 	}
 	sopts := &server.Options{
-		ServerName: opts.ServerName,
-		Host:       opts.Host,
-		Port:       opts.Port,
-		JetStream:  true,
-		StoreDir:   opts.DataDir,
-		SyncAlways: opts.SyncAlways,
-		MaxPayload: opts.MaxPayload,
-		NoLog:      !opts.Logs && opts.Logger == nil,
-		NoSigs:     true,
-		HTTPPort:   opts.HTTPPort,
-		HTTPHost:   opts.HTTPHost,
+		ServerName:      opts.ServerName,
+		Host:            opts.Host,
+		Port:            opts.Port,
+		JetStream:       true,
+		StoreDir:        opts.DataDir,
+		JetStreamDomain: opts.JetStreamDomain,
+		SyncAlways:      opts.SyncAlways,
+		MaxPayload:      opts.MaxPayload,
+		NoLog:           !opts.Logs && opts.Logger == nil,
+		NoSigs:          true,
+		HTTPPort:        opts.HTTPPort,
+		HTTPHost:        opts.HTTPHost,
 	}
 	if sopts.HTTPPort != 0 && sopts.HTTPHost == "" {
 		sopts.HTTPHost = opts.Host

@@ -72,6 +72,13 @@ export interface Config {
   pass?: string
   token?: string
   tls?: TlsConfig
+  /**
+   * JetStream domain of the agentlog deployment, when it is not the connected server's own: the
+   * hub's domain for a writer connected to a leaf node (`agentlog --js-domain`, deploy/leaf-node).
+   * JetStream requests then go to `$JS.<domain>.API.>`, and the hand-made KV puts to
+   * `$JS.<domain>.API.$KV.<bucket>.<key>` (PROTOCOL.md). Default: none.
+   */
+  domain?: string
   /** Prefix of this writer's Nats-Msg-Id values (default a fresh nuid per instance). */
   writerId?: string
   /** The coordinator's fixed write-batching window, ms (default 200). */
@@ -121,6 +128,7 @@ export const ConfigSchema: z<Config> = z.object({
   pass: z.string(),
   token: z.string(),
   tls: z.object({ ca: z.string(), cert: z.string(), key: z.string(), handshakeFirst: z.boolean() }),
+  domain: z.string(),
   writerId: z.string(),
   writeBatchMaxDelayMs: z.number().step(1).min(1).max(MAX_WRITE_BATCH_DELAY_MS).default(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
   preparedSessionCacheSize: z.number().step(1).min(1).default(DEFAULT_PREPARED_SESSION_CACHE_SIZE),
@@ -143,6 +151,8 @@ export interface Settings {
   requestTimeoutMs: number
   preparedSessionCacheSize: number
   writeBatchMaxDelayMs: number
+  /** JetStream domain (config.domain, else AGENTLOG_JS_DOMAIN, else NATS_JS_DOMAIN); undefined: none. */
+  domain?: string
 }
 
 /** Apply the defaults to a config; throws an Error naming the field for a bad one. */
@@ -158,7 +168,12 @@ export function parseConfig(config: Config): Settings {
   if (leaseTtlMs !== 0 && leaseTtlMs < 1000) {
     throw new Error(`agentlog session persistence: leaseTtlMs ${leaseTtlMs}: want 0 (no leases) or at least 1000`)
   }
+  const domain = config.domain ?? (process.env.AGENTLOG_JS_DOMAIN || process.env.NATS_JS_DOMAIN || undefined)
+  if (domain !== undefined && domain !== '' && /[.\s*>]/.test(domain)) {
+    throw new Error(`agentlog session persistence: domain ${JSON.stringify(domain)}: a JetStream domain is one subject token (no '.', '*', '>' or white space)`)
+  }
   return {
+    domain: domain === '' ? undefined : domain,
     writerId,
     names: {
       stream: config.names?.stream ?? STREAM_NAME,

@@ -58,7 +58,7 @@ export class Leases {
     try {
       // A create where the key has no entry yet, in one acked publish (nats.js's KV create also
       // takes over a delete marker: it is the path when this one is refused).
-      rev = await s.acks.publish(`$KV.${s.names.writersBucket}.${tok}`, this.value(id, since),
+      rev = await s.acks.publish(s.kvPutSubject(s.names.writersBucket, tok), this.value(id, since),
         [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, '0'], ['Nats-TTL', this.ttlHeader()]]).then(a => a.seq,
         () => writers.create(tok, this.value(id, since), this.ttlHeader()))
     } catch (err) {
@@ -100,7 +100,7 @@ export class Leases {
         return
       }
       try {
-        const ack = await s.acks.publish(`$KV.${s.names.writersBucket}.${tok}`, this.value(id, l.since),
+        const ack = await s.acks.publish(s.kvPutSubject(s.names.writersBucket, tok), this.value(id, l.since),
           [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(l.rev)], ['Nats-TTL', this.ttlHeader()]])
         l.rev = ack.seq
       } catch (err) {

@@ -4,8 +4,8 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node'
 import {
-  DiscardPolicy, jetstream, RetentionPolicy, StorageType, StoreCompression,
-  type JetStreamManager, type StreamConfig,
+  DiscardPolicy, RetentionPolicy, StorageType, StoreCompression,
+  type JetStreamClient, type JetStreamManager, type StreamConfig,
 } from '@nats-io/jetstream'
 import { Kvm, type KvOptions } from '@nats-io/kv'
 import type { NamesConfig, ProvisionConfig } from './config.js'
@@ -17,7 +17,7 @@ import { DEFAULT_PARTITIONS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, S
  * The writer leases bucket is created only when `leases`. A create that loses a race with another
  * provisioner passes when the stream exists afterwards.
  */
-export async function provision(nc: NatsConnection, jsm: JetStreamManager, n: Required<NamesConfig>, p: ProvisionConfig, leases: boolean): Promise<void> {
+export async function provision(nc: NatsConnection, js: JetStreamClient, jsm: JetStreamManager, n: Required<NamesConfig>, p: ProvisionConfig, leases: boolean): Promise<void> {
   const replicas = p.replicas ?? 1
   const maxPayload = nc.info?.max_payload ?? 1 << 20
   const exists = async (name: string) => jsm.streams.info(name).then(() => true, (err: unknown) => {
@@ -44,7 +44,7 @@ export async function provision(nc: NatsConnection, jsm: JetStreamManager, n: Re
     }
     await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.stream)) throw err })
   }
-  const kvm = new Kvm(jetstream(nc))
+  const kvm = new Kvm(js)
   if (leases && !await exists(`KV_${n.writersBucket}`)) {
     const opts: Partial<KvOptions> = { history: 1, replicas, storage: StorageType.File, markerTTL: 60_000 }
     await kvm.create(n.writersBucket, opts).catch(async (err: unknown) => {

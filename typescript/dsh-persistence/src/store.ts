@@ -32,6 +32,8 @@ export class Store {
   declare readonly js: JetStreamClient
   declare readonly jsm: JetStreamManager
   declare readonly names: Required<NamesConfig>
+  /** Put before `$KV.<bucket>.<key>` by the hand-made KV puts: `$JS.<domain>.API.` with a domain, as nats.js's KV does; else ''. */
+  declare readonly kvPutPrefix: string
   /** agentlog_writers; undefined when this writer takes no leases. */
   declare readonly writers?: KV
   declare readonly partitions: number
@@ -60,11 +62,12 @@ export class Store {
     }
     try {
       const timeout = settings.requestTimeoutMs
-      const js = jetstream(nc, { timeout })
-      const jsm = await jetstreamManager(nc, { timeout })
+      const domain = settings.domain
+      const js = jetstream(nc, { timeout, domain })
+      const jsm = await jetstreamManager(nc, { timeout, domain })
       const n = settings.names
       if (config.provision) {
-        await provision(nc, jsm, n, typeof config.provision === 'object' ? config.provision : {}, settings.leaseTtlMs > 0)
+        await provision(nc, js, jsm, n, typeof config.provision === 'object' ? config.provision : {}, settings.leaseTtlMs > 0)
       }
       let si
       try {
@@ -98,12 +101,17 @@ export class Store {
         }
       }
       return new Store({
-        nc, js, jsm, names: n, writers, partitions: parts, maxMsgSize, maxPayload, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout),
+        nc, js, jsm, kvPutPrefix: domain === undefined ? '' : `$JS.${domain}.API.`, names: n, writers, partitions: parts, maxMsgSize, maxPayload, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout),
       })
     } catch (err) {
       await nc.close().catch(() => {})
       throw new Error(`agentlog session persistence (${servers}): ${(err as Error).message}`, { cause: err })
     }
+  }
+
+  /** The subject a hand-made put of key in KV bucket goes to (kvPutPrefix, then `$KV.<bucket>.<key>`). */
+  kvPutSubject(bucket: string, key: string): string {
+    return `${this.kvPutPrefix}$KV.${bucket}.${key}`
   }
 
   /** The subject of the session with this token: `<prefix>.<partition>.<token>`. */

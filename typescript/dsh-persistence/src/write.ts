@@ -107,7 +107,7 @@ export class Writer {
     const value = headerLine(meta)
     const id = meta.id
     const bucket = s.names.sessionsBucket
-    const subject = `$KV.${bucket}.${tok}`
+    const subject = s.kvPutSubject(bucket, tok)
     let inc = this.incarnations.get(id)
     if (inc === undefined || inc === '') {
       inc = nuid.next()
@@ -126,7 +126,7 @@ export class Writer {
         if (entry === null && attempt === 0) {
           // The key's last entry is a delete marker (the metadata of an unwritten session was
           // removed): create over it.
-          const m = await s.jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: subject })
+          const m = await s.jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: `$KV.${bucket}.${tok}` })
           if (m !== null) { expect = m.seq; continue }
         }
         if (entry === null) throw new Error(`agentlog: create session ${JSON.stringify(id)} (key ${tok} in KV bucket ${bucket}): ${(err as Error).message}`, { cause: err })

@@ -5,7 +5,8 @@
 //   NATS_URL=tls://... TS_NKEY=agent.nk TS_CA=ca.pem TS_CERT=agent.pem TS_KEY=agent-key.pem \
 //   TS_SESSION=id TS_TEXT=marker node test/tenant-check.mjs
 // (or TS_USER and TS_PASS in place of TS_NKEY; or TS_FROM_ENV=1 and AGENTLOG_NATS_NKEY,
-// AGENTLOG_NATS_TLS_CA, ... in place of all of them). Needs `npm ci` (the built lib/).
+// AGENTLOG_NATS_TLS_CA, ... in place of all of them; TS_DOMAIN sets the config's JetStream domain).
+// Needs `npm ci` (the built lib/).
 import { Context } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import AgentlogSessionPersistence from '../lib/index.js'
@@ -17,6 +18,8 @@ const env = k => {
 }
 // With TS_FROM_ENV=1 the credentials and TLS files come from AGENTLOG_NATS_* alone, not the config.
 const config = { servers: env('NATS_URL'), name: 'dsh-tenant-check' }
+// TS_DOMAIN: the config's JetStream domain (integration_test/leafnode_test.go, through a leaf node).
+if (process.env.TS_DOMAIN) config.domain = process.env.TS_DOMAIN
 if (process.env.TS_FROM_ENV !== '1') {
   config.tls = { ca: env('TS_CA'), cert: env('TS_CERT'), key: env('TS_KEY') }
   if (process.env.TS_NKEY) config.nkeyFile = process.env.TS_NKEY
