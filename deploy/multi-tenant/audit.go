@@ -130,8 +130,8 @@ func Unaccepted(fs []Finding) []Finding {
 const (
 	victimTok    = "auditv"
 	victimLogTok = "auditvlog"
-	victimDur    = "audit-victim" // a durable pull consumer of another reader, on each stream
-	serviceSink  = "agentlog.query.audit-sink"
+	victimDur    = "audit-victim"            // a durable pull consumer of another reader, on each stream
+	serviceSink  = "agentlog.query.messages" // the query service's endpoint (queue group q)
 )
 
 // victimSubject is the subject of stream holding another session's data.
@@ -179,7 +179,7 @@ func streamOfSubject(subject string) string {
 
 // victimStreams are the streams whose victim subject every attempt is checked against.
 var victimStreams = []string{wire.StreamName, wire.ErrorsStream, wire.ChildrenStream, wire.ArchiveStream,
-	sessionsKV, projectionsKV, writersKV, lifecycleKV, membersKV, blobsObj}
+	sessionsKV, projectionsKV, writersKV, lifecycleKV, blobsObj}
 
 // attempt is one try of a right.
 type attempt struct {
@@ -191,8 +191,10 @@ type attempt struct {
 	sink        string // a service subject whose deliveries make the attempt destructive
 	consumer    string // a consumer the attempt creates (on stream), deleted after it
 	stream      string
-	last        bool // run after every other attempt (it disturbs the deployment's services)
-	noAnswer    bool // nothing answers it: not waited for
+	last        bool   // run after every other attempt (it disturbs the deployment's services)
+	noAnswer    bool   // nothing answers it: not waited for
+	interest    string // a subject the operator subscribes to during the attempt (a live reader's interest)
+	note        string
 }
 
 // entryStream splits a $JS.API entry into its operation and stream: "STREAM.PURGE", "AGENTLOG".
@@ -256,7 +258,7 @@ func attempts(role Role, partitions int) ([]attempt, error) {
 				name := "audit-" + string(role)
 				subj := "$JS.API.CONSUMER.CREATE." + stream + "." + name
 				out = append(out,
-					attempt{right: s, name: "push consumer delivering the whole stream into another session's log", subject: subj, consumer: name, stream: stream,
+					attempt{right: s, name: "push consumer delivering the whole stream into another session's log (a live viewer subscribed)", subject: subj, consumer: name, stream: stream, interest: victimLog,
 						body: jsonBody(map[string]any{"stream_name": stream, "config": map[string]any{"name": name, "deliver_subject": victimLog, "ack_policy": "none", "inactive_threshold": int64(time.Minute)}})},
 					attempt{right: s, name: "push consumer delivering into a service's queue group", subject: subj, consumer: name, stream: stream, sink: serviceSink,
 						body: jsonBody(map[string]any{"stream_name": stream, "config": map[string]any{"name": name, "deliver_subject": serviceSink, "deliver_group": "q", "ack_policy": "none", "inactive_threshold": int64(time.Minute)}})},
@@ -323,7 +325,11 @@ func attempts(role Role, partitions int) ([]attempt, error) {
 			if strings.HasPrefix(s, "$KV.") {
 				h.Set("KV-Operation", "DEL")
 			}
-			out = append(out, attempt{right: s, name: "publish on another session's subject", subject: vs, header: h, body: jsonBody(map[string]any{"audit": "forged"})})
+			note := ""
+			if !slicesContain(victimStreams, st) {
+				note = " (" + st + " holds no session's data: the projector's instance leases)"
+			}
+			out = append(out, attempt{right: s, name: "publish on another session's subject", subject: vs, header: h, body: jsonBody(map[string]any{"audit": "forged"}), note: note})
 			inject(s, "jetstream-publish", "$JS.API.STREAM.INFO."+st, nil, nil)
 		}
 	}
@@ -502,6 +508,14 @@ func (a *Auditor) try(ctx context.Context, role Role, at attempt) (Finding, erro
 		defer sink.Unsubscribe()
 		a.Op.Flush()
 	}
+	if at.interest != "" {
+		isub, err := a.Op.SubscribeSync(at.interest)
+		if err != nil {
+			return f, err
+		}
+		defer isub.Unsubscribe()
+		a.Op.Flush()
+	}
 	var original *natsjs.StreamConfig
 	if at.last { // STREAM.DELETE: keep the bucket's config to restore it
 		s, err := a.js.Stream(ctx, at.stream)
@@ -577,6 +591,7 @@ func (a *Auditor) try(ctx context.Context, role Role, at attempt) (Finding, erro
 	default:
 		f.Reason = "nothing of another session changed"
 	}
+	f.Reason += at.note
 	return f, nil
 }
 

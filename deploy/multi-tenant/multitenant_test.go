@@ -332,6 +332,9 @@ func TestMultiTenant(t *testing.T) {
 	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
+	t.Run("rm-preflight", func(t *testing.T) { rmPreflight(t, d) })
+	// Last: its destructive attempts disturb the tenant (a purge of a whole stream, a deleted bucket).
+	t.Run("audit", func(t *testing.T) { audit(t, d, a) })
 }
 
 // typescriptAgent writes a session through the TypeScript backend (typescript/dsh-persistence) as
