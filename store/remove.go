@@ -250,6 +250,11 @@ func (ss *Session) PurgeThrough(ctx context.Context, lastStreamSeq uint64) (uint
 	if ss.s.js == nil {
 		return 0, ss.noStore()
 	}
+	// A probe first: credentials without the right learn it after one round trip (a
+	// *RightDeniedError), not after the purge's timeout.
+	if err := ss.s.probePurge(ctx, wire.StreamName, ss.subject); err != nil {
+		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", ss.id, lastStreamSeq, err)
+	}
 	n, err := ss.s.purge(ctx, wire.StreamName, ss.subject, lastStreamSeq+1)
 	if err != nil {
 		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", ss.id, lastStreamSeq, err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,12 +16,16 @@ import (
 // RightDeniedError: the credentials are denied Subject, a right that an operation needs (found by
 // a probe that changes nothing, before the operation changes anything).
 type RightDeniedError struct {
+	Op      string // the operation that needs it ("rm"), or ""
 	Subject string // the publish right denied, e.g. $JS.API.STREAM.PURGE.AGENTLOG
 	Err     error  // the server's permission violation
 }
 
 func (e *RightDeniedError) Error() string {
-	return fmt.Sprintf("rm needs the operator role: %s is denied", e.Subject)
+	if e.Op != "" {
+		return fmt.Sprintf("%s needs the operator role: %s is denied", e.Op, e.Subject)
+	}
+	return e.Subject + " is denied"
 }
 func (e *RightDeniedError) Unwrap() error { return e.Err }
 
@@ -94,8 +99,12 @@ func (s *Store) checkRemoveRights(ctx context.Context, tok, subject string) erro
 	if s.blobs != nil {
 		purges = append(purges, [2]string{"OBJ_" + wire.BlobsBucket, blobChunksPrefix + "*"})
 	}
+	var denied *RightDeniedError
 	for _, p := range purges {
 		if err := s.probePurge(ctx, p[0], p[1]); err != nil {
+			if errors.As(err, &denied) {
+				denied.Op = "rm"
+			}
 			return err
 		}
 	}
@@ -105,6 +114,9 @@ func (s *Store) checkRemoveRights(ctx context.Context, tok, subject string) erro
 	}
 	for _, w := range writes {
 		if err := s.probePublish(ctx, w); err != nil {
+			if errors.As(err, &denied) {
+				denied.Op = "rm"
+			}
 			return err
 		}
 	}
