@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -192,9 +193,13 @@ type attempt struct {
 	consumer    string // a consumer the attempt creates (on stream), deleted after it
 	stream      string
 	last        bool   // run after every other attempt (it disturbs the deployment's services)
+	deferred    bool   // the same, for an attempt on the projector's own consumers
 	noAnswer    bool   // nothing answers it: not waited for
 	interest    string // a subject the operator subscribes to during the attempt (a live reader's interest)
-	note        string
+	// verdict, when set, judges an allowed attempt by its answer (an effect the victims' state
+	// cannot show for sure: the projector re-creates a consumer it lost at once).
+	verdict func(answer string) (Outcome, string)
+	note    string
 }
 
 // entryStream splits a $JS.API entry into its operation and stream: "STREAM.PURGE", "AGENTLOG".
@@ -266,20 +271,22 @@ func attempts(role Role, partitions int) ([]attempt, error) {
 						body: jsonBody(map[string]any{"stream_name": stream, "config": map[string]any{"durable_name": name, "ack_policy": "explicit"}})})
 				if stream == wire.StreamName && role != Projector {
 					pc := wire.StreamName + "." + "agentlog-projector-0"
-					out = append(out, attempt{right: s, name: "update the projector's partition consumer", subject: "$JS.API.CONSUMER.CREATE." + pc,
+					out = append(out, attempt{right: s, name: "update the projector's partition consumer", subject: "$JS.API.CONSUMER.CREATE." + pc, verdict: succeeded("the projector's partition consumer agentlog-projector-0 now has another filter"), deferred: true,
 						body: jsonBody(map[string]any{"stream_name": stream, "config": map[string]any{"durable_name": "agentlog-projector-0", "filter_subject": victimLog, "ack_policy": "explicit"}})})
 				}
 				inject(s, op, subj, jsonBody(map[string]any{"stream_name": stream, "config": map[string]any{"name": name, "ack_policy": "none", "inactive_threshold": int64(time.Minute)}}), nil)
 			case "CONSUMER.DELETE":
-				out = append(out, attempt{right: s, name: "delete another reader's consumer", subject: "$JS.API.CONSUMER.DELETE." + stream + "." + victimDur, stream: stream})
+				out = append(out, attempt{right: s, name: "delete another reader's consumer", subject: "$JS.API.CONSUMER.DELETE." + stream + "." + victimDur, stream: stream, verdict: succeeded("deleted " + victimDur)})
 				if stream == wire.StreamName && role != Projector {
-					out = append(out, attempt{right: s, name: "delete the projector's partition consumer", subject: "$JS.API.CONSUMER.DELETE." + stream + ".agentlog-projector-0"})
+					out = append(out, attempt{right: s, name: "delete the projector's partition consumer", subject: "$JS.API.CONSUMER.DELETE." + stream + ".agentlog-projector-0", verdict: succeeded("deleted agentlog-projector-0 (the projector creates it again)"), deferred: true})
 				}
 			case "CONSUMER.MSG.NEXT":
 				subj := "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + victimDur
 				out = append(out, attempt{right: s, name: "pull from another reader's consumer", subject: subj, stream: stream, body: jsonBody(map[string]any{"batch": 1, "no_wait": true})})
-				if stream == wire.StreamName && role != Projector {
-					out = append(out, attempt{right: s, name: "pull from the projector's partition consumer", subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + ".agentlog-projector-0", body: jsonBody(map[string]any{"batch": 1, "no_wait": true})})
+				if stream == wire.StreamName && len(p.DenyPublish) > 0 { // else timing-dependent: whether a record is pending
+					out = append(out, attempt{right: s, name: "pull from the projector's partition consumer", subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + ".agentlog-projector-0", body: jsonBody(map[string]any{"batch": 1, "no_wait": true})},
+						attempt{right: s, name: "pull from the projector's partition consumer, in its priority group", subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + ".agentlog-projector-0",
+							body: jsonBody(map[string]any{"batch": 1, "expires": int64(time.Second), "group": projector.PriorityGroup}), verdict: delivered})
 				}
 				out = append(out, attempt{right: s, name: "reply-injection: pulled records into another session's log", subject: subj, stream: stream, body: jsonBody(map[string]any{"batch": 1, "expires": int64(time.Second)}), reply: victimLog})
 			case "DIRECT.GET":
@@ -299,8 +306,16 @@ func attempts(role Role, partitions int) ([]attempt, error) {
 			case "STREAM.CREATE":
 				out = append(out, attempt{right: s, name: "create the bucket capturing a service subject (while it exists)", subject: s, stream: stream,
 					body: jsonBody(map[string]any{"name": stream, "subjects": []string{"$KV." + strings.TrimPrefix(stream, "KV_") + ".>", serviceSink}, "storage": "memory"})})
-			default: // STREAM.INFO, CONSUMER.INFO, CONSUMER.UNPIN, INFO: no target in the payload
+			case "STREAM.MSG.DELETE":
+				out = append(out, attempt{right: s, name: "delete another session's last message", subject: s, body: func(a *Auditor) []byte {
+					seq := a.lastSeq(stream, vs)
+					b, _ := json.Marshal(map[string]any{"seq": seq, "no_erase": true})
+					return b
+				}})
+			case "STREAM.INFO", "CONSUMER.INFO", "CONSUMER.UNPIN", "INFO": // no target in the payload
 				inject(s, "info", s, nil, nil)
+			default:
+				return nil, fmt.Errorf("audit: role %s has right %s, a request the audit has no attack for: add one to attempts", role, s)
 			}
 		case strings.HasPrefix(s, "$JS.FC.") || strings.HasPrefix(s, "$JS.ACK."):
 			// Flow control and acks: the target is in the subject, which names the consumer.
@@ -372,14 +387,15 @@ func (a *Auditor) Run(ctx context.Context) ([]Finding, error) {
 	if a.Wait == 0 {
 		a.Wait = time.Second
 	}
-	var all, last []Finding
+	var all []Finding
+	var deferred []roleAttempt
 	for _, r := range Roles {
 		ats, err := attempts(r, a.Partitions)
 		if err != nil {
 			return nil, err
 		}
 		for _, at := range ats {
-			if at.last {
+			if at.last || at.deferred {
 				continue
 			}
 			f, err := a.try(ctx, r, at)
@@ -389,12 +405,8 @@ func (a *Auditor) Run(ctx context.Context) ([]Finding, error) {
 			all = append(all, f)
 		}
 		for _, at := range ats {
-			if at.last {
-				f, err := a.try(ctx, r, at)
-				if err != nil {
-					return nil, err
-				}
-				last = append(last, f)
+			if at.last || at.deferred {
+				deferred = append(deferred, roleAttempt{r, at})
 			}
 		}
 		// Subscribe rights: a subscription reads, and the role reads its tenant anyway.
@@ -403,7 +415,20 @@ func (a *Auditor) Run(ctx context.Context) ([]Finding, error) {
 			all = append(all, Finding{Role: r, Right: "subscribe " + e.Subject, Attempt: "subscribe", Outcome: Harmless, Reason: "a subscription only reads (every role reads its tenant); not tried"})
 		}
 	}
-	return append(all, last...), nil
+	// Last, for every role: what disturbs the projector (its consumers, its members bucket).
+	for _, ra := range deferred {
+		f, err := a.try(ctx, ra.role, ra.at)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, f)
+	}
+	return all, nil
+}
+
+type roleAttempt struct {
+	role Role
+	at   attempt
 }
 
 // seed writes the victims that are missing (an earlier destructive attempt removed them) and the
@@ -423,7 +448,9 @@ func (a *Auditor) seed(ctx context.Context) (map[string]subjState, error) {
 		if st == membersKV {
 			continue
 		}
-		if _, err := a.js.CreateOrUpdateConsumer(ctx, st, natsjs.ConsumerConfig{Durable: victimDur, FilterSubject: s, AckPolicy: natsjs.AckExplicitPolicy}); err != nil {
+		// Fresh for every attempt: every victim message pending, none delivered.
+		_ = a.js.DeleteConsumer(ctx, st, victimDur)
+		if _, err := a.js.CreateConsumer(ctx, st, natsjs.ConsumerConfig{Durable: victimDur, FilterSubject: s, AckPolicy: natsjs.AckExplicitPolicy}); err != nil {
 			return nil, fmt.Errorf("audit: seed consumer %s on %s: %w", victimDur, st, err)
 		}
 	}
@@ -472,12 +499,34 @@ func (a *Auditor) state(ctx context.Context) (map[string]subjState, error) {
 		ci := c.CachedInfo()
 		out["consumer "+st] = subjState{msgs: 1, last: ci.Delivered.Stream}
 	}
-	c, err := a.js.Consumer(ctx, wire.StreamName, "agentlog-projector-0")
-	if err == nil {
-		ci := c.CachedInfo()
-		out["projector consumer"] = subjState{msgs: 1, last: uint64(len(ci.Config.FilterSubjects)) + uint64(len(ci.Config.FilterSubject))}
-	}
 	return out, nil
+}
+
+// delivered judges a pull by its answer: a message (not a status) was taken from the consumer.
+func delivered(answer string) (Outcome, string) {
+	if answer == "" || answer == "(no answer)" || strings.HasPrefix(answer, "status ") {
+		return Harmless, "nothing delivered: " + trim(answer)
+	}
+	return Destructive, "a record was delivered to it: " + trim(answer)
+}
+
+// succeeded judges an attempt by its JetStream answer: no error is what destroyed.
+func succeeded(what string) func(string) (Outcome, string) {
+	return func(answer string) (Outcome, string) {
+		if answer == "" || answer == "(no answer)" || strings.Contains(answer, `"error"`) {
+			return Harmless, "refused by JetStream or not answered: " + trim(answer)
+		}
+		return Destructive, what
+	}
+}
+
+// lastSeq is the stream seq of subject's last message in stream (0: none).
+func (a *Auditor) lastSeq(stream, subject string) uint64 {
+	st, err := a.subject(context.Background(), stream, subject)
+	if err != nil {
+		return 0
+	}
+	return st.last
 }
 
 // changed names what differs between two states.
@@ -558,6 +607,10 @@ func (a *Auditor) try(ctx context.Context, role Role, at attempt) (Finding, erro
 			return f, nil
 		}
 		f.Outcome, f.Reason = Destructive, "deleted the bucket: "+trim(answer)
+		return f, nil
+	}
+	if at.verdict != nil {
+		f.Outcome, f.Reason = at.verdict(answer)
 		return f, nil
 	}
 	// The effect: at once for an answered attempt; within Wait for deliveries and stored replies.

@@ -62,3 +62,17 @@ func TestGenerateRefuses(t *testing.T) {
 		t.Error("Generate accepted no Dir")
 	}
 }
+
+// TestAuditKnowsEveryRight: the audit has an attack for every kind of request a role is granted
+// (a new kind of right fails here, without the deployment, until attempts handles it).
+func TestAuditKnowsEveryRight(t *testing.T) {
+	for _, r := range Roles {
+		ats, err := attempts(r, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ats) == 0 {
+			t.Errorf("no attempts for role %s", r)
+		}
+	}
+}
