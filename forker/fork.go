@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/shellquote"
 	"github.com/agentlog/agentlog/internal/tracing"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -213,7 +214,7 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	// back.
 	res, err := app.Commit(ctx)
 	if err == nil {
-		if err := f.childRemoved(ctx, req.Source, ch, inc, res.StreamSeq); err != nil {
+		if err := f.childRemoved(ctx, req.Source, ch, hdr, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
 		}
 		f.logger.Info("forked", "source", req.Source, "child", child, "seedLength", seed.Len(), "events", events, "then", len(then))
@@ -454,9 +455,11 @@ func (f *Forker) sourceGone(ctx context.Context, src *store.Session, hadMeta boo
 }
 
 // childRemoved checks, after the child's record was stored at streamSeq, that the child was not
-// removed meanwhile; if it was, the record (its subject was empty, so it is this fork's) is purged
-// again and the fork fails with an error saying so.
-func (f *Forker) childRemoved(ctx context.Context, source string, ch *store.Session, inc string, streamSeq uint64) error {
+// removed meanwhile; if it was, the fork fails with an error saying so and naming the child. The
+// forker holds no purge right (a purge's filter is in its payload: the right would empty every
+// session of the tenant), so the record stays: the child is left "being removed" (its metadata
+// marked, store.Session.LeaveRemoving), which no read serves and `agentlog rm CHILD` finishes.
+func (f *Forker) childRemoved(ctx context.Context, source string, ch *store.Session, hdr session.Header, inc string, streamSeq uint64) error {
 	child := ch.ID()
 	err := ch.CheckCurrent(ctx, inc)
 	if err == nil {
@@ -466,8 +469,11 @@ func (f *Forker) childRemoved(ctx context.Context, source string, ch *store.Sess
 		f.logger.Warn("fork: cannot check the child's metadata after its record", "child", child, "err", err)
 		return nil
 	}
-	if _, perr := ch.PurgeThrough(context.WithoutCancel(ctx), streamSeq); perr != nil {
-		return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left without metadata: %w", source, child, streamSeq, perr)}
+	f.logger.Error("fork: the child was removed during the fork; its record is left to agentlog rm", "child", child, "streamSeq", streamSeq)
+	if merr := ch.LeaveRemoving(context.WithoutCancel(ctx), hdr, inc); merr != nil {
+		return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork, and its record (stream seq %d) is left; marking it removed failed (%v): run agentlog rm %s as the operator: %w",
+			source, child, streamSeq, merr, shellquote.Quote(child), err)}
 	}
-	return fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record was removed again: %w", source, child, err)
+	return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record (stream seq %d) is left marked removed: run agentlog rm %s as the operator to clear it: %w",
+		source, child, streamSeq, shellquote.Quote(child), err)}
 }

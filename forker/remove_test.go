@@ -52,7 +52,9 @@ func TestRemoveSourceDuringFork(t *testing.T) {
 }
 
 // TestRemoveChildDuringFork: a removal of the child between its claim and its record makes the
-// fork fail and leaves nothing under the child id, which a later fork can then take.
+// fork fail naming the child. The forker may not purge, so its record stays, with the child's
+// metadata marked removed: no read serves it, and agentlog rm (the operator) clears it, after which
+// a later fork can take the id.
 func TestRemoveChildDuringFork(t *testing.T) {
 	e := newEnv(t)
 	e.loadParent()
@@ -62,16 +64,28 @@ func TestRemoveChildDuringFork(t *testing.T) {
 		}
 	}
 	_, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"})
-	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !errors.Is(err, store.ErrSessionDeleted) {
+	var cl *childLeftError
+	if err == nil || !strings.Contains(err.Error(), "removed during the fork") || !strings.Contains(err.Error(), "agentlog rm c") ||
+		!errors.Is(err, store.ErrSessionDeleted) || !errors.As(err, &cl) || cl.child != "c" {
 		t.Fatalf("fork onto a child removed meanwhile: %v", err)
 	}
-	if _, err := storetest.Header(storetest.Session(e.store, "c").Info(ctx(t))); !errors.Is(err, store.ErrSessionNotFound) {
-		t.Fatalf("child metadata: %v", err)
+	if _, err := storetest.Header(storetest.Session(e.store, "c").Info(ctx(t))); !errors.Is(err, store.ErrSessionDeleted) {
+		t.Fatalf("child metadata: %v, want marked removed", err)
 	}
-	if tail, err := storetest.Session(e.store, "c").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
-		t.Fatalf("child log: %+v, %v", tail, err)
+	if tail, err := storetest.Session(e.store, "c").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq == 0 {
+		t.Fatalf("child log: %+v, %v, want the fork's record left", tail, err)
 	}
 	e.f.beforeRecord = nil
+	if _, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"}); err == nil {
+		t.Fatal("a fork took an id left marked removed")
+	}
+	rm, err := storetest.Session(e.store, "c").Remove(ctx(t))
+	if err != nil || rm.Records == 0 || !rm.Metadata {
+		t.Fatalf("rm of the left child: %+v, %v", rm, err)
+	}
+	if tail, err := storetest.Session(e.store, "c").TailFromLeader(ctx(t)); err != nil || tail.LastStreamSeq != 0 {
+		t.Fatalf("child log after rm: %+v, %v", tail, err)
+	}
 	if _, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "c"}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ type unitState struct {
 	state   any // the gate's is *session.Surface
 	asOfSeq int64
 	rev     uint64 // KV revision of the stored value (0: no value)
+	marker  uint64 // with rev 0: the revision of the delete marker the key ends with (0: none), which a create expects
 	err     *ProjectionError
 	enc     []byte       // the state encoded, as of its last change (nil: to encode)
 	written bool         // the stored value is what this unitState holds
@@ -511,7 +512,11 @@ func writeSessions(ctx context.Context, js jetstream.JetStream, sessions []*sess
 				}
 			}
 			m := &nats.Msg{Subject: store.KVPutSubject(js, wire.ProjectionsBucket, wire.ProjectionKey(u.def.Key, ss.token)), Data: b, Header: nats.Header{}}
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(u.rev, 10))
+			expect := u.rev
+			if expect == 0 {
+				expect = u.marker // a key a removal left a marker on (store.Session.DeleteProjections)
+			}
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 			todo = append(todo, pendingWrite{ss: ss, u: u, msg: m})
 		}
 	}
@@ -620,6 +625,12 @@ func resolveConflict(ctx context.Context, sto *store.Store, defs []*Definition, 
 	}
 	for _, u := range fresh.units {
 		u.written = false // write every unit again, over the revisions just read
+		if u.rev == 0 {
+			// A new key may end with the delete marker of an earlier removal: the create expects it.
+			if u.marker, err = sh.ProjectionMarker(ctx, u.def.Key); err != nil {
+				return nil, &transientError{err}
+			}
+		}
 	}
 	fresh.dirty = true
 	return fresh, nil

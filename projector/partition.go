@@ -486,7 +486,7 @@ func (w *worker) foldIntoGone(ss *sessState, msg jetstream.Msg) {
 }
 
 // dropGone forgets session ss, which has neither metadata nor records (removed, or being
-// removed), and purges whatever states of it are stored; false when the worker stopped meanwhile.
+// removed), and removes whatever states of it are stored (a KV purge of each key); false when the worker stopped meanwhile.
 func (w *worker) dropGone(ss *sessState) bool {
 	delete(w.dirty, ss.token)
 	w.cache.remove(ss.token)
@@ -495,7 +495,7 @@ func (w *worker) dropGone(ss *sessState) bool {
 		if err != nil {
 			return err
 		}
-		keys, err := sh.PurgeProjections(w.ctx)
+		keys, err := sh.DeleteProjections(w.ctx)
 		if err == nil && len(keys) > 0 {
 			w.p.logger.Info("projector: session removed; its projection states purged", "session", ss.id, "keys", keys)
 		}

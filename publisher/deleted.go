@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 )
 
@@ -23,6 +24,7 @@ func (p *Publisher) checkCurrent(ctx context.Context, ss *store.Session, inc str
 
 // undoIfDeleted runs after a first record (guard 0) was stored at streamSeq: when the session was
 // removed meanwhile, that record (the subject was empty, so it is this writer's) is purged again
+// (without the purge right: left with the session marked removed, store.Session.LeaveRemoving)
 // and an error wrapping ErrConflict and ErrSessionDeleted is returned. A failure to read the
 // metadata is logged and the record counts as written.
 func (p *Publisher) undoIfDeleted(ctx context.Context, ss *store.Session, inc string, streamSeq uint64) error {
@@ -37,7 +39,14 @@ func (p *Publisher) undoIfDeleted(ctx context.Context, ss *store.Session, inc st
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
 	defer cancel()
 	if _, perr := ss.PurgeThrough(pctx, streamSeq); perr != nil {
-		return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (purging it failed: %v)", err, streamSeq, perr)
+		// Credentials without the purge right (an agent's): the record stays, and the session is
+		// left marked removed so that no read serves it; the operator's rm clears it.
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AttemptTimeout)
+		defer lcancel()
+		if lerr := ss.LeaveRemoving(lctx, session.Header{ID: id}, inc); lerr != nil {
+			return fmt.Errorf("%w; its first record, stream seq %d, is left without metadata (purging it failed: %v; marking it removed failed: %v)", err, streamSeq, perr, lerr)
+		}
+		return fmt.Errorf("%w; its first record, stream seq %d, is left marked removed (purging it failed: %v): remove it with agentlog rm", err, streamSeq, perr)
 	}
 	return fmt.Errorf("%w; its first record, stream seq %d, was removed again", err, streamSeq)
 }

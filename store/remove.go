@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -24,8 +25,9 @@ const removeLeaseTTL = time.Minute
 // removeWriterID is the writer id of the lease Session.Remove holds.
 const removeWriterID = "agentlog-rm"
 
-// ErrRemoveNotStarted: Session.Remove stopped before it changed anything (its first purge, which
-// removes nothing, failed: credentials without the right to purge, or NATS unreachable).
+// ErrRemoveNotStarted: Session.Remove stopped before it changed anything (its probes of the
+// rights it needs, which change nothing, failed: a right denied, a *RightDeniedError, or NATS
+// unreachable).
 var ErrRemoveNotStarted = errors.New("nothing was changed")
 
 // Removed is what Session.Remove removed.
@@ -68,8 +70,8 @@ func (o *removeOpts) at(step string) {
 // (agentlog_sessions), its projection states (every <unit>.<token> key of agentlog_projections),
 // its writer lease (agentlog_writers) and its error reports (agentlog.errors.<token>).
 //
-// Order (ARCHITECTURE.md, "Deleting a session"): a purge that removes nothing (credentials that
-// may not purge fail there, ErrRemoveNotStarted), mark the metadata (from then on the session is
+// Order (ARCHITECTURE.md, "Deleting a session"): probes of every right it needs, which change
+// nothing (credentials that lack one fail there: ErrRemoveNotStarted and a *RightDeniedError), mark the metadata (from then on the session is
 // not found, and its id cannot be created again), take the writer lease over, purge the records,
 // the projections and the reports, delete the metadata, release the lease. A live writer is
 // fenced; a fork of the session either read it whole before the mark or fails SESSION_NOT_FOUND.
@@ -95,9 +97,10 @@ func (ss *Session) Remove(ctx context.Context, opts ...RemoveOpt) (Removed, erro
 	fail := func(what string, err error) (Removed, error) {
 		return rm, fmt.Errorf("remove session %q: %s: %w (run the removal again to finish it)", id, what, err)
 	}
-	// 0. A purge of the subject that removes nothing (below stream seq 1): credentials without the
-	// right to purge are refused here, before anything is changed.
-	if _, err := s.purge(ctx, wire.StreamName, subject, 1); err != nil {
+	// 0. A probe of every right the removal needs, changing nothing (purges below stream seq 1,
+	// publishes no stream takes): credentials that lack one are refused here, before anything is
+	// changed, instead of stopping part-way (a *RightDeniedError naming the right).
+	if err := s.checkRemoveRights(ctx, tok, subject); err != nil {
 		return rm, fmt.Errorf("remove session %q: %w: %w", id, ErrRemoveNotStarted, err)
 	}
 
@@ -247,11 +250,63 @@ func (ss *Session) PurgeThrough(ctx context.Context, lastStreamSeq uint64) (uint
 	if ss.s.js == nil {
 		return 0, ss.noStore()
 	}
+	// A probe first: credentials without the right learn it after one round trip (a
+	// *RightDeniedError), not after the purge's timeout.
+	if err := ss.s.probePurge(ctx, wire.StreamName, ss.subject); err != nil {
+		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", ss.id, lastStreamSeq, err)
+	}
 	n, err := ss.s.purge(ctx, wire.StreamName, ss.subject, lastStreamSeq+1)
 	if err != nil {
 		return 0, fmt.Errorf("session %q: purge its records through stream seq %d: %w", ss.id, lastStreamSeq, err)
 	}
 	return n, nil
+}
+
+// LeaveRemoving marks the session "being removed" (its agentlog_sessions entry rewritten with
+// wire.DeletingHeader, or created so when there is none) after a writer stored a record into it
+// that it may not take back: a fork's seed, stored after the child was removed meanwhile, by a
+// forker that holds no purge right. From then on no read serves the record, the listing leaves it
+// out, the id cannot be created again, and `agentlog rm` (the operator) finishes the removal,
+// record included. h is the metadata to leave (the writer's header; an entry already marked
+// keeps its own) and inc its incarnation. A running rm that marked the entry is refused
+// at its last step (run it again). Metadata of another incarnation (the id was created again) is
+// left alone: ErrSessionDeleted naming it.
+func (ss *Session) LeaveRemoving(ctx context.Context, h session.Header, inc string) error {
+	s, id, tok := ss.s, ss.id, ss.tok
+	if s.js == nil {
+		return ss.noStore()
+	}
+	header, err := headerValue(h)
+	if err != nil {
+		return fmt.Errorf("session %q: encode header: %w", id, err)
+	}
+	metaSubj := wire.KVSubject(wire.SessionsBucket, tok)
+	for try := 0; ; try++ {
+		e, err := s.leaderGetFrom(ctx, "KV_"+wire.SessionsBucket, map[string]any{"last_by_subj": metaSubj})
+		var rev uint64
+		value, minc := header, inc
+		switch {
+		case errors.Is(err, natsjs.ErrMsgNotFound):
+		case err != nil:
+			return fmt.Errorf("session %q: read the metadata to mark it removed: %w", id, err)
+		case kvDeleted(e.Header):
+			rev = e.Sequence
+		case e.Header.Get(wire.DeletingHeader) != "":
+			rev, value, minc = e.Sequence, e.Data, e.Header.Get(wire.IncarnationHeader)
+		default:
+			if got := e.Header.Get(wire.IncarnationHeader); got != inc {
+				return fmt.Errorf("%w: session %q is now incarnation %q, not %q: its metadata is left as is", ErrSessionDeleted, id, got, inc)
+			}
+			return nil // its own metadata, live: nothing to mark
+		}
+		if _, err = s.markDeleting(ctx, tok, value, rev, minc); err == nil {
+			return nil
+		}
+		if try < 3 && IsWrongLastSequence(err) {
+			continue
+		}
+		return fmt.Errorf("session %q: mark the metadata removed (key %s in KV bucket %s): %w", id, tok, wire.SessionsBucket, err)
+	}
 }
 
 // CheckCurrent returns nil when the session's metadata exists, is not being removed and holds
@@ -270,18 +325,48 @@ func (ss *Session) CheckCurrent(ctx context.Context, inc string) error {
 	return nil
 }
 
-// PurgeProjections purges every agentlog_projections key of the session (<unit>.<token>) and
-// returns the keys it found. A projector calls it for a session it finds removed (no metadata, no
-// records), so that no state of it is kept.
-func (ss *Session) PurgeProjections(ctx context.Context) ([]string, error) {
+// DeleteProjections removes every agentlog_projections key of the session (<unit>.<token>), one
+// KV purge each (a publish on the key's own subject, which leaves a purge marker: no stream purge,
+// whose filter would be the caller's to choose), and returns the keys it found. A projector calls
+// it for a session it finds removed (no metadata, no records), so that no state of it is kept.
+func (ss *Session) DeleteProjections(ctx context.Context) ([]string, error) {
 	if ss.s.projections == nil {
 		return nil, ss.noStore()
 	}
-	keys, err := ss.s.purgeProjections(ctx, ss.tok)
+	keys, err := ss.s.projectionKeys(ctx, ss.tok)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: purge its projections: %w", ss.id, err)
+		return nil, fmt.Errorf("session %q: list its projections: %w", ss.id, err)
+	}
+	for _, k := range keys {
+		if err := ss.s.projections.Purge(ctx, k); err != nil {
+			return nil, fmt.Errorf("session %q: purge its projection key %s: %w", ss.id, k, err)
+		}
 	}
 	return keys, nil
+}
+
+// ProjectionMarker returns the revision of the delete or purge marker that key <unit>.<token>
+// ends with (DeleteProjections leaves one), 0 when it ends with a value or has nothing: a write
+// that creates the key expects that revision. Errors: the read's, a bad unit name.
+func (ss *Session) ProjectionMarker(ctx context.Context, unit string) (uint64, error) {
+	if err := ss.checkProjections(unit); err != nil {
+		return 0, err
+	}
+	st, err := ss.s.js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
+	if err != nil {
+		return 0, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, wire.KVSubject(wire.ProjectionsBucket, wire.ProjectionKey(unit, ss.tok)))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if kvDeleted(m.Header) {
+		return m.Sequence, nil
+	}
+	return 0, nil
 }
 
 // purgeProjections lists and purges the agentlog_projections keys of token tok (no delete markers

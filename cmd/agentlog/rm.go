@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -74,12 +75,22 @@ the same and asks for confirmation; --yes skips the question (scripts and pipes 
 				}
 			}
 			rm, err := c.Remove(ctx, id)
-			if r := g.refusal(); err != nil && r != nil {
+			var denied *store.RightDeniedError
+			if r := g.refusal(); err != nil && (r != nil || errors.As(err, &denied)) {
 				state := "it stopped part-way: the session reads as not found until rm is run again with the operator's credentials"
 				if errors.Is(err, store.ErrRemoveNotStarted) {
 					state = "nothing was changed"
 				}
-				return fmt.Errorf("rm %s: removing a session needs the tenant's operator role (it purges the session's subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellquote.Quote(id), state, r)
+				right := "a right it needs"
+				if denied != nil {
+					right = denied.Subject
+				} else if m := refusedSubject.FindStringSubmatch(r.Error()); m != nil {
+					right = m[1]
+				}
+				if r == nil {
+					r = denied.Err
+				}
+				return fmt.Errorf("rm %s: rm needs the operator role: %s is denied (removing a session purges its subjects; deploy/SECURITY.md, \"Roles\"); %s. %w", shellquote.Quote(id), right, state, r)
 			}
 			if err != nil {
 				return err
@@ -96,6 +107,9 @@ the same and asks for confirmation; --yes skips the question (scripts and pipes 
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
 	return c
 }
+
+// refusedSubject finds the subject in a permission violation's text.
+var refusedSubject = regexp.MustCompile(`Publish to "([^"]+)"`)
 
 // askTerminal reports whether rm may ask on f (a terminal); a test replaces it.
 var askTerminal = isTerminal

@@ -332,6 +332,9 @@ func TestMultiTenant(t *testing.T) {
 	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
+	t.Run("rm-preflight", func(t *testing.T) { rmPreflight(t, d) })
+	// Last: its destructive attempts disturb the tenant (a purge of a whole stream, a deleted bucket).
+	t.Run("audit", func(t *testing.T) { audit(t, d, a) })
 }
 
 // typescriptAgent writes a session through the TypeScript backend (typescript/dsh-persistence) as
@@ -524,7 +527,7 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	d.refused(t, `NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish`, "", "A_VIEWER_ARGS", "import", f)
 	d.refused(t, `NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish to "agentlog.fork"`, "", "A_VIEWER_ARGS", "fork", "s1", "--child", "v-fork")
 	// rm says it needs the operator role, with the violation as detail, and changes nothing.
-	rmRefused := `rm s1: removing a session needs the tenant's operator role \(.*\); nothing was changed\. NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish to "\$JS\.API\.STREAM\.PURGE\.AGENTLOG"`
+	rmRefused := `rm s1: rm needs the operator role: \$JS\.API\.STREAM\.PURGE\.AGENTLOG is denied \(.*\); nothing was changed\. .*Permissions Violation for Publish to "\$JS\.API\.STREAM\.PURGE\.AGENTLOG"`
 	d.refused(t, rmRefused, "", "A_VIEWER_ARGS", "rm", "s1")
 	// The agent does not administer: no provision, no rm (a purge), no rebuild.
 	d.refused(t, rmRefused, "", "A_AGENT_ARGS", "rm", "s1")

@@ -163,7 +163,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 	case Projector:
 		return Permissions{
 			Publish: concat([]Entry{
-				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap"),
+				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap; a KV purge of each key of a session removed while it folded it (no stream purge: its filter is in the payload)"),
 				e("$KV."+projector.MembersBucket+".>", "its instance lease in agentlog_projector_members"),
 				e("$JS.ACK."+wire.StreamName+".>", "acks of its partition consumers"),
 				api("INFO", "nats.go reads the account's limits before it creates a KV bucket (the members bucket)"),
@@ -183,7 +183,6 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET.AGENTLOG", "a record by stream seq (the query cache, the lag metric)"),
 				metaGet,
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
-				api("STREAM.PURGE."+projectionsKV, "purges the keys of a session removed while it was folding it"),
 				watchCreate, watchFC, watchDelete,
 			}, blobRead, archiveRead, openEntries()),
 			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
@@ -193,9 +192,8 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 		return Permissions{
 			Publish: concat([]Entry{
 				e(wire.SubjectPrefix+".>", "the child's seed record, guarded with expected sequence 0"),
-				e("$KV."+wire.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, and its undo"),
+				e("$KV."+wire.SessionsBucket+".>", "the child's metadata: the KV create that claims its id, its undo, and the removed mark that leaves a child removed during its fork to agentlog rm (no purge right: its filter is in the payload)"),
 				e(wire.ChildrenPrefix+".>", "the child's lineage link (AGENTLOG_CHILDREN), written before its metadata"),
-				api("STREAM.PURGE.AGENTLOG", "removes its own seed record again when the child was removed meanwhile (Session.PurgeThrough)"),
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
 				logConsumer, logNext, logDelete,

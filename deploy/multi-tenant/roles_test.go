@@ -1,49 +1,54 @@
 package multitenant
 
 import (
-	"fmt"
+	"flag"
 	"os"
-	"strings"
 	"testing"
 )
 
-// roleTable renders role's permissions as SECURITY.md lists them: one row per entry, the
-// projector's partition consumers written once with <p>.
-func roleTable(t *testing.T, role Role) string {
-	p, err := RolePermissions(role, 1)
+// UpdateDoc makes the doc tests write deploy/SECURITY.md from the data instead of failing
+// (go test ./deploy/multi-tenant -update; the audit's section needs TestMultiTenant/audit).
+var UpdateDoc = flag.Bool("update", false, "write deploy/SECURITY.md's generated sections")
+
+// SecurityDocPath is deploy/SECURITY.md, from this package's directory.
+const SecurityDocPath = "../SECURITY.md"
+
+// CheckSection compares section name of deploy/SECURITY.md with content; with -update it writes
+// content there instead.
+func CheckSection(t *testing.T, name, content string) {
+	t.Helper()
+	b, err := os.ReadFile(SecurityDocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	b.WriteString("| right | subject | why |\n|---|---|---|\n")
-	rows := func(kind string, es []Entry) {
-		for _, e := range es {
-			subj := strings.ReplaceAll(e.Subject, "agentlog-projector-0", "agentlog-projector-<p>")
-			fmt.Fprintf(&b, "| %s | `%s` | %s |\n", kind, subj, e.Why)
+	doc, err := ReplaceSection(string(b), name, content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc == string(b) {
+		return
+	}
+	if *UpdateDoc {
+		if err := os.WriteFile(SecurityDocPath, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		t.Logf("deploy/SECURITY.md: section %s written", name)
+		return
 	}
-	rows("publish", p.Publish)
-	rows("deny publish", p.DenyPublish)
-	rows("subscribe", p.Subscribe)
-	rows("deny subscribe", p.DenySubscribe)
-	if p.AllowResponses {
-		b.WriteString("| allow_responses | (reply subjects of requests it received) | answers requests: one reply each, within 2 minutes |\n")
-	}
-	return b.String()
+	t.Errorf("deploy/SECURITY.md's section %s is not what the data generates (go test ./deploy/multi-tenant -run %s -update writes it); it should read:\n\n%s", name, t.Name(), content)
 }
 
-// TestSecurityDocListsEveryEntry keeps deploy/SECURITY.md's role tables equal to RolePermissions:
-// on a mismatch it prints the table to paste.
-func TestSecurityDocListsEveryEntry(t *testing.T) {
-	doc, err := os.ReadFile("../SECURITY.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestSecurityDoc keeps deploy/SECURITY.md's role tables equal to RolePermissions and its list of
+// what remains possible within a tenant equal to the audit's accepted list (Accept).
+func TestSecurityDoc(t *testing.T) {
 	for _, r := range Roles {
-		if table := roleTable(t, r); !strings.Contains(string(doc), table) {
-			t.Errorf("deploy/SECURITY.md does not have the %s table as RolePermissions has it; it should read:\n\n%s", r, table)
+		table, err := RoleTable(r)
+		if err != nil {
+			t.Fatal(err)
 		}
+		CheckSection(t, "role-"+string(r), table)
 	}
+	CheckSection(t, "remains", RemainsList())
 }
 
 // TestGenerateRefuses: bad tenant names and a missing directory are refused before anything is written.
@@ -55,5 +60,19 @@ func TestGenerateRefuses(t *testing.T) {
 	}
 	if _, err := Generate(Options{Tenants: []string{"A"}}); err == nil {
 		t.Error("Generate accepted no Dir")
+	}
+}
+
+// TestAuditKnowsEveryRight: the audit has an attack for every kind of request a role is granted
+// (a new kind of right fails here, without the deployment, until attempts handles it).
+func TestAuditKnowsEveryRight(t *testing.T) {
+	for _, r := range Roles {
+		ats, err := attempts(r, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ats) == 0 {
+			t.Errorf("no attempts for role %s", r)
+		}
 	}
 }
