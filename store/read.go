@@ -662,3 +662,77 @@ func (ss *Session) decodeStoredBody(ctx context.Context, h nats.Header, body []b
 	}
 	return rec.Events, rec.Body, nil
 }
+
+// FollowAll calls fn with each record stored in AGENTLOG after the stream's last message when it
+// starts (any session's, undecoded), in stream order, until ctx ends (it returns ctx's error) or
+// fn fails. Like Follow, it reads by batched direct gets, woken by a core subscription on
+// agentlog.session.> (a lost wake-up costs at most followPoll); it creates no consumer.
+func (s *Store) FollowAll(ctx context.Context, fn func(*natsjs.RawStreamMsg) error) error {
+	if s.js == nil || s.stream == nil {
+		return errors.New("follow every session: the store is not open (use Provision or Open to get a Store)")
+	}
+	var woken atomic.Int64 // records announced and not read yet
+	c := make(chan struct{}, 1)
+	sub, err := s.js.Conn().Subscribe(wire.SubjectPrefix+".>", func(*nats.Msg) {
+		woken.Add(1)
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("follow every session: subscribe to %s.>: %w", wire.SubjectPrefix, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("follow every session: %w", err)
+	}
+	last := info.State.LastSeq
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	var backoff, waited time.Duration
+	for {
+		for {
+			msgs, err := s.getDirect(ctx, wire.StreamName, map[string]any{"seq": last + 1, "next_by_subj": wire.SubjectPrefix + ".>", "batch": readBatch, "max_bytes": readBatchBytes})
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("follow every session after stream seq %d: %w", last, err)
+			}
+			for _, m := range msgs {
+				if err := fn(m); err != nil {
+					return err
+				}
+				last = m.Sequence
+			}
+			if n := int64(len(msgs)); n > 0 {
+				if woken.Add(-n) < 0 {
+					woken.Store(0)
+				}
+			}
+			if len(msgs) < readBatch {
+				break
+			}
+		}
+		if woken.Load() > 0 && waited < followPoll {
+			backoff = min(max(2*backoff, 2*time.Millisecond), 100*time.Millisecond)
+			waited += backoff
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		woken.Store(0)
+		backoff, waited = 0, 0
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+		case <-poll.C:
+		}
+	}
+}
