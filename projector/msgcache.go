@@ -425,7 +425,7 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	var added int64
 	read := 0
 	defer func() {
-		c.m.storeRequest(reqTail, 1) // Records reads the tail first
+		c.m.storeRequest(reqTail, 1)                         // Records reads the tail first
 		c.m.storeRequest(reqRecord, read/readBatchRecords+1) // batched direct gets
 	}()
 	sh, err := st.Session(l.id)
