@@ -37,7 +37,7 @@ func newChangeFeed(st *store.Store) *changeFeed {
 // start subscribes, until ctx ends (the connection resubscribes by itself after a reconnect).
 // done is closed when it has stopped.
 func (f *changeFeed) start(ctx context.Context) (done <-chan struct{}, err error) {
-	sub, err := f.st.SubscribeUnit(UnitMessages, f.notify)
+	sub, err := f.st.SubscribeUnit(UnitMessages, f.published)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,24 @@ func (f *changeFeed) remove(w *feedWaiter) {
 	}
 }
 
-func (f *changeFeed) notify(token string) {
+// feedEchoes are the delays after a wake-up at which its waiters are told again: the wake-up is the
+// publish, which a waiter may see before the bucket has stored it (or before the replica that
+// answers its get has), so a read right at the wake-up can still find the old value.
+var feedEchoes = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 100 * time.Millisecond}
+
+// published is the subscription's callback: it tells token's waiters now and at each feedEchoes
+// delay (none when nobody waits for token).
+func (f *changeFeed) published(token string) {
+	if !f.notify(token) {
+		return
+	}
+	for _, d := range feedEchoes {
+		time.AfterFunc(d, func() { f.notify(token) })
+	}
+}
+
+// notify tells token's waiters to read their key again; it reports whether there were any.
+func (f *changeFeed) notify(token string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.waiters[token] {
@@ -84,4 +101,5 @@ func (f *changeFeed) notify(token string) {
 		default:
 		}
 	}
+	return len(f.waiters[token]) > 0
 }
