@@ -48,13 +48,16 @@ func (m *directMux) start(nc *nats.Conn) error {
 			}
 			r.mu.Lock()
 			r.msgs = append(r.msgs, msg)
-			if len(msg.Data) == 0 && msg.Header.Get("Status") != "" {
+			done := len(msg.Data) == 0 && msg.Header.Get("Status") != ""
+			if done {
 				r.done = true // 204 EOB, or 404 no messages, or an error status
 			}
 			r.mu.Unlock()
-			select {
-			case r.notify <- struct{}{}:
-			default:
+			if done { // the waiter wakes once per batch, not once per message
+				select {
+				case r.notify <- struct{}{}:
+				default:
+				}
 			}
 		})
 		if m.err == nil {
