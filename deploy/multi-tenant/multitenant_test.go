@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
@@ -292,6 +293,31 @@ func TestMultiTenant(t *testing.T) {
 			t.Fatalf("viewer: subscribe to the messages state of s2: %v", err)
 		}
 		defer func() { _ = wake.Unsubscribe() }()
+		// A follow of s2 (not created yet) and a watch of its messages, as the viewer: direct
+		// gets and gets woken by core subscriptions, no consumer.
+		followed := make(chan int64, 64)
+		go func() {
+			_, _ = s2.Records(ctx, func(r store.Record) error {
+				followed <- r.Events[len(r.Events)-1].Seq
+				return nil
+			}, store.Follow())
+		}()
+		vc, err := client.New(viewer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watched := make(chan string, 8)
+		go func() {
+			_ = vc.WatchMessages(ctx, "s2", func(r client.MessagesReply) error {
+				for _, m := range r.Messages {
+					if strings.Contains(string(m), "live text") {
+						watched <- string(m)
+						return errors.New("seen")
+					}
+				}
+				return nil
+			})
+		}()
 		viewer.Flush()
 		d.importLog(t, "A_AGENT_ARGS", smallLog("s1", "live text"), "--session", "s2")
 		if m, err := live.NextMsg(10 * time.Second); err != nil || !strings.Contains(string(m.Data), "live text") {
@@ -304,6 +330,18 @@ func TestMultiTenant(t *testing.T) {
 		}
 		if e, err := s2.ProjectionEntry(ctx, "messages"); err != nil || e.Revision() == 0 {
 			t.Fatalf("viewer: the messages state of s2 after its wake-up: %v %v", e, err)
+		}
+		for last := int64(-1); last < 2; {
+			select {
+			case last = <-followed:
+			case <-ctx.Done():
+				t.Fatalf("viewer: the follow of s2 reached seq %d, want 2", last)
+			}
+		}
+		select {
+		case <-watched:
+		case <-ctx.Done():
+			t.Fatal("viewer: the watch of s2's messages never showed the live text")
 		}
 
 		// An event larger than a record (offloaded to agentlog_blobs): the agent writes and reads it,

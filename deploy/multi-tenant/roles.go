@@ -62,9 +62,9 @@ func openEntries() []Entry {
 
 // Entries of the reads of AGENTLOG that the publisher, the client and the services share.
 var (
-	tailGet      = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (Session.Tail: the next append's guard; `sessions` rows): direct get, last by subject")
-	leaderGet    = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (Session.TailFromLeader, a record by stream seq, the next by subject): never stale")
-	metaGet      = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (Session.Info, CheckCurrent)")
+	tailGet   = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (Session.Tail: the next append's guard; `sessions` rows): direct get, last by subject")
+	leaderGet = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (Session.TailFromLeader, a record by stream seq, the next by subject): never stale")
+	metaGet   = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (Session.Info, CheckCurrent)")
 	// A session's log is read with batched direct gets on the stream (the session's subject is in
 	// the payload, next_by_subj): no reader creates a consumer, so none can make the server deliver
 	// records into a subject of its choosing (a push consumer's deliver_subject) or leave durables.
@@ -76,8 +76,8 @@ var (
 	// then read with a get.
 	projectionWake = e("$KV."+wire.ProjectionsBucket+".messages.*", "wake-ups of messages --watch: a messages state as a projector writes it, read only")
 	projectionGet  = api("DIRECT.GET."+projectionsKV+".>", "a session's projection state (messages --watch reads it when woken): KV get")
-	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
-	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
+	inbox          = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
+	srvDiscovery   = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
 	// Offloaded events (agentlog_blobs): reading one, writing one.
 	blobRead = []Entry{
 		api("DIRECT.GET."+blobsObj+".>", "an offloaded event's blob: its metadata (Object Store get)"),
