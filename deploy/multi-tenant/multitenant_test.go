@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/agentlog/agentlog/client"
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
+	"github.com/agentlog/agentlog/internal/inspector"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -373,6 +376,10 @@ func TestMultiTenant(t *testing.T) {
 		// The TypeScript backend, as A's agent (nkey, TLS client certificate).
 		typescriptAgent(t, d, a)
 
+		// The web inspector, as A's viewer: the list, a session page, and their live streams (a
+		// follow of the session and the sessions list's wake-ups).
+		inspectAsViewer(t, d, a)
+
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
 			t.Fatalf("permission violations during legitimate work:\n%s", strings.Join(v, "\n"))
@@ -384,6 +391,46 @@ func TestMultiTenant(t *testing.T) {
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
 	t.Run("readers-create-no-consumers", func(t *testing.T) { readersCreateNoConsumers(t, d, a) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
+}
+
+// inspectAsViewer serves the web inspector on tenant's viewer credential and reads its pages and
+// live streams (each stream for a moment: it holds a follow of the session, woken by a core
+// subscription).
+func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
+	nc := d.conn(t, d.Identity(tenant, multitenant.Viewer), "viewer-inspector")
+	srv, err := inspector.New(nc, inspector.Options{})
+	if err != nil {
+		t.Fatalf("inspector as the viewer: %v", err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for _, c := range []struct{ path, want string }{{"/", "s1-fork"}, {"/sessions/s1", markerA}} {
+		resp, err := http.Get(hs.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), c.want) {
+			t.Fatalf("inspector %s as the viewer: %s, %d bytes without %q", c.path, resp.Status, len(body), c.want)
+		}
+	}
+	for _, path := range []string{"/live", "/sessions/s1/live"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("inspector %s as the viewer: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // until the deadline ends the stream
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("inspector %s as the viewer: %s", path, resp.Status)
+		}
+	}
 }
 
 // readersCreateNoConsumers: a viewer and an agent of tenant may create no consumer, in any of the
