@@ -16,6 +16,7 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // TestFollowNoGap follows a session while a writer appends to it, before and during the follow:
@@ -200,5 +201,83 @@ func provisionTestR3(t *testing.T, u string) *Store {
 			t.Fatalf("provision --replicas 3: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond) // the cluster is forming: no condition to wait on but the next try
+	}
+}
+
+// TestFollowAll follows every session while writers append to three: each record stored after
+// the follow began is handed once, in stream order, and none stored before it.
+func TestFollowAll(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	tails := map[string]uint64{}
+	nexts := map[string]int64{}
+	appendTo := func(id string) uint64 {
+		ss := sessionOf(s, id)
+		r, err := ss.Append(ctx, tails[id], evs(nexts[id], nexts[id]+1, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tails[id], nexts[id] = r.StreamSeq, nexts[id]+1
+		return r.StreamSeq
+	}
+	before := appendTo("a")
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan uint64, 1024)
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		close(ready)
+		done <- s.FollowAll(fctx, func(m *natsjs.RawStreamMsg) error {
+			got <- m.Sequence
+			return nil
+		})
+	}()
+	<-ready
+	// FollowAll starts after the stream's last message when it starts: wait until it has (its
+	// subscription is then in place), by appending until a record arrives.
+	var first uint64
+	for first == 0 {
+		seq := appendTo("a")
+		select {
+		case first = <-got:
+			if first <= before {
+				t.Fatalf("FollowAll handed stream seq %d, stored before it began (%d)", first, before)
+			}
+			if first != seq {
+				// an earlier probe arrived: take the later ones in order below
+				for first < seq {
+					if n := <-got; n <= first {
+						t.Fatalf("FollowAll handed stream seq %d after %d", n, first)
+					} else {
+						first = n
+					}
+				}
+			}
+		case <-time.After(50 * time.Millisecond): // not following yet: append another probe
+		}
+	}
+	var want []uint64
+	for i := range 150 {
+		want = append(want, appendTo([]string{"a", "b", "c"}[i%3]))
+	}
+	for i, w := range want {
+		select {
+		case n := <-got:
+			if n != w {
+				t.Fatalf("record %d: FollowAll handed stream seq %d, want %d (in order, once)", i, n, w)
+			}
+		case err := <-done:
+			t.Fatalf("FollowAll ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("FollowAll handed %d of %d records", i, len(want))
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("FollowAll ended with %v", err)
+	}
+	if n := readerConsumers(t, s); n != 0 {
+		t.Fatalf("%d consumers after FollowAll", n)
 	}
 }
