@@ -22,7 +22,7 @@ type sessionEvent struct {
 	SeedLength    *int64
 }
 
-// hub fans the updates of one watch of agentlog_sessions out to the live streams.
+// hub fans the new entries of agentlog_sessions (one core subscription) out to the live streams.
 type hub struct {
 	mu   sync.Mutex
 	subs map[chan sessionEvent]struct{}
