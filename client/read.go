@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
@@ -125,46 +126,76 @@ func (c *Client) WatchMessages(ctx context.Context, id string, fn func(MessagesR
 	if _, _, err := lookup(ctx, ss); err != nil { // an unknown one is watched until it appears
 		return err
 	}
-	w, err := ss.WatchProjection(ctx, "messages", natsjs.IgnoreDeletes())
+	// A core subscription on the key's subject wakes the watch; the stored value is read (a get)
+	// each time, and every watchPoll without a wake-up (one lost costs at most that).
+	wake := make(chan struct{}, 1)
+	sub, err := ss.SubscribeProjection("messages", func(string) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		return &Error{Code: CodeInternal, Session: id, Description: "watch projection", Err: err}
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = sub.Unsubscribe() }()
+	poll := time.NewTicker(watchPoll)
+	defer poll.Stop()
 	last := int64(-2)
+	var rev uint64
+	woken := false
 	for {
-		var e natsjs.KeyValueEntry
-		ok := true
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			if ctx.Err() != nil { // the watcher closes its channel when ctx ends: that is the cancel, not a failure
-				return ctx.Err()
-			}
-			return &Error{Code: CodeInternal, Session: id, Description: "the watch of projection " + wire.ProjectionKey("messages", tok) + " ended"}
-		}
-		if e == nil {
-			continue
-		}
-		var p Projection
-		if err := json.Unmarshal(e.Value(), &p); err != nil || p.AsOfSeq < 0 || p.AsOfSeq <= last {
-			continue
-		}
-		r, err := c.Messages(ctx, id, MinSeq(max(p.AsOfSeq, 0)))
-		if err != nil {
+		e, err := ss.ProjectionEntry(ctx, "messages")
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+		case err != nil:
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return err
+			return &Error{Code: CodeInternal, Session: id, Description: "read projection " + wire.ProjectionKey("messages", tok), Err: err}
+		case e.Revision() == rev && woken:
+			// A wake-up before the value can be read here (a replica behind answered): again soon.
+			for i := 0; i < 4 && e != nil && e.Revision() == rev; i++ {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(10<<i) * time.Millisecond):
+				}
+				if e, err = ss.ProjectionEntry(ctx, "messages"); err != nil {
+					e = nil
+				}
+			}
 		}
-		last = r.AsOfSeq
-		if err := fn(r); err != nil {
-			return err
+		if e != nil && e.Revision() != rev {
+			rev = e.Revision()
+			var p Projection
+			if json.Unmarshal(e.Value(), &p) == nil && p.AsOfSeq >= 0 && p.AsOfSeq > last {
+				r, err := c.Messages(ctx, id, MinSeq(max(p.AsOfSeq, 0)))
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return err
+				}
+				last = r.AsOfSeq
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+		}
+		woken = false
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+			woken = true
+		case <-poll.C:
 		}
 	}
 }
+
+// watchPoll is how often WatchMessages reads the state without a wake-up.
+const watchPoll = time.Second
 
 // Header returns session id's header as stored in agentlog_sessions (Raw keeps its bytes, so a
 // JSONL written from it carries every field). Errors: ErrBadRequest, ErrNotFound (ErrRemoving

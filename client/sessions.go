@@ -73,7 +73,7 @@ type SessionsQuery struct {
 
 // perRowLimit is the largest page whose last seqs are read with batched direct gets of the
 // sessions' last records; a larger one reads every session's last record headers instead (one
-// headers-only ordered consumer over the stream).
+// pass over the stream's last records, store.ScanTails).
 const perRowLimit = 512
 
 // Sessions lists the sessions that have metadata in agentlog_sessions (not those being removed:
@@ -408,7 +408,7 @@ func (e *meta) decode() {
 }
 
 // scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
-// with one ordered consumer, drops deleted keys, keys being removed (marked wire.DeletingHeader:
+// with batched direct gets (store.ScanSessions), drops deleted keys, keys being removed (marked wire.DeletingHeader:
 // an rm stopped part-way; not found, as lookup says) and keys that are not tokens, and returns
 // the sessions sorted by id.
 func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, error) {

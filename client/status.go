@@ -12,7 +12,6 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // UnitStatus is one projection unit's stored state of a session: its asOfSeq (-1: nothing
@@ -125,19 +124,12 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 	}
 
 	var gate *folded // the messages unit's position, when it runs
-	w, err := ss.WatchProjections(ctx, natsjs.IgnoreDeletes())
+	states, err := ss.ProjectionStates(ctx)
 	if err != nil {
 		return Status{}, &Error{Code: CodeInternal, Session: id, Description: "read projections", Err: err}
 	}
-	defer func() { _ = w.Stop() }()
-	for e := range w.Updates() {
-		if e == nil {
-			break // the stored values are all delivered
-		}
-		unit, ok := strings.CutSuffix(e.Key(), "."+tok)
-		if !ok {
-			continue
-		}
+	for _, e := range states {
+		unit := e.Unit
 		var v struct {
 			StateVersion int              `json:"stateVersion"`
 			AsOfSeq      int64            `json:"asOfSeq"`
@@ -145,8 +137,8 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 			State        json.RawMessage  `json:"state"`
 			Error        *ProjectionError `json:"error"`
 		}
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "projection " + e.Key() + " does not decode", Err: err}
+		if err := json.Unmarshal(e.Value, &v); err != nil {
+			return Status{}, &Error{Code: CodeInternal, Session: id, Description: "projection " + wire.ProjectionKey(unit, tok) + " does not decode", Err: err}
 		}
 		if v.Log != nil && (v.Log.Incarnation == info.Incarnation || info.Incarnation == "") {
 			// A state of this session's log (one of an earlier incarnation is refolded anyway).

@@ -243,7 +243,8 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 	quiet(t, px, restartAt)
 
 	// State the server lost (a restart of a cluster on memory, an operator): the members bucket
-	// and the partition consumers are deleted under the running projector. It creates them again.
+	// and the partition consumers are deleted under the running projector. A projector creates
+	// neither (deploy/SECURITY.md): `agentlog provision` does, and the projector resumes.
 	lostAt := len(px.out.String())
 	func() {
 		nc, st := connectStore(t, url, nil)
@@ -259,6 +260,9 @@ func TestSeparateProjectorSurvivesServerRestart(t *testing.T) {
 			}
 		}
 	}()
+	if r := runAt(t, url, nil, "provision"); r.code != 0 {
+		t.Fatalf("agentlog provision: %s", r.stderr)
+	}
 	lost := time.Now()
 	importAt(t, url, "lost", userLines("lost", 0, 2))
 	checkfor.Check(t, 20*time.Second, 50*time.Millisecond, func() error {

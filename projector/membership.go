@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/internal/process"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,9 +21,9 @@ const (
 	// MembersBucket is the KV bucket of live projector instances: key = instance name (as a
 	// subject token), value MemberValue. Entries expire MemberTTL after the instance's last
 	// heartbeat, which is how a killed instance leaves.
-	MembersBucket = "agentlog_projector_members"
+	MembersBucket = store.ProjectorMembersBucket
 
-	DefaultMemberTTL = 3 * time.Second // member lease (KV entry max age)
+	DefaultMemberTTL = store.ProjectorMemberTTL // member lease (KV entry max age: `agentlog provision` sets it)
 )
 
 // memberState is the membership of an instance: its lease in MembersBucket and the loops that
@@ -78,9 +79,12 @@ func (p *Projector) join(ctx context.Context) error {
 	if info := p.store.Stream().CachedInfo(); info != nil {
 		replicas = info.Config.Replicas
 	}
-	members, err := openMembers(ctx, p.store.JetStream(), p.memberTTL, replicas)
+	members, err := p.store.ProjectorMembers(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("projector %q: %w", p.name, err)
+	}
+	if p.memberTTL != store.ProjectorMemberTTL {
+		return fmt.Errorf("projector %q: MemberTTL %s, but KV bucket %s expires leases after %s (as `agentlog provision` makes it)", p.name, p.memberTTL, MembersBucket, store.ProjectorMemberTTL)
 	}
 	p.members, p.replicas = members, replicas
 	p.startedAt = time.Now()
@@ -144,54 +148,18 @@ func (p *Projector) claimName(ctx context.Context) error {
 	}
 }
 
-// openMembers creates (or opens) the members bucket; its max age is the member TTL. It is file
-// storage with the replicas of the AGENTLOG stream, so that a restart of the server or of the
-// whole cluster keeps it (leases expire by age). A bucket of an older version in memory storage
-// is replaced.
-func openMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	cfg := jetstream.KeyValueConfig{
-		Bucket:      MembersBucket,
-		Description: "agentlog projector instances (leases; partitions are divided among the live ones)",
-		History:     1,
-		TTL:         ttl,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-	}
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		if kv, err = js.KeyValue(ctx, MembersBucket); err == nil {
-			var st jetstream.KeyValueStatus
-			if st, err = kv.Status(ctx); err == nil {
-				if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage == jetstream.MemoryStorage {
-					// Leases are rewritten every MemberTTL/4 by every live instance.
-					if err = js.DeleteKeyValue(ctx, MembersBucket); err == nil || errors.Is(err, jetstream.ErrBucketNotFound) {
-						kv, err = js.CreateKeyValue(ctx, cfg)
-						if errors.Is(err, jetstream.ErrBucketExists) {
-							kv, err = js.KeyValue(ctx, MembersBucket)
-						}
-					}
-				}
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("projector: members bucket %s: %w", MembersBucket, err)
-	}
-	return kv, nil
-}
-
-// membersFailed handles a failure of the members bucket: logged once until it recovers; a bucket
-// that is gone (a server that lost it, or an operator) is created again.
+// membersFailed handles a failure of the members bucket: logged once until it recovers. A bucket
+// that is gone (a server that lost it, or an operator) is not created again here (a projector
+// creates no stream): the log says to run `agentlog provision`.
 func (p *Projector) membersFailed(ctx context.Context, op string, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	p.health.fail(p.logger, "members", "projector: members bucket unavailable", err, "bucket", MembersBucket, "op", op)
+	msg := "projector: members bucket unavailable"
 	if isMissing(err) {
-		if _, cerr := openMembers(ctx, p.store.JetStream(), p.memberTTL, p.replicas); cerr == nil {
-			p.logger.Info("projector: members bucket created again", "bucket", MembersBucket)
-		}
+		msg = "projector: members bucket unavailable (gone? run `agentlog provision` to create it again)"
 	}
+	p.health.fail(p.logger, "members", msg, err, "bucket", MembersBucket, "op", op)
 }
 
 // membership keeps the assignment of partitions up to date (every MemberTTL/3), and heartbeat
@@ -230,13 +198,8 @@ func (p *Projector) renew(ctx context.Context) {
 // rebalance lists the live members and starts and stops partition workers (the stopped ones in
 // parallel); when the partitions owned change, it renews the lease at once.
 func (p *Projector) rebalance(ctx context.Context) {
-	keys, err := p.members.ListKeys(ctx)
-	var members []string
-	if err == nil {
-		for k := range keys.Keys() {
-			members = append(members, k)
-		}
-	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
+	members, err := p.store.ProjectorMemberKeys(ctx)
+	if err != nil {
 		p.membersFailed(ctx, "list", err)
 		return
 	}

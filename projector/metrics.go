@@ -54,7 +54,7 @@ func newMetrics(p *Projector) *metrics {
 		querySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentlog_query_duration_seconds",
 			Help: "Time from a query's arrival to its reply, including any wait for minSeq.", Buckets: latencyBuckets, ConstLabels: cl}, []string{"endpoint"}),
 		storeRequests: vec("agentlog_query_store_requests_total",
-			"JetStream requests the query service made to answer queries, by what they read: projection (a state), metadata, tail (a subject's last record), record (one record), consumer (a consumer created: a KV watch, a log read).", "request"),
+			"JetStream requests the query service made to answer queries, by what they read: projection (a state), metadata, tail (a subject's last record), record (one record, or one batched direct get of a log read), consumer (no longer counted: reads create no consumer).", "request"),
 		lagRecords: prometheus.NewDesc("agentlog_projector_lag_records",
 			"Records of an owned partition not yet folded and acknowledged (the consumer's pending and unacknowledged).", []string{"partition"}, cl),
 		lagSeconds: prometheus.NewDesc("agentlog_projector_lag_seconds",

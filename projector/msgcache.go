@@ -72,9 +72,9 @@ func newNodeCache(maxBytes int64) *nodeCache {
 // pulls share.
 const maxLogReads = 16
 
-// directReads is how many records a read with store.UpTo gets one by one (store's directReadRecords),
-// for agentlog_query_store_requests_total.
-const directReads = 4
+// readBatchRecords is how many records one batched direct get of a log read brings (store's
+// readBatch), for agentlog_query_store_requests_total.
+const readBatchRecords = 256
 
 // verifyTTL is how long a log read (or check) vouches for what it read: a state of the same
 // incarnation at or below it is answered without reading the log again. A log can lose records
@@ -240,10 +240,7 @@ func (c *nodeCache) readTo(ctx context.Context, st *store.Store, l *nodeLog, upT
 		l.last, l.next, l.lastAt = streamSeq, evs[len(evs)-1].Seq+1, at
 		return nil
 	}, append(opts, store.UpTo(upTo))...)
-	c.m.storeRequest(reqRecord, min(read+1, directReads))
-	if read >= directReads {
-		c.m.storeRequest(reqConsumer, 1)
-	}
+	c.m.storeRequest(reqRecord, read/readBatchRecords+1)
 	if added > 0 {
 		c.account(l, added)
 	}
@@ -428,13 +425,8 @@ func (c *nodeCache) update(ctx context.Context, st *store.Store, l *nodeLog) err
 	var added int64
 	read := 0
 	defer func() {
-		c.m.storeRequest(reqTail, 1) // Records reads the tail first
-		if read > 4 {
-			c.m.storeRequest(reqRecord, 4)
-			c.m.storeRequest(reqConsumer, 1)
-		} else {
-			c.m.storeRequest(reqRecord, read)
-		}
+		c.m.storeRequest(reqTail, 1)                         // Records reads the tail first
+		c.m.storeRequest(reqRecord, read/readBatchRecords+1) // batched direct gets
 	}()
 	sh, err := st.Session(l.id)
 	if err != nil {

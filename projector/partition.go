@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
@@ -18,16 +19,16 @@ import (
 // Partitioned consumption.
 const (
 	// PriorityGroup is the priority group of the partition consumers (pinned-client policy).
-	PriorityGroup = "projector"
+	PriorityGroup = store.ProjectorPriorityGroup
 
-	DefaultFlushInterval = 50 * time.Millisecond  // longest a folded record waits for its checkpoint
-	DefaultCacheSessions = 10000                  // hot session states kept in memory, per instance
-	partitionAckWait     = 4 * time.Second        // redelivery of a dead instance's unacked records
-	pullBudgetBytes      = 16 << 20               // bytes of records all of an instance's pulls buffer at most (pullBytes)
-	createdChecks        = 32                     // concurrent checks of the sessions a checkpoint created
-	partitionPinnedTTL   = 4 * time.Second        // a dead pinned client loses its pin after this
-	maxUnflushed         = 2000                   // records folded before a checkpoint is forced
-	flushLinger          = 500 * time.Microsecond // a partition idle this long is checkpointed at once
+	DefaultFlushInterval = 50 * time.Millisecond    // longest a folded record waits for its checkpoint
+	DefaultCacheSessions = 10000                    // hot session states kept in memory, per instance
+	partitionAckWait     = store.ProjectorAckWait   // redelivery of a dead instance's unacked records
+	pullBudgetBytes      = 16 << 20                 // bytes of records all of an instance's pulls buffer at most (pullBytes)
+	createdChecks        = 32                       // concurrent checks of the sessions a checkpoint created
+	partitionPinnedTTL   = store.ProjectorPinnedTTL // a dead pinned client loses its pin after this
+	maxUnflushed         = 2000                     // records folded before a checkpoint is forced
+	flushLinger          = 500 * time.Microsecond   // a partition idle this long is checkpointed at once
 	// A partition with at least catchUpBacklog records still to deliver is catching up (a start,
 	// a takeover, an import): its checkpoints come every catchUpFlushInterval (or maxUnflushed
 	// records), so that the records of a session folded meanwhile share one write of its states.
@@ -72,24 +73,14 @@ func (p *Projector) startWorker(ctx context.Context, part int, cacheSize int) (*
 	return w, nil
 }
 
-// consume creates (or updates) the partition's durable consumer and starts pulling from it. A
+// consume looks up the partition's durable consumer (`agentlog provision` creates it: a projector
+// creates none, store.ErrProjectorNotProvisioned when it is missing) and starts pulling from it. A
 // missing heartbeat is reported (2 s without one: the server, or the consumer, is gone).
 func (w *worker) consume(ctx context.Context) (*recordFeed, error) {
 	p, name := w.p, PartitionConsumer(w.part)
-	cons, err := p.store.JetStream().CreateOrUpdateConsumer(ctx, wire.StreamName, jetstream.ConsumerConfig{
-		Durable:        name,
-		Description:    fmt.Sprintf("agentlog projector: partition %d of %d", w.part, p.store.Partitions()),
-		FilterSubject:  wire.PartitionSubject(w.part),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckWait:        partitionAckWait,
-		MaxAckPending:  4 * maxUnflushed,
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{PriorityGroup},
-		PinnedTTL:      partitionPinnedTTL,
-	})
+	cons, err := p.store.CheckProjector(ctx, w.part)
 	if err != nil {
-		return nil, fmt.Errorf("creating consumer %s on stream %s: %w", name, wire.StreamName, err)
+		return nil, err
 	}
 	// Bounded by bytes too: records are up to the stream's max message size (1 MiB), so 512 of
 	// them could be half a GiB in flight. (Why Consume, not Messages: recordFeed.)

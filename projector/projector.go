@@ -22,7 +22,7 @@ import (
 
 // ConsumerName is the prefix of the projector's durable consumers: partition p is consumed
 // by "agentlog-projector-<p>" (PartitionConsumer).
-const ConsumerName = "agentlog-projector"
+const ConsumerName = store.ProjectorConsumerPrefix
 
 // casRetries bounds the reload-and-retry loop on KV revision conflicts of one checkpoint.
 const casRetries = 16
@@ -191,7 +191,8 @@ func (p *Projector) Name() string { return p.name }
 // Applied returns the number of events this instance has folded (all partitions, all units).
 func (p *Projector) Applied() int64 { return p.applied.Load() }
 
-// Start joins the projector group (a lease in MembersBucket), starts the partition workers this
+// Start checks that the partition consumers and MembersBucket exist (store.ErrProjectorNotProvisioned
+// when not: run `agentlog provision`), joins the projector group (a lease in MembersBucket), starts the partition workers this
 // instance is assigned, and starts the agentlog-query micro service. It returns once both are
 // running. ctx bounds only the start-up; the projector runs until Stop.
 func (p *Projector) Start(ctx context.Context) error {
@@ -201,6 +202,12 @@ func (p *Projector) Start(ctx context.Context) error {
 		return errors.New("projector: already started")
 	}
 	p.defs = p.registry.list()
+	// `agentlog provision` creates the partition consumers; a projector creates none.
+	for part := range p.store.Partitions() {
+		if _, err := p.store.CheckProjector(ctx, part); err != nil {
+			return fmt.Errorf("projector %q: %w", p.name, err)
+		}
+	}
 	if err := p.join(ctx); err != nil {
 		return err
 	}

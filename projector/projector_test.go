@@ -11,6 +11,7 @@ import (
 	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -96,8 +97,8 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 	}
 	_, rev := e.stored("s1")
 
-	// Restart with the consumer deleted: every record is delivered again, from the start of
-	// the stream. None may change the projection (not even its revision).
+	// Restart with the consumer deleted and provisioned again: every record is delivered again,
+	// from the start of the stream. None may change the projection (not even its revision).
 	if err := p1.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +106,9 @@ func TestIdempotentOnDuplicateRecordAndRestart(t *testing.T) {
 		if err := e.store.JetStream().DeleteConsumer(ctx(t), wire.StreamName, PartitionConsumer(part)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := store.Provision(ctx(t), e.store.JetStream(), store.Config{}); err != nil {
+		t.Fatal(err)
 	}
 	e.startProjector("p2")
 	// Wait until the consumer of s1's partition has redelivered and acknowledged every record

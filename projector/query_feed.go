@@ -6,14 +6,13 @@ import (
 	"time"
 
 	"github.com/agentlog/agentlog/store"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // changeFeed tells the queries waiting for minSeq that their session's messages state changed:
-// one watch of every messages key (agentlog_projections "messages.*", headers only: no state is
-// sent), shared by every waiting query of the service, in place of a watch (a consumer) created
-// and deleted per query. A notice only says "read the key again": the waiter reads the stored
-// value, so that a notice lost or late costs time (at most feedRecheck), never a wrong answer.
+// one core subscription on the KV subjects of every messages key (agentlog_projections
+// "messages.*"), shared by every waiting query of the service; no consumer is created. A notice
+// only says "read the key again": the waiter reads the stored value, so that a notice lost or late
+// costs time (at most feedRecheck), never a wrong answer.
 type changeFeed struct {
 	st *store.Store
 
@@ -27,63 +26,28 @@ type feedWaiter struct {
 	c     chan struct{}
 }
 
-// feedRecheck is how often a waiter reads its key again without a notice (a notice lost while the
-// watch was being replaced, say).
+// feedRecheck is how often a waiter reads its key again without a notice (one lost: a slow
+// subscriber's, or during a reconnect).
 const feedRecheck = time.Second
 
 func newChangeFeed(st *store.Store) *changeFeed {
 	return &changeFeed{st: st, waiters: map[string]map[*feedWaiter]struct{}{}}
 }
 
-// start starts the watch, and keeps it going until ctx ends: a watch that ends (the server
-// restarted, the consumer was lost) is replaced after a pause, and every waiter is told to read
-// again, since it may have missed a change meanwhile. done is closed when it has stopped.
+// start subscribes, until ctx ends (the connection resubscribes by itself after a reconnect).
+// done is closed when it has stopped.
 func (f *changeFeed) start(ctx context.Context) (done <-chan struct{}, err error) {
-	w, err := f.open(ctx)
+	sub, err := f.st.SubscribeUnit(UnitMessages, f.published)
 	if err != nil {
 		return nil, err
 	}
 	c := make(chan struct{})
 	go func() {
 		defer close(c)
-		for {
-			if w != nil {
-				f.watch(ctx, w)
-			}
-			f.notifyAll()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			w, _ = f.open(ctx)
-		}
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
 	}()
 	return c, nil
-}
-
-func (f *changeFeed) open(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return f.st.WatchUnit(ctx, UnitMessages, jetstream.UpdatesOnly(), jetstream.MetaOnly())
-}
-
-// watch reads w until it ends or ctx does.
-func (f *changeFeed) watch(ctx context.Context, w jetstream.KeyWatcher) {
-	defer func() { _ = w.Stop() }()
-	prefix := UnitMessages + "."
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil || len(e.Key()) <= len(prefix) {
-				continue
-			}
-			f.notify(e.Key()[len(prefix):])
-		}
-	}
 }
 
 // add registers a waiter for session token; remove it when done.
@@ -111,7 +75,24 @@ func (f *changeFeed) remove(w *feedWaiter) {
 	}
 }
 
-func (f *changeFeed) notify(token string) {
+// feedEchoes are the delays after a wake-up at which its waiters are told again: the wake-up is the
+// publish, which a waiter may see before the bucket has stored it (or before the replica that
+// answers its get has), so a read right at the wake-up can still find the old value.
+var feedEchoes = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 100 * time.Millisecond}
+
+// published is the subscription's callback: it tells token's waiters now and at each feedEchoes
+// delay (none when nobody waits for token).
+func (f *changeFeed) published(token string) {
+	if !f.notify(token) {
+		return
+	}
+	for _, d := range feedEchoes {
+		time.AfterFunc(d, func() { f.notify(token) })
+	}
+}
+
+// notify tells token's waiters to read their key again; it reports whether there were any.
+func (f *changeFeed) notify(token string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.waiters[token] {
@@ -120,17 +101,5 @@ func (f *changeFeed) notify(token string) {
 		default:
 		}
 	}
-}
-
-func (f *changeFeed) notifyAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, m := range f.waiters {
-		for w := range m {
-			select {
-			case w.c <- struct{}{}:
-			default:
-			}
-		}
-	}
+	return len(f.waiters[token]) > 0
 }

@@ -37,7 +37,8 @@ type directReply struct {
 func (m *directMux) start(nc *nats.Conn) error {
 	m.once.Do(func() {
 		m.nc, m.prefix, m.wait = nc, nc.NewInbox()+".", map[string]*directReply{}
-		_, m.err = nc.Subscribe(m.prefix+"*", func(msg *nats.Msg) {
+		var sub *nats.Subscription
+		sub, m.err = nc.Subscribe(m.prefix+"*", func(msg *nats.Msg) {
 			tok := msg.Subject[len(m.prefix):]
 			m.mu.Lock()
 			r := m.wait[tok]
@@ -47,15 +48,23 @@ func (m *directMux) start(nc *nats.Conn) error {
 			}
 			r.mu.Lock()
 			r.msgs = append(r.msgs, msg)
-			if len(msg.Data) == 0 && msg.Header.Get("Status") != "" {
+			done := len(msg.Data) == 0 && msg.Header.Get("Status") != ""
+			if done {
 				r.done = true // 204 EOB, or 404 no messages, or an error status
 			}
 			r.mu.Unlock()
-			select {
-			case r.notify <- struct{}{}:
-			default:
+			if done { // the waiter wakes once per batch, not once per message
+				select {
+				case r.notify <- struct{}{}:
+				default:
+				}
 			}
 		})
+		if m.err == nil {
+			// Batches of up to directBatchBytes each, several in flight: room for them, beyond
+			// nats.go's default (64 MiB); a reply dropped anyway is detected (getDirect).
+			m.err = sub.SetPendingLimits(-1, 512<<20)
+		}
 	})
 	return m.err
 }
@@ -64,8 +73,25 @@ func (m *directMux) start(nc *nats.Conn) error {
 const directBatchTimeout = 10 * time.Second
 
 // getDirect sends one batched direct get of req (JSON) to stream and returns its messages (none
-// when the server has none that match).
+// when the server has none that match). A reply lost on the way (the subscription fell behind: a
+// slow consumer drops messages) is detected by the sequence each reply names as the one before it
+// (Nats-Last-Sequence), and the request is sent again, up to directLostRetries times.
 func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsjs.RawStreamMsg, error) {
+	for try := 0; ; try++ {
+		out, err := s.getDirectOnce(ctx, stream, req)
+		if !errors.Is(err, errDirectLost) || try >= directLostRetries {
+			return out, err
+		}
+	}
+}
+
+// errDirectLost: a batched direct get's replies are not all there (getDirect).
+var errDirectLost = errors.New("replies of the batched direct get were lost (the reply subscription fell behind)")
+
+const directLostRetries = 3
+
+// getDirectOnce is one try of getDirect.
+func (s *Store) getDirectOnce(ctx context.Context, stream string, req any) ([]*natsjs.RawStreamMsg, error) {
 	m := s.mux
 	if m == nil {
 		return nil, errors.New("store: no direct get multiplexer (a Store not from Provision or Open)")
@@ -110,19 +136,35 @@ func (s *Store) getDirect(ctx context.Context, stream string, req any) ([]*natsj
 		}
 	}
 	out := make([]*natsjs.RawStreamMsg, 0, len(r.msgs))
+	prev := uint64(0) // the stream seq of the reply before, as the next reply names it
+	follows := func(msg *nats.Msg) bool {
+		v := msg.Header.Get("Nats-Last-Sequence")
+		if v == "" {
+			return true
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		return err != nil || n == prev
+	}
 	for _, msg := range r.msgs {
 		if len(msg.Data) == 0 && msg.Header.Get("Status") != "" {
 			switch st := msg.Header.Get("Status"); st {
 			case "204", "404":
+				if st == "204" && !follows(msg) {
+					return nil, fmt.Errorf("batched direct get from stream %s: %w", stream, errDirectLost)
+				}
 				return out, nil
 			default:
 				return nil, fmt.Errorf("batched direct get from stream %s: status %s %s", stream, st, msg.Header.Get("Description"))
 			}
 		}
+		if !follows(msg) {
+			return nil, fmt.Errorf("batched direct get from stream %s: %w", stream, errDirectLost)
+		}
 		rm, err := rawFromDirect(msg)
 		if err != nil {
 			return nil, err
 		}
+		prev = rm.Sequence
 		out = append(out, rm)
 	}
 	return out, nil

@@ -290,14 +290,15 @@ type HotTail struct {
 // in the hot stream, not with the archived ones), by token.
 func (s *Store) HotTails(ctx context.Context) (map[string]HotTail, error) {
 	out := map[string]HotTail{}
-	err := s.scanLast(ctx, s.stream, wire.SubjectPrefix+".>", func(m natsjs.Msg, at time.Time) {
-		tok := m.Headers().Get(wire.HeaderSession)
+	err := s.lastPerSubject(ctx, s.stream, wire.SubjectPrefix+".>", nil, func(m *natsjs.RawStreamMsg) error {
+		tok := m.Header.Get(wire.HeaderSession)
 		id, err := wire.IDFromToken(tok)
 		if err != nil {
-			return
+			return nil
 		}
-		last, _ := wire.RecordLastSeq(m.Headers())
-		out[tok] = HotTail{Token: tok, ID: id, LastActivity: at.UnixMilli(), LastSeq: last}
+		last, _ := wire.RecordLastSeq(m.Header)
+		out[tok] = HotTail{Token: tok, ID: id, LastActivity: m.Time.UnixMilli(), LastSeq: last}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the last records of stream %s: %w", wire.StreamName, err)
@@ -317,62 +318,16 @@ func (s *Store) archiveHeads(ctx context.Context) ([]wire.ArchiveHead, error) {
 	if s.archive == nil {
 		return nil, nil
 	}
-	err := s.scanLast(ctx, s.archive, wire.ArchivePrefix+".*", func(m natsjs.Msg, _ time.Time) {
-		if h, err := wire.ParseArchiveHead(m.Headers()); err == nil {
+	err := s.lastPerSubject(ctx, s.archive, wire.ArchivePrefix+".*", nil, func(m *natsjs.RawStreamMsg) error {
+		if h, err := wire.ParseArchiveHead(m.Header); err == nil {
 			out = append(out, h)
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the archive heads of stream %s: %w", wire.ArchiveStream, err)
 	}
 	return out, nil
-}
-
-// scanLast calls fn with the headers of the last message of each subject of st matching filter,
-// and the time it was stored (a headers-only ordered consumer, bounded by its pending count at
-// creation).
-func (s *Store) scanLast(ctx context.Context, st natsjs.Stream, filter string, fn func(natsjs.Msg, time.Time)) error {
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: natsjs.DeliverLastPerSubjectPolicy, HeadersOnly: true})
-	if err != nil {
-		return err
-	}
-	ci := cons.CachedInfo()
-	total := ci.NumPending + ci.Delivered.Consumer
-	if total == 0 {
-		return nil
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.js.Options().DefaultTimeout)
-		_ = st.DeleteConsumer(dctx, ci.Name)
-		cancel()
-	}()
-	it, err := cons.Messages(natsjs.PullMaxMessages(4096))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for n := uint64(0); n < total; n++ {
-		m, err := it.Next(natsjs.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		fn(m, md.Timestamp)
-		if md.NumPending == 0 {
-			break
-		}
-	}
-	return nil
 }
 
 // liveLeases reports which of ts have a live writer lease (one batched read of agentlog_writers).

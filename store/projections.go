@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -24,35 +26,79 @@ func (ss *Session) ProjectionEntry(ctx context.Context, unit string) (natsjs.Key
 	return ss.s.projections.Get(ctx, wire.ProjectionKey(unit, ss.tok))
 }
 
-// WatchProjection watches the session's stored state of projection unit (nats.go's KV Watch of
-// key <unit>.<token>, with its options). Errors are the KV's and a bad unit name.
-func (ss *Session) WatchProjection(ctx context.Context, unit string, opts ...natsjs.WatchOpt) (natsjs.KeyWatcher, error) {
-	if err := ss.checkProjections(unit); err != nil {
-		return nil, err
-	}
-	return ss.s.projections.Watch(ctx, wire.ProjectionKey(unit, ss.tok), opts...)
+// ProjectionState is one stored projection state of a session, as ProjectionStates reads it.
+type ProjectionState struct {
+	Unit     string // the key's first token
+	Value    []byte
+	Revision uint64 // the entry's stream seq in agentlog_projections
 }
 
-// WatchProjections watches every stored projection state of the session (keys *.<token>; the
-// unit is the key's first token), with the options of nats.go's KV Watch.
-func (ss *Session) WatchProjections(ctx context.Context, opts ...natsjs.WatchOpt) (natsjs.KeyWatcher, error) {
+// ProjectionStates reads every stored projection state of the session (keys *.<token>), deleted
+// keys left out, sorted by unit: one batched direct get (multi_last), which any replica may
+// answer. Errors are the store's.
+func (ss *Session) ProjectionStates(ctx context.Context) ([]ProjectionState, error) {
 	if ss.s.projections == nil {
 		return nil, ss.noStore()
 	}
-	return ss.s.projections.WatchFiltered(ctx, []string{wire.ProjectionKeysFilter(ss.tok)}, opts...)
+	prefix := wire.KVSubject(wire.ProjectionsBucket, "")
+	msgs, err := ss.s.lastMsgs(ctx, "KV_"+wire.ProjectionsBucket, []string{prefix + wire.ProjectionKeysFilter(ss.tok)})
+	if err != nil {
+		return nil, fmt.Errorf("session %q: read its projection states (KV bucket %s): %w", ss.id, wire.ProjectionsBucket, err)
+	}
+	var out []ProjectionState
+	for _, m := range msgs {
+		if kvDeleted(m.Header) {
+			continue
+		}
+		unit, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, prefix), ".")
+		out = append(out, ProjectionState{Unit: unit, Value: m.Data, Revision: m.Sequence})
+	}
+	slices.SortFunc(out, func(a, b ProjectionState) int { return strings.Compare(a.Unit, b.Unit) })
+	return out, nil
 }
 
-// WatchUnit watches the stored state of projection unit of every session (keys <unit>.*), with
-// the options of nats.go's KV Watch: one watch for a service that waits on the states of many
-// sessions. Errors are the KV's and a bad unit name.
-func (s *Store) WatchUnit(ctx context.Context, unit string, opts ...natsjs.WatchOpt) (natsjs.KeyWatcher, error) {
+// SubscribeProjection calls fn (on the connection's goroutine: keep it short) each time a state of
+// projection unit of the session is published (a core subscription on its KV subject: a wake-up
+// only, to be followed by a get of the stored value, ProjectionEntry; a put the bucket refuses
+// wakes it too). unit "*" is every unit. Unsubscribe the subscription when done.
+func (ss *Session) SubscribeProjection(unit string, fn func(unit string)) (*nats.Subscription, error) {
+	if unit != "*" {
+		if err := ss.checkProjections(unit); err != nil {
+			return nil, err
+		}
+	}
+	return ss.s.subscribeProjections(unit, ss.tok, func(unit, _ string) { fn(unit) })
+}
+
+// SubscribeUnit calls fn with the session token each time a state of projection unit of any
+// session is published (a core subscription on <unit>.* of agentlog_projections, a wake-up as
+// SubscribeProjection's): one subscription for a service that waits on the states of many
+// sessions. Errors are the connection's and a bad unit name.
+func (s *Store) SubscribeUnit(unit string, fn func(token string)) (*nats.Subscription, error) {
 	if err := wire.CheckUnit(unit); err != nil {
 		return nil, err
 	}
-	if s.projections == nil {
-		return nil, errors.New("the store has no agentlog_projections bucket")
+	return s.subscribeProjections(unit, "*", func(_, tok string) { fn(tok) })
+}
+
+// subscribeProjections subscribes to the KV subjects of keys <unit>.<token> of agentlog_projections
+// (either may be "*") and calls fn with each published key's unit and token.
+func (s *Store) subscribeProjections(unit, tok string, fn func(unit, tok string)) (*nats.Subscription, error) {
+	if s.js == nil || s.projections == nil {
+		return nil, errors.New("the store has no agentlog_projections bucket (use Provision or Open to get a Store)")
 	}
-	return s.projections.Watch(ctx, wire.ProjectionKey(unit, "*"), opts...)
+	prefix := wire.KVSubject(wire.ProjectionsBucket, "")
+	subject := prefix + unit + "." + tok
+	sub, err := s.js.Conn().Subscribe(subject, func(m *nats.Msg) {
+		u, t, ok := strings.Cut(strings.TrimPrefix(m.Subject, prefix), ".")
+		if ok {
+			fn(u, t)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+	}
+	return sub, nil
 }
 
 // checkProjections refuses a bad unit name and a Store without the bucket.

@@ -50,7 +50,8 @@ type Config struct {
 }
 
 // Provision creates the AGENTLOG stream, the agentlog_sessions, agentlog_projections and
-// agentlog_writers KV buckets and the AGENTLOG_ERRORS stream where missing, and checks them where
+// agentlog_writers KV buckets, the AGENTLOG_ERRORS stream, and the projectors' partition consumers
+// and members bucket (ProjectorConsumerConfig) where missing, and checks them where
 // they exist: one it cannot use is a wrapped ErrIncompatible naming the setting, and is never
 // changed. An explicit MaxMsgSize above the server's max payload is refused; the default is capped
 // at it. The settings and the refusals: ARCHITECTURE.md, "Provisioning".
@@ -88,7 +89,14 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if _, err := ensureStream(ctx, js, wire.ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
-	return newStore(ctx, js, stream, found, sessions, projections)
+	st, err := newStore(ctx, js, stream, found, sessions, projections)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.ensureProjector(ctx, stream.CachedInfo().Config.Replicas); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // Open attaches to an already provisioned agentlog (reading the partition count from the stream

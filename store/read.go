@@ -256,12 +256,16 @@ func Collect(events *[]session.Event) func(Record) error {
 // before is not this log's prefix any more; read it again from the start.
 var ErrLogChanged = errors.New("the session's log changed under the reader")
 
-// readBatch bounds the records a read buffers client-side.
-const readBatch = 256
+// readBatch is how many records one batched direct get of a read asks for (and readBatchBytes how
+// many bytes at most: the server stops a batch at the record that crosses it).
+const (
+	readBatch      = 256
+	readBatchBytes = 8 << 20
+)
 
-// directReadRecords is how many new records Records gets one by one (STREAM.MSG.GET) before it
-// sets up an ordered consumer for the rest.
-const directReadRecords = 4
+// followPoll is how often a Follow read looks for new records without a wake-up (one lost, or
+// dropped by a slow subscriber): a lost wake-up costs at most this much latency.
+const followPoll = time.Second
 
 // Records calls fn for each record of the session in order (ReadOpt: from where, and whether to
 // follow the log after its end) and returns the stream seq of the last record read (0 when there
@@ -298,6 +302,13 @@ func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...R
 		}
 	}
 	r := &recordReader{ss: ss, fn: fn, last: o.after, next: o.nextSeq, scan: o.scan}
+	var w *wakeups
+	if o.follow {
+		var err error
+		if w, err = r.subscribeWakeups(); err != nil {
+			return 0, err
+		}
+	}
 	if o.upTo > 0 {
 		if err := r.readTo(ctx, o.upTo); err != nil {
 			return 0, err
@@ -305,10 +316,13 @@ func (ss *Session) Records(ctx context.Context, fn func(Record) error, opts ...R
 		return r.last, nil
 	}
 	if err := r.read(ctx, o.follow); err != nil {
+		if w != nil {
+			_ = w.sub.Unsubscribe()
+		}
 		return 0, err
 	}
 	if o.follow {
-		return 0, r.follow(ctx)
+		return 0, r.follow(ctx, w)
 	}
 	return r.last, nil
 }
@@ -357,8 +371,8 @@ func (r *recordReader) take(ctx context.Context, streamSeq uint64, stored time.T
 func (r *recordReader) read(ctx context.Context, following bool) error {
 	ss, s := r.ss, r.ss.s
 	// The leader's last record of the session bounds the read from below: whatever was acked
-	// before the read began is read, even when the consumer's first view is behind (a consumer
-	// created during a leader change on R>1 can report nothing pending).
+	// before the read began is read, even when the direct gets below are answered by a replica
+	// behind the leader (R>1).
 	var target uint64
 	switch last, err := s.leaderLastMsg(ctx, ss.subject); {
 	case errors.Is(err, natsjs.ErrMsgNotFound):
@@ -378,11 +392,16 @@ func (r *recordReader) read(ctx context.Context, following bool) error {
 		return nil // nothing new (or no records at all)
 	}
 	started := r.last
-	// A few new records (an agent's read-your-writes loop, a short session): get them one by one
-	// from the stream leader, the next record of the subject after the last one read, instead of
-	// setting up a consumer. Each get returns the first record at or after its position, so none
-	// in between is skipped.
-	for range directReadRecords {
+	for r.last < target {
+		got, _, err := r.batch(ctx, 0, fresh && r.last == 0)
+		if err != nil {
+			return err
+		}
+		if got > 0 {
+			continue
+		}
+		// Nothing after r.last where the direct get was answered: a replica behind the leader
+		// (it holds a prefix of the log), or the records were purged. The leader says which.
 		m, err := s.leaderNextMsg(ctx, ss.subject, r.last+1)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			return r.gone(ctx, fresh, started, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w: its records were purged", ss.id, r.last, r.next, ErrLogChanged))
@@ -390,67 +409,48 @@ func (r *recordReader) read(ctx context.Context, following bool) error {
 		if err != nil {
 			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
 		}
-		if fresh && r.last == 0 {
-			if first, err := strconv.ParseInt(m.Header.Get(wire.HeaderFirstSeq), 10, 64); err == nil && first > 0 {
-				// The hot records follow a cold prefix (archived while a writer appended).
-				if err := r.coldPrefix(ctx, first); err != nil {
-					return err
-				}
-			}
-		}
-		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
+		if err := r.first(ctx, fresh && r.last == 0, m); err != nil {
 			return err
 		}
-		if r.last >= target {
-			return nil
-		}
 	}
-	err := r.consumeWatched(ctx, target, func(streamSeq, pending uint64) bool { return streamSeq >= target && pending == 0 })
-	if errors.Is(err, errVanished) {
-		return r.gone(ctx, fresh, started, fmt.Errorf("read session %q after stream seq %d: %w: its records were purged", ss.id, r.last, ErrLogChanged))
-	}
-	return err
+	return nil
 }
 
-// hotReadCheck is how often a read's watchdog checks that the records it waits for are still
-// there (archived under it: ARCHITECTURE.md, "Lifecycle").
-const hotReadCheck = 2 * time.Second
+// batch reads the records of the session after r.last with one batched direct get (any replica
+// may answer it) and hands them to fn; upTo > 0 stops at that stream seq (a record after it is
+// not taken). coldCheck: the first record may follow an archived prefix. It returns how many
+// records it took; more reports that the batch may have stopped at its limits (not at the end).
+func (r *recordReader) batch(ctx context.Context, upTo uint64, coldCheck bool) (n int, more bool, err error) {
+	ss, s := r.ss, r.ss.s
+	msgs, err := s.getDirect(ctx, wire.StreamName, map[string]any{"seq": r.last + 1, "next_by_subj": ss.subject, "batch": readBatch, "max_bytes": readBatchBytes})
+	if err != nil {
+		return 0, false, fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
+	}
+	size := 0
+	for _, m := range msgs {
+		if upTo > 0 && m.Sequence > upTo {
+			return n, false, nil
+		}
+		if err := r.first(ctx, coldCheck && n == 0, m); err != nil {
+			return n, false, err
+		}
+		n++
+		size += len(m.Data) + len(m.Subject) + 256
+	}
+	return n, n == readBatch || size >= readBatchBytes-int(s.maxMsgSize)-(1<<16), nil
+}
 
-// errVanished: the records a consume waited for were purged (consumeWatched).
-var errVanished = errors.New("the records to read are gone")
-
-// consumeWatched is consume with a watchdog: every hotReadCheck it checks that the records up to
-// target are still there, and stops the read (errVanished) when they are not: the consumer would
-// wait for them for ever.
-func (r *recordReader) consumeWatched(ctx context.Context, target uint64, done func(streamSeq, pending uint64) bool) error {
-	lctx, lcancel := context.WithCancel(ctx)
-	defer lcancel()
-	var seen atomic.Uint64
-	var vanished atomic.Bool
-	seen.Store(r.last)
-	var watch *time.Timer
-	watch = time.AfterFunc(hotReadCheck, func() {
-		if at := seen.Load(); at < target {
-			m, err := r.ss.s.leaderNextMsg(lctx, r.ss.subject, at+1)
-			if errors.Is(err, natsjs.ErrMsgNotFound) || err == nil && m.Sequence > target {
-				vanished.Store(true)
-				lcancel()
-				return
+// first takes m, after the session's archived prefix when coldCheck and m's record follows one.
+func (r *recordReader) first(ctx context.Context, coldCheck bool, m *natsjs.RawStreamMsg) error {
+	if coldCheck {
+		if first, err := strconv.ParseInt(m.Header.Get(wire.HeaderFirstSeq), 10, 64); err == nil && first > 0 {
+			// The hot records follow a cold prefix (archived while a writer appended).
+			if err := r.coldPrefix(ctx, first); err != nil {
+				return err
 			}
 		}
-		if lctx.Err() == nil {
-			watch.Reset(hotReadCheck)
-		}
-	})
-	defer watch.Stop()
-	err := r.consume(lctx, func(streamSeq, pending uint64) bool {
-		seen.Store(streamSeq)
-		return done(streamSeq, pending)
-	})
-	if err != nil && vanished.Load() {
-		return errVanished
 	}
-	return err
+	return r.take(ctx, m.Sequence, m.Time, m.Header, m.Data)
 }
 
 // gone is the fallback of a read whose hot records vanish under it (archived meanwhile: the
@@ -511,17 +511,19 @@ func (r *recordReader) coldPrefix(ctx context.Context, first int64) error {
 // readTo reads the records stored after r.last up to the one at stream seq upTo (UpTo).
 func (r *recordReader) readTo(ctx context.Context, upTo uint64) error {
 	ss, s := r.ss, r.ss.s
-	if upTo <= r.last {
-		return nil
-	}
 	missing := func() error {
 		return fmt.Errorf("read session %q: %w: no record of it at stream seq %d (read to stream seq %d)", ss.id, ErrLogChanged, upTo, r.last)
 	}
-	for range directReadRecords {
-		m, err := s.stream.GetMsg(ctx, r.last+1, natsjs.WithGetMsgSubject(ss.subject))
-		if errors.Is(err, natsjs.ErrMsgNotFound) {
-			m, err = s.leaderNextMsg(ctx, ss.subject, r.last+1) // a replica behind holds a prefix
+	for r.last < upTo {
+		got, _, err := r.batch(ctx, upTo, false)
+		if err != nil {
+			return err
 		}
+		if got > 0 {
+			continue
+		}
+		// A replica behind holds a prefix, or the record after r.last is past upTo: ask the leader.
+		m, err := s.leaderNextMsg(ctx, ss.subject, r.last+1)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			return missing()
 		}
@@ -534,77 +536,89 @@ func (r *recordReader) readTo(ctx context.Context, upTo uint64) error {
 		if err := r.take(ctx, m.Sequence, m.Time, m.Header, m.Data); err != nil {
 			return err
 		}
-		if r.last == upTo {
-			return nil
-		}
 	}
-	var short bool
-	err := r.consume(ctx, func(streamSeq, pending uint64) bool {
-		short = streamSeq < upTo && pending == 0
-		return streamSeq >= upTo || short
-	})
-	switch {
-	case err != nil:
-		return err
-	case short || r.last != upTo:
+	if r.last != upTo {
 		return missing()
 	}
 	return nil
 }
 
-// follow hands fn every record stored after r.last, as it is stored, until ctx ends.
-func (r *recordReader) follow(ctx context.Context) error {
-	err := r.consume(ctx, func(uint64, uint64) bool { return false })
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+// wakeups is a core subscription on the session's subject that a Follow read uses only to learn
+// that a record was published (it reads the record itself with a direct get): want is the
+// highest last event seq a wake-up announced, c holds at most one notice.
+type wakeups struct {
+	sub  *nats.Subscription
+	c    chan struct{}
+	want atomic.Int64
 }
 
-// consume reads the records after r.last with an ordered consumer on the session's subject,
-// until done (given each record's stream seq and the records pending after it) reports true.
-func (r *recordReader) consume(ctx context.Context, done func(streamSeq, pending uint64) bool) error {
-	ss, s := r.ss, r.ss.s
-	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{ss.subject}, DeliverPolicy: natsjs.DeliverAllPolicy}
-	if r.last > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, r.last+1
-	}
-	cons, err := s.stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("read session %q: create ordered consumer on %s: %w", ss.id, ss.subject, err)
-	}
-	info := cons.CachedInfo()
-	defer func() {
-		// Best effort: an ordered consumer is ephemeral and goes away by itself when inactive.
-		if info != nil && info.Name != "" {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.js.Options().DefaultTimeout)
-			_ = s.stream.DeleteConsumer(dctx, info.Name)
-			cancel()
+// subscribeWakeups subscribes to the session's subject (before the read starts, so that no record
+// stored after the read's bound goes without a wake-up).
+func (r *recordReader) subscribeWakeups() (*wakeups, error) {
+	w := &wakeups{c: make(chan struct{}, 1)}
+	w.want.Store(-1)
+	sub, err := r.ss.s.js.Conn().Subscribe(r.ss.subject, func(m *nats.Msg) {
+		if last, ok := wire.RecordLastSeq(m.Header); ok {
+			for {
+				cur := w.want.Load()
+				if last <= cur || w.want.CompareAndSwap(cur, last) {
+					break
+				}
+			}
 		}
-	}()
-	// Bound the client-side buffer by bytes (records are up to MaxMsgSize each) and by count:
-	// PullMaxBytes alone makes nats.go size the message channel for a million messages (an 8 MB
-	// allocation per read, which dominated the CPU of a messages query).
-	iter, err := cons.Messages(natsjs.PullMaxMessagesWithBytesLimit(readBatch, 4*int(s.maxMsgSize)))
+		select {
+		case w.c <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("read session %q: %w", ss.id, err)
+		return nil, fmt.Errorf("follow session %q: subscribe to %s: %w", r.ss.id, r.ss.subject, err)
 	}
-	defer iter.Stop()
+	w.sub = sub
+	return w, nil
+}
 
+// follow hands fn every record stored after r.last, as it is stored, until ctx ends. It reads by
+// batched direct gets from r.last on, each time a wake-up says a record was published and every
+// followPoll without one; a record announced but not yet readable (not stored yet, or a replica
+// behind answered) is read again after a short backoff.
+func (r *recordReader) follow(ctx context.Context, w *wakeups) error {
+	defer func() { _ = w.sub.Unsubscribe() }()
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	backoff := time.Duration(0)
+	var waited time.Duration
 	for {
-		msg, err := iter.Next(natsjs.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("read session %q after stream seq %d (next event seq %d): %w", ss.id, r.last, r.next, err)
+		for {
+			got, more, err := r.batch(ctx, 0, false)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return err
+			}
+			if got == 0 || !more {
+				break
+			}
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("read session %q after stream seq %d: %w", ss.id, r.last, err)
+		if want := w.want.Load(); want >= r.next && waited < followPoll {
+			// Announced but not read yet: look again soon (a publish the stream refused, say a
+			// guard conflict, is announced too: after followPoll it is no longer waited for).
+			backoff = min(max(2*backoff, 2*time.Millisecond), 100*time.Millisecond)
+			waited += backoff
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			continue
 		}
-		if err := r.take(ctx, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data()); err != nil {
-			return err
-		}
-		if done(r.last, meta.NumPending) {
-			return nil
+		backoff, waited = 0, 0
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.c:
+		case <-poll.C:
 		}
 	}
 }
@@ -647,4 +661,78 @@ func (ss *Session) decodeStoredBody(ctx context.Context, h nats.Header, body []b
 		}
 	}
 	return rec.Events, rec.Body, nil
+}
+
+// FollowAll calls fn with each record stored in AGENTLOG after the stream's last message when it
+// starts (any session's, undecoded), in stream order, until ctx ends (it returns ctx's error) or
+// fn fails. Like Follow, it reads by batched direct gets, woken by a core subscription on
+// agentlog.session.> (a lost wake-up costs at most followPoll); it creates no consumer.
+func (s *Store) FollowAll(ctx context.Context, fn func(*natsjs.RawStreamMsg) error) error {
+	if s.js == nil || s.stream == nil {
+		return errors.New("follow every session: the store is not open (use Provision or Open to get a Store)")
+	}
+	var woken atomic.Int64 // records announced and not read yet
+	c := make(chan struct{}, 1)
+	sub, err := s.js.Conn().Subscribe(wire.SubjectPrefix+".>", func(*nats.Msg) {
+		woken.Add(1)
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("follow every session: subscribe to %s.>: %w", wire.SubjectPrefix, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("follow every session: %w", err)
+	}
+	last := info.State.LastSeq
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	var backoff, waited time.Duration
+	for {
+		for {
+			msgs, err := s.getDirect(ctx, wire.StreamName, map[string]any{"seq": last + 1, "next_by_subj": wire.SubjectPrefix + ".>", "batch": readBatch, "max_bytes": readBatchBytes})
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("follow every session after stream seq %d: %w", last, err)
+			}
+			for _, m := range msgs {
+				if err := fn(m); err != nil {
+					return err
+				}
+				last = m.Sequence
+			}
+			if n := int64(len(msgs)); n > 0 {
+				if woken.Add(-n) < 0 {
+					woken.Store(0)
+				}
+			}
+			if len(msgs) < readBatch {
+				break
+			}
+		}
+		if woken.Load() > 0 && waited < followPoll {
+			backoff = min(max(2*backoff, 2*time.Millisecond), 100*time.Millisecond)
+			waited += backoff
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		woken.Store(0)
+		backoff, waited = 0, 0
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+		case <-poll.C:
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentlog/agentlog/session"
@@ -440,18 +441,19 @@ func (ss *Session) anythingStored(ctx context.Context) (bool, error) {
 	return err == nil, err
 }
 
-// projectionKeys lists the agentlog_projections keys of token tok.
+// projectionKeys lists the agentlog_projections keys of token tok (one batched direct get,
+// multi_last: no consumer).
 func (s *Store) projectionKeys(ctx context.Context, tok string) ([]string, error) {
-	lister, err := s.projections.ListKeysFiltered(ctx, wire.ProjectionKeysFilter(tok))
-	if errors.Is(err, natsjs.ErrNoKeysFound) {
-		return nil, nil
-	}
+	prefix := wire.KVSubject(wire.ProjectionsBucket, "")
+	msgs, err := s.lastMsgs(ctx, "KV_"+wire.ProjectionsBucket, []string{prefix + wire.ProjectionKeysFilter(tok)})
 	if err != nil {
 		return nil, err
 	}
 	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	for _, m := range msgs {
+		if !kvDeleted(m.Header) {
+			keys = append(keys, strings.TrimPrefix(m.Subject, prefix))
+		}
 	}
 	return keys, nil
 }

@@ -99,19 +99,28 @@ func (s *Store) checkRemoveRights(ctx context.Context, tok, subject string) erro
 	if s.blobStream != nil {
 		purges = append(purges, [2]string{wire.BlobStream, wire.BlobSessionFilter(tok)})
 	}
+	var denied *RightDeniedError
+	probe := func(purges [][2]string) error {
+		for _, p := range purges {
+			if err := s.probePurge(ctx, p[0], p[1]); err != nil {
+				if errors.As(err, &denied) {
+					denied.Op = "rm"
+				}
+				return err
+			}
+		}
+		return nil
+	}
+	if err := probe(purges); err != nil {
+		return err
+	}
+	// The legacy bucket last: a credential that may not even look it up is refused above.
 	legacy, err := s.legacyBucket(ctx)
 	if err != nil {
 		return err
 	}
 	if legacy != nil {
-		purges = append(purges, [2]string{"OBJ_" + wire.BlobsBucket, legacyChunks + "*"})
-	}
-	var denied *RightDeniedError
-	for _, p := range purges {
-		if err := s.probePurge(ctx, p[0], p[1]); err != nil {
-			if errors.As(err, &denied) {
-				denied.Op = "rm"
-			}
+		if err := probe([][2]string{{"OBJ_" + wire.BlobsBucket, legacyChunks + "*"}}); err != nil {
 			return err
 		}
 	}

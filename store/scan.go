@@ -1,11 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentlog/agentlog/wire"
@@ -14,9 +15,9 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// Passes over every session, for listings (client.Sessions, Lineage, Status): one ordered consumer
-// each, delivering in stream order on one goroutine, which is what a pass over 100,000 sessions
-// spends its time on.
+// Passes over every session, for listings (client.Sessions, Lineage, Status): batched direct gets,
+// which need no consumer (a reader creates none: deploy/SECURITY.md) and which any replica may
+// answer (a listing may miss what was stored a moment before it started on R>1).
 
 // SessionEntry is the last entry of one key of agentlog_sessions, as ScanSessions reads it.
 type SessionEntry struct {
@@ -38,35 +39,34 @@ func (s *Store) ScanSessions(ctx context.Context, keysOnly bool, sized func(n ui
 		return errors.New("scan sessions: the store is not open (use Provision or Open to get a Store)")
 	}
 	prefix := wire.KVSubject(wire.SessionsBucket, "")
-	return scanStream(ctx, s.js, "KV_"+wire.SessionsBucket, prefix+">", natsjs.DeliverLastPerSubjectPolicy, keysOnly, sized, func(m natsjs.Msg) error {
-		if kvDeleted(m.Headers()) {
+	// The bucket keeps one revision of each key (history 1): its messages in stream order are the
+	// last entry of each key.
+	return s.scanDirect(ctx, "KV_"+wire.SessionsBucket, prefix+">", sized, func(m *natsjs.RawStreamMsg) error {
+		if kvDeleted(m.Header) {
 			return nil
 		}
-		e := SessionEntry{Token: strings.TrimPrefix(m.Subject(), prefix), Header: m.Headers()}
+		e := SessionEntry{Token: strings.TrimPrefix(m.Subject, prefix), Header: m.Header}
 		if !keysOnly {
-			e.Value = m.Data()
+			e.Value = m.Data
 		}
-		if md, err := m.Metadata(); err == nil {
-			e.Revision = md.Sequence.Stream
-		}
+		e.Revision = m.Sequence
 		return fn(e)
 	})
 }
 
 // ScanTails calls fn with the headers of every session's last record as the scan starts and the
-// time the stream stored it (headers only: no body, no blob is read). sized, when not nil, gets
-// their number first. (One consumer over agentlog.session.>: several over shares of the partitions
-// were two to three times slower, the server scanning the stream once per filter.)
+// time the stream stored it (no blob is read), in no particular order. sized, when not nil, gets
+// their number first. (The stream leader lists the sessions' subjects, then batched direct gets
+// read their last records, lastPerSubject.)
 func (s *Store) ScanTails(ctx context.Context, sized func(n uint64), fn func(h nats.Header, stored time.Time) error) error {
 	if s.js == nil {
 		return errors.New("scan the sessions' last records: the store is not open (use Provision or Open to get a Store)")
 	}
-	return scanStream(ctx, s.js, wire.StreamName, wire.SubjectPrefix+".>", natsjs.DeliverLastPerSubjectPolicy, true, sized, func(m natsjs.Msg) error {
-		var stored time.Time
-		if md, err := m.Metadata(); err == nil {
-			stored = md.Timestamp
-		}
-		return fn(m.Headers(), stored)
+	if s.stream == nil {
+		return errors.New("scan the sessions' last records: the store is not open (use Provision or Open to get a Store)")
+	}
+	return s.lastPerSubject(ctx, s.stream, wire.SubjectPrefix+".>", sized, func(m *natsjs.RawStreamMsg) error {
+		return fn(m.Header, m.Time)
 	})
 }
 
@@ -116,8 +116,8 @@ func (ss *Session) ErrorReports(ctx context.Context, fn func(report []byte) erro
 		return ss.noStore()
 	}
 	subject := wire.ErrorsPrefix + "." + ss.tok
-	err := scanStream(ctx, ss.s.js, wire.ErrorsStream, subject, natsjs.DeliverAllPolicy, false, nil, func(m natsjs.Msg) error {
-		return fn(append([]byte(nil), m.Data()...))
+	err := ss.s.scanDirect(ctx, wire.ErrorsStream, subject, nil, func(m *natsjs.RawStreamMsg) error {
+		return fn(m.Data)
 	})
 	if err != nil {
 		return fmt.Errorf("session %q: read its error reports (stream %s): %w", ss.id, wire.ErrorsStream, err)
@@ -125,81 +125,68 @@ func (ss *Session) ErrorReports(ctx context.Context, fn func(report []byte) erro
 	return nil
 }
 
-// scanStream calls fn for the messages of stream matching filter that policy delivers (all, or
-// the last of each subject) when it starts, through an ordered consumer (headers only with
-// headersOnly), in stream order. sized, when not nil, gets their number first.
-func scanStream(ctx context.Context, js natsjs.JetStream, stream, filter string, policy natsjs.DeliverPolicy, headersOnly bool,
-	sized func(n uint64), fn func(natsjs.Msg) error) error {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	if s.CachedInfo().State.Msgs == 0 {
-		if sized != nil {
-			sized(0)
-		}
-		return nil
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  policy,
-		HeadersOnly:    headersOnly,
-	})
-	if err != nil {
-		return err
-	}
-	info := cons.CachedInfo()
-	// The consumer's pending count at creation bounds the read: what is appended later is not
-	// wanted. (An ordered consumer that resets resumes after the last message delivered.)
-	total := info.NumPending + info.Delivered.Consumer
+// scanDirect calls fn for each message of stream matching filter, in stream order, read with
+// batched direct gets from the stream's first message on until a batch ends before its limits.
+// sized, when not nil, first gets the number of messages the stream holds (all subjects: a size
+// hint). The data is the handler's to keep.
+func (s *Store) scanDirect(ctx context.Context, stream, filter string, sized func(n uint64), fn func(*natsjs.RawStreamMsg) error) error {
 	if sized != nil {
-		sized(total)
+		st, err := s.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		sized(st.CachedInfo().State.Msgs)
 	}
-	if total == 0 {
-		return nil
+	seq := uint64(1)
+	for {
+		msgs, err := s.getDirect(ctx, stream, map[string]any{"seq": seq, "next_by_subj": filter, "batch": directBatch, "max_bytes": directBatchBytes})
+		if err != nil {
+			return err
+		}
+		size := 0
+		for _, m := range msgs {
+			if err := fn(m); err != nil {
+				return err
+			}
+			seq = m.Sequence + 1
+			size += len(m.Data) + len(m.Subject) + 256
+		}
+		if len(msgs) < directBatch && size < directBatchBytes-int(s.maxMsgSize)-(1<<16) {
+			return nil // the batch ended before its limits: nothing more
+		}
 	}
-	// Consume with a callback: messages are handed over in order, on one goroutine, with no
-	// per-message channel hop, which is what a pass over 100,000 sessions spends its time on.
-	var (
-		mu    sync.Mutex // n and fnErr: the callback may still run when ctx ends
-		n     uint64
-		fnErr error
-		done  = make(chan struct{})
-		once  sync.Once
-	)
-	finish := func() { once.Do(func() { close(done) }) }
-	cc, err := cons.Consume(func(m natsjs.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if fnErr != nil || n >= total {
-			return
-		}
-		if fnErr = fn(m); fnErr != nil {
-			finish()
-			return
-		}
-		if n++; n == total {
-			finish()
-		}
-	}, natsjs.PullMaxMessages(8192), natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
-		_ = err // an ordered consumer resets itself; a fatal error ends with the ctx
-	}))
+}
+
+// lastPerSubject calls fn with the last message of each subject of st matching filter: the
+// stream leader lists the subjects (stream info with a subject filter, paged), then batched direct
+// gets (multi_last) read their last messages, lastMsgsBatch subjects at a time; in stream order
+// within a batch only. sized, when not nil, first gets the number of subjects.
+func (s *Store) lastPerSubject(ctx context.Context, st natsjs.Stream, filter string, sized func(n uint64), fn func(*natsjs.RawStreamMsg) error) error {
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter(filter))
 	if err != nil {
 		return err
 	}
-	select {
-	case <-done:
-	case <-ctx.Done():
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		subjects = append(subjects, subj)
 	}
-	cc.Stop()
-	<-cc.Closed()
-	mu.Lock()
-	defer mu.Unlock()
-	if fnErr != nil {
-		return fnErr
+	slices.Sort(subjects)
+	if sized != nil {
+		sized(uint64(len(subjects)))
 	}
-	if n < total {
-		return ctx.Err()
+	for len(subjects) > 0 {
+		n := min(len(subjects), lastMsgsBatch)
+		msgs, err := s.getDirect(ctx, info.Config.Name, map[string]any{"multi_last": subjects[:n], "batch": directBatch})
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(msgs, func(a, b *natsjs.RawStreamMsg) int { return cmp.Compare(a.Sequence, b.Sequence) })
+		for _, m := range msgs {
+			if err := fn(m); err != nil {
+				return err
+			}
+		}
+		subjects = subjects[n:]
 	}
 	return nil
 }

@@ -159,29 +159,39 @@ func TestProjections(t *testing.T) {
 	if _, err := ss.ProjectionEntry(ctx, "messages"); !errors.Is(err, natsjs.ErrKeyNotFound) {
 		t.Fatalf("no state yet: %v, want jetstream.ErrKeyNotFound", err)
 	}
-	w, err := ss.WatchProjections(ctx)
+	woken := make(chan string, 16)
+	sub, err := ss.SubscribeProjection("*", func(unit string) { woken <- unit })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
-	if _, err := s.projections.Put(ctx, wire.ProjectionKey("messages", ss.Token()), []byte(`{"asOfSeq":1}`)); err != nil {
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.js.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.projections.Put(ctx, wire.ProjectionKey("messages", "other"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.projections.Put(ctx, wire.ProjectionKey("messages", ss.Token()), []byte(`{"asOfSeq":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	e, err := ss.ProjectionEntry(ctx, "messages")
 	if err != nil || string(e.Value()) != `{"asOfSeq":1}` {
 		t.Fatalf("ProjectionEntry: %v, %v", e, err)
 	}
-	for u := range w.Updates() {
-		if u == nil {
-			continue // the initial values are delivered (none)
+	select {
+	case u := <-woken:
+		if u != "messages" {
+			t.Fatalf("SubscribeProjection woke for unit %q", u)
 		}
-		if u.Key() != "messages.a_2Eb" {
-			t.Fatalf("WatchProjections saw key %s", u.Key())
-		}
-		break
+	case <-ctx.Done():
+		t.Fatal("no wake-up for the session's state")
+	}
+	if len(woken) != 0 {
+		t.Fatalf("SubscribeProjection woke for another session's key")
+	}
+	states, err := ss.ProjectionStates(ctx)
+	if err != nil || len(states) != 1 || states[0].Unit != "messages" || string(states[0].Value) != `{"asOfSeq":1}` {
+		t.Fatalf("ProjectionStates: %+v, %v", states, err)
 	}
 }
 

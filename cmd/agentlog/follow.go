@@ -204,8 +204,8 @@ func waitForSession(ctx context.Context, g *globals, c *client.Client, id string
 const waitPollInterval = 250 * time.Millisecond
 
 // followAll prints every event appended to any session from now on, in stream order, as JSON lines
-// {"session":ID,"event":EVENT}, until ctx ends (SIGINT: exit 0). It reads an ordered consumer on
-// the whole stream, starting at its next record.
+// {"session":ID,"event":EVENT}, until ctx ends (SIGINT: exit 0). It reads the whole stream from its
+// next record on (store.FollowAll: direct gets woken by a core subscription, no consumer).
 func followAll(ctx context.Context, g *globals) error {
 	hctx, cancel := g.withTimeout(ctx)
 	nc, st, err := g.connect(hctx, "agentlog-events")
@@ -214,39 +214,15 @@ func followAll(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer nc.Close()
-	cons, err := st.Stream().OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.SubjectPrefix + ".>"}, DeliverPolicy: natsjs.DeliverNewPolicy})
-	if err != nil {
-		return fmt.Errorf("follow every session: %w", err)
-	}
-	if info := cons.CachedInfo(); info != nil && info.Name != "" {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = st.Stream().DeleteConsumer(dctx, info.Name)
-			cancel()
-		}()
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("follow every session: %w", err)
-	}
-	defer it.Stop()
 	bw := bufio.NewWriter(g.stdout)
 	defer bw.Flush()
 	var line []byte
-	for {
-		m, err := it.Next(natsjs.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return bw.Flush() // SIGINT
-			}
-			return fmt.Errorf("follow every session: %w", err)
-		}
-		evs, err := st.DecodeRecord(ctx, m.Headers(), m.Data())
+	err = st.FollowAll(ctx, func(m *natsjs.RawStreamMsg) error {
+		evs, err := st.DecodeRecord(ctx, m.Header, m.Data)
 		if err != nil {
 			return err // names the session, the seq and the rule
 		}
-		id, err := wire.IDFromToken(m.Headers().Get(wire.HeaderSession))
+		id, err := wire.IDFromToken(m.Header.Get(wire.HeaderSession))
 		if err != nil {
 			return err
 		}
@@ -262,10 +238,12 @@ func followAll(ctx context.Context, g *globals) error {
 				return err
 			}
 		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
+		return bw.Flush()
+	})
+	if ctx.Err() != nil {
+		return bw.Flush() // SIGINT
 	}
+	return err
 }
 
 // withMessagesWatch adds --watch to the messages command.

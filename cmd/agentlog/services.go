@@ -180,8 +180,9 @@ metadata: one pass over agentlog_sessions.`,
 				return err
 			}
 			replicas := st.Stream().CachedInfo().Config.Replicas
-			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas), %s, %s and %s, KV buckets %s, %s and %s; lifecycle: archive-after %s, retain-for %s\n",
+			fmt.Fprintf(g.stdout, "agentlog provisioned on %s: streams %s (%d partitions, %d replicas), %s, %s and %s, KV buckets %s, %s, %s and %s, the projectors' %d partition consumers %s-*; lifecycle: archive-after %s, retain-for %s\n",
 				g.natsURL, wire.StreamName, st.Partitions(), replicas, wire.ErrorsStream, wire.ArchiveStream, wire.ChildrenStream, wire.SessionsBucket, wire.ProjectionsBucket, wire.LifecycleBucket,
+				store.ProjectorMembersBucket, st.Partitions(), store.ProjectorConsumerPrefix,
 				store.FormatPolicyDuration(p.ArchiveAfter), store.FormatPolicyDuration(p.RetainFor))
 			return nil
 		},

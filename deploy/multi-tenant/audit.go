@@ -46,13 +46,6 @@ type Accepted struct {
 	Remains string
 }
 
-// Pending is the reason of the findings that another branch removes (the lead drops these entries
-// when merging it).
-const (
-	pendingReads = "fixed by secreads (pending merge)"
-	pendingBlobs = "fixed by secblobs (pending merge)"
-)
-
 // Accept is every destructive outcome of the audit that is accepted, with its reason.
 // TestMultiTenant/audit fails on any other.
 var Accept = []Accepted{
@@ -66,10 +59,6 @@ var Accept = []Accepted{
 		"an agent can put a delete marker on any session's metadata: the session reads as not found until the operator repairs it (its records stay)"},
 	{Agent, "$KV.agentlog_writers.>", "", "one tenant trusts its agents: Takeover takes any session's writer lease",
 		"an agent can take or drop any session's writer lease (the fenced writer's next write fails; nothing stored is lost)"},
-	{Agent, "$O.agentlog_blobs.>", "", pendingBlobs, ""},
-	{Forker, "$O.agentlog_blobs.>", "", pendingBlobs, ""},
-	{Projector, "$O.agentlog_blobs.M.>", "", pendingBlobs, ""},
-	{Projector, "$JS.API.STREAM.PURGE.OBJ_agentlog_blobs", "", pendingBlobs, ""},
 	{Forker, "agentlog.session.>", "", "the forker writes the seed of a child it creates: a JetStream publish on the child's subject, which NATS cannot tell from one on another session's",
 		"the forker's credential can append to any session of its tenant, as an agent's can"},
 	{Forker, "$KV.agentlog_sessions.>", "", "the forker creates the child's metadata and marks a child removed during its fork: publishes on the child's key",
@@ -79,14 +68,8 @@ var Accept = []Accepted{
 		"the projector's credential can overwrite or purge any session's projection state (`agentlog rebuild` restores them from the log)"},
 	{Projector, "$KV.agentlog_projector_members.>", "", "the projector owns its members bucket: instances write their own leases, and a forged one only moves partitions",
 		"the projector's credential can forge or drop a projector instance's lease (partitions move; no data changes)"},
-	{Projector, "$JS.API.STREAM.DELETE.KV_agentlog_projector_members", "", "the projector re-creates its members bucket when it was lost; its subjects are fixed by nats.go's KV create",
-		"the projector's credential can delete and re-create its members bucket (a STREAM.CREATE carries its subjects in the payload: it could capture another subject of the tenant)"},
-	{Projector, "$JS.API.STREAM.CREATE.KV_agentlog_projector_members", "", "see STREAM.DELETE of the same bucket", ""},
-	{Projector, "$JS.API.CONSUMER.*", "", "the projector creates, pulls from and deletes its partition consumers and the ordered consumers of its reads, listings and watches; NATS does not tell them from another reader's, and a consumer's deliver subject and filter are in the create's payload",
-		"the projector's credential can create a push consumer delivering its tenant's records into any subject of the tenant, and pull from or delete any consumer of its streams"},
-	{Agent, "$JS.API.CONSUMER.*", "", pendingReads, ""},
-	{Viewer, "$JS.API.CONSUMER.*", "", pendingReads, ""},
-	{Forker, "$JS.API.CONSUMER.*", "", pendingReads, ""},
+	{Projector, "$JS.API.CONSUMER.*", "", "the projector pulls from, reads and unpins its own partition consumers (agentlog-projector-<p>, created by agentlog provision); it creates and deletes none",
+		"the projector's credential can pull records from its partition consumers out of turn (the pinned instance's fold goes on; an unacked pull is redelivered)"},
 	{Operator, ">", "", "the tenant's administrator: everything in its account, which is the isolation boundary", ""},
 }
 
@@ -152,6 +135,8 @@ func victimSubject(stream string, partitions int) string {
 		return wire.KVSubject(wire.LifecycleBucket, wire.HoldKey(victimTok))
 	case blobsObj:
 		return "$O." + wire.BlobsBucket + ".M." + victimTok
+	case wire.BlobStream:
+		return wire.BlobPrefix + "." + victimTok + "." + victimBlobID + ".0"
 	}
 	if b, ok := strings.CutPrefix(stream, "KV_"); ok {
 		return wire.KVSubject(b, victimTok)
@@ -168,6 +153,8 @@ func streamOfSubject(subject string) string {
 		return wire.ErrorsStream
 	case strings.HasPrefix(subject, wire.ChildrenPrefix+"."):
 		return wire.ChildrenStream
+	case strings.HasPrefix(subject, wire.BlobPrefix+"."):
+		return wire.BlobStream
 	case strings.HasPrefix(subject, "$KV."):
 		b, _, _ := strings.Cut(strings.TrimPrefix(subject, "$KV."), ".")
 		return "KV_" + b
@@ -178,9 +165,13 @@ func streamOfSubject(subject string) string {
 	return ""
 }
 
-// victimStreams are the streams whose victim subject every attempt is checked against.
+// victimStreams are the streams whose victim subject every attempt is checked against (the legacy
+// Object Store bucket agentlog_blobs is not created any more: its rights are direct-get reads).
 var victimStreams = []string{wire.StreamName, wire.ErrorsStream, wire.ChildrenStream, wire.ArchiveStream,
-	sessionsKV, projectionsKV, writersKV, lifecycleKV, blobsObj}
+	sessionsKV, projectionsKV, writersKV, lifecycleKV, wire.BlobStream}
+
+// victimBlobID is the blob id of the victim's chunk in AGENTLOG_BLOBS.
+const victimBlobID = "a0d17a0d17a0d17a0d17a0d17a0d17a0"
 
 // attempt is one try of a right.
 type attempt struct {

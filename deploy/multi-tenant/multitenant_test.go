@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/client"
 	multitenant "github.com/agentlog/agentlog/deploy/multi-tenant"
+	"github.com/agentlog/agentlog/internal/inspector"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
@@ -265,7 +269,9 @@ func TestMultiTenant(t *testing.T) {
 		if out := d.ok(t, "", "A_VIEWER_ARGS", "messages", "s1"); !strings.Contains(out, markerA) {
 			t.Fatalf("viewer's messages: %s", out)
 		}
-		// Live: the viewer consumes the session subject and a projection watch.
+		// Live: the viewer subscribes to the session subject and to a projection's key (the
+		// wake-ups of follow reads and watches: readers create no consumer), and reads the
+		// projection state with a get.
 		viewer := d.conn(t, d.Identity(a, multitenant.Viewer), "viewer-live")
 		js, _ := natsjs.New(viewer)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -275,22 +281,70 @@ func TestMultiTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		viewer.Flush()
 		sto, err := store.Open(ctx, js)
 		if err != nil {
 			t.Fatalf("viewer: store.Open: %v", err)
 		}
-		w, err := storetest.ProjectionsKV(sto).Watch(ctx, "messages.s1")
+		s1, _ := sto.Session("s1")
+		if e, err := s1.ProjectionEntry(ctx, "messages"); err != nil || e.Revision() == 0 {
+			t.Fatalf("viewer: the messages state of s1: %v %v", e, err)
+		}
+		s2, _ := sto.Session("s2")
+		woken := make(chan string, 8)
+		wake, err := s2.SubscribeProjection("messages", func(unit string) { woken <- unit })
 		if err != nil {
-			t.Fatalf("viewer: watch messages.s1: %v", err)
+			t.Fatalf("viewer: subscribe to the messages state of s2: %v", err)
 		}
-		defer w.Stop()
-		if e := <-w.Updates(); e == nil || e.Key() != "messages.s1" || e.Revision() == 0 {
-			t.Fatalf("viewer's watch: first update %v", e)
+		defer func() { _ = wake.Unsubscribe() }()
+		// A follow of s2 (not created yet) and a watch of its messages, as the viewer: direct
+		// gets and gets woken by core subscriptions, no consumer.
+		followed := make(chan int64, 64)
+		go func() {
+			_, _ = s2.Records(ctx, func(r store.Record) error {
+				followed <- r.Events[len(r.Events)-1].Seq
+				return nil
+			}, store.Follow())
+		}()
+		vc, err := client.New(viewer)
+		if err != nil {
+			t.Fatal(err)
 		}
+		watched := make(chan string, 8)
+		go func() {
+			_ = vc.WatchMessages(ctx, "s2", func(r client.MessagesReply) error {
+				for _, m := range r.Messages {
+					if strings.Contains(string(m), "live text") {
+						watched <- string(m)
+						return errors.New("seen")
+					}
+				}
+				return nil
+			})
+		}()
+		viewer.Flush()
 		d.importLog(t, "A_AGENT_ARGS", smallLog("s1", "live text"), "--session", "s2")
 		if m, err := live.NextMsg(10 * time.Second); err != nil || !strings.Contains(string(m.Data), "live text") {
 			t.Fatalf("viewer's live subscription to %s: %v", subj, err)
+		}
+		select {
+		case <-woken:
+		case <-ctx.Done():
+			t.Fatal("viewer: no wake-up for the messages state of s2")
+		}
+		if e, err := s2.ProjectionEntry(ctx, "messages"); err != nil || e.Revision() == 0 {
+			t.Fatalf("viewer: the messages state of s2 after its wake-up: %v %v", e, err)
+		}
+		for last := int64(-1); last < 2; {
+			select {
+			case last = <-followed:
+			case <-ctx.Done():
+				t.Fatalf("viewer: the follow of s2 reached seq %d, want 2", last)
+			}
+		}
+		select {
+		case <-watched:
+		case <-ctx.Done():
+			t.Fatal("viewer: the watch of s2's messages never showed the live text")
 		}
 
 		// An event larger than a record (offloaded to agentlog_blobs): the agent writes and reads it,
@@ -322,6 +376,10 @@ func TestMultiTenant(t *testing.T) {
 		// The TypeScript backend, as A's agent (nkey, TLS client certificate).
 		typescriptAgent(t, d, a)
 
+		// The web inspector, as A's viewer: the list, a session page, and their live streams (a
+		// follow of the session and the sessions list's wake-ups).
+		inspectAsViewer(t, d, a)
+
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
 			t.Fatalf("permission violations during legitimate work:\n%s", strings.Join(v, "\n"))
@@ -331,10 +389,91 @@ func TestMultiTenant(t *testing.T) {
 	t.Run("contexts-and-readme", func(t *testing.T) { contextsAndReadme(t, d, a) })
 	t.Run("attacks-from-A-on-B", func(t *testing.T) { attacks(t, d, a, b) })
 	t.Run("within-a-tenant", func(t *testing.T) { withinTenant(t, d, a, b) })
+	t.Run("readers-create-no-consumers", func(t *testing.T) { readersCreateNoConsumers(t, d, a) })
 	t.Run("tls", func(t *testing.T) { tlsChecks(t, d, a) })
 	t.Run("rm-preflight", func(t *testing.T) { rmPreflight(t, d) })
 	// Last: its destructive attempts disturb the tenant (a purge of a whole stream, a deleted bucket).
 	t.Run("audit", func(t *testing.T) { audit(t, d, a) })
+}
+
+// inspectAsViewer serves the web inspector on tenant's viewer credential and reads its pages and
+// live streams (each stream for a moment: it holds a follow of the session, woken by a core
+// subscription).
+func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
+	nc := d.conn(t, d.Identity(tenant, multitenant.Viewer), "viewer-inspector")
+	srv, err := inspector.New(nc, inspector.Options{})
+	if err != nil {
+		t.Fatalf("inspector as the viewer: %v", err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for _, c := range []struct{ path, want string }{{"/", "s1-fork"}, {"/sessions/s1", markerA}} {
+		resp, err := http.Get(hs.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), c.want) {
+			t.Fatalf("inspector %s as the viewer: %s, %d bytes without %q", c.path, resp.Status, len(body), c.want)
+		}
+	}
+	for _, path := range []string{"/live", "/sessions/s1/live"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("inspector %s as the viewer: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // until the deadline ends the stream
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("inspector %s as the viewer: %s", path, resp.Status)
+		}
+	}
+}
+
+// readersCreateNoConsumers: a viewer and an agent of tenant may create no consumer, in any of the
+// API's forms, on the session stream or the buckets. A consumer create carries deliver_subject
+// and deliver_group in its payload: with the right, a reader could make the server deliver stored
+// records into the query service's queue group (or any subject it may not publish to), and leave
+// durables behind. Each request is refused (unanswered: it times out, the server logs the
+// violation), and the operator finds no such consumer.
+func readersCreateNoConsumers(t *testing.T, d *deployment, tenant string) {
+	op := d.conn(t, d.Identity(tenant, multitenant.Operator), "consumer-check")
+	ojs, _ := natsjs.New(op)
+	for _, role := range []multitenant.Role{multitenant.Viewer, multitenant.Agent} {
+		nc := d.conn(t, d.Identity(tenant, role), "consumer-"+string(role))
+		for i, c := range []struct{ stream, subject, filter string }{
+			{"AGENTLOG", "CONSUMER.CREATE.AGENTLOG.%s.agentlog.session.>", "agentlog.session.>"},
+			{"AGENTLOG", "CONSUMER.CREATE.AGENTLOG.%s", "agentlog.session.>"},
+			{"AGENTLOG", "CONSUMER.DURABLE.CREATE.AGENTLOG.%s", "agentlog.session.>"},
+			{"KV_" + wire.ProjectionsBucket, "CONSUMER.CREATE.KV_" + wire.ProjectionsBucket + ".%s.$KV." + wire.ProjectionsBucket + ".>", "$KV." + wire.ProjectionsBucket + ".>"},
+			{"KV_" + wire.SessionsBucket, "CONSUMER.CREATE.KV_" + wire.SessionsBucket + ".%s.$KV." + wire.SessionsBucket + ".>", "$KV." + wire.SessionsBucket + ".>"},
+		} {
+			name := fmt.Sprintf("evil-%s-%d", role, i)
+			req := fmt.Sprintf(`{"stream_name":%q,"config":{"name":%q,"durable_name":%q,"deliver_subject":"agentlog.query.messages","deliver_group":"q","filter_subject":%q,"ack_policy":"none","deliver_policy":"all"}}`,
+				c.stream, name, name, c.filter)
+			subject := "$JS.API." + fmt.Sprintf(c.subject, name)
+			r, err := nc.Request(subject, []byte(req), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, gerr := ojs.Consumer(ctx, c.stream, name)
+			if gerr == nil {
+				_ = ojs.DeleteConsumer(ctx, c.stream, name)
+			}
+			cancel()
+			if gerr == nil || !errors.Is(gerr, natsjs.ErrConsumerNotFound) {
+				var reply string
+				if r != nil {
+					reply = string(r.Data)
+				}
+				t.Fatalf("%s created a push consumer delivering into agentlog.query.messages (%s): request %v %s; the operator finds it: %v", role, subject, err, reply, gerr)
+			}
+		}
+	}
 }
 
 // typescriptAgent writes a session through the TypeScript backend (typescript/dsh-persistence) as
@@ -437,24 +576,41 @@ func attacks(t *testing.T, d *deployment, a, b string) {
 			}
 		}
 
-		// A consumer on the whole stream, no filter: it reads A's records only.
-		cons, err := js.OrderedConsumer(ctx, "AGENTLOG", natsjs.OrderedConsumerConfig{FilterSubjects: []string{"agentlog.>"}})
-		if err != nil {
-			t.Fatalf("%s: consumer on AGENTLOG: %v", role, err)
-		}
-		batch, err := cons.FetchNoWait(1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if bytes.Contains(m.Data(), []byte(markerB)) || strings.HasSuffix(m.Subject(), "."+tok) {
-				t.Fatalf("%s: consumer read B's record on %s", role, m.Subject())
+		// A read of the whole stream, no filter: it reads A's records only. The agent reads with
+		// batched direct gets (it may create no consumer), the operator with a consumer.
+		var subjects [][]byte
+		if role == multitenant.Operator {
+			cons, err := js.OrderedConsumer(ctx, "AGENTLOG", natsjs.OrderedConsumerConfig{FilterSubjects: []string{"agentlog.>"}})
+			if err != nil {
+				t.Fatalf("%s: consumer on AGENTLOG: %v", role, err)
+			}
+			batch, err := cons.FetchNoWait(1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range batch.Messages() {
+				subjects = append(subjects, []byte(m.Subject()), m.Data())
+			}
+		} else {
+			st, err := store.Open(ctx, js)
+			if err != nil {
+				t.Fatalf("%s: store.Open: %v", role, err)
+			}
+			msgs, err := st.MsgsFrom(ctx, "AGENTLOG", 1, 1000, "agentlog.>")
+			if err != nil {
+				t.Fatalf("%s: direct gets of AGENTLOG: %v", role, err)
+			}
+			for _, m := range msgs {
+				subjects = append(subjects, []byte(m.Subject), m.Data)
 			}
 		}
-		if n == 0 {
-			t.Fatalf("%s: the consumer read nothing (A's records were expected)", role)
+		for i := 0; i < len(subjects); i += 2 {
+			if bytes.Contains(subjects[i+1], []byte(markerB)) || strings.HasSuffix(string(subjects[i]), "."+tok) {
+				t.Fatalf("%s: read B's record on %s", role, subjects[i])
+			}
+		}
+		if len(subjects) == 0 {
+			t.Fatalf("%s: the read got nothing (A's records were expected)", role)
 		}
 	}
 

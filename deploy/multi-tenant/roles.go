@@ -62,17 +62,22 @@ func openEntries() []Entry {
 
 // Entries of the reads of AGENTLOG that the publisher, the client and the services share.
 var (
-	tailGet      = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (Session.Tail: the next append's guard; `sessions` rows): direct get, last by subject")
-	leaderGet    = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (Session.TailFromLeader, a record by stream seq, the next by subject): never stale")
-	metaGet      = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (Session.Info, CheckCurrent)")
-	logConsumer  = api("CONSUMER.CREATE.AGENTLOG.>", "an ordered consumer filtered on one session's subject, to read its log (ReadSession, events)")
-	logNext      = api("CONSUMER.MSG.NEXT.AGENTLOG.*", "pulls of that ordered consumer")
-	logDelete    = api("CONSUMER.DELETE.AGENTLOG.*", "deletes that consumer when the read is done")
-	watchCreate  = api("CONSUMER.CREATE."+projectionsKV+".>", "a KV watch of projection keys (messages --watch, status, the query service's minSeq wait): an ordered push consumer")
-	watchFC      = e("$JS.FC."+projectionsKV+".>", "flow-control replies of that push consumer (without them a busy watch stalls)")
-	watchDelete  = api("CONSUMER.DELETE."+projectionsKV+".*", "deletes that consumer when the watch stops")
-	inbox        = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
-	srvDiscovery = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
+	tailGet   = api("DIRECT.GET.AGENTLOG.>", "the last record of a session (Session.Tail: the next append's guard; `sessions` rows): direct get, last by subject")
+	leaderGet = api("STREAM.MSG.GET.AGENTLOG", "reads from the stream leader (Session.TailFromLeader, a record by stream seq, the next by subject): never stale")
+	metaGet   = api("STREAM.MSG.GET."+sessionsKV, "session metadata from the leader (Session.Info, CheckCurrent)")
+	// A session's log is read with batched direct gets on the stream (the session's subject is in
+	// the payload, next_by_subj): no reader creates a consumer, so none can make the server deliver
+	// records into a subject of its choosing (a push consumer's deliver_subject) or leave durables.
+	logRead = api("DIRECT.GET.AGENTLOG", "a session's log: batched direct gets of its subject (Records, events, messages' refolds), and the last record of up to 512 sessions in one batch (sessions: multi_last); read only")
+	// Follow reads (events --follow, the inspector's live view) are woken by a core subscription
+	// on the session's subject, then read with direct gets.
+	liveRecords = e(wire.SubjectPrefix+".>", "wake-ups of follow reads (events --follow, the inspector's live view): the records as they are published, read only")
+	// Projection waits (messages --watch) are woken by a core subscription on the key's subject,
+	// then read with a get.
+	projectionWake = e("$KV."+wire.ProjectionsBucket+".messages.*", "wake-ups of messages --watch: a messages state as a projector writes it, read only")
+	projectionGet  = api("DIRECT.GET."+projectionsKV+".>", "a session's projection state (messages --watch reads it when woken): KV get")
+	inbox          = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
+	srvDiscovery   = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
 	// Offloaded events: reading one (AGENTLOG_BLOBS, and legacy objects of agentlog_blobs), by
 	// direct gets only (no consumer), and writing one.
 	blobRead = []Entry{
@@ -99,14 +104,26 @@ var (
 	}
 	// The listing (client.Sessions: sessions, status, id prefixes and completion).
 	listing = []Entry{
-		api("DIRECT.GET."+sessionsKV, "the metadata of a page of sessions, in one batch (sessions: newest first, forks, holds)"),
-		api("DIRECT.GET."+projectionsKV, "the projection states of a page of sessions, in one batch (sessions --open-turn, --stopped, --title; the inspector's list)"),
-		api("DIRECT.GET."+wire.ErrorsStream, "whether a page of sessions have agent/error reports (sessions --errored)"),
-		api("DIRECT.GET.AGENTLOG", "the last record of up to 512 sessions in one batch (sessions: multi_last)"),
-		api("CONSUMER.CREATE."+sessionsKV+".>", "the listing's ordered consumer over agentlog_sessions (sessions, status, id prefixes)"),
-		api("CONSUMER.MSG.NEXT."+sessionsKV+".*", "pulls of that consumer"),
+		api("DIRECT.GET."+sessionsKV, "the metadata of a page of sessions, in one batch, and of every session in batches (sessions: newest first, forks, holds; status, id prefixes)"),
+		api("DIRECT.GET."+projectionsKV, "the projection states of a page of sessions, or of one session, in one batch (sessions --open-turn, --stopped, --title; status; the inspector's list)"),
+		api("DIRECT.GET."+wire.ErrorsStream, "whether a page of sessions have agent/error reports (sessions --errored), and a session's reports (status, the inspector)"),
+		logRead,
 	}
 )
+
+// projectorConsumerRights are what the projector does with its durable partition consumers, by
+// name: `agentlog provision` creates them, the projector creates none.
+func projectorConsumerRights(partitions int) []Entry {
+	var out []Entry
+	for p := 0; p < partitions; p++ {
+		name := wire.StreamName + "." + projector.PartitionConsumer(p)
+		out = append(out,
+			api("CONSUMER.INFO."+name, "its partition consumer's state (the start-up check, readiness, the lag metric)"),
+			api("CONSUMER.MSG.NEXT."+name, "pulls from its partition consumer (pinned priority group)"),
+			api("CONSUMER.UNPIN."+name, "hands the partition over to another instance at once"))
+	}
+	return out
+}
 
 // projectorConsumers deny what would let an agent or a viewer touch the projector's durable
 // partition consumers (partitions of them): create or update one (with or without a filter in the
@@ -142,10 +159,9 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "a KV create over a removed session's delete marker reads that marker"),
 				api("DIRECT.GET."+writersKV+".>", "another writer's lease, when its own create finds one (Open, Takeover)"),
-				logConsumer, logNext, logDelete,
-				watchCreate, watchFC, watchDelete,
+				projectionGet,
 			}, blobRead, blobWrite, listing, archiveRead, openEntries()),
-			Subscribe:   []Entry{inbox},
+			Subscribe:   []Entry{inbox, liveRecords, projectionWake},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
 	case Viewer:
@@ -153,11 +169,11 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 			Publish: concat([]Entry{
 				e("agentlog.query.>", "the query service"),
 				tailGet, leaderGet, metaGet,
-				logConsumer, logNext, logDelete,
-				watchCreate, watchFC, watchDelete,
+				projectionGet,
+				api("DIRECT.GET."+sessionsKV+".>", "a new session's metadata, when the inspector's live list is woken: KV get"),
 			}, blobRead, listing, archiveRead, openEntries()),
-			Subscribe: []Entry{inbox,
-				e(wire.SubjectPrefix+".>", "live records as they are appended (the inspector's live view), read only")},
+			Subscribe: []Entry{inbox, liveRecords, projectionWake,
+				e("$KV."+wire.SessionsBucket+".*", "wake-ups of the inspector's live list: session metadata as it is written, read only")},
 			DenyPublish: projectorConsumers(partitions),
 		}, nil
 	case Projector:
@@ -166,26 +182,18 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap; a KV purge of each key of a session removed while it folded it (no stream purge: its filter is in the payload)"),
 				e("$KV."+projector.MembersBucket+".>", "its instance lease in agentlog_projector_members"),
 				e("$JS.ACK."+wire.StreamName+".>", "acks of its partition consumers"),
-				api("INFO", "nats.go reads the account's limits before it creates a KV bucket (the members bucket)"),
-				api("STREAM.INFO."+membersKV, "the members bucket's settings"),
-				api("STREAM.CREATE."+membersKV, "creates the members bucket, again when it was lost"),
-				api("STREAM.DELETE."+membersKV, "replaces a members bucket of an older version (memory storage)"),
+				api("STREAM.INFO."+membersKV, "opens the members bucket (`agentlog provision` creates it: the projector creates no stream)"),
 				api("DIRECT.GET."+membersKV+".>", "reads member leases"),
-				api("CONSUMER.CREATE."+membersKV+".>", "lists the members (a KV key listing: an ordered push consumer)"),
-				e("$JS.FC."+membersKV+".>", "flow-control replies of that push consumer"),
-				api("CONSUMER.DELETE."+membersKV+".*", "deletes that consumer when the listing is done"),
-				api("CONSUMER.CREATE.AGENTLOG.>", "creates and updates its durable partition consumers, and ordered consumers to read a session's log"),
-				api("CONSUMER.INFO.AGENTLOG.*", "its partition consumers' state (readiness, the lag metric)"),
-				api("CONSUMER.MSG.NEXT.AGENTLOG.*", "pulls from its partition consumers (pinned priority group) and ordered consumers"),
-				api("CONSUMER.UNPIN.AGENTLOG.*", "hands a partition over to another instance at once"),
-				logDelete,
+				api("DIRECT.GET."+membersKV, "lists the members: one batched direct get (multi_last), no consumer"),
+			}, projectorConsumerRights(partitions), []Entry{
 				tailGet, leaderGet,
-				api("DIRECT.GET.AGENTLOG", "a record by stream seq (the query cache, the lag metric)"),
+				api("DIRECT.GET.AGENTLOG", "a record by stream seq (the query cache, the lag metric), and a session's log: batched direct gets of its subject (refolds)"),
 				metaGet,
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
-				watchCreate, watchFC, watchDelete,
+				api("DIRECT.GET."+projectionsKV, "lists a removed session's projection keys (multi_last), before it purges them"),
 			}, blobRead, archiveRead, openEntries()),
-			Subscribe:      []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery},
+			Subscribe: []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery,
+				e("$KV."+wire.ProjectionsBucket+".messages.*", "wake-ups of the query service's minSeq waits: the messages states as projectors write them, read only")},
 			AllowResponses: true,
 		}, nil
 	case Forker:
@@ -196,7 +204,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				e(wire.ChildrenPrefix+".>", "the child's lineage link (AGENTLOG_CHILDREN), written before its metadata"),
 				tailGet, leaderGet, metaGet,
 				api("DIRECT.GET."+sessionsKV+".>", "reads the child's claim (an abandoned fork can be resumed)"),
-				logConsumer, logNext, logDelete,
+				logRead,
 			}, blobRead, blobWrite, archiveRead, openEntries()),
 			Subscribe: []Entry{inbox, e("agentlog.fork", "serves the fork service (queue group q)"),
 				e("agentlog.fork.then", "serves forks with then-events (queue group q)"), srvDiscovery},

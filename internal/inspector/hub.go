@@ -3,6 +3,7 @@ package inspector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -22,14 +23,15 @@ type sessionEvent struct {
 	SeedLength    *int64
 }
 
-// hub fans the updates of one watch of agentlog_sessions out to the live streams.
+// hub fans the new entries of agentlog_sessions (one core subscription) out to the live streams.
 type hub struct {
 	mu   sync.Mutex
 	subs map[chan sessionEvent]struct{}
 }
 
-// startHub watches agentlog_sessions for new entries (updates only) until ctx ends; a watch that
-// ends is restarted.
+// startHub follows agentlog_sessions for new entries until ctx ends: a core subscription on the
+// bucket's key subjects wakes it (no consumer is created), and the stored entry is read with a
+// get (the published one when a replica behind has none yet; delete markers are left out).
 func startHub(ctx context.Context, nc *nats.Conn, domain string, log *slog.Logger) (*hub, error) {
 	js, err := store.NewJetStream(nc, domain)
 	if err != nil {
@@ -40,49 +42,60 @@ func startHub(ctx context.Context, nc *nats.Conn, domain string, log *slog.Logge
 		return nil, err
 	}
 	h := &hub{subs: map[chan sessionEvent]struct{}{}}
+	keys := make(chan *nats.Msg, 256)
+	prefix := wire.KVSubject(wire.SessionsBucket, "")
+	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		select {
+		case keys <- m:
+		default: // a burst: a live list misses a row, as a slow subscriber does
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
 	go func() {
-		for ctx.Err() == nil {
-			w, err := kv.WatchAll(ctx, natsjs.UpdatesOnly(), natsjs.IgnoreDeletes())
-			if err != nil {
-				log.Warn("inspector: watch of KV bucket "+wire.SessionsBucket+" failed; retrying", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(2 * time.Second):
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-keys:
+				switch m.Header.Get("KV-Operation") {
+				case "DEL", "PURGE":
+					continue
 				}
-				continue
+				key := strings.TrimPrefix(m.Subject, prefix)
+				value := m.Data
+				gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				e, err := kv.Get(gctx, key)
+				cancel()
+				switch {
+				case err == nil:
+					value = e.Value()
+				case errors.Is(err, natsjs.ErrKeyNotFound):
+				default:
+					log.Warn("inspector: read of a new session's metadata failed", "key", key, "err", err)
+				}
+				h.add(key, value)
 			}
-			h.pump(ctx, w)
-			_ = w.Stop()
 		}
 	}()
 	return h, nil
 }
 
-func (h *hub) pump(ctx context.Context, w natsjs.KeyWatcher) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil || e.Operation() != natsjs.KeyValuePut {
-				continue
-			}
-			id, err := wire.IDFromToken(strings.TrimSpace(e.Key()))
-			if err != nil {
-				continue
-			}
-			var v struct {
-				CreatedAt     int64  `json:"createdAt"`
-				ParentSession string `json:"parentSession"`
-				SeedLength    *int64 `json:"seedLength"`
-			}
-			_ = json.Unmarshal(e.Value(), &v)
-			h.publish(sessionEvent{ID: id, CreatedAt: v.CreatedAt, ParentSession: v.ParentSession, SeedLength: v.SeedLength})
-		}
+// add publishes the session of key with its header line value.
+func (h *hub) add(key string, value []byte) {
+	id, err := wire.IDFromToken(strings.TrimSpace(key))
+	if err != nil {
+		return
 	}
+	var v struct {
+		CreatedAt     int64  `json:"createdAt"`
+		ParentSession string `json:"parentSession"`
+		SeedLength    *int64 `json:"seedLength"`
+	}
+	_ = json.Unmarshal(value, &v)
+	h.publish(sessionEvent{ID: id, CreatedAt: v.CreatedAt, ParentSession: v.ParentSession, SeedLength: v.SeedLength})
 }
 
 // publish hands ev to every subscriber that has room (a slow one misses it, never blocks others).

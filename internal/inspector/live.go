@@ -63,7 +63,7 @@ type liveUpdate struct {
 }
 
 // handleSessionLive streams a session page's updates: it follows the session's subject (the
-// stored log, then an ordered consumer for what is appended: client.Events with Follow; from
+// stored log, then direct gets woken by a core subscription for what is appended: client.Events with Follow; from
 // the position the page was rendered at, ?pos=STREAMSEQ, when this instance rendered it) and, for
 // each burst of new events after ?after=SEQ, re-queries the messages and the snapshot as of the
 // last one and sends the re-rendered parts ("update"); a fork of a session in the page's tree

@@ -6,8 +6,8 @@
 // action.
 //
 // Pages are server-rendered html/template (every session byte is escaped), with embedded CSS and
-// a small embedded script for live updates (Server-Sent Events fed by an ordered consumer on the
-// session's subject and a watch of the agentlog_sessions KV bucket). Everything static works
+// a small embedded script for live updates (Server-Sent Events fed by a follow of the session's
+// subject and a core subscription on the agentlog_sessions keys: no consumer). Everything static works
 // without JavaScript. New returns a Server; Handler is its http.Handler; Serve runs it on a
 // listener from Listen, which refuses a non-loopback address without a token.
 package inspector
@@ -78,8 +78,8 @@ type Server struct {
 	reg   *projector.Registry // with AllowAdmin: the built-in units
 }
 
-// New returns a Server reading through nc (a connection to a provisioned agentlog). It starts a
-// watch of agentlog_sessions for the live sessions list. Errors: a template or the watch.
+// New returns a Server reading through nc (a connection to a provisioned agentlog). It subscribes
+// to the agentlog_sessions keys for the live sessions list. Errors: a template or the subscription.
 func New(nc *nats.Conn, o Options) (*Server, error) {
 	c, err := client.New(nc, client.Domain(o.Domain))
 	if err != nil {

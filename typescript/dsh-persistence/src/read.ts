@@ -15,6 +15,9 @@ const LIST_CONCURRENCY = 32
 /** Records the direct batch get of readAll asks for at once. */
 const READ_BATCH = 256
 
+/** How long readAll waits, in all, for a replica behind the leader to catch up (ms). */
+const READ_CATCH_UP_MS = 2000
+
 function checkSession(id: string, found: string): void {
   if (found !== id) {
     throw new AgentlogWireError(id, -1, 'record-session', `a record on this session's subject names session ${JSON.stringify(found)}`)
@@ -30,7 +33,9 @@ export interface Head { last: StoredMsg; entry: MetaEntry; meta: WireHeader }
  */
 export async function readHead(s: Store, id: string, tok: string, signal?: AbortSignal): Promise<Head | undefined> {
   const subject = s.subject(tok)
-  const last = await s.lastRecord(subject)
+  // From the stream leader: the records read after it (direct gets, which a follower behind the
+  // leader may answer) are read up to it, so none acked before the read began is missed.
+  const last = await s.leaderLastRecord(subject)
   signal?.throwIfAborted()
   if (last === null) return undefined
   const entry = await s.readMeta(tok)
@@ -60,12 +65,18 @@ export async function readEvents(s: Store, id: string, tok: string, last: Stored
   return { events, records, tail: { streamSeq: last.seq, nextSeq: events.length, msgId: last.header.get(HEADER_MSG_ID) } }
 }
 
-/** Read every record of a session up to stream seq `upTo` (direct batch gets, in order). */
+/**
+ * Read every record of a session up to stream seq `upTo` (direct batch gets, in order; no consumer).
+ * A batch that ends before `upTo` was answered by a replica behind the leader (it holds a prefix):
+ * it is asked again, with a short backoff, up to READ_CATCH_UP_MS in all.
+ */
 async function readAll(s: Store, id: string, tok: string, upTo: number, signal?: AbortSignal): Promise<{ events: WireEvent[]; records: number }> {
   const subject = s.subject(tok)
   const events: WireEvent[] = []
   let records = 0
   let from = 1
+  let waited = 0
+  let backoff = 0
   while (from <= upTo) {
     signal?.throwIfAborted()
     const iter = await s.jsm.direct.getBatch(s.names.stream, { seq: from, next_by_subj: subject, batch: READ_BATCH })
@@ -86,7 +97,15 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
       records++
     }
     if (got === 0) {
-      throw new Error(`agentlog: session ${JSON.stringify(id)}: reading ${subject} stopped at stream seq ${from}, before its last record at stream seq ${upTo}`)
+      if (waited >= READ_CATCH_UP_MS) {
+        throw new Error(`agentlog: session ${JSON.stringify(id)}: reading ${subject} stopped at stream seq ${from}, before its last record at stream seq ${upTo} (still so after ${waited} ms: records purged?)`)
+      }
+      backoff = Math.min(Math.max(2 * backoff, 5), 200)
+      waited += backoff
+      await new Promise(resolve => setTimeout(resolve, backoff))
+    } else {
+      waited = 0
+      backoff = 0
     }
   }
   return { events, records }

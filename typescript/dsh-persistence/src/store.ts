@@ -129,6 +129,19 @@ export class Store {
     return this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })
   }
 
+  /**
+   * Leader get (STREAM.MSG.GET) of the session's last record (null when it has none): never stale
+   * on R>1, so a read bounded by it holds every record acked before it began.
+   */
+  async leaderLastRecord(subject: string): Promise<StoredMsg | null> {
+    try {
+      return await this.jsm.streams.getMessage(this.names.stream, { last_by_subj: subject })
+    } catch (err) {
+      if (isNoMessageFound(err)) return null
+      throw err
+    }
+  }
+
   /** Leader get (STREAM.MSG.GET) of the session's last record: never stale on R>1. */
   async leaderTail(id: string, tok: string): Promise<Tail> {
     const subject = this.subject(tok)
