@@ -333,12 +333,17 @@ func benchFold(ctx context.Context, st *store.Store, nc *nats.Conn, js natsjs.Je
 	return startT, time.Since(t1), p.Applied() - before, processCPU() - c1, p, nil
 }
 
-// resetProjections removes what a bench projector left: its partition consumers and every stored
-// projection state, so that the next round folds the whole stream again.
+// resetProjections resets what a bench projector left: its partition consumers (created again,
+// delivering from the start) and every stored projection state, so that the next round folds the
+// whole stream again.
 func resetProjections(ctx context.Context, js natsjs.JetStream, st *store.Store) error {
 	for part := 0; part < st.Partitions(); part++ {
 		if err := st.Stream().DeleteConsumer(ctx, projector.PartitionConsumer(part)); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
 			return fmt.Errorf("bench project: deleting consumer %s: %w", projector.PartitionConsumer(part), err)
+		}
+		// Created again from the start, as agentlog provision creates it (a projector creates none).
+		if _, err := st.Stream().CreateConsumer(ctx, store.ProjectorConsumerConfig(part, st.Partitions())); err != nil {
+			return fmt.Errorf("bench project: creating consumer %s: %w", projector.PartitionConsumer(part), err)
 		}
 	}
 	kvs, err := js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
