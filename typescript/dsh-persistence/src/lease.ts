@@ -133,8 +133,8 @@ export class Leases {
     try {
       const e = await s.writers!.get(tok)
       if (e === null || e.operation !== 'PUT') {
-        const m = e === null ? null : await s.jsm.streams.getMessage(`KV_${s.names.writersBucket}`, { last_by_subj: `$KV.${s.names.writersBucket}.${tok}` }).catch(() => null)
-        l.rev = await this.put(s, tok, id, l.since, m?.seq ?? 0)
+        // Expired or deleted, and nobody took it: take it again over what the key holds.
+        l.rev = await this.put(s, tok, id, l.since, e === null ? 0 : e.revision)
         l.renewedAt = Date.now()
         return
       }

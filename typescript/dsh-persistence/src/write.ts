@@ -86,6 +86,7 @@ export class Writer {
         }
         if (l.status === 'rejected') throw l.reason
         tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
+        this.proved(id, s.conn.gen) // guard 0 needs no proof: it fails on any record
       } else {
         // A lease taken again (released when idle, or never held): another writer may have
         // written since; the tail is proved before the write.
@@ -380,6 +381,8 @@ export class Writer {
       if (s.nc.isClosed()) return
       s.nc.publish(`${s.names.errorsPrefix}.${tok}`, JSON.stringify({
         type: 'agent/error', session: id, firstSeq, lastSeq, error: err.message, time: Date.now(), writerId: this.writerId,
+        ...err instanceof AgentlogConflictError ? { fenced: true } : {},
+        ...err instanceof AgentlogAckedLostError ? { lost: [err.fromSeq, err.toSeq] } : {},
       }))
     } catch { /* a report is best effort */ }
   }

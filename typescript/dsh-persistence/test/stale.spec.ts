@@ -18,7 +18,7 @@ import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
 import { connect } from '@nats-io/transport-node'
 import { jetstreamManager } from '@nats-io/jetstream'
-import AgentlogSessionPersistence, { AgentlogAckedLostError, DEFAULT_PARTITIONS, sessionSubject } from '../src/index.ts'
+import AgentlogSessionPersistence, { AgentlogAckedLostError, DEFAULT_PARTITIONS, errorsSubject, sessionSubject } from '../src/index.ts'
 import { agentlogBin, writerBin } from './stack.ts'
 
 /** A free loopback port. */
@@ -224,6 +224,15 @@ it('a stale TS writer after a server lost its acknowledged tail and a Go writer 
   // A retry (dsh appends the same events again) is refused the same way.
   expect(await a.appendBatch(meta, [ev(6)], true).then(() => null, (x: unknown) => x)).toBeInstanceOf(AgentlogAckedLostError)
   await checkLog(dev.url, id, bTail)
+  // The failure is reported on agentlog.errors.<token>, with the lost range (PROTOCOL.md §7).
+  const rc = await connect({ servers: dev.url })
+  try {
+    await until('the report is stored', async () => (await (await jetstreamManager(rc)).streams.getMessage('AGENTLOG_ERRORS', { last_by_subj: errorsSubject(id) }).catch(() => null)) !== null)
+    const rep = await (await jetstreamManager(rc)).streams.getMessage('AGENTLOG_ERRORS', { last_by_subj: errorsSubject(id) })
+    expect(rep!.json()).toMatchObject({ type: 'agent/error', session: id, writerId: 'ts-A', firstSeq: 6, lastSeq: 6, fenced: true, lost: [3, 5] })
+  } finally {
+    await rc.close()
+  }
 }, 180_000)
 
 it('a stale TS writer whose write is made while disconnected, across the loss and a Go takeover: AgentlogAckedLostError, on its retry too, nothing written', async () => {
