@@ -18,7 +18,7 @@ import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
 import { connect } from '@nats-io/transport-node'
 import { jetstreamManager } from '@nats-io/jetstream'
-import AgentlogSessionPersistence, { AgentlogAckedLostError, DEFAULT_PARTITIONS, errorsSubject, sessionSubject } from '../src/index.ts'
+import AgentlogSessionPersistence, { AgentlogAckedLostError, DEFAULT_PARTITIONS, errorsSubject, sessionSubject, token } from '../src/index.ts'
 import { agentlogBin, writerBin } from './stack.ts'
 
 /** A free loopback port. */
@@ -260,3 +260,65 @@ it('a stale TS writer whose write is made while disconnected, across the loss an
   expect([e.session, e.fromSeq, e.toSeq]).toEqual([id, 3, 5])
   expect(retry).toBeInstanceOf(AgentlogAckedLostError)
 }, 180_000)
+
+/** A dev server of its own and a TS writer on it (leaseTtlMs as given). */
+async function writerOn(leaseTtlMs: number) {
+  const dir = mkdtempSync(join(tmpdir(), 'agentlog-stale-'))
+  cleanups.push(async () => rmSync(dir, { recursive: true, force: true }))
+  const dev = new Dev(join(dir, 'data'), await freePort())
+  cleanups.push(() => dev.stop())
+  await dev.start()
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  const fiber: Fiber = await ctx.plugin(AgentlogSessionPersistence, { servers: dev.url, writerId: 'ts-A', leaseTtlMs, requestTimeoutMs: 20_000 })
+  cleanups.push(() => fiber.dispose())
+  const a = ctx.sessionPersistence as AgentlogSessionPersistence
+  const id = `stale-${Math.random().toString(36).slice(2, 8)}`
+  const meta = { version: 0, id: SessionId(id), createdAt: 1785000000000 } as SessionHeader
+  return { dir, dev, a, nc: await a.connection(), id, meta }
+}
+
+it('a TS writer across a server restart that lost nothing writes on: its proof holds', async () => {
+  const { dev, a, nc, id, meta } = await writerOn(120_000)
+  await a.appendBatch(meta, [ev(0), ev(1), ev(2)], false)
+  await dev.stop()
+  await dev.start()
+  await until('A reconnected', () => nc.rtt().then(() => true, () => false))
+  await a.appendBatch(meta, [ev(3), ev(4), ev(5)], true)
+  expect(await goEvents(dev.url, id)).toEqual([0, 1, 2, 3, 4, 5].map(ev))
+}, 120_000)
+
+it('a TS writer whose server came back with older lease state (no record lost) renews its lease there and writes on', async () => {
+  const { dir, dev, a, nc, id, meta } = await writerOn(2000) // renewed every 500 ms
+  await a.appendBatch(meta, [ev(0), ev(1), ev(2)], false)
+  const lease = async (): Promise<{ rev: number; writer: unknown } | null> => {
+    const c = await connect({ servers: dev.url })
+    try {
+      const m = await (await jetstreamManager(c)).streams.getMessage('KV_agentlog_writers', { last_by_subj: `$KV.agentlog_writers.${token(id)}` }).catch(() => null)
+      return m === null || m.data.length === 0 ? null : { rev: m.seq, writer: (m.json() as { writer?: unknown }).writer }
+    } finally {
+      await c.close()
+    }
+  }
+  await dev.stop()
+  const snapshot = join(dir, 'snapshot')
+  cpSync(dev.dir, snapshot, { recursive: true })
+  await dev.start()
+  await until('A reconnected', () => nc.rtt().then(() => true, () => false))
+  await until('A holds its lease', async () => (await lease())?.writer === 'ts-A')
+  const before = (await lease())!.rev
+  await until('A renewed its lease past the copy', async () => ((await lease())?.rev ?? 0) > before + 2)
+  // The server comes back with the copy: A's lease is older there (or expired with its TTL).
+  await dev.stop()
+  rmSync(dev.dir, { recursive: true, force: true })
+  cpSync(snapshot, dev.dir, { recursive: true })
+  await dev.start()
+  await until('A reconnected', () => nc.rtt().then(() => true, () => false))
+  const restored = (await lease())?.rev ?? 0
+  await until('A renewed its lease on the older state (twice)', async () => {
+    const l = await lease()
+    return l !== null && l.writer === 'ts-A' && l.rev > restored + 1
+  })
+  await a.appendBatch(meta, [ev(3), ev(4), ev(5)], true)
+  expect(await goEvents(dev.url, id)).toEqual([0, 1, 2, 3, 4, 5].map(ev))
+}, 120_000)
