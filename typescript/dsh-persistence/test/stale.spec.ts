@@ -2,11 +2,15 @@
 // TestStaleWriterAfterDataLoss and TestStaleWriterWriteDuringOutage). Each test runs an `agentlog
 // dev` of its own, stops it, and starts it again from a copy of its data taken earlier: a crash that
 // lost acknowledged records, so the stream hands their stream seqs out again. (An operator purge
-// cannot show this: the stream never reuses a purged seq, and the guard alone fences the writer.)
+// cannot show this: the stream never reuses a purged seq, so the guard alone fences the writer;
+// the last test shows that case.)
 // A Go writer (integration_test/writer) then takes the session over (Takeover(): the TS writer's
 // restored lease is live) and re-grows its subject to the very stream seq the TS writer guards
 // with. The TS writer's next write must fail with AgentlogAckedLostError naming the lost seqs, write
-// nothing, and leave the log readable and whole.
+// nothing, and leave the log readable and whole. Then: a restart that lost nothing (the proof
+// holds, the writer writes on), a server back with older lease state (the writer renews its lease
+// there rather than being fenced for good), and a purge of the session's subject on the shared
+// stack (no restart: the guard conflict is told apart as lost acknowledged events).
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { cpSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net'
@@ -19,7 +23,7 @@ import type { SessionEvent, SessionHeader } from '@deepseek-ai/dsh-session'
 import { connect } from '@nats-io/transport-node'
 import { jetstreamManager } from '@nats-io/jetstream'
 import AgentlogSessionPersistence, { AgentlogAckedLostError, DEFAULT_PARTITIONS, errorsSubject, sessionSubject, token } from '../src/index.ts'
-import { agentlogBin, writerBin } from './stack.ts'
+import { agentlogBin, isolatedConfig, writerBin } from './stack.ts'
 
 /** A free loopback port. */
 function freePort(): Promise<number> {
@@ -322,3 +326,27 @@ it('a TS writer whose server came back with older lease state (no record lost) r
   await a.appendBatch(meta, [ev(3), ev(4), ev(5)], true)
   expect(await goEvents(dev.url, id)).toEqual([0, 1, 2, 3, 4, 5].map(ev))
 }, 120_000)
+
+it('acknowledged records removed under a TS writer (an operator purges the session\'s subject): AgentlogAckedLostError naming them, nothing written', async () => {
+  const { config, names, cleanup } = isolatedConfig({ writerId: 'ts-A', leaseTtlMs: 0 })
+  cleanups.push(cleanup)
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  const fiber: Fiber = await ctx.plugin(AgentlogSessionPersistence, config)
+  cleanups.push(() => fiber.dispose())
+  const a = ctx.sessionPersistence as AgentlogSessionPersistence
+  const id = `stale-${Math.random().toString(36).slice(2, 8)}`
+  const meta = { version: 0, id: SessionId(id), createdAt: 1785000000000 } as SessionHeader
+  await a.appendBatch(meta, [ev(0), ev(1), ev(2)], false)
+  await a.appendBatch(meta, [ev(3), ev(4), ev(5)], true)
+  const jsm = await jetstreamManager(await a.connection())
+  const subject = sessionSubject(id, 4, names.subjectPrefix)
+  // The stream denies message deletes: the operator's tool is a purge of the subject.
+  expect((await jsm.streams.purge(names.stream, { filter: subject })).purged).toBe(2)
+
+  const err = await a.appendBatch(meta, [ev(6)], true).then(() => null, (e: unknown) => e)
+  expect(err).toBeInstanceOf(AgentlogAckedLostError)
+  const e = err as AgentlogAckedLostError
+  expect([e.session, e.fromSeq, e.toSeq]).toEqual([id, 0, 5])
+  expect(await jsm.streams.getMessage(names.stream, { last_by_subj: subject }).catch(() => null), 'A wrote after the loss').toBeNull()
+}, 60_000)
