@@ -130,14 +130,15 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const s = await this.ready
     signal?.throwIfAborted()
     const tok = token(id)
+    const gen = s.conn.gen // the tail read now is proved as of this connection generation
     const head = await readHead(s, id, tok, signal)
     if (head === undefined) {
-      this.writer.loadedTail(id, undefined)
+      this.writer.loadedTail(id, undefined, gen)
       return undefined
     }
     this.writer.loadedIncarnation(id, head.entry.incarnation)
     const { events, records, tail } = await readEvents(s, id, tok, head.last, signal)
-    this.writer.loadedTail(id, tail)
+    this.writer.loadedTail(id, tail, gen)
     return { meta: head.meta as SessionHeader, events: events as SessionEvent[], revision: s.revision(records) }
   }
 

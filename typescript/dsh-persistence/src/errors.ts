@@ -25,6 +25,26 @@ export class AgentlogLeaseHeldError extends AgentlogConflictError {
 }
 
 /**
+ * A write refused because events this writer had acknowledged are no longer in the stored log
+ * (PROTOCOL.md §5.7): the server lost them (or they were purged), and the session may have been
+ * re-grown by another writer since. fromSeq..toSeq is the acknowledged seq range that is gone;
+ * found says what the stream leader holds instead. Nothing was written, and the writer does not
+ * write the session again until it is loaded again (a resume).
+ */
+export class AgentlogAckedLostError extends AgentlogConflictError {
+  constructor(
+    session: string, firstSeq: number, lastSeq: number, expectedStreamSeq: number,
+    readonly fromSeq: number, readonly toSeq: number, readonly found: string, options?: ErrorOptions,
+  ) {
+    super(session, firstSeq, lastSeq, expectedStreamSeq, found, options)
+    this.name = 'AgentlogAckedLostError'
+    this.message = `agentlog: session ${JSON.stringify(session)} seqs ${firstSeq}..${lastSeq}: acknowledged events ${fromSeq}..${toSeq} `
+      + `are no longer in the stored log (the writer's last record was at stream seq ${expectedStreamSeq}; ${found}); `
+      + 'nothing was written: load the session again to write it'
+  }
+}
+
+/**
  * nats-server's code for an atomic batch that holds an already stored Nats-Msg-Id, which nats.js
  * 3.4's JetStreamApiCodes does not name (orbit.go's jetstreamext: JSErrCodeBatchPublishDuplicateMsgID).
  */

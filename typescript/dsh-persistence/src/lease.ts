@@ -12,8 +12,12 @@ const LEASE_IDLE_MS = 60_000
 
 const HOSTNAME = hostname()
 
-/** A lease this writer holds. */
-interface HeldLease { rev: number; since: number; lastWrite: number; lost: boolean }
+/**
+ * A lease this writer holds: its revision, when it was taken, last written through and last
+ * renewed (ms), whether another writer took it, and whether a renewal failed or came late since
+ * the session's tail was last proved (gap).
+ */
+interface HeldLease { rev: number; since: number; lastWrite: number; renewedAt: number; lost: boolean; gap: boolean }
 
 /** The leases one writer holds, by session id. */
 export class Leases {
@@ -40,18 +44,19 @@ export class Leases {
   /**
    * Take this writer's lease on the session before its first write here; refuse a live one of
    * another writer (AgentlogLeaseHeldError), or one of ours another writer took over
-   * (AgentlogConflictError). first and last are the seqs of the write, for the error.
+   * (AgentlogConflictError). first and last are the seqs of the write, for the error. It resolves
+   * true when it took the lease now (the writer held none: another writer may have written since).
    */
-  async ensure(s: Store, id: string, tok: string, first: number, last: number): Promise<void> {
+  async ensure(s: Store, id: string, tok: string, first: number, last: number): Promise<boolean> {
     const writers = s.writers
-    if (writers === undefined) return
+    if (writers === undefined) return false
     const held = this.held.get(id)
     if (held !== undefined) {
       if (held.lost) {
         throw new AgentlogConflictError(id, first, last, -1, `this writer's lease (key ${tok} in KV bucket ${s.names.writersBucket}) was taken over by another writer`)
       }
       held.lastWrite = Date.now()
-      return
+      return false
     }
     const since = Date.now()
     let rev: number
@@ -71,11 +76,12 @@ export class Leases {
       if (holder.writer !== this.writerId) throw new AgentlogLeaseHeldError(id, first, last, holder)
       rev = e.revision // our own lease (an earlier try)
     }
-    this.held.set(id, { rev, since, lastWrite: Date.now(), lost: false })
+    this.held.set(id, { rev, since, lastWrite: Date.now(), renewedAt: Date.now(), lost: false, gap: false })
     if (this.renewTimer === undefined) {
       this.renewTimer = setInterval(() => { void this.renew(s) }, Math.max(250, Math.floor(this.ttlMs / 4)))
       this.renewTimer.unref()
     }
+    return true
   }
 
   /** Give back the lease on one session (only if still at its revision). */
@@ -100,13 +106,66 @@ export class Leases {
         return
       }
       try {
-        const ack = await s.acks.publish(s.kvPutSubject(s.names.writersBucket, tok), this.value(id, l.since),
-          [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(l.rev)], ['Nats-TTL', this.ttlHeader()]])
-        l.rev = ack.seq
+        l.rev = await this.put(s, tok, id, l.since, l.rev)
+        if (Date.now() - l.renewedAt > this.ttlMs / 2) l.gap = true // late: paused, or renewals hang
+        l.renewedAt = Date.now()
       } catch (err) {
-        if (isWrongLastSequence(err)) l.lost = true // taken over, or expired
+        l.gap = true // the server may be restarting, its state changing under us (the tail with it)
+        if (isWrongLastSequence(err)) await this.regain(s, id, tok, l)
       }
     }))
+  }
+
+  /** A revision-guarded put of this writer's lease value (expect: the revision, 0 for a create); the new revision. */
+  private async put(s: Store, tok: string, id: string, since: number, expect: number): Promise<number> {
+    const ack = await s.acks.publish(s.kvPutSubject(s.names.writersBucket, tok), this.value(id, since),
+      [[HEADER_EXPECTED_LAST_SUBJECT_SEQ, String(expect)], ['Nats-TTL', this.ttlHeader()]])
+    return ack.seq
+  }
+
+  /**
+   * After a renewal refused by its revision guard: our own lease at another revision (the server
+   * came back with older state) is renewed there; an expired or deleted one is taken again; one
+   * of another writer means this writer was taken over (lost). Either way the tail is proved
+   * before the next write (gap).
+   */
+  private async regain(s: Store, id: string, tok: string, l: HeldLease): Promise<void> {
+    try {
+      const e = await s.writers!.get(tok)
+      if (e === null || e.operation !== 'PUT') {
+        // Expired or deleted, and nobody took it: take it again over what the key holds.
+        l.rev = await this.put(s, tok, id, l.since, e === null ? 0 : e.revision)
+        l.renewedAt = Date.now()
+        return
+      }
+      let holder: Record<string, unknown> = {}
+      try { holder = e.json() } catch { /* an unreadable lease is another writer's */ }
+      if (holder.writer === this.writerId && holder.host === HOSTNAME && holder.pid === process.pid && holder.since === l.since) {
+        l.rev = await this.put(s, tok, id, l.since, e.revision)
+        l.renewedAt = Date.now()
+        return
+      }
+      l.lost = true // taken over
+    } catch (err) {
+      if (isWrongLastSequence(err)) l.lost = true // changed again meanwhile: another writer's now
+    }
+  }
+
+  /**
+   * Whether the session's tail must be proved before the next write: a renewal of its lease failed
+   * or came late since the last proof, or the lease has gone unrenewed for more than half its TTL.
+   * False for a session without a lease.
+   */
+  needsProof(id: string): boolean {
+    const l = this.held.get(id)
+    if (l === undefined) return false
+    return l.gap || Date.now() - l.renewedAt > this.ttlMs / 2
+  }
+
+  /** The session's tail was proved now: clear its renewal gap. */
+  proved(id: string): void {
+    const l = this.held.get(id)
+    if (l !== undefined) l.gap = false
   }
 
   /** Stop renewing (the backend is closing). */

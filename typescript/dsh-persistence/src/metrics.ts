@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Histogram, Registry, register as defaultRegistry } from 'prom-client'
-import { AgentlogConflictError, AgentlogLeaseHeldError } from './errors.js'
+import { AgentlogAckedLostError, AgentlogConflictError, AgentlogLeaseHeldError } from './errors.js'
 
 /** The metrics config: off unless set. */
 export interface MetricsConfig {
@@ -100,7 +100,7 @@ export class AgentlogMetrics {
   failed(err: unknown): void {
     const kind = failureKind(err)
     this.failures.inc({ kind })
-    if (kind === 'conflict' || kind === 'fenced') this.fenced.inc()
+    if (kind === 'conflict' || kind === 'fenced' || kind === 'acked_lost') this.fenced.inc()
   }
 
   /** The address served (`host:port`), once listening; undefined without `listen`. */
@@ -151,6 +151,7 @@ export class AgentlogMetrics {
 
 /** The failure kind of a write error, as the Go publisher classifies it. */
 export function failureKind(err: unknown): (typeof FAILURE_KINDS)[number] {
+  if (err instanceof AgentlogAckedLostError) return 'acked_lost'
   if (err instanceof AgentlogConflictError) return 'conflict'
   if (err instanceof AgentlogLeaseHeldError) return 'fenced'
   const text = err instanceof Error ? `${err.message} ${(err.cause as Error | undefined)?.message ?? ''}` : String(err)

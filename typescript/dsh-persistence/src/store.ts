@@ -17,8 +17,47 @@ import {
   HEADER_INCARNATION, HEADER_MSG_ID, META_FORMAT, META_PARTITIONS, STORE_FORMAT, decodeRecord, partition,
 } from './wire.js'
 
-/** A session's tail as a writer knows it: its last record's stream seq and Nats-Msg-Id, and the next event seq. */
-export interface Tail { streamSeq: number; nextSeq: number; msgId: string }
+/**
+ * A session's tail as a writer knows it: its last record's stream seq and Nats-Msg-Id, the next
+ * event seq, and (when known) the first seq of that record.
+ */
+export interface Tail { streamSeq: number; nextSeq: number; msgId: string; firstSeq?: number }
+
+/**
+ * The connection's state as the writer needs it: whether it is up, and a generation that changes
+ * at every disconnect and reconnect (a server restart may have lost acknowledged records).
+ */
+export class ConnState {
+  gen = 0
+  connected = true
+  private waiters: (() => void)[] = []
+
+  /** Follow nc's status events until it closes. */
+  constructor(nc: NatsConnection) {
+    void (async () => {
+      for await (const st of nc.status()) {
+        if (st.type === 'disconnect') { this.connected = false; this.gen++ }
+        else if (st.type === 'reconnect') { this.connected = true; this.gen++; this.wake() }
+      }
+    })().catch(() => {}).finally(() => { this.connected = false; this.gen++; this.wake() })
+  }
+
+  private wake(): void {
+    const w = this.waiters
+    this.waiters = []
+    for (const f of w) f()
+  }
+
+  /** Resolves true once connected (at once if connected), false after ms without a connection. */
+  waitConnected(ms: number): Promise<boolean> {
+    if (this.connected) return Promise.resolve(true)
+    return new Promise(ok => {
+      const t = setTimeout(() => { this.waiters = this.waiters.filter(f => f !== done); ok(this.connected) }, ms)
+      const done = () => { clearTimeout(t); ok(this.connected) }
+      this.waiters.push(done)
+    })
+  }
+}
 
 /** A session's metadata entry in agentlog_sessions: the header line and the incarnation. */
 export interface MetaEntry { value: string; incarnation: string; seq: number }
@@ -44,6 +83,10 @@ export class Store {
   declare readonly source: string
   /** Acked publishes of records and lease renewals, without nats.js's per-request machinery. */
   declare readonly acks: AckMux
+  /** The connection's state (up or not, reconnect generation). */
+  declare readonly conn: ConnState
+  /** The timeout of one JetStream request, ms. */
+  declare readonly timeoutMs: number
   private constructor(f: Fields<Store>) {
     Object.assign(this, f)
   }
@@ -101,7 +144,7 @@ export class Store {
         }
       }
       return new Store({
-        nc, js, jsm, kvPutPrefix: domain === undefined ? '' : `$JS.${domain}.API.`, names: n, writers, partitions: parts, maxMsgSize, maxPayload, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout),
+        nc, js, jsm, kvPutPrefix: domain === undefined ? '' : `$JS.${domain}.API.`, names: n, writers, partitions: parts, maxMsgSize, maxPayload, source: `${n.stream}@${si.created}`, acks: new AckMux(nc, timeout), conn: new ConnState(nc), timeoutMs: timeout,
       })
     } catch (err) {
       await nc.close().catch(() => {})
@@ -154,7 +197,30 @@ export class Store {
     }
     if (m === null) return { streamSeq: 0, nextSeq: 0, msgId: '' }
     const { info } = decodeRecord(k => m.header.values(k), m.string(), m.seq)
-    return { streamSeq: m.seq, nextSeq: info.firstSeq + info.count, msgId: m.header.get(HEADER_MSG_ID) }
+    return { streamSeq: m.seq, nextSeq: info.firstSeq + info.count, msgId: m.header.get(HEADER_MSG_ID), firstSeq: info.firstSeq }
+  }
+
+  /**
+   * Leader get (STREAM.MSG.GET) of the record at stream seq seq, as a Tail: null when the stream
+   * has no message there, or one of another subject (another session's record).
+   */
+  async recordAt(id: string, tok: string, seq: number): Promise<Tail | null> {
+    const subject = this.subject(tok)
+    let m: StoredMsg | null
+    try {
+      m = await this.jsm.streams.getMessage(this.names.stream, { seq })
+    } catch (err) {
+      if (isNoMessageFound(err)) return null
+      throw new Error(`agentlog: session ${JSON.stringify(id)}: read stream seq ${seq} from the stream leader: ${(err as Error).message}`, { cause: err })
+    }
+    if (m === null || m.subject !== subject) return null
+    const msgId = m.header?.get(HEADER_MSG_ID) ?? ''
+    try {
+      const { info } = decodeRecord(k => m.header.values(k), m.string(), m.seq)
+      return { streamSeq: m.seq, nextSeq: info.firstSeq + info.count, msgId, firstSeq: info.firstSeq }
+    } catch {
+      return { streamSeq: m.seq, nextSeq: -1, msgId } // not a record this writer wrote
+    }
   }
 
   /** Records of the session's subject (stream info with a subject filter); 0 when none. */

@@ -9,7 +9,7 @@ import type { SessionHeader } from '@deepseek-ai/dsh-session'
 import { headersOf } from './ackmux.js'
 import { BLOB_MAX_AGE_AT_PUBLISH_MS, offload, type Offloaded } from './blobs.js'
 import type { EncodedLines } from './encoder.js'
-import { AgentlogConflictError, isBatchDuplicateMsgId, isWrongLastSequence } from './errors.js'
+import { AgentlogAckedLostError, AgentlogConflictError, isBatchDuplicateMsgId, isWrongLastSequence } from './errors.js'
 import { Leases } from './lease.js'
 import { fieldBytes, type AgentlogMetrics } from './metrics.js'
 import type { Store, Tail } from './store.js'
@@ -21,7 +21,12 @@ import {
 
 /** What one writer knows of the sessions it writes: their tails and incarnations, and its leases. */
 export class Writer {
+  /** Each session's tail as this writer last acknowledged or read it: the next guard. */
   private readonly tails = new Map<string, Tail>()
+  /** Each session's connection generation (Store.conn.gen) when its tail was last proved or read. */
+  private readonly provedGen = new Map<string, number>()
+  /** Sessions whose tail must be proved before the next write (a failed write, a lease taken again). */
+  private readonly unproved = new Set<string>()
   /** Each session's incarnation (its metadata entry's Agentlog-Incarnation header; "" for legacy). */
   private readonly incarnations = new Map<string, string>()
   readonly leases: Leases
@@ -38,10 +43,15 @@ export class Writer {
     this.incarnations.set(id, incarnation)
   }
 
-  /** The session's tail, as a read found it (undefined: the session has no record). */
-  loadedTail(id: string, tail: Tail | undefined): void {
+  /**
+   * The session's tail, as a read found it (undefined: the session has no record); gen is the
+   * connection generation the read began at.
+   */
+  loadedTail(id: string, tail: Tail | undefined, gen: number): void {
     if (tail === undefined) this.tails.delete(id)
     else this.tails.set(id, tail)
+    this.provedGen.set(id, gen)
+    this.unproved.delete(id)
   }
 
   /** The Nats-Msg-Id of the record starting at firstSeq (PROTOCOL.md §5.2). */
@@ -76,26 +86,104 @@ export class Writer {
         }
         if (l.status === 'rejected') throw l.reason
         tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
+        this.proved(id, s.conn.gen) // guard 0 needs no proof: it fails on any record
       } else {
-        await this.leases.ensure(s, id, tok, first, last)
+        // A lease taken again (released when idle, or never held): another writer may have
+        // written since; the tail is proved before the write.
+        if (await this.leases.ensure(s, id, tok, first, last)) this.unproved.add(id)
         if (!this.incarnations.has(id)) this.incarnations.set(id, (await s.readMeta(tok))?.incarnation ?? '')
-        tail = this.tails.get(id) ?? await s.leaderTail(id, tok)
+        const cached = this.tails.get(id)
+        if (cached !== undefined) {
+          tail = cached
+        } else {
+          const gen = s.conn.gen
+          tail = await s.leaderTail(id, tok)
+          this.proved(id, gen)
+        }
       }
       if (tail.nextSeq !== first) {
         throw new AgentlogConflictError(id, first, last, tail.streamSeq,
           `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
       }
-      const records = await this.write(s, id, tok, tail.streamSeq, events, lines)
+      const records = await this.write(s, id, tok, tail, events, lines)
       if (this.metrics !== undefined) {
         let bytes = 0
         for (let i = 0; i < events.length; i++) bytes += fieldBytes(lines.bytes(i), events[i]!)
         this.metrics.wrote(events.length, records, bytes, started)
       }
     } catch (err) {
+      // A retry (dsh appends the same events again) proves the tail first: this try may have
+      // been cut by a server restarting, or fenced.
+      this.unproved.add(id)
       this.metrics?.failed(err)
       this.report(s, id, tok, first, last, err as Error)
       throw err
     }
+  }
+
+  /** The session's tail was proved (or read from the leader) at connection generation gen. */
+  private proved(id: string, gen: number): void {
+    this.provedGen.set(id, gen)
+    this.unproved.delete(id)
+    this.leases.proved(id)
+  }
+
+  /**
+   * Wait for the connection (a record is never handed to nats.js while it is down: it would send
+   * it with the guard of before the moment it is back, before any proof), then tell whether the
+   * session's tail must be proved before the next record: after a reconnect, a failed write, a
+   * lease taken again, or a lease renewal gap (PROTOCOL.md §5.7).
+   */
+  private async mustProve(s: Store, id: string, first: number, last: number): Promise<boolean> {
+    if (!s.conn.connected && !await s.conn.waitConnected(s.timeoutMs)) {
+      throw new Error(`agentlog: append to session ${JSON.stringify(id)} seqs ${first}..${last}: not connected to NATS for ${s.timeoutMs} ms; nothing was sent`)
+    }
+    return this.unproved.has(id) || this.provedGen.get(id) !== s.conn.gen || this.leases.needsProof(id)
+  }
+
+  /**
+   * Check the session's tail t, read from the stream leader, against a, what this writer
+   * acknowledged (or read) last; it returns when t is a's record (a record guarded with
+   * a.streamSeq continues the log). Otherwise it throws: an AgentlogAckedLostError when events of
+   * a are no longer stored (the server lost them, or they were purged, and the subject may have
+   * been re-grown by another writer up to a.streamSeq), an AgentlogConflictError when another
+   * writer appended after them. first..last are the seqs being written, for the error.
+   */
+  private async checkTail(s: Store, id: string, tok: string, a: Tail, t: Tail, first: number, last: number, cause?: unknown): Promise<void> {
+    if (t.streamSeq === a.streamSeq && t.nextSeq === a.nextSeq && (a.msgId === '' || t.msgId === a.msgId)) return
+    const found = `the tail record is at stream seq ${t.streamSeq} (Nats-Msg-Id ${JSON.stringify(t.msgId)}, next seq ${t.nextSeq})`
+    const opts = cause === undefined ? undefined : { cause }
+    if (a.streamSeq === 0) {
+      throw new AgentlogConflictError(id, first, last, 0, `expected an empty log, ${found}`, opts)
+    }
+    const lost = (from: number, detail: string) =>
+      new AgentlogAckedLostError(id, first, last, a.streamSeq, Math.max(0, Math.min(from, t.nextSeq)), a.nextSeq - 1, detail, opts)
+    const from = a.msgId === '' || a.firstSeq === undefined ? a.nextSeq - 1 : a.firstSeq
+    if (t.streamSeq === a.streamSeq) {
+      throw lost(from, `stream seq ${a.streamSeq} now holds another record (Nats-Msg-Id ${JSON.stringify(t.msgId)}, next seq ${t.nextSeq})`)
+    }
+    const rec = await s.recordAt(id, tok, a.streamSeq)
+    if (rec === null || rec.nextSeq !== a.nextSeq || (a.msgId !== '' && rec.msgId !== a.msgId)) {
+      throw lost(from, `stream seq ${a.streamSeq} no longer holds it; ${found}`)
+    }
+    if (t.nextSeq < a.nextSeq) throw lost(t.nextSeq, `the log ends before seq ${a.nextSeq}: ${found}`)
+    throw new AgentlogConflictError(id, first, last, a.streamSeq, found, opts)
+  }
+
+  /**
+   * A record of ours stored at stream seq seq (an ack across a reconnect, a dedupe, our own record
+   * found at the tail) continues our log only if the record at its guard a.streamSeq is still a's;
+   * else an AgentlogAckedLostError: it was guarded on another writer's record there, written after
+   * the server lost ours.
+   */
+  private async provePrev(s: Store, id: string, tok: string, a: Tail, seq: number, first: number, last: number): Promise<void> {
+    if (a.streamSeq === 0) return
+    const rec = await s.recordAt(id, tok, a.streamSeq)
+    if (rec !== null && rec.nextSeq === a.nextSeq && (a.msgId === '' || rec.msgId === a.msgId)) return
+    const from = a.msgId === '' || a.firstSeq === undefined ? a.nextSeq - 1 : a.firstSeq
+    throw new AgentlogAckedLostError(id, first, last, a.streamSeq, from, a.nextSeq - 1,
+      `stream seq ${a.streamSeq} holds another record now (${rec === null ? 'none of this session' : `Nats-Msg-Id ${JSON.stringify(rec.msgId)}, next seq ${rec.nextSeq}`}), `
+      + `and the record written at stream seq ${seq} follows it`)
   }
 
   /**
@@ -148,17 +236,47 @@ export class Writer {
   }
 
   /**
-   * Write events as one guarded record (or an atomic batch of records when too big), and resolve
-   * a lost ack, a dedupe or a guard conflict by reading the tail (PROTOCOL.md §5). It returns the
-   * number of records this call published (for the metrics).
+   * Write events as one guarded record (or an atomic batch of records when too big) after a, the
+   * session's tail as this writer knows it (a.streamSeq is the guard), and resolve a lost ack, a
+   * dedupe or a guard conflict by reading the tail (PROTOCOL.md §5). Before a record is sent the
+   * tail is proved from the stream leader whenever this writer's view of it may be stale
+   * (mustProve, checkTail); a record stored across a reconnect, or found stored, is checked to
+   * follow a's record (provePrev). It returns the number of records this call published (for the
+   * metrics).
    */
-  private async write(s: Store, id: string, tok: string, guard: number, events: readonly WireEvent[], lines: EncodedLines): Promise<number> {
+  private async write(s: Store, id: string, tok: string, a: Tail, events: readonly WireEvent[], lines: EncodedLines): Promise<number> {
     const subject = s.subject(tok)
     let records = 0
+    /** Our record (a prefix of events, or all) found stored at tail t: true when events are all stored. */
+    const storedAt = (t: Tail, stored: number): boolean => {
+      a = { streamSeq: t.streamSeq, nextSeq: t.nextSeq, msgId: t.msgId, firstSeq: t.firstSeq }
+      this.tails.set(id, a)
+      if (stored >= events.length) return true
+      // An earlier try stored a prefix of this batch: write the rest after it.
+      events = events.slice(stored)
+      lines = lines.from(stored)
+      return false
+    }
     for (;;) {
       const first = events[0]!.seq
       const last = events[events.length - 1]!.seq
+      const guard = a.streamSeq
       const msgId = this.msgIdOf(id, tok, first)
+      if (await this.mustProve(s, id, first, last)) {
+        const gen = s.conn.gen
+        const t = await s.leaderTail(id, tok)
+        const stored = ownTail(t, msgId, first, last)
+        if (stored >= 0) {
+          // An earlier try whose answer was lost is stored: it counts if it follows our log.
+          await this.provePrev(s, id, tok, a, t.streamSeq, first, last)
+          this.proved(id, gen)
+          if (storedAt(t, stored)) return records
+          continue
+        }
+        await this.checkTail(s, id, tok, a, t, first, last)
+        this.proved(id, gen)
+      }
+      const gen = s.conn.gen
       let ack: PubAck
       try {
         ack = await this.publish(s, id, tok, subject, guard, msgId, events, lines)
@@ -168,42 +286,40 @@ export class Writer {
           if (err instanceof AgentlogWireError || err instanceof AgentlogConflictError) throw err
           throw new Error(`agentlog: append to session ${JSON.stringify(id)} seqs ${first}..${last} (expected last stream seq ${guard}): ${(err as Error).message}`, { cause: err })
         }
-        const tail = await s.leaderTail(id, tok)
-        const stored = ownTail(tail, msgId, first, last)
+        const t = await s.leaderTail(id, tok)
+        const stored = ownTail(t, msgId, first, last)
         if (stored < 0) {
+          await this.checkTail(s, id, tok, a, t, first, last, err)
           throw new AgentlogConflictError(id, first, last, guard,
-            `the tail record is at stream seq ${tail.streamSeq} (Nats-Msg-Id ${JSON.stringify(tail.msgId)}, next seq ${tail.nextSeq})`, { cause: err })
+            `the tail record is at stream seq ${t.streamSeq} (Nats-Msg-Id ${JSON.stringify(t.msgId)}, next seq ${t.nextSeq})`, { cause: err })
         }
-        ack = { stream: s.names.stream, seq: tail.streamSeq, duplicate: true } as PubAck
-        if (stored < events.length) {
-          // An earlier try stored a prefix of this batch: write the rest after it.
-          this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
-          guard = tail.streamSeq
-          events = events.slice(stored)
-          lines = lines.from(stored)
-          continue
-        }
+        await this.provePrev(s, id, tok, a, t.streamSeq, first, last)
+        if (storedAt(t, stored)) return records
+        continue
       }
       if (ack.duplicate) {
         if (ack.seq <= guard) {
           throw new AgentlogConflictError(id, first, last, guard, `Nats-Msg-Id ${JSON.stringify(msgId)} matched stream seq ${ack.seq}, at or before the guard`)
         }
-        const tail = await s.leaderTail(id, tok)
-        const stored = tail.streamSeq === ack.seq ? ownTail(tail, msgId, first, last) : -1
+        const t = await s.leaderTail(id, tok)
+        const stored = t.streamSeq === ack.seq ? ownTail(t, msgId, first, last) : -1
         if (stored < 0) {
           throw new AgentlogConflictError(id, first, last, guard,
-            `Nats-Msg-Id ${JSON.stringify(msgId)} was deduplicated as stream seq ${ack.seq}, but the tail record is stream seq ${tail.streamSeq} (next seq ${tail.nextSeq})`)
+            `Nats-Msg-Id ${JSON.stringify(msgId)} was deduplicated as stream seq ${ack.seq}, but the tail record is stream seq ${t.streamSeq} (next seq ${t.nextSeq})`)
         }
-        this.tails.set(id, { streamSeq: tail.streamSeq, nextSeq: tail.nextSeq, msgId: tail.msgId })
-        if (stored < events.length) {
-          guard = tail.streamSeq
-          events = events.slice(stored)
-          lines = lines.from(stored)
-          continue
-        }
-        return records
+        await this.provePrev(s, id, tok, a, t.streamSeq, first, last)
+        if (storedAt(t, stored)) return records
+        continue
       }
-      this.tails.set(id, { streamSeq: ack.seq, nextSeq: last + 1, msgId })
+      if (s.conn.gen !== gen) {
+        // Acknowledged across a reconnect: nats.js may have sent it from its reconnect buffer,
+        // with our guard, before anything was proved.
+        const after = s.conn.gen
+        await this.provePrev(s, id, tok, a, ack.seq, first, last)
+        this.proved(id, after)
+      }
+      a = { streamSeq: ack.seq, nextSeq: last + 1, msgId, firstSeq: first }
+      this.tails.set(id, a)
       return records
     }
   }
@@ -265,6 +381,8 @@ export class Writer {
       if (s.nc.isClosed()) return
       s.nc.publish(`${s.names.errorsPrefix}.${tok}`, JSON.stringify({
         type: 'agent/error', session: id, firstSeq, lastSeq, error: err.message, time: Date.now(), writerId: this.writerId,
+        ...err instanceof AgentlogConflictError ? { fenced: true } : {},
+        ...err instanceof AgentlogAckedLostError ? { lost: [err.fromSeq, err.toSeq] } : {},
       }))
     } catch { /* a report is best effort */ }
   }
