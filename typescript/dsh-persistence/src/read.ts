@@ -3,6 +3,7 @@
  * continuity and the session they name), and the list of stored sessions.
  */
 import type { StoredMsg } from '@nats-io/jetstream'
+import { locate, readArchive, readArchiveHead, type Archived } from './archive.js'
 import { resolveBlobs } from './blobs.js'
 import type { MetaEntry, Store, Tail } from './store.js'
 import {
@@ -89,6 +90,10 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
       const info = dec.info
       checkSession(id, info.session)
       const evs = await resolveBlobs(s, id, tok, dec, m.seq)
+      if (records === 0 && info.firstSeq > 0) {
+        // The log's first events are in its archive (PROTOCOL.md §13, case 3).
+        for (const e of (await coldPrefix(s, id, tok)).events) events.push(e)
+      }
       if (info.firstSeq !== events.length) {
         throw new AgentlogWireError(id, info.firstSeq, 'record-continue',
           `record at stream seq ${m.seq} starts at seq ${info.firstSeq}, but the records before it end at seq ${events.length - 1}`)
@@ -109,6 +114,48 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
     }
   }
   return { events, records }
+}
+
+/**
+ * The archive a session's hot records continue (PROTOCOL.md §13, case 3), read whole and checked,
+ * its incarnation the metadata's.
+ */
+async function coldPrefix(s: Store, id: string, tok: string): Promise<Archived> {
+  const loc = await locate(s, id, tok, true)
+  if (loc.archive === undefined) {
+    throw new AgentlogWireError(id, 0, 'record-continue', `the hot records no longer start at seq 0 (read again: the session was archived while it was read?)`)
+  }
+  const a = await readArchive(s, loc.archive)
+  await checkIncarnation(s, id, tok, a)
+  return a
+}
+
+async function checkIncarnation(s: Store, id: string, tok: string, a: Archived): Promise<MetaEntry> {
+  const entry = await s.readMeta(tok)
+  if (entry === null) {
+    throw new Error(`agentlog: session ${JSON.stringify(id)} has an archive (${a.head.archiveId}) but no metadata (key ${tok} in KV bucket ${s.names.sessionsBucket})`)
+  }
+  if (entry.incarnation !== a.head.incarnation) {
+    throw new Error(`agentlog: session ${JSON.stringify(id)}: its archive ${a.head.archiveId} is of incarnation ${JSON.stringify(a.head.incarnation)}, its metadata of ${JSON.stringify(entry.incarnation)}`)
+  }
+  return entry
+}
+
+/** An archived session (no hot record, an archive: PROTOCOL.md §13 case 2) read whole. */
+export interface ArchivedSession { entry: MetaEntry; meta: WireHeader; archived: Archived }
+
+/**
+ * The session with no hot record, read from its archive (checked against its head, its incarnation
+ * the metadata's); undefined when it has no archive either.
+ */
+export async function readArchivedSession(s: Store, id: string, tok: string, signal?: AbortSignal): Promise<ArchivedSession | undefined> {
+  const head = await readArchiveHead(s, id, tok)
+  signal?.throwIfAborted()
+  if (head === undefined) return undefined
+  const archived = await readArchive(s, head)
+  signal?.throwIfAborted()
+  const entry = await checkIncarnation(s, id, tok, archived)
+  return { entry, meta: parseHeaderLine(id, entry.value), archived }
 }
 
 /** A stored session: its metadata and record count. */
