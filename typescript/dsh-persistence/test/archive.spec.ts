@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { token, type WireEvent } from '../src/index.ts'
+import AgentlogSessionPersistence, { sessionSubject, token, type WireEvent } from '../src/index.ts'
 import { AgentlogArchiveCorruptError, archivePartSubject, archiveSubject, ARCHIVE_STREAM } from '../src/archive.ts'
-import { encodeEventLine } from '../src/wire.ts'
+import { encodeEventLine, recordHeaders } from '../src/wire.ts'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { agentlog, agentlogConfig, uniqueId } from './stack.ts'
@@ -16,6 +16,7 @@ import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { randomBytes } from 'node:crypto'
 
 let ctx: Context
 let fiber: Fiber
@@ -188,5 +189,75 @@ describe('a corrupt archive is refused, naming the session', () => {
     const next: SessionEvent = { type: 'turn/start', seq: a.events.length, time: 1785000000999, data: { turn: 9 } } as SessionEvent
     const meta = { version: 0, id: SessionId(a.id), createdAt: 1, delegationDepth: 0 } as never
     await expect(backend.appendBatch(meta, [next], true)).rejects.toThrow(/archive does not match its head/)
+  })
+})
+
+/** Import events (as one JSONL file, header line first) through the Go stack. */
+async function goImport(id: string, events: readonly WireEvent[]): Promise<void> {
+  const file = join(mkdtempSync(join(tmpdir(), 'dsh-archive-')), 'session.jsonl')
+  const header = JSON.stringify({ type: 'session', version: 0, id, createdAt: 1785000000000, cwd: '/w' })
+  writeFileSync(file, header + '\n' + events.map(e => encodeEventLine(id, e) + '\n').join(''))
+  await agentlog('import', file, '--session', id)
+}
+
+describe('archive shapes', () => {
+  it('runs of streamed chunks (packed rows in the archive) load as the events they were', async () => {
+    const id = uniqueId('archive-rows')
+    const events: WireEvent[] = [{ type: 'turn/start', seq: 0, time: 1785000000001, data: { turn: 1 } }]
+    for (let i = 0; i < 12; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000002 + 3 * i, data: { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: `t${i} "q" é\n` } } })
+    for (let i = 0; i < 5; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000100 + i, data: { turn: 1, step: 1, chunk: { type: 'reasoning-delta', index: 1, text: `r${i}` } } })
+    for (let i = 0; i < 4; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000200 + i, data: { turn: 1, step: 1, chunk: { type: 'tool-call-delta', index: 2, id: 'c1', ...i === 0 ? { name: 'read' } : {}, argumentsDelta: `{"a":${i}` } } })
+    await goImport(id, events)
+    const hot = await goEvents(id)
+    expect(hot.events).toEqual(events)
+    await goArchive(id)
+    const cold = await backend.loadStored(SessionId(id))
+    expect(cold!.events).toEqual(events)
+    expect(cold!.events.map(e => encodeEventLine(id, e as WireEvent) + '\n').join('')).toBe(hot.text)
+  })
+
+  it('an archive followed by hot records (a writer appended while it was archived) loads as one log', async () => {
+    const a = await importedArchived('archive-then-hot', 3)
+    // A record after the archived prefix, as a writer racing the archive's commit leaves it.
+    const nc = await backend.connection()
+    const js = jetstream(nc)
+    const next: WireEvent = { type: 'turn/start', seq: a.events.length, time: 1785000000999, data: { turn: 77 } }
+    const h = natsHeaders()
+    for (const [k, v] of recordHeaders(token(a.id), next.seq, 1)) h.set(k, v)
+    h.set('Nats-Expected-Last-Subject-Sequence', '0')
+    await js.publish(sessionSubject(a.id, 16), encodeEventLine(a.id, next), { headers: h })
+    expect(JSON.parse(await agentlog('status', a.id, '--json')).state).toBe('active')
+    const stored = await backend.loadStored(SessionId(a.id))
+    expect(stored!.events).toEqual([...a.events, next])
+    expect((await goEvents(a.id)).events).toEqual([...a.events, next])
+    // And it appends after, guarded on the hot tail (no restore: the log is whole).
+    const more: WireEvent = { type: 'turn/start', seq: a.events.length + 1, time: 1785000001000, data: { turn: 78 } }
+    await backend.appendBatch(stored!.meta, [more as SessionEvent], true)
+    expect((await goEvents(a.id)).events).toEqual([...a.events, next, more])
+  })
+
+  it('a large archive (several parts, an offloaded event inline) loads and resumes; Go reads it whole', async () => {
+    const id = uniqueId('archive-large')
+    // 3 MiB of incompressible text: its zstd payload needs several archive messages.
+    const big = randomBytes(3 << 20).toString('base64')
+    const events: WireEvent[] = [
+      { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+      { type: 'x-test/blob', seq: 1, time: 2, data: { turn: 1, step: 1, text: big } },
+      { type: 'turn/end', seq: 2, time: 3, data: { turn: 1, reason: { kind: 'completed' } } },
+    ]
+    await goImport(id, events)
+    await goArchive(id)
+    const nc = await backend.connection()
+    const jsm = await jetstreamManager(nc)
+    const head = await jsm.streams.getMessage(ARCHIVE_STREAM, { last_by_subj: archiveSubject(token(id)) })
+    expect(Number(head!.header.get('Agentlog-Archive-Parts'))).toBeGreaterThan(1)
+    const cold = await backend.loadStored(SessionId(id))
+    expect(cold!.events).toEqual(events)
+    const next: WireEvent = { type: 'turn/start', seq: 3, time: 4, data: { turn: 2 } }
+    await backend.appendBatch(cold!.meta, [next as SessionEvent], true)
+    expect(JSON.parse(await agentlog('status', id, '--json')).state).toBe('active')
+    const go = await goEvents(id)
+    expect(go.events).toEqual([...events, next])
+    expect((await backend.loadStored(SessionId(id)))!.events).toEqual([...events, next])
   })
 })
