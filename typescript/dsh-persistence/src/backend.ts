@@ -118,8 +118,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     signal?.throwIfAborted()
     const s = await this.ready
     const out: SessionPersistenceSnapshot[] = []
-    for (const { header, records } of await listStored(s, signal)) {
-      out.push({ header: header as SessionHeader, revision: s.revision(records) })
+    for (const { header, records, archiveId } of await listStored(s, signal)) {
+      out.push({ header: header as SessionHeader, revision: archiveId === undefined ? s.revision(records) : s.archiveRevision(archiveId) })
     }
     return out
   }

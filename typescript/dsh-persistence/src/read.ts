@@ -3,7 +3,8 @@
  * continuity and the session they name), and the list of stored sessions.
  */
 import type { StoredMsg } from '@nats-io/jetstream'
-import { locate, readArchive, readArchiveHead, type Archived } from './archive.js'
+import { ARCHIVE_PREFIX, ARCHIVE_STREAM, HEADER_ARCHIVE_ID, archivesApply, locate, readArchive, readArchiveHead, type Archived } from './archive.js'
+import { isStreamNotFound } from './errors.js'
 import { resolveBlobs } from './blobs.js'
 import type { MetaEntry, Store, Tail } from './store.js'
 import {
@@ -158,32 +159,59 @@ export async function readArchivedSession(s: Store, id: string, tok: string, sig
   return { entry, meta: parseHeaderLine(id, entry.value), archived }
 }
 
-/** A stored session: its metadata and record count. */
-export interface StoredSession { header: WireHeader; records: number }
+/** A stored session: its metadata and record count (hot records; 0 for an archived session, whose archive id is given). */
+export interface StoredSession { header: WireHeader; records: number; archiveId?: string }
 
 /** Every session with at least one record and readable metadata, by id. */
 export async function listStored(s: Store, signal?: AbortSignal): Promise<StoredSession[]> {
   const si = await s.jsm.streams.info(s.names.stream, { subjects_filter: `${s.names.subjectPrefix}.>` })
   signal?.throwIfAborted()
-  const subjects = Object.entries(si.state.subjects ?? {})
+  const subjects: [string, number][] = Object.entries(si.state.subjects ?? {})
   const out: StoredSession[] = []
   const prefixDots = s.names.subjectPrefix.split('.').length
+  const hot = new Set<string>()
+  for (const [subject] of subjects) {
+    const tok = subject.split('.')[prefixDots + 1]
+    if (tok !== undefined) hot.add(tok)
+  }
+  // Archived sessions (PROTOCOL.md §13): an archive head and no hot record.
+  const archived = new Map<string, string>() // token -> head subject
+  if (archivesApply(s)) {
+    const ai = await s.jsm.streams.info(ARCHIVE_STREAM, { subjects_filter: `${ARCHIVE_PREFIX}.*` }).catch((err: unknown) => {
+      if (isStreamNotFound(err)) return undefined
+      throw err
+    })
+    signal?.throwIfAborted()
+    for (const subject of Object.keys(ai?.state.subjects ?? {})) {
+      const tok = subject.slice(ARCHIVE_PREFIX.length + 1)
+      if (!hot.has(tok)) archived.set(tok, subject)
+    }
+  }
+  const todo: [string, number, string | undefined][] = [
+    ...subjects.map(([subject, records]): [string, number, string | undefined] => [subject.split('.')[prefixDots + 1] ?? '', records, undefined]),
+    ...[...archived].map(([tok, subject]): [string, number, string | undefined] => [tok, 0, subject]),
+  ]
   let next = 0
   const worker = async () => {
-    while (next < subjects.length) {
-      const [subject, records] = subjects[next++]!
-      const tok = subject.split('.')[prefixDots + 1]
-      if (tok === undefined) continue
+    while (next < todo.length) {
+      const [tok, records, archiveSubj] = todo[next++]!
+      if (tok === '') continue
+      let archiveId: string | undefined
+      if (archiveSubj !== undefined) {
+        const m = await s.jsm.direct.getMessage(ARCHIVE_STREAM, { last_by_subj: archiveSubj })
+        archiveId = m?.header?.get(HEADER_ARCHIVE_ID)
+        if (!archiveId) continue
+      }
       let id: string
       try { id = idFromToken(tok) } catch { continue }
       const entry = await s.readMeta(tok)
       if (entry === null) continue
       let header: WireHeader
       try { header = parseHeaderLine(id, entry.value) } catch { continue } // as the JSONL backend skips a bad header line
-      out.push({ header, records })
+      out.push(archiveId === undefined ? { header, records } : { header, records, archiveId })
     }
   }
-  await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, subjects.length) }, worker))
+  await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, todo.length) }, worker))
   signal?.throwIfAborted()
   out.sort((a, b) => a.header.id < b.header.id ? -1 : a.header.id > b.header.id ? 1 : 0)
   return out

@@ -63,6 +63,7 @@ describe('Go archives, TS loads', () => {
   it(`recorded sessions (${recorded.length}): loadStored of the archive gives the hot log's events, byte for byte; inspect's surface is the hot log's`, async () => {
     expect(recorded.length).toBeGreaterThan(0)
     let inspected = 0
+    const revisions = new Map<string, unknown>()
     for (const r of recorded) {
       const id = uniqueId('go-archived')
       // The recorded headers carry template placeholders ("{{cwd}}"), which dsh refuses as a cwd.
@@ -86,8 +87,14 @@ describe('Go archives, TS loads', () => {
       // A read never restores: the session stays archived.
       expect(JSON.parse(await agentlog('status', id, '--json')).state, r.name).toBe('archived')
       expect(await backend.readStoredRevision(SessionId(id))).toBe(cold!.revision)
+      revisions.set(id, cold!.revision)
     }
     expect(inspected).toBeGreaterThan(0)
+    // Listed as before, with the revision a load gives.
+    const listed = new Map((await backend.listSnapshots()).map(x => [x.header.id as string, x.revision]))
+    for (const [id, rev] of revisions) expect(listed.get(id), id).toBe(rev)
+    const ids = new Set((await backend.list()).map(h => h.id as string))
+    for (const id of revisions.keys()) expect(ids.has(id), id).toBe(true)
   })
 })
 
