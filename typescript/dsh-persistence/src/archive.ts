@@ -4,6 +4,7 @@
  * parts, one zstd frame — checked against its head (sizes, SHA-256, archive id of every part).
  */
 import { createHash } from 'node:crypto'
+import { isDeepStrictEqual } from 'node:util'
 import { zstdDecompressSync } from 'node:zlib'
 import type { StoredMsg } from '@nats-io/jetstream'
 import { decodeStorageRecord } from '@deepseek-ai/dsh-session'
@@ -287,10 +288,16 @@ function decodeArchiveJSONL(head: ArchiveHead, jsonl: Buffer): { events: WireEve
       try { expanded = decodeStorageRecord(v) as unknown[] } catch (err) {
         throw new AgentlogWireError(id, events.length, 'record-event', `${where}: ${(err as Error).message}`)
       }
-      for (const e of expanded) {
-        const ev = decodeEventLine(id, JSON.stringify(e), events.length, where)
+      const raw = rawRowLines(text, v.type)
+      for (let k = 0; k < expanded.length; k++) {
+        const ev = decodeEventLine(id, JSON.stringify(expanded[k]), events.length, where)
         events.push(ev)
-        lines.push(Buffer.from(encodeEventLine(id, ev), 'utf8'))
+        // The member's line from the row's own bytes (as the Go reader expands it), when it
+        // decodes to the same event; else its canonical encoding (equal values).
+        const r = raw?.[k]
+        let line = r !== undefined && isDeepStrictEqual(decodeEventLine(id, r, ev.seq, where), ev) ? r : undefined
+        line ??= encodeEventLine(id, ev)
+        lines.push(Buffer.from(line, 'utf8'))
       }
       continue
     }
@@ -302,4 +309,105 @@ function decodeArchiveJSONL(head: ArchiveHead, jsonl: Buffer): { events: WireEve
     throw new AgentlogArchiveCorruptError(id, head.archiveId, `it holds ${events.length} events, its head says ${head.events}`)
   }
   return { events, lines }
+}
+
+/**
+ * The member event lines of a packed chunk row, built from the row's raw JSON pieces as Go's
+ * expandChunkRow builds them (turn, step, index, id, name and each member as their bytes stand);
+ * undefined when the row's shape is not one this can read (the caller then encodes the values).
+ */
+function rawRowLines(text: string, tag: string): string[] | undefined {
+  try {
+    const top = rawObject(text, skipWs(text, 0))
+    const seq0 = Number(text.slice(...top.get('seq0')!))
+    const time0 = Number(text.slice(...top.get('time0')!))
+    const d = top.get('data')!
+    const data = rawObject(text, d[0])
+    const piece = (k: string) => { const r = data.get(k); return r === undefined ? undefined : text.slice(r[0], r[1]) }
+    const dt = (JSON.parse(piece('dt')!) as number[])
+    const arr = data.get(tag === 'tool-call-chunks' ? 'args' : 'texts')!
+    const members = rawArray(text, arr[0])
+    const kind = tag === 'text-chunks' ? 'text-delta' : tag === 'reasoning-chunks' ? 'reasoning-delta' : 'tool-call-delta'
+    const head = `,"data":{"turn":${piece('turn')},"step":${piece('step')},"chunk":{"type":"${kind}","index":${piece('index')}`
+    const mid = tag === 'tool-call-chunks'
+      ? `,"id":${piece('id')}${piece('name') !== undefined ? `,"name":${piece('name')}` : ''},"argumentsDelta":`
+      : ',"text":'
+    const out: string[] = []
+    let t = time0
+    for (let k = 0; k < members.length; k++) {
+      if (k > 0) t += dt[k - 1]!
+      out.push(`{"type":"assistant/chunk","seq":${seq0 + k},"time":${t}${head}${mid}${text.slice(...members[k]!)}}}}`)
+    }
+    return out
+  } catch {
+    return undefined
+  }
+}
+
+function skipWs(t: string, i: number): number {
+  while (i < t.length && (t[i] === ' ' || t[i] === '\t' || t[i] === '\n' || t[i] === '\r')) i++
+  return i
+}
+
+/** The end of the JSON value starting at i (no checks beyond its extent: JSON.parse checked it). */
+function skipValue(t: string, i: number): number {
+  const c = t[i]
+  if (c === '"') {
+    for (i++; i < t.length; i++) {
+      if (t[i] === '\\') i++
+      else if (t[i] === '"') return i + 1
+    }
+    throw new Error('unterminated string')
+  }
+  if (c === '{' || c === '[') {
+    const close = c === '{' ? '}' : ']'
+    i = skipWs(t, i + 1)
+    if (t[i] === close) return i + 1
+    for (;;) {
+      if (c === '{') { i = skipWs(t, skipValue(t, i)); i = skipWs(t, i + 1) } // key, ':'
+      i = skipWs(t, skipValue(t, i))
+      if (t[i] === ',') { i = skipWs(t, i + 1); continue }
+      if (t[i] === close) return i + 1
+      throw new Error('bad container')
+    }
+  }
+  let j = i
+  while (j < t.length && !',}] \t\n\r'.includes(t[j]!)) j++
+  if (j === i) throw new Error('empty value')
+  return j
+}
+
+/** The raw [start, end) of each member of the JSON object at i, by key (the last of repeated keys). */
+function rawObject(t: string, i: number): Map<string, [number, number]> {
+  if (t[i] !== '{') throw new Error('not an object')
+  const m = new Map<string, [number, number]>()
+  i = skipWs(t, i + 1)
+  if (t[i] === '}') return m
+  for (;;) {
+    const ke = skipValue(t, i)
+    const key = JSON.parse(t.slice(i, ke)) as string
+    i = skipWs(t, skipWs(t, ke) + 1)
+    const ve = skipValue(t, i)
+    m.set(key, [i, ve])
+    i = skipWs(t, ve)
+    if (t[i] === ',') { i = skipWs(t, i + 1); continue }
+    if (t[i] === '}') return m
+    throw new Error('bad object')
+  }
+}
+
+/** The raw [start, end) of each element of the JSON array at i. */
+function rawArray(t: string, i: number): [number, number][] {
+  if (t[i] !== '[') throw new Error('not an array')
+  const out: [number, number][] = []
+  i = skipWs(t, i + 1)
+  if (t[i] === ']') return out
+  for (;;) {
+    const e = skipValue(t, i)
+    out.push([i, e])
+    i = skipWs(t, e)
+    if (t[i] === ',') { i = skipWs(t, i + 1); continue }
+    if (t[i] === ']') return out
+    throw new Error('bad array')
+  }
 }

@@ -115,7 +115,7 @@ describe('TS resumes an archived session', () => {
     // The first hot record is the restore's.
     const nc = await backend.connection()
     const jsm = await jetstreamManager(nc)
-    const first = await jsm.streams.getMessage('AGENTLOG', { seq: 1, next_by_subj: await subjectOf(a.id) })
+    const first = await jsm.streams.getMessage('AGENTLOG', { seq: 1, next_by_subj: await subjectOf(a.id) } as { seq: number })
     expect(first?.header.get('Nats-Msg-Id')).toMatch(new RegExp(`^restore:${a.archiveId}(~[0-9]+)?$`))
     expect(first?.header.get('Agentlog-First-Seq')).toBe('0')
   })
@@ -200,10 +200,10 @@ describe('a corrupt archive is refused, naming the session', () => {
 })
 
 /** Import events (as one JSONL file, header line first) through the Go stack. */
-async function goImport(id: string, events: readonly WireEvent[]): Promise<void> {
+async function goImport(id: string, events: readonly WireEvent[], edit: (line: string) => string = l => l): Promise<void> {
   const file = join(mkdtempSync(join(tmpdir(), 'dsh-archive-')), 'session.jsonl')
   const header = JSON.stringify({ type: 'session', version: 0, id, createdAt: 1785000000000, cwd: '/w' })
-  writeFileSync(file, header + '\n' + events.map(e => encodeEventLine(id, e) + '\n').join(''))
+  writeFileSync(file, header + '\n' + events.map(e => edit(encodeEventLine(id, e)) + '\n').join(''))
   await agentlog('import', file, '--session', id)
 }
 
@@ -214,13 +214,20 @@ describe('archive shapes', () => {
     for (let i = 0; i < 12; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000002 + 3 * i, data: { turn: 1, step: 1, chunk: { type: 'text-delta', index: 0, text: `t${i} "q" é\n` } } })
     for (let i = 0; i < 5; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000100 + i, data: { turn: 1, step: 1, chunk: { type: 'reasoning-delta', index: 1, text: `r${i}` } } })
     for (let i = 0; i < 4; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000200 + i, data: { turn: 1, step: 1, chunk: { type: 'tool-call-delta', index: 2, id: 'c1', ...i === 0 ? { name: 'read' } : {}, argumentsDelta: `{"a":${i}` } } })
-    await goImport(id, events)
+    // A run whose texts are written with escapes JSON.stringify would not write (\u003c for <):
+    // the Go importer keeps those bytes, packs them, and a restore writes them back as they were.
+    for (let i = 0; i < 4; i++) events.push({ type: 'assistant/chunk', seq: events.length, time: 1785000000300 + i, data: { turn: 1, step: 2, chunk: { type: 'text-delta', index: 0, text: `<b>${i}</b>` } } })
+    await goImport(id, events, l => l.replaceAll('<', '\\u003c'))
     const hot = await goEvents(id)
     expect(hot.events).toEqual(events)
+    expect(hot.text).toContain('\\u003cb>0')
     await goArchive(id)
     const cold = await backend.loadStored(SessionId(id))
     expect(cold!.events).toEqual(events)
-    expect(cold!.events.map(e => encodeEventLine(id, e as WireEvent) + '\n').join('')).toBe(hot.text)
+    const next: WireEvent = { type: 'turn/start', seq: events.length, time: 1785000000999, data: { turn: 2 } }
+    await backend.appendBatch(cold!.meta, [next as SessionEvent], true)
+    const back = await goEvents(id)
+    expect(back.text).toBe(hot.text + encodeEventLine(id, next) + '\n') // the restored records, byte for byte
   })
 
   it('an archive followed by hot records (a writer appended while it was archived) loads as one log', async () => {
