@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Context, type Fiber } from '@deepseek-ai/cordis'
 import SessionStore, { SessionId } from '@deepseek-ai/dsh-session'
 import type { SessionEvent } from '@deepseek-ai/dsh-session'
-import AgentlogSessionPersistence, { sessionSubject, token, type WireEvent } from '../src/index.ts'
+import AgentlogSessionPersistence, { AgentlogConflictError, sessionSubject, token, type Config, type WireEvent } from '../src/index.ts'
 import { AgentlogArchiveCorruptError, archivePartSubject, archiveSubject, ARCHIVE_STREAM } from '../src/archive.ts'
 import { encodeEventLine, recordHeaders } from '../src/wire.ts'
 import { headers as natsHeaders } from '@nats-io/transport-node'
@@ -139,6 +139,31 @@ describe('TS resumes an archived session', () => {
   })
 })
 
+describe('two writers resume one archived session at once', () => {
+  it('one restore is written, the other finds it; one append wins, the other is fenced', async () => {
+    const a = await importedArchived('ts-restore-twice', 3)
+    // No leases, so that both get as far as the restore (with leases the second is refused first).
+    const [x, y] = await Promise.all([freshBackend({ leaseTtlMs: 0 }), freshBackend({ leaseTtlMs: 0 })])
+    try {
+      const [lx, ly] = await Promise.all([x.backend.loadStored(SessionId(a.id)), y.backend.loadStored(SessionId(a.id))])
+      expect(lx!.events).toEqual(a.events)
+      expect(ly!.events).toEqual(a.events)
+      const ev = (turn: number): SessionEvent => ({ type: 'turn/start', seq: a.events.length, time: 1785000000999, data: { turn } }) as SessionEvent
+      const [rx, ry] = await Promise.allSettled([x.backend.appendBatch(lx!.meta, [ev(1)], true), y.backend.appendBatch(ly!.meta, [ev(2)], true)])
+      const won = [rx, ry].filter(r => r.status === 'fulfilled')
+      const lost = [rx, ry].filter(r => r.status === 'rejected') as PromiseRejectedResult[]
+      expect(won).toHaveLength(1)
+      expect(lost).toHaveLength(1)
+      expect(lost[0]!.reason).toBeInstanceOf(AgentlogConflictError)
+      const go = await goEvents(a.id)
+      expect(go.events).toEqual([...a.events, rx.status === 'fulfilled' ? ev(1) : ev(2)])
+      expect(go.text.startsWith(a.text)).toBe(true)
+    } finally {
+      await Promise.all([x.dispose(), y.dispose()])
+    }
+  })
+})
+
 async function subjectOf(id: string): Promise<string> {
   const nc = await backend.connection()
   const jsm = await jetstreamManager(nc)
@@ -146,10 +171,10 @@ async function subjectOf(id: string): Promise<string> {
   return Object.keys(si.state.subjects ?? {})[0]!
 }
 
-async function freshBackend(): Promise<{ backend: AgentlogSessionPersistence; dispose: () => Promise<void> }> {
+async function freshBackend(extra: Partial<Config> = {}): Promise<{ backend: AgentlogSessionPersistence; dispose: () => Promise<void> }> {
   const c = new Context()
   await c.plugin(SessionStore)
-  const f = await c.plugin(AgentlogSessionPersistence, agentlogConfig())
+  const f = await c.plugin(AgentlogSessionPersistence, agentlogConfig(extra))
   return { backend: c.sessionPersistence as AgentlogSessionPersistence, dispose: async () => { await f.dispose() } }
 }
 
