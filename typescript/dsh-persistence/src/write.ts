@@ -96,7 +96,16 @@ export class Writer {
         throw new AgentlogConflictError(id, first, last, tail.streamSeq,
           `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
       }
-      const records = await this.write(s, id, tok, tail.streamSeq, events, lines)
+      let records: number
+      try {
+        records = await this.write(s, id, tok, tail.streamSeq, events, lines)
+      } catch (err) {
+        // Archived since this writer's last write (its hot records purged): restore, and go on
+        // when the archive ends where this writer did.
+        const t = err instanceof AgentlogConflictError && isMaterialized ? await this.restoreArchivedSince(s, id, tok) : undefined
+        if (t === undefined || t.nextSeq !== first) throw err
+        records = await this.write(s, id, tok, t.streamSeq, events, lines)
+      }
       if (this.metrics !== undefined) {
         let bytes = 0
         for (let i = 0; i < events.length; i++) bytes += fieldBytes(lines.bytes(i), events[i]!)
@@ -312,6 +321,14 @@ export class Writer {
     const tail: Tail = { streamSeq: ack.seq, nextSeq: a.events.length, msgId }
     this.tails.set(id, tail)
     return tail
+  }
+
+  /** After a conflict: the restored tail when the session has no hot record now (archived meanwhile), else undefined. */
+  private async restoreArchivedSince(s: Store, id: string, tok: string): Promise<Tail | undefined> {
+    this.tails.delete(id)
+    if ((await s.leaderTail(id, tok)).streamSeq !== 0) return undefined
+    const t = await this.restore(s, id, tok)
+    return t.streamSeq === 0 ? undefined : t
   }
 
   /** Publish an agent/error report (best effort; never a session event). */

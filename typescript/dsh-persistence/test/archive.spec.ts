@@ -139,6 +139,25 @@ describe('TS resumes an archived session', () => {
   })
 })
 
+describe('archived under a writer', () => {
+  it('a writer whose session was archived since its last write restores it and appends (no conflict)', async () => {
+    const w = await freshBackend({ leaseTtlMs: 0 }) // no lease, so that `agentlog archive` may take it
+    try {
+      const id = uniqueId('ts-archived-under')
+      const meta = { version: 0, id: SessionId(id), createdAt: 1785000000000, cwd: '/w', delegationDepth: 0 } as never
+      const first: SessionEvent[] = [0, 1, 2].map(i => ({ type: 'turn/start', seq: i, time: 1785000000001 + i, data: { turn: i + 1 } }) as SessionEvent)
+      await w.backend.appendBatch(meta, first, false)
+      await goArchive(id)
+      const more = { type: 'turn/start', seq: 3, time: 1785000000009, data: { turn: 4 } } as SessionEvent
+      await w.backend.appendBatch(meta, [more], true)
+      expect(JSON.parse(await agentlog('status', id, '--json')).state).toBe('active')
+      expect((await goEvents(id)).events).toEqual([...first, more])
+    } finally {
+      await w.dispose()
+    }
+  })
+})
+
 describe('two writers resume one archived session at once', () => {
   it('one restore is written, the other finds it; one append wins, the other is fenced', async () => {
     const a = await importedArchived('ts-restore-twice', 3)
