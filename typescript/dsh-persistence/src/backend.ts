@@ -132,6 +132,18 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     signal?.throwIfAborted()
     const tok = token(id)
     const head = await readHead(s, id, tok, signal)
+    try {
+      return await this.loadFrom(s, id, tok, head, signal)
+    } catch (err) {
+      // An archive committed while the hot records were read (they, or their blobs, were purged
+      // under the read): read the session again, from where it lives now (PROTOCOL.md §13).
+      if (head === undefined || signal?.aborted) throw err
+      if (await readArchiveHead(s, id, tok).catch(() => undefined) === undefined) throw err
+      return this.loadFrom(s, id, tok, await readHead(s, id, tok, signal), signal)
+    }
+  }
+
+  private async loadFrom(s: Store, id: SessionId, tok: string, head: Awaited<ReturnType<typeof readHead>>, signal?: AbortSignal): Promise<StoredPrefix<never> | undefined> {
     if (head === undefined) {
       this.writer.loadedTail(id, undefined)
       // No hot record: the log may be archived (PROTOCOL.md §13); a write restores it first.
