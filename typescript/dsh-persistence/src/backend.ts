@@ -12,7 +12,8 @@ import type { NatsConnection } from '@nats-io/transport-node'
 import { ConfigSchema, parseConfig, type Config } from './config.js'
 import { EncodedLines } from './encoder.js'
 import { AgentlogMetrics } from './metrics.js'
-import { listStored, readEvents, readHead } from './read.js'
+import { readArchiveHead } from './archive.js'
+import { listStored, readArchivedSession, readEvents, readHead } from './read.js'
 import { Store } from './store.js'
 import { token, type WireEvent } from './wire.js'
 import { Writer } from './write.js'
@@ -117,8 +118,8 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     signal?.throwIfAborted()
     const s = await this.ready
     const out: SessionPersistenceSnapshot[] = []
-    for (const { header, records } of await listStored(s, signal)) {
-      out.push({ header: header as SessionHeader, revision: s.revision(records) })
+    for (const { header, records, archiveId } of await listStored(s, signal)) {
+      out.push({ header: header as SessionHeader, revision: archiveId === undefined ? s.revision(records) : s.archiveRevision(archiveId) })
     }
     return out
   }
@@ -132,10 +133,29 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
     const tok = token(id)
     const gen = s.conn.gen // the tail read now is proved as of this connection generation
     const head = await readHead(s, id, tok, signal)
+    try {
+      return await this.loadFrom(s, id, tok, head, gen, signal)
+    } catch (err) {
+      // An archive committed while the hot records were read (they, or their blobs, were purged
+      // under the read): read the session again, from where it lives now (PROTOCOL.md §13).
+      if (head === undefined || signal?.aborted) throw err
+      if (await readArchiveHead(s, id, tok).catch(() => undefined) === undefined) throw err
+      const again = s.conn.gen
+      return this.loadFrom(s, id, tok, await readHead(s, id, tok, signal), again, signal)
+    }
+  }
+
+  private async loadFrom(s: Store, id: SessionId, tok: string, head: Awaited<ReturnType<typeof readHead>>, gen: number, signal?: AbortSignal): Promise<StoredPrefix<never> | undefined> {
     if (head === undefined) {
       this.writer.loadedTail(id, undefined, gen)
-      return undefined
+      // No hot record: the log may be archived (PROTOCOL.md §13); a write restores it first.
+      const arch = await readArchivedSession(s, id, tok, signal)
+      this.writer.loadedArchive(id, arch?.archived)
+      if (arch === undefined) return undefined
+      this.writer.loadedIncarnation(id, arch.entry.incarnation)
+      return { meta: arch.meta as SessionHeader, events: arch.archived.events as SessionEvent[], revision: s.archiveRevision(arch.archived.head.archiveId) }
     }
+    this.writer.loadedArchive(id, undefined)
     this.writer.loadedIncarnation(id, head.entry.incarnation)
     const { events, records, tail } = await readEvents(s, id, tok, head.last, signal)
     this.writer.loadedTail(id, tail, gen)
@@ -145,9 +165,12 @@ export class AgentlogSessionPersistence extends SessionPersistence implements Pe
   async readStoredRevision(id: SessionId, signal?: AbortSignal): Promise<SessionPersistenceRevision | undefined> {
     signal?.throwIfAborted()
     const s = await this.ready
-    const n = await s.recordCount(s.subject(token(id)))
+    const tok = token(id)
+    const n = await s.recordCount(s.subject(tok))
     signal?.throwIfAborted()
-    return n === 0 ? undefined : s.revision(n)
+    if (n > 0) return s.revision(n)
+    const head = await readArchiveHead(s, id, tok)
+    return head === undefined ? undefined : s.archiveRevision(head.archiveId)
   }
 
   async appendBatch(meta: SessionHeader, events: readonly SessionEvent[], isMaterialized: boolean): Promise<void> {

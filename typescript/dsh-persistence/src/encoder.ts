@@ -31,6 +31,19 @@ export class EncodedLines {
     return new EncodedLines(buf, ends, slab)
   }
 
+  /** Lines already encoded (UTF-8, no newline), as they stand: an archive's events restored byte for byte. */
+  static ofLines(lines: readonly Buffer[]): EncodedLines {
+    const ends = new Array<number>(lines.length)
+    const parts: Buffer[] = []
+    let off = -1
+    for (let i = 0; i < lines.length; i++) {
+      if (i > 0) parts.push(NEWLINE)
+      parts.push(lines[i]!)
+      ends[i] = off += lines[i]!.length + 1
+    }
+    return new EncodedLines(Buffer.concat(parts), ends)
+  }
+
   /**
    * The batch is over: its bytes may be reused when `acked` (every publish of them was answered,
    * so neither nats.js nor the socket holds them); otherwise they are left to the GC.

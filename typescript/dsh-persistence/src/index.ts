@@ -12,6 +12,7 @@ import { AgentlogSessionPersistence } from './backend.js'
 export { AgentlogSessionPersistence }
 export { DEFAULT_LEASE_TTL_MS, type Config, type NamesConfig, type ProvisionConfig, type TlsConfig } from './config.js'
 export { AgentlogAckedLostError, AgentlogConflictError, AgentlogLeaseHeldError } from './errors.js'
+export { AgentlogArchiveCorruptError, ARCHIVE_STREAM, ARCHIVE_PREFIX, restoreMsgId } from './archive.js'
 export { AgentlogMetrics, type MetricsConfig } from './metrics.js'
 // The names and addresses of a deployment, and the types the backend's events and headers have.
 export {

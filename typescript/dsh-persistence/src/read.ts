@@ -3,6 +3,8 @@
  * continuity and the session they name), and the list of stored sessions.
  */
 import type { StoredMsg } from '@nats-io/jetstream'
+import { ARCHIVE_PREFIX, ARCHIVE_STREAM, HEADER_ARCHIVE_ID, archivesApply, locate, readArchive, readArchiveHead, type Archived } from './archive.js'
+import { isStreamNotFound } from './errors.js'
 import { resolveBlobs } from './blobs.js'
 import type { MetaEntry, Store, Tail } from './store.js'
 import {
@@ -89,6 +91,10 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
       const info = dec.info
       checkSession(id, info.session)
       const evs = await resolveBlobs(s, id, tok, dec, m.seq)
+      if (records === 0 && info.firstSeq > 0) {
+        // The log's first events are in its archive (PROTOCOL.md §13, case 3).
+        for (const e of (await coldPrefix(s, id, tok)).events) events.push(e)
+      }
       if (info.firstSeq !== events.length) {
         throw new AgentlogWireError(id, info.firstSeq, 'record-continue',
           `record at stream seq ${m.seq} starts at seq ${info.firstSeq}, but the records before it end at seq ${events.length - 1}`)
@@ -111,32 +117,101 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
   return { events, records }
 }
 
-/** A stored session: its metadata and record count. */
-export interface StoredSession { header: WireHeader; records: number }
+/**
+ * The archive a session's hot records continue (PROTOCOL.md §13, case 3), read whole and checked,
+ * its incarnation the metadata's.
+ */
+async function coldPrefix(s: Store, id: string, tok: string): Promise<Archived> {
+  const loc = await locate(s, id, tok, true)
+  if (loc.archive === undefined) {
+    throw new AgentlogWireError(id, 0, 'record-continue', `the hot records no longer start at seq 0 (read again: the session was archived while it was read?)`)
+  }
+  const a = await readArchive(s, loc.archive)
+  await checkIncarnation(s, id, tok, a)
+  return a
+}
+
+async function checkIncarnation(s: Store, id: string, tok: string, a: Archived): Promise<MetaEntry> {
+  const entry = await s.readMeta(tok)
+  if (entry === null) {
+    throw new Error(`agentlog: session ${JSON.stringify(id)} has an archive (${a.head.archiveId}) but no metadata (key ${tok} in KV bucket ${s.names.sessionsBucket})`)
+  }
+  if (entry.incarnation !== a.head.incarnation) {
+    throw new Error(`agentlog: session ${JSON.stringify(id)}: its archive ${a.head.archiveId} is of incarnation ${JSON.stringify(a.head.incarnation)}, its metadata of ${JSON.stringify(entry.incarnation)}`)
+  }
+  return entry
+}
+
+/** An archived session (no hot record, an archive: PROTOCOL.md §13 case 2) read whole. */
+export interface ArchivedSession { entry: MetaEntry; meta: WireHeader; archived: Archived }
+
+/**
+ * The session with no hot record, read from its archive (checked against its head, its incarnation
+ * the metadata's); undefined when it has no archive either.
+ */
+export async function readArchivedSession(s: Store, id: string, tok: string, signal?: AbortSignal): Promise<ArchivedSession | undefined> {
+  const head = await readArchiveHead(s, id, tok)
+  signal?.throwIfAborted()
+  if (head === undefined) return undefined
+  const archived = await readArchive(s, head)
+  signal?.throwIfAborted()
+  const entry = await checkIncarnation(s, id, tok, archived)
+  return { entry, meta: parseHeaderLine(id, entry.value), archived }
+}
+
+/** A stored session: its metadata and record count (hot records; 0 for an archived session, whose archive id is given). */
+export interface StoredSession { header: WireHeader; records: number; archiveId?: string }
 
 /** Every session with at least one record and readable metadata, by id. */
 export async function listStored(s: Store, signal?: AbortSignal): Promise<StoredSession[]> {
   const si = await s.jsm.streams.info(s.names.stream, { subjects_filter: `${s.names.subjectPrefix}.>` })
   signal?.throwIfAborted()
-  const subjects = Object.entries(si.state.subjects ?? {})
+  const subjects: [string, number][] = Object.entries(si.state.subjects ?? {})
   const out: StoredSession[] = []
   const prefixDots = s.names.subjectPrefix.split('.').length
+  const hot = new Set<string>()
+  for (const [subject] of subjects) {
+    const tok = subject.split('.')[prefixDots + 1]
+    if (tok !== undefined) hot.add(tok)
+  }
+  // Archived sessions (PROTOCOL.md §13): an archive head and no hot record.
+  const archived = new Map<string, string>() // token -> head subject
+  if (archivesApply(s)) {
+    const ai = await s.jsm.streams.info(ARCHIVE_STREAM, { subjects_filter: `${ARCHIVE_PREFIX}.*` }).catch((err: unknown) => {
+      if (isStreamNotFound(err)) return undefined
+      throw err
+    })
+    signal?.throwIfAborted()
+    for (const subject of Object.keys(ai?.state.subjects ?? {})) {
+      const tok = subject.slice(ARCHIVE_PREFIX.length + 1)
+      if (!hot.has(tok)) archived.set(tok, subject)
+    }
+  }
+  const todo: [string, number, string | undefined][] = [
+    ...subjects.map(([subject, records]): [string, number, string | undefined] => [subject.split('.')[prefixDots + 1] ?? '', records, undefined]),
+    ...[...archived].map(([tok, subject]): [string, number, string | undefined] => [tok, 0, subject]),
+  ]
   let next = 0
   const worker = async () => {
-    while (next < subjects.length) {
-      const [subject, records] = subjects[next++]!
-      const tok = subject.split('.')[prefixDots + 1]
-      if (tok === undefined) continue
+    while (next < todo.length) {
+      const [tok, records, archiveSubj] = todo[next++]!
+      if (tok === '') continue
+      let archiveId: string | undefined
+      if (archiveSubj !== undefined) {
+        const m = await s.jsm.direct.getMessage(ARCHIVE_STREAM, { last_by_subj: archiveSubj })
+        archiveId = m?.header?.get(HEADER_ARCHIVE_ID)
+        if (!archiveId) continue
+      }
       let id: string
       try { id = idFromToken(tok) } catch { continue }
       const entry = await s.readMeta(tok)
       if (entry === null) continue
       let header: WireHeader
       try { header = parseHeaderLine(id, entry.value) } catch { continue } // as the JSONL backend skips a bad header line
-      out.push({ header, records })
+      out.push(archiveId === undefined ? { header, records } : { header, records, archiveId })
     }
   }
-  await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, subjects.length) }, worker))
+  await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, todo.length) }, worker))
   signal?.throwIfAborted()
   out.sort((a, b) => a.header.id < b.header.id ? -1 : a.header.id > b.header.id ? 1 : 0)
   return out

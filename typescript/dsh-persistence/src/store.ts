@@ -167,6 +167,11 @@ export class Store {
     return SessionPersistenceRevision(`agentlog:${this.source}:${records}`)
   }
 
+  /** The revision of an archived session (no hot record): stream identity plus archive id. */
+  archiveRevision(archiveId: string): SessionPersistenceRevision {
+    return SessionPersistenceRevision(`agentlog:${this.source}:archive:${archiveId}`)
+  }
+
   /** Direct get of the session's last record (null when it has none). */
   lastRecord(subject: string): Promise<StoredMsg | null> {
     return this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })

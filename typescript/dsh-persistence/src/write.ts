@@ -7,8 +7,9 @@ import { nuid } from '@nats-io/transport-node'
 import type { PubAck } from '@nats-io/jetstream'
 import type { SessionHeader } from '@deepseek-ai/dsh-session'
 import { headersOf } from './ackmux.js'
+import { readArchiveHead, readArchive, restoreMsgId, type Archived } from './archive.js'
 import { BLOB_MAX_AGE_AT_PUBLISH_MS, offload, type Offloaded } from './blobs.js'
-import type { EncodedLines } from './encoder.js'
+import { EncodedLines } from './encoder.js'
 import { AgentlogAckedLostError, AgentlogConflictError, isBatchDuplicateMsgId, isWrongLastSequence } from './errors.js'
 import { Leases } from './lease.js'
 import { fieldBytes, type AgentlogMetrics } from './metrics.js'
@@ -41,6 +42,15 @@ export class Writer {
   /** The session's incarnation, as its metadata entry read now holds it. */
   loadedIncarnation(id: string, incarnation: string): void {
     this.incarnations.set(id, incarnation)
+  }
+
+  /** Archived sessions as a read found them (no hot record): a write restores them first. */
+  private readonly archives = new Map<string, Archived>()
+
+  /** The session's archive, as a read found it (undefined: the session's log is not archived). */
+  loadedArchive(id: string, archived: Archived | undefined): void {
+    if (archived === undefined) this.archives.delete(id)
+    else this.archives.set(id, archived)
   }
 
   /**
@@ -92,20 +102,38 @@ export class Writer {
         // written since; the tail is proved before the write.
         if (await this.leases.ensure(s, id, tok, first, last)) this.unproved.add(id)
         if (!this.incarnations.has(id)) this.incarnations.set(id, (await s.readMeta(tok))?.incarnation ?? '')
+        const gen = s.conn.gen
         const cached = this.tails.get(id)
         if (cached !== undefined) {
           tail = cached
         } else {
-          const gen = s.conn.gen
           tail = await s.leaderTail(id, tok)
           this.proved(id, gen)
+        }
+        if (tail.streamSeq === 0) {
+          // No hot record: an archived session is restored first (PROTOCOL.md §13); the
+          // restore's records are guarded with 0 and acked: its tail needs no proof.
+          tail = await this.restore(s, id, tok)
+          if (tail.streamSeq !== 0) this.proved(id, gen)
         }
       }
       if (tail.nextSeq !== first) {
         throw new AgentlogConflictError(id, first, last, tail.streamSeq,
           `the stored log's next seq is ${tail.nextSeq}, not ${first}`)
       }
-      const records = await this.write(s, id, tok, tail, events, lines)
+      let records: number
+      try {
+        records = await this.write(s, id, tok, tail, events, lines)
+      } catch (err) {
+        // Archived since this writer's last write (its hot records purged, which the tail proof
+        // reports as acknowledged events gone): restore, and go on when the archive ends where
+        // this writer did.
+        const gen = s.conn.gen
+        const t = err instanceof AgentlogConflictError && isMaterialized ? await this.restoreArchivedSince(s, id, tok) : undefined
+        if (t === undefined || t.nextSeq !== first) throw err
+        this.proved(id, gen)
+        records = await this.write(s, id, tok, t, events, lines)
+      }
       if (this.metrics !== undefined) {
         let bytes = 0
         for (let i = 0; i < events.length; i++) bytes += fieldBytes(lines.bytes(i), events[i]!)
@@ -373,6 +401,59 @@ export class Writer {
     const rl = record(parts.length - 1)
     const ack = await batch.commit(subject, rl.data, { headers: rl.headers })
     return { stream: ack.stream, seq: ack.seq, duplicate: false, records: parts.length } as PubAck
+  }
+
+  /**
+   * Bring an archived session (no hot record) back to the hot stream before its first write
+   * (PROTOCOL.md §13 "Restoring", as Go's store.Session.Restore): the archive's events, their
+   * lines as archived, as one record or one atomic batch guarded with expected last subject seq 0
+   * and Nats-Msg-Id restore:<archive id> (split parts ~k). A guard conflict or dedupe means another
+   * writer's restore (or write) came first: the session is hot again. Returns the tail to append
+   * after; a session with no archive keeps its empty tail.
+   */
+  private async restore(s: Store, id: string, tok: string): Promise<Tail> {
+    const empty: Tail = { streamSeq: 0, nextSeq: 0, msgId: '' }
+    const head = await readArchiveHead(s, id, tok)
+    if (head === undefined) return empty
+    let a = this.archives.get(id)
+    if (a === undefined || a.head.archiveId !== head.archiveId) a = await readArchive(s, head)
+    const inc = this.incarnations.get(id) ?? ''
+    if (a.head.incarnation !== inc) {
+      throw new Error(`agentlog: restore session ${JSON.stringify(id)}: its archive ${a.head.archiveId} is of incarnation ${JSON.stringify(a.head.incarnation)}, its metadata of ${JSON.stringify(inc)}`)
+    }
+    const msgId = restoreMsgId(a.head.archiveId)
+    const lines = EncodedLines.ofLines(a.lines)
+    let ack: PubAck
+    try {
+      ack = await this.publish(s, id, tok, s.subject(tok), 0, msgId, a.events, lines)
+    } catch (err) {
+      if (!isWrongLastSequence(err) && !isBatchDuplicateMsgId(err)) {
+        if (err instanceof AgentlogWireError) throw err
+        throw new Error(`agentlog: restore session ${JSON.stringify(id)} from archive ${a.head.archiveId} (${a.events.length} events): ${(err as Error).message}`, { cause: err })
+      }
+      ack = { duplicate: true } as PubAck
+    }
+    this.archives.delete(id)
+    if (ack.duplicate) {
+      const tail = await s.leaderTail(id, tok)
+      if (tail.streamSeq === 0) {
+        throw new Error(`agentlog: restore session ${JSON.stringify(id)} from archive ${a.head.archiveId}: its records were refused as written already, but the session has none`)
+      }
+      this.tails.set(id, tail)
+      return tail
+    }
+    // msgId '' (not compared by a later proof): a split restore's last record carries msgId~k.
+    const tail: Tail = { streamSeq: ack.seq, nextSeq: a.events.length, msgId: '' }
+    this.tails.set(id, tail)
+    return tail
+  }
+
+  /** After a conflict: the restored tail when the session has no hot record now (archived meanwhile), else undefined. */
+  private async restoreArchivedSince(s: Store, id: string, tok: string): Promise<Tail | undefined> {
+    this.tails.delete(id)
+    if ((await s.leaderTail(id, tok)).streamSeq !== 0) return undefined
+    const t = await this.restore(s, id, tok)
+    return t.streamSeq === 0 ? undefined : t
   }
 
   /** Publish an agent/error report (best effort; never a session event). */
