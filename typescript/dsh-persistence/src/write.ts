@@ -450,8 +450,10 @@ export class Writer {
 
   /** After a conflict: the restored tail when the session has no hot record now (archived meanwhile), else undefined. */
   private async restoreArchivedSince(s: Store, id: string, tok: string): Promise<Tail | undefined> {
-    this.tails.delete(id)
+    // A session with hot records keeps this writer's tail (a retry proves it again, and fails
+    // the same way when its events are gone).
     if ((await s.leaderTail(id, tok)).streamSeq !== 0) return undefined
+    this.tails.delete(id)
     const t = await this.restore(s, id, tok)
     return t.streamSeq === 0 ? undefined : t
   }
