@@ -92,6 +92,13 @@ func dataLossError(service, id string, l DataLoss) *Error {
 	return &Error{Service: service, Code: CodeDataLoss, Session: id, Description: DataLossText(id, l), Lost: &l}
 }
 
+// IncompleteText is how a reader (the client's reads, the query service) says that session id is
+// a fork child whose seed is still being written (a CodeNotFound):
+// `session "s1" not found (being created: a fork is writing its seed)`.
+func IncompleteText(id string) string {
+	return fmt.Sprintf("session %q not found (being created: a fork is writing its seed)", id)
+}
+
 // RemovingText is how a reader (the client's reads, the query service) says that session id is
 // being removed: `session "s1" is being removed (an earlier removal stopped part-way)`.
 func RemovingText(id string) string {
