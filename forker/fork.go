@@ -183,7 +183,11 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	if resume != nil {
 		after, skip = resume.tail.LastStreamSeq, resume.tail.NextSeq
 	}
-	app, err := ch.BeginAppend(after, append(tracing.RecordOpts(ctx, msgID), store.HoldRecords(seedHoldBytes))...)
+	appOpts := append(tracing.RecordOpts(ctx, msgID), store.HoldRecords(seedHoldBytes))
+	if f.seedRecordStored != nil {
+		appOpts = append(appOpts, store.OnStored(func(n int) error { return f.seedRecordStored(child, n) }))
+	}
+	app, err := ch.BeginAppend(after, appOpts...)
 	if err != nil {
 		return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 	}

@@ -59,7 +59,7 @@ type queryService struct {
 	// read complete (no wire.IncompleteHeader pending): checked once per instance, not per query.
 	completeMu   sync.Mutex
 	completeSeen map[string]struct{}
-	waiting  atomic.Int64 // test hook: the queries waiting for minSeq (in waitProjection or foldLog)
+	waiting      atomic.Int64 // test hook: the queries waiting for minSeq (in waitProjection or foldLog)
 
 	archivedViews archivedCache // the archived sessions queried last
 }

@@ -33,6 +33,18 @@ type appendOpts struct {
 	msgID string   // "" when WithMsgID was not given
 	extra []string // WithHeaders: key, value, key, value...
 	hold  int      // HoldRecords: bytes; 0 for none
+	// OnStored: called after each record of a held run but the last
+	onStored func(stored int) error
+}
+
+// OnStored has a held run's Commit (HoldRecords) call fn after each record it stored but the last,
+// with the records stored so far; an error from fn stops the Commit there (returned as is, the
+// records stored so far left): for tests that cut a run part-way, and progress reports.
+func OnStored(fn func(stored int) error) AppendOpt {
+	return func(o *appendOpts) error {
+		o.onStored = fn
+		return nil
+	}
 }
 
 // HoldRecords makes a StreamAppend (BeginAppend) keep its records, up to bytes of bodies in all,
@@ -688,6 +700,11 @@ func (a *StreamAppend) commitKept(ctx context.Context) (AppendResult, error) {
 		a.stored++
 		res.StreamSeq, res.Duplicate = r.StreamSeq, res.Duplicate || r.Duplicate
 		expected = r.StreamSeq
+		if fn := a.opts.onStored; fn != nil && k < len(kept)-1 {
+			if err := fn(a.stored); err != nil {
+				return AppendResult{}, err
+			}
+		}
 	}
 	return res, nil
 }
