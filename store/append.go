@@ -561,7 +561,8 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	if a.holding {
 		if a.keptBytes+len(m.Data) <= a.opts.hold {
 			a.kept, a.keptBytes = append(a.kept, m), a.keptBytes+len(m.Data)
-			a.cur, a.curCount = nil, 0
+			// The next record is about as long: its buffer at the budget, not grown by appends.
+			a.cur, a.curCount = make([]byte, 0, min(a.budget, a.opts.hold-a.keptBytes+a.budget)), 0
 			return nil
 		}
 		// Longer than the hold: the kept records go into the atomic batch, the last one held.
