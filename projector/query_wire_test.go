@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
-	"github.com/agentlog/agentlog/session"
-	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
+	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/micro"
 )
