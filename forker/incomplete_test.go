@@ -174,3 +174,25 @@ func TestIncompleteMarkCompleteByLog(t *testing.T) {
 		t.Fatalf("the wire name changed: %q", v)
 	}
 }
+
+// TestBeingCreatedError: the client's not-found of an incomplete child is told apart
+// (client.BeingCreated), so that a command does not print its partial log as a log without
+// metadata; another not-found is not.
+func TestBeingCreatedError(t *testing.T) {
+	e := newEnvWith(t, store.Config{Partitions: 4, MaxMsgSize: smallRecords})
+	e.loadBig()
+	e.f.seedRecordStored = func(string, int) error { return errCut }
+	if _, err := e.f.Fork(ctx(t), client.ForkRequest{Source: "parent", Child: "cut"}); !errors.Is(err, errCut) {
+		t.Fatalf("cut fork: %v", err)
+	}
+	c, err := client.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Header(ctx(t), "cut"); !client.BeingCreated(err) || !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("Header of the incomplete child: %v", err)
+	}
+	if _, err := c.Header(ctx(t), "nobody"); client.BeingCreated(err) || !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("Header of an unknown session: %v", err)
+	}
+}
