@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -90,6 +91,23 @@ func DataLossText(id string, l DataLoss) string {
 // dataLossError is ErrDataLoss for session id, which lost l.
 func dataLossError(service, id string, l DataLoss) *Error {
 	return &Error{Service: service, Code: CodeDataLoss, Session: id, Description: DataLossText(id, l), Lost: &l}
+}
+
+// IncompleteText is how a reader (the client's reads, the query service) says that session id is
+// a fork child whose seed is still being written (a CodeNotFound):
+// `session "s1" not found (being created: a fork is writing its seed)`.
+func IncompleteText(id string) string {
+	return fmt.Sprintf("session %q"+incompleteNote, id)
+}
+
+const incompleteNote = " not found (being created: a fork is writing its seed)"
+
+// BeingCreated reports whether err is the not-found of a fork child whose seed is still being
+// written (IncompleteText, from the client's reads or the query service): unlike a session that
+// does not exist, its partial log is not to be read as a log without metadata.
+func BeingCreated(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeNotFound && strings.HasSuffix(e.Description, incompleteNote)
 }
 
 // RemovingText is how a reader (the client's reads, the query service) says that session id is

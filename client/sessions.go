@@ -278,8 +278,8 @@ func (c *Client) Resolve(ctx context.Context, idOrPrefix string) (string, error)
 		return "", &Error{Code: CodeBadRequest, Session: idOrPrefix, Description: err.Error()}
 	}
 	_, err = ss.Info(ctx)
-	if err == nil || errors.Is(err, store.ErrSessionDeleted) {
-		return idOrPrefix, nil // with metadata, or being removed (the command reports it)
+	if err == nil || errors.Is(err, store.ErrSessionDeleted) || errors.Is(err, store.ErrSessionIncomplete) {
+		return idOrPrefix, nil // with metadata, or being removed or created (the command reports it)
 	}
 	if !errors.Is(err, store.ErrSessionNotFound) {
 		return "", &Error{Code: CodeInternal, Session: idOrPrefix, Description: "resolve session id", Err: err}
@@ -357,6 +357,10 @@ func lookup(ctx context.Context, ss *store.Session) (info store.SessionInfo, fou
 	switch {
 	case errors.Is(err, store.ErrSessionDeleted):
 		return info, false, removingError(id)
+	case errors.Is(err, store.ErrSessionIncomplete):
+		// A fork child whose seed is still being written: not found (its partial log is not
+		// read as a log without metadata either).
+		return info, false, &Error{Code: CodeNotFound, Session: id, Description: IncompleteText(id)}
 	case errors.Is(err, store.ErrSessionNotFound):
 		return info, false, nil
 	case err != nil:
@@ -409,15 +413,16 @@ func (e *meta) decode() {
 
 // scanMeta reads the last entry of every key of agentlog_sessions (headers only with keysOnly)
 // with batched direct gets (store.ScanSessions), drops deleted keys, keys being removed (marked wire.DeletingHeader:
-// an rm stopped part-way; not found, as lookup says) and keys that are not tokens, and returns
+// an rm stopped part-way; not found, as lookup says), fork children being written
+// (wire.IncompleteHeader) and keys that are not tokens, and returns
 // the sessions sorted by id.
 func scanMeta(ctx context.Context, st *store.Store, keysOnly bool) ([]meta, error) {
 	var out []meta
 	err := st.ScanSessions(ctx, keysOnly, func(n uint64) {
 		out = make([]meta, 0, n)
 	}, func(se store.SessionEntry) error {
-		if se.Header.Get(wire.DeletingHeader) != "" {
-			return nil
+		if se.Header.Get(wire.DeletingHeader) != "" || se.Header.Get(wire.IncompleteHeader) != "" {
+			return nil // being removed, or a fork child being written
 		}
 		id, err := wire.IDFromToken(se.Token)
 		if err != nil {

@@ -352,7 +352,7 @@ func sessionsCreated(ctx context.Context, st *store.Store, q SessionsQuery, fn f
 // rowOf is a listing row of an agentlog_sessions entry (ok false: deleted, being removed, or not
 // a session key).
 func rowOf(m *natsjs.RawStreamMsg) (*row, bool) {
-	if kvMarker(m.Header) || m.Header.Get(wire.DeletingHeader) != "" {
+	if kvMarker(m.Header) || m.Header.Get(wire.DeletingHeader) != "" || m.Header.Get(wire.IncompleteHeader) != "" {
 		return nil, false
 	}
 	tok := strings.TrimPrefix(m.Subject, sessionsKeys)

@@ -24,21 +24,34 @@ import (
 // wire.MaxSessionIDBytes bytes).
 const ChildSuffix = "~fork~"
 
-// exists reports whether session ss has metadata or events. Its errors name the session.
-func (f *Forker) exists(ctx context.Context, ss *store.Session) (hdr *session.Header, events bool, err error) {
-	info, err := ss.Info(ctx)
+// exists reports whether session ss has metadata (an incomplete fork child's included: info then
+// has CompleteAt > 0) or events, and its log's tail as the stream leader has it. Its errors name
+// the session.
+func (f *Forker) exists(ctx context.Context, ss *store.Session) (hdr *session.Header, info store.SessionInfo, tail store.Tail, err error) {
+	info, err = ss.InfoAny(ctx)
 	switch {
 	case err == nil:
 		hdr = &info.Header
 	case errors.Is(err, store.ErrSessionNotFound):
 	default:
-		return nil, false, fmt.Errorf("reading the metadata: %w", err)
+		return nil, info, tail, fmt.Errorf("reading the metadata: %w", err)
 	}
-	tail, err := ss.Tail(ctx)
+	tail, err = ss.TailFromLeader(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the log tail: %w", err)
+		return nil, info, tail, fmt.Errorf("reading the log tail: %w", err)
 	}
-	return hdr, tail.LastStreamSeq > 0, nil
+	return hdr, info, tail, nil
+}
+
+// seedHoldBytes bounds the seed a fork holds in memory until it is validated, then writes as
+// records outside an atomic batch with the child marked incomplete (wire.IncompleteHeader); a
+// longer seed is staged as an ADR-50 atomic batch as it is read (ARCHITECTURE.md, "A fork").
+const seedHoldBytes = 16 << 20
+
+// resumeState is an abandoned incomplete child a fork resumes: its claim and its log's tail.
+type resumeState struct {
+	info store.SessionInfo
+	tail store.Tail
 }
 
 // checkSource applies the id rules to a fork's source (as the CLI and the child's check do): an id
@@ -76,13 +89,34 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: source: %v", err)}
 	}
 	var ch *store.Session // the child
+	var resume *resumeState
 	if req.Child != "" {
 		if ch, err = f.store.Session(req.Child); err != nil {
 			return client.ForkResult{}, &requestError{fmt.Sprintf("bad request: child: %v", err)}
 		}
-		hdr, evs, err := f.exists(ctx, ch)
+		hdr, info, ctail, err := f.exists(ctx, ch)
 		if err != nil {
 			return client.ForkResult{}, fmt.Errorf("forker: the child: %w", err)
+		}
+		evs := ctail.LastStreamSeq > 0
+		if hdr != nil && info.CompleteAt > 0 && evs {
+			// A fork that wrote part of the child's seed outside an atomic batch and stopped
+			// (ARCHITECTURE.md, "A fork"): complete already (its mark not cleared), resumed
+			// when it is an abandoned fork of this source, else the child exists.
+			switch {
+			case ctail.NextSeq >= info.CompleteAt:
+				if err := ch.MarkComplete(ctx, info); err != nil {
+					f.logger.Warn("fork: cannot clear the incomplete mark of a complete child", "child", req.Child, "err", err)
+				}
+			case f.abandoned(*hdr, req.Source) && ctail.NextSeq <= *hdr.SeedLength:
+				resume = &resumeState{info: info, tail: ctail}
+				f.logger.Warn("fork: resuming an incomplete earlier fork", "source", req.Source, "child", req.Child,
+					"createdAt", hdr.CreatedAt, "written", ctail.NextSeq, "of", info.CompleteAt)
+			}
+			if resume == nil {
+				return client.ForkResult{}, alreadyExists(req.Child)
+			}
+			hdr, evs = nil, false
 		}
 		if hdr != nil && !evs && f.abandoned(*hdr, req.Source) {
 			// An earlier fork of this source onto this child claimed the id and died before its
@@ -93,9 +127,10 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 				// the KV create below settles any race; the same claim still there means the
 				// rollback itself failed (retry the fork).
 				abandonedAt := hdr.CreatedAt
-				if hdr, evs, err = f.exists(ctx, ch); err != nil {
+				if hdr, _, ctail, err = f.exists(ctx, ch); err != nil {
 					return client.ForkResult{}, fmt.Errorf("forker: clearing an incomplete earlier fork of %q: %v; then: %w", req.Child, rerr, err)
 				}
+				evs = ctail.LastStreamSeq > 0
 				if hdr != nil && !evs && hdr.CreatedAt == abandonedAt && f.abandoned(*hdr, req.Source) {
 					return client.ForkResult{}, fmt.Errorf("forker: clearing an incomplete earlier fork of %q: %w", req.Child, rerr)
 				}
@@ -141,12 +176,23 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	child := ch.ID()
 	msgID := "fork:" + nuid.Next()
-	app, err := ch.BeginAppend(0, tracing.RecordOpts(ctx, msgID)...)
+	// The seed is held until it is validated and written as records outside an atomic batch, the
+	// child marked incomplete meanwhile; a seed longer than seedHoldBytes is an atomic batch.
+	var after uint64
+	var skip int64 // events the child holds already (resumed)
+	if resume != nil {
+		after, skip = resume.tail.LastStreamSeq, resume.tail.NextSeq
+	}
+	appOpts := append(tracing.RecordOpts(ctx, msgID), store.HoldRecords(seedHoldBytes))
+	if f.seedRecordStored != nil {
+		appOpts = append(appOpts, store.OnStored(func(n int) error { return f.seedRecordStored(child, n) }))
+	}
+	app, err := ch.BeginAppend(after, appOpts...)
 	if err != nil {
 		return client.ForkResult{}, fmt.Errorf("forker: writing the child's record: %w", err)
 	}
 	defer app.Discard()
-	seed, seedLookup, ferr, err := f.streamSeed(ctx, src, req.Boundary, last, tail.LastStreamSeq, app)
+	seed, seedLookup, ferr, err := f.streamSeed(ctx, src, req.Boundary, last, tail.LastStreamSeq, app, skip)
 	if err != nil {
 		return client.ForkResult{}, err
 	}
@@ -162,6 +208,10 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	}
 	if ferr != nil {
 		return client.ForkResult{}, ferr
+	}
+	if resume != nil && int64(seed.Len()) < skip {
+		return client.ForkResult{}, fmt.Errorf("forker: child session %q holds the first %d events of an incomplete earlier fork, more than this fork's seed of %d: remove it (agentlog rm %s) and fork again: %w",
+			child, skip, seed.Len(), shellquote.Quote(child), alreadyExists(child))
 	}
 	nowMs := f.now().UnixMilli()
 	events := seed.Len()
@@ -197,13 +247,31 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		}
 	}
 
-	// Step 4: the KV create claims the child id.
+	// Step 4: the KV create claims the child id; marked incomplete when its records are not one
+	// atomic write (several, outside a batch), so that no reader serves a partial seed.
 	inc := wire.NewIncarnation()
-	if err := f.store.CreateSession(ctx, hdr, store.WithIncarnation(inc)); err != nil {
-		if errors.Is(err, store.ErrSessionExists) {
-			return client.ForkResult{}, alreadyExists(child)
+	records, batched := app.Pending()
+	marked := resume != nil || (records > 1 && !batched)
+	completeAt := int64(events) // the child's events from seq 0, a resumed one's too
+	if resume != nil {
+		inc = resume.info.Incarnation
+		if _, err := ch.Reclaim(ctx, resume.info, hdr, completeAt); err != nil {
+			if store.IsWrongLastSequence(err) {
+				return client.ForkResult{}, alreadyExists(child) // another retry took it first
+			}
+			return client.ForkResult{}, fmt.Errorf("forker: claiming the incomplete child again: %w", err)
 		}
-		return client.ForkResult{}, fmt.Errorf("forker: creating the child's metadata: %w", err)
+	} else {
+		opts := []store.CreateOpt{store.WithIncarnation(inc)}
+		if marked {
+			opts = append(opts, store.WithIncomplete(completeAt))
+		}
+		if err := f.store.CreateSession(ctx, hdr, opts...); err != nil {
+			if errors.Is(err, store.ErrSessionExists) {
+				return client.ForkResult{}, alreadyExists(child)
+			}
+			return client.ForkResult{}, fmt.Errorf("forker: creating the child's metadata: %w", err)
+		}
 	}
 	if f.beforeRecord != nil {
 		f.beforeRecord(child)
@@ -213,6 +281,9 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 	// id) until the answer is definite; only a definite "not stored" lets the metadata be rolled
 	// back.
 	res, err := app.Commit(ctx)
+	if err == nil && marked {
+		f.markComplete(ctx, ch, inc, completeAt)
+	}
 	if err == nil {
 		if err := f.childRemoved(ctx, req.Source, ch, hdr, inc, res.StreamSeq); err != nil {
 			return client.ForkResult{}, err
@@ -224,6 +295,13 @@ func (f *Forker) Fork(ctx context.Context, req client.ForkRequest) (client.ForkR
 		f.logger.Error("fork: the child's record may or may not be stored", "child", child, "err", err)
 		return client.ForkResult{}, &childLeftError{child, fmt.Errorf("forker: the outcome of writing the record of child session %q is unknown: %w",
 			child, err)}
+	}
+	if marked && (resume != nil || app.Stored() > 0) {
+		// Records of the child are stored: its claim stays, marked incomplete (no reader serves
+		// it), for a retry of this fork to resume or agentlog rm to remove.
+		f.logger.Error("fork: the child's seed is partly written; left incomplete", "child", child, "stored", app.Stored(), "err", err)
+		return client.ForkResult{}, &childLeftError{child, fmt.Errorf("forker: writing the records of child session %q stopped after %d; it is left incomplete (no reader serves it): retry the fork to resume it, or agentlog rm %s: %w",
+			child, app.Stored(), shellquote.Quote(child), err)}
 	}
 	if rerr := f.rollback(context.WithoutCancel(ctx), ch, hdr); rerr != nil {
 		f.logger.Error("fork: child metadata left without events (incomplete fork)", "child", child, "err", rerr)
@@ -244,7 +322,7 @@ var errSeedRead = errors.New("read up to the fork boundary")
 // record at stream seq lastStreamSeq) and passes each seed event, validated, to app. ferr is the
 // refusal of the boundary or of the seed (the read goes on to the boundary after a seed refusal,
 // since OPEN_TURN comes first); err a failure to read the source or to write the child.
-func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend) (seed *session.SeedStream, lookupSeed session.Lookup, ferr *session.ForkError, err error) {
+func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *int64, last int64, lastStreamSeq uint64, app *store.StreamAppend, skip int64) (seed *session.SeedStream, lookupSeed session.Lookup, ferr *session.ForkError, err error) {
 	source := src.ID()
 	// Where each record of the source starts, for the rare lookup of a tool/result replace's
 	// target (one entry per record, not per event).
@@ -304,7 +382,7 @@ func (f *Forker) streamSeed(ctx context.Context, src *store.Session, boundary *i
 				own.Data, own.SurfaceOp, own.SourceEventSeqs = bytes.Clone(own.Data), bytes.Clone(own.SurfaceOp), bytes.Clone(own.SourceEventSeqs)
 				kept[own.Seq], keptBytes = own, keptBytes+len(own.Data)
 			}
-			if keep {
+			if keep && evs[i].Seq >= skip { // skip: the events a resumed child holds already
 				// The stored line as is: it decodes to evs[i], which was just validated. (An
 				// event stored elsewhere than in its line is encoded again.)
 				if len(line) > 0 {
@@ -417,7 +495,7 @@ func (f *Forker) abandoned(hdr session.Header, source string) bool {
 // stored header is still the one this fork wrote (same parentSession, seedLength and createdAt).
 // Its errors leave naming the child to the caller.
 func (f *Forker) rollback(ctx context.Context, ch *store.Session, hdr session.Header) error {
-	info, err := ch.Info(ctx)
+	info, err := ch.InfoAny(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the metadata to roll back: %w", err)
 	}
@@ -476,4 +554,21 @@ func (f *Forker) childRemoved(ctx context.Context, source string, ch *store.Sess
 	}
 	return &childLeftError{child, fmt.Errorf("fork of session %q onto %q: the child was removed during the fork; its record (stream seq %d) is left marked removed: run agentlog rm %s as the operator to clear it: %w",
 		source, child, streamSeq, shellquote.Quote(child), err)}
+}
+
+// markComplete clears the incomplete mark (wire.IncompleteHeader) of child ch, incarnation inc,
+// once its n events are stored. A failure only logs: a reader takes a marked child whose log holds
+// its n events for complete, and a retried fork clears the mark.
+func (f *Forker) markComplete(ctx context.Context, ch *store.Session, inc string, n int64) {
+	ctx = context.WithoutCancel(ctx)
+	info, err := ch.InfoAny(ctx)
+	if err == nil && (info.Incarnation != inc || info.CompleteAt != n) {
+		return // rewritten since (removed, or resumed by another fork): not this fork's mark
+	}
+	if err == nil {
+		err = ch.MarkComplete(ctx, info)
+	}
+	if err != nil {
+		f.logger.Warn("fork: cannot clear the child's incomplete mark (readers take it for complete all the same)", "child", ch.ID(), "err", err)
+	}
 }

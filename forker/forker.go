@@ -62,6 +62,9 @@ type Forker struct {
 
 	// test hook: runs between the KV create and the record (nil in production).
 	beforeRecord func(child string)
+	// seedRecordStored, when set (tests), is called after each record of a held seed but the last
+	// is stored (stored: records so far); an error cuts the fork there.
+	seedRecordStored func(child string, stored int) error
 	// test hook: runs after the source log was read (nil in production).
 	afterSourceRead func(source string)
 }

@@ -101,8 +101,8 @@ func TestForkOfALongSeedRefusedLeavesNothing(t *testing.T) {
 	}
 	_, err := e.fork(client.ForkRequest{Source: "src", Boundary: &b, Child: "refused"})
 	forkErr(t, err, session.CodeOpenTurn, ferr.Msg)
-	hdr, evs, err := e.f.exists(ctx(t), storetest.Session(e.store, "refused"))
-	if err != nil || hdr != nil || evs {
+	hdr, _, tail, err := e.f.exists(ctx(t), storetest.Session(e.store, "refused"))
+	if evs := tail.LastStreamSeq > 0; err != nil || hdr != nil || evs {
 		t.Fatalf("after a refused fork the child has metadata %v, records %v (%v)", hdr, evs, err)
 	}
 }

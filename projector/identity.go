@@ -12,22 +12,34 @@ import (
 )
 
 // sessionMeta returns session id's header and incarnation from its agentlog_sessions entry
-// (store.Session.Info, read from the bucket's leader); inc is "" for a session created
+// (store.Session.InfoAny, read from the bucket's leader); inc is "" for a session created
 // without one. A session without metadata (deleted, or never created) gets a header naming only
-// its id, and known false. Errors are transient.
+// its id, and known false. A fork child whose seed is still being written (wire.IncompleteHeader)
+// is known: the fold folds it as its records come, with its header, and the query service does
+// not serve it until it is complete (queryService.complete). Errors are transient.
 func sessionMeta(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known bool, err error) {
-	h, inc, known, _, err = sessionMetaState(ctx, st, id)
+	h, inc, known, _, err = sessionMetaOf(ctx, st, id, true)
 	return h, inc, known, err
 }
 
 // sessionMetaState is sessionMeta that also says whether the session is being removed (its
 // entry is marked by an agentlog rm that stopped part-way; known is false then).
+// A fork child still being written is not known (store.Session.Info).
 func sessionMetaState(ctx context.Context, st *store.Store, id string) (h session.Header, inc string, known, removing bool, err error) {
+	return sessionMetaOf(ctx, st, id, false)
+}
+
+// sessionMetaOf is sessionMetaState; incomplete says whether an incomplete fork child is known.
+func sessionMetaOf(ctx context.Context, st *store.Store, id string, incomplete bool) (h session.Header, inc string, known, removing bool, err error) {
 	sh, err := st.Session(id)
 	if err != nil {
 		return session.Header{}, "", false, false, err
 	}
-	info, err := sh.Info(ctx)
+	read := sh.Info
+	if incomplete {
+		read = sh.InfoAny
+	}
+	info, err := read(ctx)
 	if errors.Is(err, store.ErrSessionNotFound) {
 		return session.Header{ID: id}, "", false, errors.Is(err, store.ErrSessionDeleted), nil
 	}

@@ -54,7 +54,12 @@ type queryService struct {
 	nodes    *nodeCache    // surface-eligible events of the sessions queried last
 	feed     *changeFeed   // tells the queries waiting for minSeq that their state changed
 	feedDone <-chan struct{}
-	waiting  atomic.Int64 // test hook: the queries waiting for minSeq (in waitProjection or foldLog)
+
+	// completeMu guards completeSeen: the sessions (token and incarnation) whose metadata was
+	// read complete (no wire.IncompleteHeader pending): checked once per instance, not per query.
+	completeMu   sync.Mutex
+	completeSeen map[string]struct{}
+	waiting      atomic.Int64 // test hook: the queries waiting for minSeq (in waitProjection or foldLog)
 
 	archivedViews archivedCache // the archived sessions queried last
 }
@@ -356,6 +361,12 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 	}
 	proj, current, err := decodeProjection(e.Value())
 	raw = e.Value()
+	if err == nil && current {
+		// A fork child whose seed is still being written is folded, and not served.
+		if err := s.checkComplete(ctx, sh, token, proj); err != nil {
+			return Projection{}, nil, false, err
+		}
+	}
 	if err == nil && current && proj.Error == nil && q.waits() && proj.AsOfSeq < *q.MinSeq {
 		return proj, nil, true, nil // checked once it is there (waitProjection); proj says how far it got
 	}
@@ -386,6 +397,42 @@ func (s *queryService) readNow(ctx context.Context, qp *query, token string, all
 		return Projection{}, nil, true, nil
 	}
 	return proj, raw, false, nil
+}
+
+// maxCompleteSeen bounds queryService.completeSeen: past it, the set starts again.
+const maxCompleteSeen = 1 << 16
+
+// checkComplete refuses, as not found (client.IncompleteText), to answer from proj for a fork child
+// whose seed is still being written (store.ErrSessionIncomplete). A session is checked once per
+// instance and incarnation (one metadata read). Other metadata errors are transient.
+func (s *queryService) checkComplete(ctx context.Context, sh *store.Session, token string, proj Projection) error {
+	key := token
+	if proj.Log != nil {
+		key += "/" + proj.Log.Incarnation
+	}
+	s.completeMu.Lock()
+	_, ok := s.completeSeen[key]
+	s.completeMu.Unlock()
+	if ok {
+		return nil
+	}
+	_, err := sh.Info(ctx)
+	s.metrics.storeRequest(reqMetadata, 1)
+	switch {
+	case errors.Is(err, store.ErrSessionIncomplete):
+		return replyErr(client.CodeNotFound, "%s", client.IncompleteText(sh.ID()))
+	case errors.Is(err, store.ErrSessionNotFound):
+		return nil // removed or being removed: checkStored says so
+	case err != nil:
+		return fmt.Errorf("session %q: reading its metadata: %w", sh.ID(), err)
+	}
+	s.completeMu.Lock()
+	if s.completeSeen == nil || len(s.completeSeen) >= maxCompleteSeen {
+		s.completeSeen = map[string]struct{}{}
+	}
+	s.completeSeen[key] = struct{}{}
+	s.completeMu.Unlock()
+	return nil
 }
 
 // checkedErr is the error of checkStored for the projection at key: a session removed or being

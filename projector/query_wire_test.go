@@ -2,12 +2,15 @@ package projector
 
 import (
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/agentlog/agentlog/client"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/internal/testnats"
+	"github.com/agentlog/agentlog/session"
+	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -52,5 +55,45 @@ func TestRemovingSessionIsCode410(t *testing.T) {
 	_, err := queryMessages(ctx(t), e.nc, "hr", -1)
 	if qe := queryErr(t, err, client.CodeRemoving, "hr"); !strings.Contains(qe.Error(), "is being removed") {
 		t.Fatalf("client error %v", qe)
+	}
+}
+
+// TestIncompleteForkChildNotServed: a fork child whose entry is marked incomplete
+// (wire.IncompleteHeader) is folded as its records come, but no endpoint answers for it (a 404
+// "being created") until its log holds the marked count; then it is answered as any session.
+func TestIncompleteForkChildNotServed(t *testing.T) {
+	e := newEnv(t)
+	e.startProjector("p1")
+	evs := toolSession()
+	seed := int64(len(evs))
+	h := session.Header{ID: "ic", CreatedAt: 1785000000000, ParentSession: "src", SeedLength: &seed}
+	if err := e.store.CreateSession(ctx(t), h, store.WithIncomplete(int64(len(evs)))); err != nil {
+		t.Fatal(err)
+	}
+	e.appendRecord("ic", evs[:3])
+	// Folded: its messages state is stored (a condition, not a sleep).
+	tok, _ := wire.Token("ic")
+	for {
+		if _, err := storetest.ProjectionsKV(e.store).Get(ctx(t), wire.ProjectionKey(UnitMessages, tok)); err == nil {
+			break
+		} else if ctx(t).Err() != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	for _, subject := range []string{client.MessagesSubject, client.SurfaceSubject, client.ProjectionSubject, client.SnapshotSubject} {
+		data, _ := json.Marshal(client.QueryRequest{Session: "ic", Unit: "messages"})
+		msg, err := e.nc.RequestWithContext(ctx(t), subject, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, desc := msg.Header.Get(micro.ErrorCodeHeader), msg.Header.Get(micro.ErrorHeader)
+		if code != string(client.CodeNotFound) || desc != client.IncompleteText("ic") {
+			t.Errorf("%s of the incomplete child: code %q %q; want %s %q", subject, code, desc, client.CodeNotFound, client.IncompleteText("ic"))
+		}
+	}
+	e.appendRecord("ic", evs[3:])
+	if _, err := queryMessages(ctx(t), e.nc, "ic", seed-1); err != nil {
+		t.Fatalf("the child once complete: %v", err)
 	}
 }

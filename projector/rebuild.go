@@ -79,7 +79,7 @@ func rebuildOne(ctx context.Context, st *store.Store, defs []*Definition, id str
 	token := sh.Token()
 	d := defs[len(defs)-1]
 	key := wire.ProjectionKey(d.Key, token)
-	h, inc, _, removing, err := sessionMetaState(ctx, st, id)
+	h, inc, _, removing, err := sessionMetaOf(ctx, st, id, true) // an incomplete child is folded too
 	if err != nil {
 		return rebuilt, err
 	}

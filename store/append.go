@@ -32,6 +32,33 @@ type AppendOpt func(*appendOpts) error
 type appendOpts struct {
 	msgID string   // "" when WithMsgID was not given
 	extra []string // WithHeaders: key, value, key, value...
+	hold  int      // HoldRecords: bytes; 0 for none
+	// OnStored: called after each record of a held run but the last
+	onStored func(stored int) error
+}
+
+// OnStored has a held run's Commit (HoldRecords) call fn after each record it stored but the last,
+// with the records stored so far; an error from fn stops the Commit there (returned as is, the
+// records stored so far left): for tests that cut a run part-way, and progress reports.
+func OnStored(fn func(stored int) error) AppendOpt {
+	return func(o *appendOpts) error {
+		o.onStored = fn
+		return nil
+	}
+}
+
+// HoldRecords makes a StreamAppend (BeginAppend) keep its records, up to bytes of bodies in all,
+// and publish them at Commit one after the other, each guarded by the one before, instead of as
+// an atomic batch: the caller makes the run visible as a whole by other means (a fork child's
+// wire.IncompleteHeader). A longer run falls back to the atomic batch. Append ignores it.
+func HoldRecords(bytes int) AppendOpt {
+	return func(o *appendOpts) error {
+		if bytes <= 0 {
+			return fmt.Errorf("hold %d bytes of records: want > 0", bytes)
+		}
+		o.hold = bytes
+		return nil
+	}
 }
 
 // WithHeaders adds headers to the record (to every record of a split append), as key/value pairs:
@@ -396,6 +423,11 @@ type StreamAppend struct {
 	bp       jetstreamext.BatchPublisher
 	line     []byte
 	closed   bool
+
+	holding   bool        // HoldRecords and within its bytes: records kept for Commit, no batch
+	kept      []*nats.Msg // the sealed records kept
+	keptBytes int
+	stored    int // records of the run stored (held runs: published one by one at Commit)
 }
 
 // streamAppendAckEvery is how many batch records StreamAppend sends between flow-control acks:
@@ -428,7 +460,7 @@ func (ss *Session) BeginAppend(expectedLastStreamSeq uint64, opts ...AppendOpt) 
 	worst.Set(jetstreamext.BatchCommitHeader, "1")
 	o.setExtra(worst)
 	a := &StreamAppend{s: s, id: id, tok: tok, subject: subject, expected: expectedLastStreamSeq, msgID: o.msgID, opts: o,
-		budget: limit - wire.HeaderWireSize(worst), next: -1}
+		budget: limit - wire.HeaderWireSize(worst), next: -1, holding: o.hold > 0}
 	if expectedLastStreamSeq == 0 {
 		a.next = 0
 	}
@@ -525,12 +557,53 @@ func (a *StreamAppend) seal(ctx context.Context) error {
 	if a.parts == 1 {
 		h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(a.expected, 10))
 	}
+	m := &nats.Msg{Subject: a.subject, Header: h, Data: a.cur}
+	if a.holding {
+		if a.keptBytes+len(m.Data) <= a.opts.hold {
+			a.kept, a.keptBytes = append(a.kept, m), a.keptBytes+len(m.Data)
+			// The next record is about as long: its buffer at the budget, not grown by appends.
+			a.cur, a.curCount = make([]byte, 0, min(a.budget, a.opts.hold-a.keptBytes+a.budget)), 0
+			return nil
+		}
+		// Longer than the hold: the kept records go into the atomic batch, the last one held.
+		a.holding = false
+		kept := a.kept
+		a.kept, a.keptBytes = nil, 0
+		for _, r := range kept {
+			if a.held != nil {
+				if err := a.send(ctx, a.held); err != nil {
+					return err
+				}
+			}
+			a.held = r
+		}
+		if a.held != nil {
+			if err := a.send(ctx, a.held); err != nil {
+				return err
+			}
+		}
+	}
 	// The filled buffer becomes the held record's; the next record fills the buffer of the
 	// record sent last (nats.go copies a message's data before Publish returns).
-	a.held = &nats.Msg{Subject: a.subject, Header: h, Data: a.cur}
+	a.held = m
 	a.cur, a.spare, a.curCount = a.spare[:0], nil, 0
 	return nil
 }
+
+// Pending reports, before Commit, how many records the run has sealed or is filling (records)
+// and whether they go as an atomic batch (batched); a run of HoldRecords within its bytes is not
+// batched, and one record is atomic by itself.
+func (a *StreamAppend) Pending() (records int, batched bool) {
+	records = a.parts
+	if a.curCount > 0 {
+		records++
+	}
+	return records, !a.holding
+}
+
+// Stored is the number of records of the run stored so far: after a failed Commit of a held run
+// (HoldRecords), the records stored before the failure (they stay).
+func (a *StreamAppend) Stored() int { return a.stored }
 
 // send adds m to the atomic batch (started by the first record sent), with its part msg id.
 func (a *StreamAppend) send(ctx context.Context, m *nats.Msg) error {
@@ -564,7 +637,7 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 	if a.closed {
 		return AppendResult{}, fmt.Errorf("append to session %q: the stream append is closed", a.id)
 	}
-	if a.curCount == 0 && a.held == nil {
+	if a.curCount == 0 && a.held == nil && len(a.kept) == 0 {
 		a.Discard()
 		return AppendResult{}, wire.RecordError(a.id, -1, 0, session.RuleRecordEmpty, "no events to encode")
 	}
@@ -573,6 +646,9 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 			return AppendResult{}, err
 		}
 	}
+	if a.holding {
+		return a.commitKept(ctx)
+	}
 	last := a.held
 	a.held = nil
 	if a.msgID != "" {
@@ -580,11 +656,16 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 	}
 	a.closed = true
 	if a.bp == nil {
-		return a.s.publishRetrying(ctx, a.id, a.subject, a.expected, a.msgID, last)
+		res, err := a.s.publishRetrying(ctx, a.id, a.subject, a.expected, a.msgID, last)
+		if err == nil {
+			a.stored = 1
+		}
+		return res, err
 	}
 	sent := time.Now()
 	ack, err := a.bp.CommitMsg(ctx, last)
 	if err == nil {
+		a.stored = a.parts
 		return AppendResult{StreamSeq: ack.Sequence}, nil
 	}
 	res, err := a.s.appendErr(ctx, a.id, a.subject, a.expected, a.msgID, err)
@@ -592,6 +673,41 @@ func (a *StreamAppend) Commit(ctx context.Context) (AppendResult, error) {
 		return res, err
 	}
 	return a.s.awaitCommit(ctx, a.id, a.subject, a.msgID, sent, err)
+}
+
+// commitKept publishes the kept records of a held run (HoldRecords) in order, each guarded by the
+// stream seq of the one before (the first by the run's expected seq), with part msg ids as a batch
+// has them (the last carries the run's msg id). A failure leaves the records stored before it
+// (Stored).
+func (a *StreamAppend) commitKept(ctx context.Context) (AppendResult, error) {
+	a.closed = true
+	kept := a.kept
+	a.kept = nil
+	expected := a.expected
+	var res AppendResult
+	for k, m := range kept {
+		m.Header.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+		msgID := a.msgID
+		if msgID != "" && k < len(kept)-1 {
+			msgID = partMsgID(a.msgID, k+1)
+		}
+		if msgID != "" {
+			m.Header.Set(natsjs.MsgIDHeader, msgID)
+		}
+		r, err := a.s.publishRetrying(ctx, a.id, a.subject, expected, msgID, m)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		a.stored++
+		res.StreamSeq, res.Duplicate = r.StreamSeq, res.Duplicate || r.Duplicate
+		expected = r.StreamSeq
+		if fn := a.opts.onStored; fn != nil && k < len(kept)-1 {
+			if err := fn(a.stored); err != nil {
+				return AppendResult{}, err
+			}
+		}
+	}
+	return res, nil
 }
 
 // publishRetrying publishes one guarded record; with a msg id, a publish without an answer is
@@ -663,5 +779,5 @@ func (a *StreamAppend) Discard() {
 	if a.bp != nil && !a.bp.IsClosed() {
 		_ = a.bp.Discard()
 	}
-	a.closed, a.held, a.cur = true, nil, nil
+	a.closed, a.held, a.cur, a.kept = true, nil, nil, nil
 }

@@ -120,3 +120,82 @@ func TestEventWorstHeaderBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamAppendHeld: with HoldRecords, a run of several records within the hold is published
+// record by record (not batched), each guarded by the one before, the last carrying the msg id; a
+// run longer than the hold falls back to the atomic batch; OnStored cuts a held run part-way and
+// leaves the records stored before the cut.
+func TestStreamAppendHeld(t *testing.T) {
+	s := testStore(t, Config{MaxMsgSize: 4096})
+	long := make([]session.Event, 200)
+	for i := range long {
+		long[i] = ev(int64(i), strings.Repeat("x", 100))
+	}
+	read := func(id string) ([]session.Event, int, uint64) {
+		t.Helper()
+		var got []session.Event
+		records := 0
+		last, err := sessionOf(s, id).Records(testCtx(t), func(r Record) error {
+			records++
+			got = append(got, r.Events...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, records, last
+	}
+	for _, c := range []struct {
+		id      string
+		hold    int
+		batched bool
+	}{{"held", 1 << 20, false}, {"overflow", 5000, true}} {
+		a, err := sessionOf(s, c.id).BeginAppend(0, WithMsgID("m-"+c.id), HoldRecords(c.hold))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range long {
+			if err := a.Add(testCtx(t), &long[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		records, batched := a.Pending()
+		if records < 3 || batched != c.batched {
+			t.Fatalf("%s: pending %d records, batched %v; want several, batched %v", c.id, records, batched, c.batched)
+		}
+		res, err := a.Commit(testCtx(t))
+		if err != nil {
+			t.Fatalf("%s: Commit: %v", c.id, err)
+		}
+		got, n, last := read(c.id)
+		if len(got) != len(long) || n != records || last != res.StreamSeq || a.Stored() != records {
+			t.Fatalf("%s: %d events in %d records (last %d), stored %d; want %d in %d (last %d)", c.id, len(got), n, last, a.Stored(), len(long), records, res.StreamSeq)
+		}
+		tail, err := sessionOf(s, c.id).TailFromLeader(testCtx(t))
+		if err != nil || tail.LastMsgID != "m-"+c.id {
+			t.Fatalf("%s: tail %+v, %v; want the msg id on the last record", c.id, tail, err)
+		}
+	}
+
+	cut := errors.New("cut")
+	a, err := sessionOf(s, "cut").BeginAppend(0, HoldRecords(1<<20), OnStored(func(n int) error {
+		if n == 2 {
+			return cut
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range long {
+		if err := a.Add(testCtx(t), &long[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Commit(testCtx(t)); !errors.Is(err, cut) || a.Stored() != 2 {
+		t.Fatalf("cut Commit: %v, stored %d; want the cut after 2", err, a.Stored())
+	}
+	if _, n, _ := read("cut"); n != 2 {
+		t.Fatalf("cut run left %d records, want 2", n)
+	}
+}

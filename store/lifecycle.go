@@ -356,7 +356,7 @@ func (s *Store) SessionEntries(ctx context.Context, toks []string) (map[string]S
 		return nil, err
 	}
 	for _, m := range msgs {
-		if kvDeleted(m.Header) || m.Header.Get(wire.DeletingHeader) != "" {
+		if kvDeleted(m.Header) || m.Header.Get(wire.DeletingHeader) != "" || m.Header.Get(wire.IncompleteHeader) != "" {
 			continue
 		}
 		tok := strings.TrimPrefix(m.Subject, prefix)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -22,7 +23,23 @@ var ErrSessionNotFound = errors.New("session not found")
 // CreateOpt is an option of Store.CreateSession.
 type CreateOpt func(*createOpts) error
 
-type createOpts struct{ incarnation string }
+type createOpts struct {
+	incarnation string
+	completeAt  int64 // WithIncomplete: 0 for none
+}
+
+// WithIncomplete marks the new session's entry with wire.IncompleteHeader: it is read as not found
+// (ErrSessionIncomplete) until its log holds n events (seqs 0..n-1). For a fork child whose seed
+// is written as several records outside an atomic batch. n must be > 0.
+func WithIncomplete(n int64) CreateOpt {
+	return func(o *createOpts) error {
+		if n <= 0 {
+			return fmt.Errorf("incomplete until %d events: want > 0", n)
+		}
+		o.completeAt = n
+		return nil
+	}
+}
 
 // WithIncarnation gives the new session the incarnation inc (see wire.CheckIncarnation) instead of a
 // fresh wire.NewIncarnation.
@@ -75,6 +92,9 @@ func (s *Store) CreateSession(ctx context.Context, h session.Header, opts ...Cre
 	expect := uint64(0)
 	for try := 0; ; try++ {
 		m := &nats.Msg{Subject: KVPutSubject(s.js, wire.SessionsBucket, tok), Header: nats.Header{wire.IncarnationHeader: []string{o.incarnation}}, Data: val}
+		if o.completeAt > 0 {
+			m.Header.Set(wire.IncompleteHeader, strconv.FormatInt(o.completeAt, 10))
+		}
 		_, err = s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(expect))
 		if err == nil || try > 0 || !IsWrongLastSequence(err) {
 			break
@@ -109,15 +129,109 @@ type SessionInfo struct {
 	Header      session.Header
 	Incarnation string
 	Revision    uint64
+	// CompleteAt is the value of the entry's wire.IncompleteHeader (the events its log must hold
+	// to be complete), 0 for an entry without the mark. Only InfoAny returns an entry whose log
+	// is still short of it.
+	CompleteAt int64
 }
 
 // Info reads the session's metadata from the leader of agentlog_sessions.
 //
 // A missing (or deleted, or being removed: wire.DeletingHeader) key is a wrapped ErrSessionNotFound
+// naming the id; one being removed wraps ErrSessionDeleted too. A fork child still being written
+// (wire.IncompleteHeader, and its log, read from the stream leader, short of the marked count) is
+// a wrapped ErrSessionNotFound and ErrSessionIncomplete. The header's Raw is set to the stored
+// value. A stored value that does not decode, or names another id, is an error naming the session
+// and the key.
+func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
+	info, err := ss.InfoAny(ctx)
+	if err != nil || info.CompleteAt == 0 {
+		return info, err
+	}
+	done, err := ss.complete(ctx, info.CompleteAt)
+	if err != nil {
+		return SessionInfo{}, fmt.Errorf("read session %q: is its fork complete: %w", ss.id, err)
+	}
+	if !done {
+		return SessionInfo{}, incompleteErr(ss.id, info.CompleteAt)
+	}
+	return info, nil
+}
+
+// complete reports whether the session's log, read from the stream leader, holds n events.
+func (ss *Session) complete(ctx context.Context, n int64) (bool, error) {
+	tail, err := ss.TailFromLeader(ctx)
+	if err != nil {
+		return false, err
+	}
+	return tail.NextSeq >= n, nil
+}
+
+// incompleteErr is the not-found of a fork child whose log does not hold its n events yet.
+func incompleteErr(id string, n int64) error {
+	return fmt.Errorf("read session %q: %w: %w (a fork is writing its seed: its log does not hold its %d events yet)", id, ErrSessionNotFound, ErrSessionIncomplete, n)
+}
+
+// ErrSessionIncomplete is returned (wrapped, with ErrSessionNotFound) by Info for a fork child whose
+// seed is still being written (wire.IncompleteHeader): no reader serves it.
+var ErrSessionIncomplete = errors.New("session being created")
+
+// MarkComplete rewrites the session's entry, at revision rev (SessionInfo.Revision), without
+// wire.IncompleteHeader, keeping its value and incarnation: the fork that wrote the child's last
+// record clears the mark. An entry written since is left (a JetStream wrong-last-sequence error).
+func (ss *Session) MarkComplete(ctx context.Context, info SessionInfo) error {
+	return ss.rewriteClaim(ctx, info, 0)
+}
+
+// Reclaim rewrites the session's entry at revision info.Revision with header h (the same id),
+// its incarnation kept and marked wire.IncompleteHeader n (n > 0): a fork resuming an incomplete
+// child it found abandoned. It returns the new revision.
+func (ss *Session) Reclaim(ctx context.Context, info SessionInfo, h session.Header, n int64) (uint64, error) {
+	if n <= 0 || h.ID != ss.id {
+		return 0, fmt.Errorf("reclaim session %q: header of %q, %d events: want its id and a count > 0", ss.id, h.ID, n)
+	}
+	val, err := headerValue(h)
+	if err != nil {
+		return 0, fmt.Errorf("session %q: encode header: %w", ss.id, err)
+	}
+	return ss.putClaim(ctx, info, val, n)
+}
+
+func (ss *Session) rewriteClaim(ctx context.Context, info SessionInfo, n int64) error {
+	_, err := ss.putClaim(ctx, info, info.Header.Raw, n)
+	return err
+}
+
+// putClaim writes value as the session's entry guarded by info.Revision, with info's incarnation
+// and, when n > 0, wire.IncompleteHeader n.
+func (ss *Session) putClaim(ctx context.Context, info SessionInfo, value []byte, n int64) (uint64, error) {
+	s := ss.s
+	if s.js == nil {
+		return 0, ss.noStore()
+	}
+	h := nats.Header{}
+	if info.Incarnation != "" {
+		h.Set(wire.IncarnationHeader, info.Incarnation)
+	}
+	if n > 0 {
+		h.Set(wire.IncompleteHeader, strconv.FormatInt(n, 10))
+	}
+	m := &nats.Msg{Subject: KVPutSubject(s.js, wire.SessionsBucket, ss.tok), Header: h, Data: value}
+	ack, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(info.Revision))
+	if err != nil {
+		return 0, fmt.Errorf("rewrite the metadata of session %q (key %s in KV bucket %s, revision %d): %w", ss.id, ss.tok, wire.SessionsBucket, info.Revision, err)
+	}
+	return ack.Sequence, nil
+}
+
+// InfoAny is Info that also returns the metadata of an incomplete fork child (CompleteAt > 0,
+// whatever its log holds): for the forker that resumes it and the projector that folds it.
+//
+// A missing (or deleted, or being removed: wire.DeletingHeader) key is a wrapped ErrSessionNotFound
 // naming the id; one being removed wraps ErrSessionDeleted too. The header's Raw is set
 // to the stored value. A stored value that does not decode, or names another id, is an error naming
 // the session and the key.
-func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
+func (ss *Session) InfoAny(ctx context.Context) (SessionInfo, error) {
 	s, id, tok := ss.s, ss.id, ss.tok
 	if s.js == nil {
 		return SessionInfo{}, ss.noStore()
@@ -145,7 +259,15 @@ func (ss *Session) Info(ctx context.Context) (SessionInfo, error) {
 	if h.Raw == nil {
 		h.Raw = append(json.RawMessage(nil), e.Data...)
 	}
-	return SessionInfo{Header: h, Incarnation: e.Header.Get(wire.IncarnationHeader), Revision: e.Sequence}, nil
+	info := SessionInfo{Header: h, Incarnation: e.Header.Get(wire.IncarnationHeader), Revision: e.Sequence}
+	if v := e.Header.Get(wire.IncompleteHeader); v != "" {
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n <= 0 {
+			return SessionInfo{}, fmt.Errorf("session %q: the entry at key %s in KV bucket %s has %s %q: want a decimal count > 0", id, tok, wire.SessionsBucket, wire.IncompleteHeader, v)
+		}
+		info.CompleteAt = n
+	}
+	return info, nil
 }
 
 // headerValue renders h as its dsh JSONL header line (without the newline), the KV value of a session.

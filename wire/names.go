@@ -71,6 +71,13 @@ const (
 	// DeletingHeader marks the entry while the session is being removed (value: Unix ms). A marked
 	// entry is read as not found, and its id cannot be created again.
 	DeletingHeader = "Agentlog-Deleting"
+	// IncompleteHeader marks the entry of a fork child whose seed is being written as several
+	// records that are not one atomic batch (value: the decimal number of events, N, the child's
+	// log holds once the fork's last record is stored: its seed, end-seed and then-events). The
+	// child is complete, and read as any session, once its log holds seq N-1; before that it is
+	// read as not found (docs/PROTOCOL.md, "Incomplete fork children"). An entry without it is
+	// complete.
+	IncompleteHeader = "Agentlog-Incomplete"
 )
 
 // MaxIncarnationBytes is the longest incarnation: 1..32 bytes of [A-Za-z0-9_-].

@@ -140,6 +140,8 @@ func planRemove(ctx context.Context, c *client.Client, id string) (rmPlan, error
 		return p, nil
 	case errors.Is(err, client.ErrRemoving):
 		p.State = "being removed"
+	case client.BeingCreated(err):
+		p.State = "being created (an incomplete fork)"
 	case errors.Is(err, client.ErrNotFound):
 		p.State = "records without metadata"
 	default:

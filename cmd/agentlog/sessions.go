@@ -80,8 +80,8 @@ func eventsHeader(ctx context.Context, c *client.Client, id string) (*session.He
 	switch {
 	case err == nil:
 		return &h, nil
-	case errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrRemoving):
-		return nil, nil
+	case errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrRemoving) && !client.BeingCreated(err):
+		return nil, nil // a log without metadata is printed all the same (not an incomplete fork's)
 	}
 	return nil, err
 }

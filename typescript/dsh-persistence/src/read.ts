@@ -8,7 +8,7 @@ import { isStreamNotFound } from './errors.js'
 import { resolveBlobs } from './blobs.js'
 import type { MetaEntry, Store, Tail } from './store.js'
 import {
-  AgentlogWireError, HEADER_MSG_ID, decodeRecord, idFromToken, parseHeaderLine, type WireEvent, type WireHeader,
+  AgentlogWireError, HEADER_COUNT, HEADER_FIRST_SEQ, HEADER_MSG_ID, decodeRecord, idFromToken, parseHeaderLine, type WireEvent, type WireHeader,
 } from './wire.js'
 
 /** How many KV reads `listStored` runs at once. */
@@ -44,6 +44,12 @@ export async function readHead(s: Store, id: string, tok: string, signal?: Abort
   signal?.throwIfAborted()
   if (entry === null) {
     throw new Error(`agentlog: session ${JSON.stringify(id)} has records on ${subject} but no metadata (key ${tok} in KV bucket ${s.names.sessionsBucket})`)
+  }
+  if (entry.completeAt > 0) {
+    // A fork child whose seed is still being written (Agentlog-Incomplete): not materialized
+    // until its log holds the marked count of events.
+    const end = Number(last.header.get(HEADER_FIRST_SEQ)) + Number(last.header.get(HEADER_COUNT))
+    if (!(end >= entry.completeAt)) return undefined
   }
   return { last, entry, meta: parseHeaderLine(id, entry.value) }
 }
@@ -205,7 +211,7 @@ export async function listStored(s: Store, signal?: AbortSignal): Promise<Stored
       let id: string
       try { id = idFromToken(tok) } catch { continue }
       const entry = await s.readMeta(tok)
-      if (entry === null) continue
+      if (entry === null || entry.completeAt > 0) continue // none, or a fork child being written
       let header: WireHeader
       try { header = parseHeaderLine(id, entry.value) } catch { continue } // as the JSONL backend skips a bad header line
       out.push(archiveId === undefined ? { header, records } : { header, records, archiveId })

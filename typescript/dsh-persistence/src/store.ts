@@ -14,7 +14,7 @@ import { connectOptions, type Config, type NamesConfig, type Settings } from './
 import { isNoMessageFound } from './errors.js'
 import { provision } from './provision.js'
 import {
-  HEADER_INCARNATION, HEADER_MSG_ID, META_FORMAT, META_PARTITIONS, STORE_FORMAT, decodeRecord, partition,
+  HEADER_INCARNATION, HEADER_INCOMPLETE, HEADER_MSG_ID, META_FORMAT, META_PARTITIONS, STORE_FORMAT, decodeRecord, partition,
 } from './wire.js'
 
 /**
@@ -60,7 +60,8 @@ export class ConnState {
 }
 
 /** A session's metadata entry in agentlog_sessions: the header line and the incarnation. */
-export interface MetaEntry { value: string; incarnation: string; seq: number }
+/** `completeAt`: the Agentlog-Incomplete mark of a fork child being written (0: none; PROTOCOL.md). */
+export interface MetaEntry { value: string; incarnation: string; seq: number; completeAt: number }
 
 /** The data fields of T (no methods). */
 type Fields<T> = { [K in keyof T as T[K] extends (...args: never[]) => unknown ? never : K]: T[K] }
@@ -241,6 +242,7 @@ export class Store {
     if (m === null) return null
     const op = m.header?.get('KV-Operation') ?? ''
     if (op === 'DEL' || op === 'PURGE' || (m.header?.get('Nats-Marker-Reason') ?? '') !== '') return null
-    return { value: m.string(), incarnation: m.header?.get(HEADER_INCARNATION) ?? '', seq: m.seq }
+    const mark = Number(m.header?.get(HEADER_INCOMPLETE) ?? '')
+    return { value: m.string(), incarnation: m.header?.get(HEADER_INCARNATION) ?? '', seq: m.seq, completeAt: Number.isSafeInteger(mark) && mark > 0 ? mark : 0 }
   }
 }

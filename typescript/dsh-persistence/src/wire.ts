@@ -21,6 +21,8 @@ export const HEADER_MSG_ID = 'Nats-Msg-Id'
 export const HEADER_EXPECTED_LAST_SUBJECT_SEQ = 'Nats-Expected-Last-Subject-Sequence'
 /** Header of a session's agentlog_sessions entry: its incarnation (a random id given at create). */
 export const HEADER_INCARNATION = 'Agentlog-Incarnation'
+/** Header of a fork child's entry while its seed is written: the events its log must hold (PROTOCOL.md). */
+export const HEADER_INCOMPLETE = 'Agentlog-Incomplete'
 
 /** Names provisioned by `agentlog provision` / `agentlog dev` (PROTOCOL.md §2). */
 export const STREAM_NAME = 'AGENTLOG'
