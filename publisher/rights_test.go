@@ -2,11 +2,7 @@ package publisher
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,65 +10,17 @@ import (
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
-
-// violations records the permission violations a server logs.
-type violations struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *violations) Errorf(format string, v ...any) {
-	if m := fmt.Sprintf(format, v...); strings.Contains(m, "Violation") {
-		l.mu.Lock()
-		l.lines = append(l.lines, m)
-		l.mu.Unlock()
-	}
-}
-func (l *violations) Noticef(string, ...any) {}
-func (l *violations) Warnf(string, ...any)   {}
-func (l *violations) Fatalf(string, ...any)  {}
-func (l *violations) Debugf(string, ...any)  {}
-func (l *violations) Tracef(string, ...any)  {}
-
-func (l *violations) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
 
 // TestRemoveRacingFirstRecordAsAgent: TestRemoveRacingFirstRecord with the deployment's agent role
 // (deploy/multi-tenant: no purge right). The record cannot be purged again: the session is left
 // marked removed (no read serves the record), the error says so, and the operator's rm clears it.
 func TestRemoveRacingFirstRecordAsAgent(t *testing.T) {
-	p, err := multitenant.RolePermissions(multitenant.Agent, wire.DefaultPartitions)
+	srv, log, err := multitenant.RoleServer(t.TempDir(), wire.DefaultPartitions, multitenant.Agent, multitenant.Operator)
 	if err != nil {
 		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\naccounts {\n  T {\n    jetstream: enabled\n    users: [\n      { user: agent, password: pw, permissions: %s }\n      { user: operator, password: pw }\n    ]\n  }\n}\n",
-		filepath.Join(dir, "data"), p.ServerConf("      "))
-	cf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(cf)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, conf)
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &violations{}
-	srv.SetLogger(log, false, false)
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	dial := func(user string) (*nats.Conn, njs.JetStream) {
@@ -126,7 +74,7 @@ func TestRemoveRacingFirstRecordAsAgent(t *testing.T) {
 	if recs := e.records(t, "rm-race"); len(recs) != 1 {
 		t.Fatalf("%d records, want the one left", len(recs))
 	}
-	if v := log.all(); len(v) != 1 || !strings.Contains(v[0], "STREAM.PURGE.AGENTLOG") {
+	if v := log.Since(0); len(v) != 1 || !strings.Contains(v[0], "STREAM.PURGE.AGENTLOG") {
 		t.Fatalf("violations: %q, want the purge probe's", v)
 	}
 	if rm, err := storetest.Session(opStore, "rm-race").Remove(ctx); err != nil || rm.Records != 1 || !rm.Metadata {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,70 +16,17 @@ import (
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// violationLog records the permission violations a server logs.
-type violationLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *violationLog) Errorf(format string, v ...any) {
-	if m := fmt.Sprintf(format, v...); strings.Contains(m, "Violation") {
-		l.mu.Lock()
-		l.lines = append(l.lines, m)
-		l.mu.Unlock()
-	}
-}
-func (l *violationLog) Noticef(string, ...any) {}
-func (l *violationLog) Warnf(string, ...any)   {}
-func (l *violationLog) Fatalf(string, ...any)  {}
-func (l *violationLog) Debugf(string, ...any)  {}
-func (l *violationLog) Tracef(string, ...any)  {}
-
-// since returns the violations logged after the first n.
-func (l *violationLog) since(n int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines[n:]...)
-}
-
-// roleServer runs an embedded nats-server with one account T whose users agent, projector and
-// operator (password pw) have RolePermissions, and returns its URL and its log of violations.
-func roleServer(t *testing.T) (string, *violationLog) {
+// roleServer runs RoleServer with the users agent, projector and operator, and returns its URL
+// and its log of violations.
+func roleServer(t *testing.T) (string, *ViolationLog) {
 	t.Helper()
-	dir := t.TempDir()
-	var users []string
-	for _, r := range []Role{Agent, Projector, Operator} {
-		p, err := RolePermissions(r, wire.DefaultPartitions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		users = append(users, fmt.Sprintf("      { user: %q, password: pw, permissions: %s }", r, p.conf("      ")))
-	}
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\naccounts {\n  T {\n    jetstream: enabled\n    users: [\n%s\n    ]\n  }\n}\n",
-		filepath.Join(dir, "data"), strings.Join(users, "\n"))
-	cf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(cf)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, conf)
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
+	srv, log, err := RoleServer(t.TempDir(), wire.DefaultPartitions, Agent, Projector, Operator)
 	if err != nil {
 		t.Fatal(err)
-	}
-	log := &violationLog{}
-	srv.SetLogger(log, false, false)
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return srv.ClientURL(), log
@@ -164,7 +109,7 @@ func TestAgentBlobs(t *testing.T) {
 	if err := write(ctx, t, pub, "victim", victim); err != nil {
 		t.Fatal(err)
 	}
-	if v := viols.since(0); len(v) > 0 {
+	if v := viols.Since(0); len(v) > 0 {
 		t.Fatalf("violations writing a blob: %v", v)
 	}
 	readBack := func(who, id string, want []session.Event) {
@@ -183,7 +128,7 @@ func TestAgentBlobs(t *testing.T) {
 	ref := refs[0]
 	refused := func(what, subject string, n int) {
 		t.Helper()
-		if v := viols.since(n); len(v) != 1 || !strings.Contains(v[0], subject) {
+		if v := viols.Since(n); len(v) != 1 || !strings.Contains(v[0], subject) {
 			t.Fatalf("%s: violations %v, want one for %s", what, v, subject)
 		}
 	}
@@ -203,7 +148,7 @@ func TestAgentBlobs(t *testing.T) {
 	}
 	readBack("after the agent's overwrites and append", "victim", victim)
 	// 2. Delete or purge a chunk, or the whole stream: refused by permission.
-	n := len(viols.since(0))
+	n := len(viols.Since(0))
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 	blobs, err := agentJS.Stream(dctx, wire.BlobStream)
 	if err != nil {
@@ -215,7 +160,7 @@ func TestAgentBlobs(t *testing.T) {
 		t.Fatal("the agent purged AGENTLOG_BLOBS")
 	}
 	refused("the agent's purge", "STREAM.PURGE."+wire.BlobStream, n)
-	n = len(viols.since(0))
+	n = len(viols.Since(0))
 	dctx, dcancel = context.WithTimeout(ctx, 2*time.Second)
 	err = blobs.DeleteMsg(dctx, 1)
 	dcancel()
@@ -236,32 +181,32 @@ func TestAgentBlobs(t *testing.T) {
 	// 4. A legacy blob (format 2, Object Store object, written the old way by the operator): the
 	// agent reads it by direct gets, and cannot put the delete marker on it (it could, on the old
 	// roles: the victim then failed with record-blob).
-	n = len(viols.since(0))
+	n = len(viols.Since(0))
 	old := legacyVictim(ctx, t, opJS, opStore, "old-victim", 300_000)
 	readBack("the legacy blob", "old-victim", old)
-	if v := viols.since(n); len(v) > 0 {
+	if v := viols.Since(n); len(v) > 0 {
 		t.Fatalf("violations reading a legacy blob: %v", v)
 	}
-	n = len(viols.since(0))
+	n = len(viols.Since(0))
 	oldTok, _ := wire.Token("old-victim")
 	marker := &nats.Msg{Subject: "$O." + wire.BlobsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(oldTok+"/0/NUIDOLD")), Header: nats.Header{}, Data: []byte(`{"name":"` + oldTok + `/0/NUIDOLD","bucket":"agentlog_blobs","deleted":true}`)}
 	marker.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
 	_ = agentNC.PublishMsg(marker)
 	_ = agentNC.Flush()
-	eventually(t, "the delete marker's violation", func() bool { return len(viols.since(n)) > 0 })
+	eventually(t, "the delete marker's violation", func() bool { return len(viols.Since(n)) > 0 })
 	refused("the agent's Object Store delete marker", "$O."+wire.BlobsBucket+".M.", n)
 	readBack("after the agent's delete marker", "old-victim", old)
 
 	// 5. Round trips: the TypeScript backend (as the agent) writes a 3 MiB event Go reads, and reads
 	// the Go writer's.
-	n = len(viols.since(0))
+	n = len(viols.Since(0))
 	if typescriptCheck(t, url, "TS_WRITE=ts-large") {
 		got, _, err := storetest.ReadAll(ctx, storetest.Session(st, "ts-large"))
 		if err != nil || len(got) != 2 || !strings.Contains(string(got[1].Data), strings.Repeat("y", 3<<20)) {
 			t.Fatalf("Go reading the TypeScript backend's large event: %d events, %v", len(got), err)
 		}
 	}
-	if v := viols.since(n); len(v) > 0 {
+	if v := viols.Since(n); len(v) > 0 {
 		t.Fatalf("the TypeScript backend's blob write and read were refused a request: %v", v)
 	}
 
@@ -287,7 +232,7 @@ func TestAgentBlobs(t *testing.T) {
 		t.Fatalf("the agent's upload into a full stream: %v; want the session, the seq and the server's reason", err)
 	}
 	typescriptCheck(t, url, "TS_SESSION=ts-full", "TS_READ=victim")
-	if v := viols.since(n); len(v) > 0 {
+	if v := viols.Since(n); len(v) > 0 {
 		t.Fatalf("the failed uploads were refused a request: %v", v)
 	}
 	setMax(0)
@@ -299,14 +244,14 @@ func TestAgentBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stream := range []string{wire.BlobStream, "OBJ_" + wire.BlobsBucket} {
-		n = len(viols.since(0))
+		n = len(viols.Since(0))
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := projJS.Conn().RequestWithContext(pctx, "$JS.API.STREAM.PURGE."+stream, []byte(`{"filter":"`+wire.BlobPrefix+`.>"}`))
 		pcancel()
 		_ = err // no reply: the request is dropped
 		refused("the projector's purge of "+stream, "STREAM.PURGE."+stream, n)
 	}
-	n = len(viols.since(0))
+	n = len(viols.Since(0))
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	if _, err := pstore.CollectBlobs(pctx, 0); err == nil {
 		t.Fatal("the projector's CollectBlobs ran")
