@@ -198,7 +198,23 @@ func refold(ctx context.Context, st *store.Store, defs []*Definition, ss *sessSt
 	}
 	fresh.dirty = true
 	if inc == ss.incarnation {
-		fresh.lost = mergeLoss(ss.lost, lossOf(ss, fresh, cause, desc))
+		loss := lossOf(ss, fresh, cause, desc)
+		if loss != nil && cause == causeIdentity && fresh.folded() >= ss.folded() {
+			// A log restored from its archive holds the folded events again, in records written
+			// after the last one folded (a restore's Nats-Msg-Id): nothing was lost.
+			sh, err := st.Session(ss.id)
+			if err != nil {
+				return nil, err
+			}
+			first, restored, err := sh.Restored(ctx)
+			if err != nil {
+				return nil, &transientError{fmt.Errorf("session %q: %w", ss.id, err)}
+			}
+			if restored && first > ss.streamSeq {
+				loss = nil
+			}
+		}
+		fresh.lost = mergeLoss(ss.lost, loss)
 	}
 	return fresh, nil
 }
