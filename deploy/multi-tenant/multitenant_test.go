@@ -384,6 +384,7 @@ func TestMultiTenant(t *testing.T) {
 		// The web inspector, as A's viewer: the list, a session page, and their live streams (a
 		// follow of the session and the sessions list's wake-ups).
 		inspectAsViewer(t, d, a)
+		viewerAccount(t, d, a)
 
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
@@ -439,6 +440,56 @@ func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("inspector %s as the viewer: %s", path, resp.Status)
 		}
+	}
+}
+
+// viewerAccount: tenant's viewer is in an account of its own, without JetStream (nothing there can
+// store a reply), whose imports all come from tenant (besides the system account's own).
+func viewerAccount(t *testing.T, d *deployment, tenant string) {
+	id := d.Identity(tenant, multitenant.Viewer)
+	if id.Account == tenant || id.Domain == "" {
+		t.Fatalf("the viewer of %s is in account %q, domain %q: want an account of its own", tenant, id.Account, id.Domain)
+	}
+	resp, err := http.Get(d.HTTPURL + "/accountz?acc=" + id.Account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var az struct {
+		Detail *struct {
+			JetStream bool `json:"jetstream_enabled"`
+			Imports   []struct {
+				Account string `json:"account"`
+				Subject string `json:"subject"`
+			} `json:"imports"`
+		} `json:"account_detail"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&az); err != nil || az.Detail == nil {
+		t.Fatalf("accountz of %s: %v %+v", id.Account, err, az)
+	}
+	if az.Detail.JetStream {
+		t.Fatalf("the viewer's account %s has JetStream", id.Account)
+	}
+	n := 0
+	for _, im := range az.Detail.Imports {
+		switch im.Account {
+		case tenant:
+			n++
+		case "SYS", "$G":
+		default:
+			t.Fatalf("the viewer's account %s imports %s from %s", id.Account, im.Subject, im.Account)
+		}
+	}
+	// One import per entry of its permissions but its own inbox.
+	p, _ := multitenant.RolePermissions(multitenant.Viewer, d.Partitions)
+	want := map[string]bool{}
+	for _, e := range append(p.Publish, p.Subscribe...) {
+		if e.Subject != "_INBOX.>" {
+			want[e.Subject] = true
+		}
+	}
+	if n != len(want) {
+		t.Fatalf("the viewer's account %s imports %d subjects from %s, want %d: %+v", id.Account, n, tenant, len(want), az.Detail.Imports)
 	}
 }
 
