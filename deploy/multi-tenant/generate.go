@@ -89,7 +89,8 @@ var tenantName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,31}$`)
 // identity's certificates (tls/), each tenant's identities (tenants/<t>/: nkey seeds, a password
 // file, certificates, and <role>.env with the AGENTLOG_NATS_* variables), the system account's
 // user, and nats.conf: one account per tenant with JetStream limits and the role permissions of
-// RolePermissions, TLS with client verification. Secrets are written mode 0600.
+// RolePermissions, and per tenant a viewer account (ViewerAccount) that imports the viewer's
+// entries from it, TLS with client verification. Secrets are written mode 0600.
 func Generate(o Options) (*Deployment, error) {
 	if o.Dir == "" || len(o.Tenants) == 0 {
 		return nil, errors.New("multitenant: Dir and Tenants are required")
@@ -267,7 +268,7 @@ func ShellQuote(s string) string {
 
 func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# agentlog multi-tenant deployment, written by deploy/multi-tenant/gen. One account per tenant.\n")
+	fmt.Fprintf(&b, "# agentlog multi-tenant deployment, written by deploy/multi-tenant/gen. One account per tenant, and one per tenant viewer.\n")
 	fmt.Fprintf(&b, "server_name: agentlog-mt\nlisten: %s\nhttp: %s\n", strconv.Quote(net.JoinHostPort(o.Host, strconv.Itoa(o.Port))),
 		strconv.Quote(net.JoinHostPort(o.Host, strconv.Itoa(o.HTTPPort))))
 	fmt.Fprintf(&b, "max_payload: 1MB\n")
