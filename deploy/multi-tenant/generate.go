@@ -49,6 +49,10 @@ type Identity struct {
 	PassFile string `json:"passwordFile,omitempty"`
 	CertFile string `json:"certFile"`
 	KeyFile  string `json:"keyFile"`
+	// Account is the NATS account of the user: the tenant's, or ViewerAccount for a role with an
+	// account of its own (Permissions.OwnAccount), whose clients use the JetStream domain Domain.
+	Account string `json:"account"`
+	Domain  string `json:"jsDomain,omitempty"`
 }
 
 // Deployment is what Generate wrote.
@@ -85,7 +89,8 @@ var tenantName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,31}$`)
 // identity's certificates (tls/), each tenant's identities (tenants/<t>/: nkey seeds, a password
 // file, certificates, and <role>.env with the AGENTLOG_NATS_* variables), the system account's
 // user, and nats.conf: one account per tenant with JetStream limits and the role permissions of
-// RolePermissions, TLS with client verification. Secrets are written mode 0600.
+// RolePermissions, and per tenant a viewer account (ViewerAccount) that imports the viewer's
+// entries from it, TLS with client verification. Secrets are written mode 0600.
 func Generate(o Options) (*Deployment, error) {
 	if o.Dir == "" || len(o.Tenants) == 0 {
 		return nil, errors.New("multitenant: Dir and Tenants are required")
@@ -178,7 +183,10 @@ func newIdentity(ca *CA, dir, tenant string, role Role, password bool) (*Identit
 	if err := os.MkdirAll(idDir, 0o700); err != nil {
 		return nil, err
 	}
-	id := &Identity{Tenant: tenant, Role: role, Name: name}
+	id := &Identity{Tenant: tenant, Role: role, Name: name, Account: tenant}
+	if p, err := RolePermissions(role, 1); err == nil && p.OwnAccount {
+		id.Account, id.Domain = ViewerAccount(tenant), ViewerDomain(tenant)
+	}
 	var err error
 	if id.CertFile, id.KeyFile, err = ca.Issue(idDir, string(role), false, ""); err != nil {
 		return nil, err
@@ -210,6 +218,9 @@ func newIdentity(ca *CA, dir, tenant string, role Role, password bool) (*Identit
 // AgentlogArgs are the agentlog global flags that authenticate as id (with the server's CA).
 func (id *Identity) AgentlogArgs(d *Deployment) []string {
 	args := []string{"--tls-ca", d.CAFile, "--tls-cert", id.CertFile, "--tls-key", id.KeyFile}
+	if id.Domain != "" {
+		args = append(args, "--js-domain", id.Domain)
+	}
 	if id.NkeyFile != "" {
 		return append(args, "--nkey", id.NkeyFile)
 	}
@@ -219,6 +230,9 @@ func (id *Identity) AgentlogArgs(d *Deployment) []string {
 // NatsArgs are the nats CLI flags for id.
 func (id *Identity) NatsArgs(d *Deployment) []string {
 	args := []string{"--server", d.URL, "--tlsca", d.CAFile, "--tlscert", id.CertFile, "--tlskey", id.KeyFile}
+	if id.Domain != "" {
+		args = append(args, "--js-domain", id.Domain)
+	}
 	if id.NkeyFile != "" {
 		return append(args, "--nkey", id.NkeyFile)
 	}
@@ -229,6 +243,9 @@ func (id *Identity) NatsArgs(d *Deployment) []string {
 func (id *Identity) Env(d *Deployment) []string {
 	env := []string{"AGENTLOG_NATS_URL=" + d.URL, "AGENTLOG_NATS_TLS_CA=" + d.CAFile,
 		"AGENTLOG_NATS_TLS_CERT=" + id.CertFile, "AGENTLOG_NATS_TLS_KEY=" + id.KeyFile}
+	if id.Domain != "" {
+		env = append(env, "AGENTLOG_JS_DOMAIN="+id.Domain)
+	}
 	if id.NkeyFile != "" {
 		return append(env, "AGENTLOG_NATS_NKEY="+id.NkeyFile)
 	}
@@ -251,7 +268,7 @@ func ShellQuote(s string) string {
 
 func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# agentlog multi-tenant deployment, written by deploy/multi-tenant/gen. One account per tenant.\n")
+	fmt.Fprintf(&b, "# agentlog multi-tenant deployment, written by deploy/multi-tenant/gen. One account per tenant, and one per tenant viewer.\n")
 	fmt.Fprintf(&b, "server_name: agentlog-mt\nlisten: %s\nhttp: %s\n", strconv.Quote(net.JoinHostPort(o.Host, strconv.Itoa(o.Port))),
 		strconv.Quote(net.JoinHostPort(o.Host, strconv.Itoa(o.HTTPPort))))
 	fmt.Fprintf(&b, "max_payload: 1MB\n")
@@ -263,32 +280,97 @@ func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 	sys := d.Identity("SYS", "system")
 	fmt.Fprintf(&b, "  SYS {\n    users: [ { nkey: %s } ]\n  }\n", strconv.Quote(sys.Public))
 	for _, t := range d.Tenants {
-		fmt.Fprintf(&b, "  %s {\n    jetstream: { max_file: %d, max_mem: %d, max_streams: 16, max_consumers: 1024 }\n    users: [\n",
+		fmt.Fprintf(&b, "  %s {\n    jetstream: { max_file: %d, max_mem: %d, max_streams: 16, max_consumers: 1024 }\n",
 			t, o.MaxFileStore, o.MaxMemStore)
+		var own []Role // roles with an account of their own: the tenant exports to each
+		var users strings.Builder
 		for _, r := range Roles {
-			id := d.Identity(t, r)
 			perms, err := RolePermissions(r, o.Partitions)
 			if err != nil {
 				return "", err
 			}
-			fmt.Fprintf(&b, "      # %s: %s\n", id.Name, r)
-			if id.Password != "" {
-				// The password is 144 random bits: no cost factor is what protects it. A low cost
-				// keeps the check quick; the server runs it on the client's read loop, and a
-				// cost-11 check took seconds on a loaded 2-core host, past the server's first PING.
-				hash, err := bcrypt.GenerateFromPassword([]byte(id.Password), passwordCost)
-				if err != nil {
-					return "", err
-				}
-				fmt.Fprintf(&b, "      { user: %s, password: %s,\n        permissions: %s }\n", strconv.Quote(id.Name), strconv.Quote(string(hash)), perms.conf("        "))
-			} else {
-				fmt.Fprintf(&b, "      { nkey: %s,\n        permissions: %s }\n", strconv.Quote(id.Public), perms.conf("        "))
+			if perms.OwnAccount {
+				own = append(own, r)
+				continue
+			}
+			if err := d.user(&users, t, r, perms, "      "); err != nil {
+				return "", err
 			}
 		}
-		b.WriteString("    ]\n  }\n")
+		b.WriteString("    users: [\n" + users.String() + "    ]\n")
+		var exports, others strings.Builder
+		for _, r := range own {
+			perms, _ := RolePermissions(r, o.Partitions)
+			id := d.Identity(t, r)
+			acc := strconv.Quote(id.Account)
+			var imports strings.Builder
+			seen := map[string]bool{}
+			for _, x := range perms.Publish {
+				if seen[x.Subject] {
+					continue
+				}
+				seen[x.Subject] = true
+				resp := ""
+				if StreamResponses(x.Subject) {
+					resp = ", response_type: stream"
+				}
+				fmt.Fprintf(&exports, "      { service: %s, accounts: [%s]%s }\n", strconv.Quote(x.Subject), acc, resp)
+				fmt.Fprintf(&imports, "      { service: { account: %s, subject: %s }, to: %s }\n", strconv.Quote(t), strconv.Quote(x.Subject),
+					strconv.Quote(perms.InAccount(x.Subject, id.Domain)))
+			}
+			for _, x := range perms.Subscribe {
+				if x.Subject == inbox.Subject || seen[x.Subject] {
+					continue
+				}
+				seen[x.Subject] = true
+				fmt.Fprintf(&exports, "      { stream: %s, accounts: [%s] }\n", strconv.Quote(x.Subject), acc)
+				fmt.Fprintf(&imports, "      { stream: { account: %s, subject: %s } }\n", strconv.Quote(t), strconv.Quote(x.Subject))
+			}
+			// Its permissions in its account: the same entries, the $JS.API ones under its prefix.
+			inAcc := perms
+			inAcc.Publish = mapEntries(perms.Publish, func(s string) string { return perms.InAccount(s, id.Domain) })
+			inAcc.DenyPublish = mapEntries(perms.DenyPublish, func(s string) string { return perms.InAccount(s, id.Domain) })
+			var u strings.Builder
+			if err := d.user(&u, t, r, inAcc, "      "); err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&others, "  # %s: the %s of tenant %s, in an account of its own (no JetStream): it reaches %s only through these imports\n", id.Account, r, t, t)
+			fmt.Fprintf(&others, "  %s {\n    users: [\n%s    ]\n    imports: [\n%s    ]\n  }\n", id.Account, u.String(), imports.String())
+		}
+		if exports.Len() > 0 {
+			b.WriteString("    exports: [\n" + exports.String() + "    ]\n")
+		}
+		b.WriteString("  }\n" + others.String())
 	}
 	b.WriteString("}\nsystem_account: SYS\n")
 	return b.String(), nil
+}
+
+// user writes the user of role in tenant, with perms.
+func (d *Deployment) user(b *strings.Builder, t string, r Role, perms Permissions, indent string) error {
+	id := d.Identity(t, r)
+	fmt.Fprintf(b, "%s# %s: %s\n", indent, id.Name, r)
+	if id.Password != "" {
+		// The password is 144 random bits: no cost factor is what protects it. A low cost
+		// keeps the check quick; the server runs it on the client's read loop, and a
+		// cost-11 check took seconds on a loaded 2-core host, past the server's first PING.
+		hash, err := bcrypt.GenerateFromPassword([]byte(id.Password), passwordCost)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b, "%s{ user: %s, password: %s,\n%s  permissions: %s }\n", indent, strconv.Quote(id.Name), strconv.Quote(string(hash)), indent, perms.conf(indent+"  "))
+		return nil
+	}
+	fmt.Fprintf(b, "%s{ nkey: %s,\n%s  permissions: %s }\n", indent, strconv.Quote(id.Public), indent, perms.conf(indent+"  "))
+	return nil
+}
+
+func mapEntries(es []Entry, f func(string) string) []Entry {
+	out := make([]Entry, len(es))
+	for i, x := range es {
+		out[i] = Entry{f(x.Subject), x.Why}
+	}
+	return out
 }
 
 // CA is a certificate authority for tests and local deployments.

@@ -272,8 +272,13 @@ func TestMultiTenant(t *testing.T) {
 		// Live: the viewer subscribes to the session subject and to a projection's key (the
 		// wake-ups of follow reads and watches: readers create no consumer), and reads the
 		// projection state with a get.
-		viewer := d.conn(t, d.Identity(a, multitenant.Viewer), "viewer-live")
-		js, _ := natsjs.New(viewer)
+		// Its account is its own: it reaches A's JetStream under its domain (API prefix).
+		vid := d.Identity(a, multitenant.Viewer)
+		viewer := d.conn(t, vid, "viewer-live")
+		js, err := store.NewJetStream(viewer, vid.Domain)
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		subj, _ := wire.SessionSubject("s2", d.Partitions)
@@ -305,7 +310,7 @@ func TestMultiTenant(t *testing.T) {
 				return nil
 			}, store.Follow())
 		}()
-		vc, err := client.New(viewer)
+		vc, err := client.New(viewer, client.Domain(vid.Domain))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,6 +384,7 @@ func TestMultiTenant(t *testing.T) {
 		// The web inspector, as A's viewer: the list, a session page, and their live streams (a
 		// follow of the session and the sessions list's wake-ups).
 		inspectAsViewer(t, d, a)
+		viewerAccount(t, d, a)
 
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
@@ -400,8 +406,9 @@ func TestMultiTenant(t *testing.T) {
 // live streams (each stream for a moment: it holds a follow of the session, woken by a core
 // subscription).
 func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
-	nc := d.conn(t, d.Identity(tenant, multitenant.Viewer), "viewer-inspector")
-	srv, err := inspector.New(nc, inspector.Options{})
+	id := d.Identity(tenant, multitenant.Viewer)
+	nc := d.conn(t, id, "viewer-inspector")
+	srv, err := inspector.New(nc, inspector.Options{Domain: id.Domain})
 	if err != nil {
 		t.Fatalf("inspector as the viewer: %v", err)
 	}
@@ -433,6 +440,56 @@ func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("inspector %s as the viewer: %s", path, resp.Status)
 		}
+	}
+}
+
+// viewerAccount: tenant's viewer is in an account of its own, without JetStream (nothing there can
+// store a reply), whose imports all come from tenant (besides the system account's own).
+func viewerAccount(t *testing.T, d *deployment, tenant string) {
+	id := d.Identity(tenant, multitenant.Viewer)
+	if id.Account == tenant || id.Domain == "" {
+		t.Fatalf("the viewer of %s is in account %q, domain %q: want an account of its own", tenant, id.Account, id.Domain)
+	}
+	resp, err := http.Get(d.HTTPURL + "/accountz?acc=" + id.Account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var az struct {
+		Detail *struct {
+			JetStream bool `json:"jetstream_enabled"`
+			Imports   []struct {
+				Account string `json:"account"`
+				Subject string `json:"subject"`
+			} `json:"imports"`
+		} `json:"account_detail"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&az); err != nil || az.Detail == nil {
+		t.Fatalf("accountz of %s: %v %+v", id.Account, err, az)
+	}
+	if az.Detail.JetStream {
+		t.Fatalf("the viewer's account %s has JetStream", id.Account)
+	}
+	n := 0
+	for _, im := range az.Detail.Imports {
+		switch im.Account {
+		case tenant:
+			n++
+		case "SYS", "$G":
+		default:
+			t.Fatalf("the viewer's account %s imports %s from %s", id.Account, im.Subject, im.Account)
+		}
+	}
+	// One import per entry of its permissions but its own inbox.
+	p, _ := multitenant.RolePermissions(multitenant.Viewer, d.Partitions)
+	want := map[string]bool{}
+	for _, e := range append(p.Publish, p.Subscribe...) {
+		if e.Subject != "_INBOX.>" {
+			want[e.Subject] = true
+		}
+	}
+	if n != len(want) {
+		t.Fatalf("the viewer's account %s imports %d subjects from %s, want %d: %+v", id.Account, n, tenant, len(want), az.Detail.Imports)
 	}
 }
 
@@ -684,7 +741,9 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	d.refused(t, `NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish to "agentlog.fork"`, "", "A_VIEWER_ARGS", "fork", "s1", "--child", "v-fork")
 	// rm says it needs the operator role, with the violation as detail, and changes nothing.
 	rmRefused := `rm s1: rm needs the operator role: \$JS\.API\.STREAM\.PURGE\.AGENTLOG is denied \(.*\); nothing was changed\. .*Permissions Violation for Publish to "\$JS\.API\.STREAM\.PURGE\.AGENTLOG"`
-	d.refused(t, rmRefused, "", "A_VIEWER_ARGS", "rm", "s1")
+	// The viewer's account imports A's API under its domain: the purge it would send is there.
+	vp := regexp.QuoteMeta("$JS." + d.Identity(a, multitenant.Viewer).Domain + ".API.STREAM.PURGE.AGENTLOG")
+	d.refused(t, `rm s1: rm needs the operator role: `+vp+` is denied \(.*\); nothing was changed\. .*Permissions Violation for Publish to "`+vp+`"`, "", "A_VIEWER_ARGS", "rm", "s1")
 	// The agent does not administer: no provision, no rm (a purge), no rebuild.
 	d.refused(t, rmRefused, "", "A_AGENT_ARGS", "rm", "s1")
 	if out := d.ok(t, "", "A_AGENT_ARGS", "events", "s1"); !strings.Contains(out, markerA) {
@@ -881,8 +940,9 @@ func tail(s string, n int) string {
 func contextsAndReadme(t *testing.T, d *deployment, a string) {
 	out := d.ok(t, "", "", "context", "ls", "--json")
 	var ctxs []struct {
-		Name string `json:"name"`
-		TLS  bool   `json:"tls"`
+		Name   string `json:"name"`
+		TLS    bool   `json:"tls"`
+		Domain string `json:"jsDomain"`
 	}
 	if err := json.Unmarshal([]byte(out), &ctxs); err != nil {
 		t.Fatalf("context ls --json: %v: %s", err, out)
@@ -890,6 +950,14 @@ func contextsAndReadme(t *testing.T, d *deployment, a string) {
 	got := map[string]bool{}
 	for _, c := range ctxs {
 		got[c.Name] = c.TLS
+		// The viewer's context reaches its tenant's JetStream through its own account's imports.
+		for _, tn := range d.Tenants {
+			for _, r := range multitenant.Roles {
+				if id := d.Identity(tn, r); c.Name == "mt-"+strings.ToLower(tn)+"-"+string(r) && c.Domain != id.Domain {
+					t.Fatalf("context %s: js-domain %q, want %q", c.Name, c.Domain, id.Domain)
+				}
+			}
+		}
 	}
 	for _, tn := range d.Tenants {
 		for _, r := range multitenant.Roles {
@@ -907,6 +975,9 @@ func contextsAndReadme(t *testing.T, d *deployment, a string) {
 		t.Fatalf("sessions through the agent's context: %s", out)
 	}
 	d.refused(t, "operator role", "", "", "--context", "mt-"+strings.ToLower(a)+"-viewer", "rm", "s1", "--yes")
+	if out := d.ok(t, "", "", "--context", "mt-"+strings.ToLower(a)+"-viewer", "sessions"); !strings.Contains(out, "s1") {
+		t.Fatalf("sessions through the viewer's context: %s", out)
+	}
 
 	// The README's `nats $X_NATS_ARGS stream ls`: X's role may list the streams.
 	readme, err := os.ReadFile("README.md")

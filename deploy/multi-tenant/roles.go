@@ -10,7 +10,8 @@ import (
 )
 
 // Role is one of the identities of a tenant. Its permissions apply inside the tenant's own NATS
-// account; what is outside the account (other tenants) no permission can reach.
+// account (the viewer's in an account of its own that imports them: Permissions.OwnAccount); what
+// is outside the account (other tenants) no permission can reach.
 type Role string
 
 const (
@@ -31,6 +32,39 @@ type Permissions struct {
 	Publish, Subscribe         []Entry
 	DenyPublish, DenySubscribe []Entry
 	AllowResponses             bool
+	// OwnAccount: the role's user lives in an account of its own (ViewerAccount: no JetStream, no
+	// stream) that reaches the tenant's account only through imports, which the tenant's account
+	// exports to it alone. Every Publish entry is a service import ($JS.API.<rest> imported as
+	// $JS.<ViewerDomain>.API.<rest>: the role's clients use that JetStream domain), every Subscribe
+	// entry but the inbox a stream import. A request's reply subject then lives in the role's own
+	// account: an answer sent to agentlog.session.<p>.<token> lands where no stream captures it.
+	// The user's permissions there are the same entries (the $JS.API ones under the prefix): a
+	// second fence.
+	OwnAccount bool
+}
+
+// ViewerAccount is the name of tenant's viewer account (tenant names have no '_').
+func ViewerAccount(tenant string) string { return tenant + "_VIEW" }
+
+// ViewerDomain is the JetStream domain (API prefix $JS.<domain>.API.) under which tenant's viewer
+// account imports the tenant's JetStream API.
+func ViewerDomain(tenant string) string { return tenant + "view" }
+
+// InAccount is subject as a user of the role's account publishes it: a $JS.API subject under
+// domain's prefix when the role has an account of its own (OwnAccount), else subject.
+func (p Permissions) InAccount(subject, domain string) string {
+	if rest, ok := strings.CutPrefix(subject, "$JS.API."); ok && p.OwnAccount {
+		return "$JS." + domain + ".API." + rest
+	}
+	return subject
+}
+
+// StreamResponses reports whether the service export of a request subject answers with several
+// messages (response_type stream): a batched direct get ($JS.API.DIRECT.GET.<stream>, the filter
+// in the payload) answers with each message and an end-of-batch status.
+func StreamResponses(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, "$JS.API.DIRECT.GET.")
+	return ok && !strings.Contains(rest, ".")
 }
 
 // Entry is one subject of a permission list and why it is there (SECURITY.md has the same table).
@@ -175,6 +209,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 			Subscribe: []Entry{inbox, liveRecords, projectionWake,
 				e("$KV."+wire.SessionsBucket+".*", "wake-ups of the inspector's live list: session metadata as it is written, read only")},
 			DenyPublish: projectorConsumers(partitions),
+			OwnAccount:  true,
 		}, nil
 	case Projector:
 		return Permissions{
