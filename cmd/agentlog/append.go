@@ -180,7 +180,7 @@ func checkAppendFile(path, name string, sess *session.Session, st *store.Store, 
 		return 0, err
 	}
 	var n int64
-	err = eachEventLine(path, func(line []byte, lineNo int) error {
+	err = eachEventLine(path, name, sess.ID(), func(line []byte, lineNo int) error {
 		ev, err := session.DecodeNextEvent(line, sess.ID(), sess.NextSeq(), nowMs)
 		if err == nil {
 			ev.Data, _ = session.SanitizeText(ev.Data, false) // as publisher.Writer.Append does
@@ -207,7 +207,7 @@ func checkAppendFile(path, name string, sess *session.Session, st *store.Store, 
 // them) and returns how many it admitted. It waits for the window when too much is pending.
 func appendFile(ctx context.Context, w *publisher.Writer, path, id string, first, nowMs int64) (int64, error) {
 	var n int64
-	err := eachEventLine(path, func(line []byte, _ int) error {
+	err := eachEventLine(path, path, id, func(line []byte, _ int) error {
 		ev, err := session.DecodeNextEvent(line, id, first+n, nowMs)
 		if err != nil {
 			return err
@@ -227,8 +227,10 @@ func appendFile(ctx context.Context, w *publisher.Writer, path, id string, first
 	return n, err
 }
 
-// eachEventLine calls fn with each non-blank line of the file at path and its 1-based number.
-func eachEventLine(path string, fn func(line []byte, lineNo int) error) error {
+// eachEventLine calls fn with each non-blank line of the file at path and its 1-based number. A
+// line over session.MaxLineBytes is refused naming name (the file as the user gave it) and
+// session id (which may be "").
+func eachEventLine(path, name, id string, fn func(line []byte, lineNo int) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -238,7 +240,7 @@ func eachEventLine(path string, fn func(line []byte, lineNo int) error) error {
 	for lineNo := 1; ; lineNo++ {
 		line, err := br.ReadBytes('\n')
 		if len(line) > session.MaxLineBytes+1 {
-			return fmt.Errorf("line %d: %w", lineNo, session.NewError("", -1, lineNo, session.RuleLineLength, fmt.Sprintf("line is longer than %d bytes", session.MaxLineBytes)))
+			return fmt.Errorf("%s: refused, nothing was written: %w", name, session.NewError(id, -1, lineNo, session.RuleLineLength, fmt.Sprintf("line is longer than %d bytes", session.MaxLineBytes)))
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			if ferr := fn(t, lineNo); ferr != nil {
@@ -298,9 +300,15 @@ func readThenEvents(arg string, stdin io.Reader) ([]json.RawMessage, error) {
 		name = "stdin"
 	}
 	var out []json.RawMessage
-	err = eachEventLine(path, func(line []byte, lineNo int) error {
-		if !json.Valid(line) || line[0] != '{' {
-			return fmt.Errorf("--then %s:%d: not a JSON event object", name, lineNo)
+	err = eachEventLine(path, "--then "+name, "", func(line []byte, lineNo int) error {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(line, &obj); err != nil {
+			why := "not a JSON event object: " + err.Error()
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				why = fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err)
+			}
+			return fmt.Errorf("--then %s: refused, nothing was written: %w", name, session.NewError("", -1, lineNo, session.RuleJSON, why))
 		}
 		out = append(out, append(json.RawMessage(nil), line...))
 		return nil

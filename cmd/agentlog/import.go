@@ -181,6 +181,9 @@ func importFile(ctx context.Context, g *globals, nc *nats.Conn, st *store.Store,
 	}
 	defer cleanup()
 	h, n := v.header, v.events
+	if id != "" && placeholderID(id) {
+		return importResult{}, &usageError{fmt.Errorf("%s: refused, nothing written: --session %q is a template placeholder, not a session id", arg, id)}
+	}
 	if id == "" && placeholderID(h.ID) {
 		return importResult{}, fmt.Errorf("%s: refused, nothing written: the header's id %q is a template placeholder, not a session id: pass --session ID (for a directory, --id-from-filename)", arg, h.ID)
 	}

@@ -583,6 +583,14 @@ func TestForkThen(t *testing.T) {
 	if msgs := mustCLI(ctx, t, s.URL(), "messages", "edited"); !strings.Contains(msgs, "count the tests instead") {
 		t.Fatalf("the child's messages lack the edit: %s", msgs)
 	}
+	// A line that is not JSON: refused before the fork, naming the line, the byte and the rule.
+	if err := os.WriteFile(then, []byte("{\"type\":\"turn/start\",\"data\":{\"turn\":2}}\n{\"type\":\"user/message\",\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(ctx, s.URL(), "fork", "src", "--at", "19", "--child", "refused-json", "--then", then); code == 0 ||
+		!strings.Contains(errOut, "refused, nothing was written") || !strings.Contains(errOut, "line 2: invalid JSON at byte") || !strings.Contains(errOut, "[rule json]") {
+		t.Fatalf("--then with a line that is not JSON: exit %d, stderr %q", code, errOut)
+	}
 	// Refused whole: a then-event that breaks a rule, or whose seq is not its own.
 	for name, body := range map[string]string{
 		"rule": `{"type":"user/message","data":{"id":"x"}}`,
@@ -662,6 +670,13 @@ func TestImportPlaceholderIDAndCwd(t *testing.T) {
 	}
 	if code, _, _ := runCLI(ctx, s.URL(), "status", "{{sessionId}}"); code != 1 {
 		t.Fatal("a session named {{sessionId}} was created")
+	}
+	// The placeholder given as --session is refused too.
+	if code, _, errOut := runCLI(ctx, s.URL(), "import", f, "--session", "{{sessionId}}"); code != 2 || !strings.Contains(errOut, `--session "{{sessionId}}" is a template placeholder`) {
+		t.Fatalf("import --session {{sessionId}}: exit %d %s", code, errOut)
+	}
+	if code, _, _ := runCLI(ctx, s.URL(), "status", "{{sessionId}}"); code != 1 {
+		t.Fatal("a session named {{sessionId}} was created by --session")
 	}
 	code, _, errOut = runCLI(ctx, s.URL(), "import", f, "--session", "rel")
 	if code != 0 || !strings.Contains(errOut, `session "rel": the header's cwd "{{cwd}}/workspace" is not an absolute path, so dsh cannot restore the session`) {
