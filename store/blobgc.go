@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -118,12 +120,7 @@ func (s *Store) purgeBlob(ctx context.Context, tok, id string) error {
 // records it moved) and returns how many.
 func (s *Store) removeUsedBlobs(ctx context.Context, tok string, used blobsUsed) (int, error) {
 	n := 0
-	ids := make([]string, 0, len(used.ids))
-	for id := range used.ids {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(used.ids)) {
 		if err := s.purgeBlob(ctx, tok, id); err != nil {
 			return n, err
 		}
@@ -136,12 +133,7 @@ func (s *Store) removeUsedBlobs(ctx context.Context, tok string, used blobsUsed)
 	if err != nil || obs == nil {
 		return n, err
 	}
-	names := make([]string, 0, len(used.names))
-	for name := range used.names {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	d, err := deleteBlobs(ctx, obs, names)
+	d, err := deleteBlobs(ctx, obs, slices.Sorted(maps.Keys(used.names)))
 	return n + d, err
 }
 
@@ -195,12 +187,7 @@ func (s *Store) removeSessionBlobs(ctx context.Context, tok string) (int, error)
 	if err != nil {
 		return n, err
 	}
-	names := make([]string, 0, len(used.names))
-	for name := range used.names {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	d, err := deleteBlobs(ctx, obs, names)
+	d, err := deleteBlobs(ctx, obs, slices.Sorted(maps.Keys(used.names)))
 	return n + d, err
 }
 
