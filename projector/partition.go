@@ -477,7 +477,7 @@ func (w *worker) foldIntoGone(ss *sessState, msg jetstream.Msg) {
 }
 
 // dropGone forgets session ss, which has neither metadata nor records (removed, or being
-// removed), and removes whatever states of it are stored (a KV purge of each key); false when the worker stopped meanwhile.
+// removed), and removes whatever states of it are stored (a KV delete of each key); false when the worker stopped meanwhile.
 func (w *worker) dropGone(ss *sessState) bool {
 	delete(w.dirty, ss.token)
 	w.cache.remove(ss.token)

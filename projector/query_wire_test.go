@@ -48,9 +48,11 @@ func TestRemovingSessionIsCode410(t *testing.T) {
 	check("projection stored")
 	tok, _ := wire.Token("hr")
 	for _, unit := range Builtins() {
-		_ = storetest.ProjectionsKV(e.store).Purge(ctx(t), wire.ProjectionKey(unit.Definition().Key, tok))
+		if err := storetest.ProjectionsKV(e.store).Delete(ctx(t), wire.ProjectionKey(unit.Definition().Key, tok)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	check("projection purged")
+	check("projection deleted")
 	// The client reads the code as ErrRemoving, which is an ErrNotFound too.
 	_, err := queryMessages(ctx(t), e.nc, "hr", -1)
 	if qe := queryErr(t, err, client.CodeRemoving, "hr"); !strings.Contains(qe.Error(), "is being removed") {

@@ -108,7 +108,7 @@ func TestRebuildCommand(t *testing.T) {
 	// named, it is skipped.
 	testnats.MarkRemoving(t, e.store, "removing")
 	rtok, _ := wire.Token("removing")
-	if err := storetest.ProjectionsKV(e.store).Purge(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); err != nil {
+	if err := storetest.ProjectionsKV(e.store).Delete(ctx(t), wire.ProjectionKey(UnitTitle, rtok)); err != nil {
 		t.Fatal(err)
 	}
 	// Damage the title state of "b" (a wrong state at the right stateVersion).

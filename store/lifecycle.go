@@ -141,7 +141,7 @@ func (ss *Session) ReleaseHold(ctx context.Context) error {
 	if _, err := ss.GetHold(ctx); err != nil {
 		return err
 	}
-	if err := ss.s.lifecycle.Purge(ctx, wire.HoldKey(ss.tok)); err != nil {
+	if err := ss.s.lifecycle.Delete(ctx, wire.HoldKey(ss.tok)); err != nil {
 		return fmt.Errorf("release the hold of session %q (KV bucket %s): %w", ss.id, wire.LifecycleBucket, err)
 	}
 	return nil

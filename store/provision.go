@@ -77,6 +77,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 		// session stream's replicas: provision again without --replicas on R3 makes R3.
 		w.replicas = stream.CachedInfo().Config.Replicas
 	}
+	if err := denyRollups(ctx, js); err != nil {
+		return nil, err
+	}
 
 	sessions, err := ensureBucket(ctx, js, wire.SessionsBucket, w, "agentlog session metadata (header per session token)")
 	if err != nil {
@@ -430,20 +433,19 @@ func ensureBucket(ctx context.Context, js natsjs.JetStream, bucket string, w wan
 	}, w.bucketCheck(bucket))
 }
 
-// ensureKV returns the KV bucket cfg.Bucket, creating it from cfg when missing. An existing one
-// (including one created concurrently) is checked with check against its stream's config, never
-// updated.
+// ensureKV returns the KV bucket cfg.Bucket, creating it when missing (kvStreamConfig: no rollup
+// headers). An existing one (including one created concurrently) is checked (checkKVStream),
+// never updated.
 func ensureKV(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig, check func(natsjs.StreamConfig) error) (natsjs.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, natsjs.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // created concurrently: check theirs below
-		}
-		if err != nil {
+		_, err = js.CreateStream(ctx, kvStreamConfig(cfg))
+		if err != nil && !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // created concurrently: check theirs below
 			return nil, fmt.Errorf("create KV bucket %s: %w", cfg.Bucket, err)
 		}
-	} else if err != nil {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("look up KV bucket %s: %w", cfg.Bucket, err)
 	}
 	if err := checkKVStream(ctx, js, cfg.Bucket, check); err != nil {
@@ -452,11 +454,89 @@ func ensureKV(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfi
 	return kv, nil
 }
 
-// checkKVStream checks the config of the stream behind KV bucket bucket with check.
+// kvStreamConfig is the stream nats.go's CreateKeyValue makes of cfg, except that it refuses
+// rollup headers (AllowRollup false), and that a LimitMarkerTTL allows per-key TTLs but leaves no
+// marker when a key expires (the server keeps such markers only with rollups allowed): a put with Nats-Rollup: all on any key purges every other
+// key of the bucket, and every role that may put one key may send it. agentlog removes keys with
+// delete markers (history 1: the marker replaces the value), never with KV purges.
+func kvStreamConfig(cfg natsjs.KeyValueConfig) natsjs.StreamConfig {
+	history := int64(max(cfg.History, 1))
+	dups := 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < dups {
+		dups = cfg.TTL
+	}
+	sc := natsjs.StreamConfig{
+		Name:              "KV_" + cfg.Bucket,
+		Description:       cfg.Description,
+		Subjects:          []string{"$KV." + cfg.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            cfg.TTL,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           cfg.Storage,
+		Replicas:          max(cfg.Replicas, 1),
+		AllowRollup:       false,
+		DenyDelete:        true,
+		Duplicates:        dups,
+		AllowDirect:       true,
+		Discard:           natsjs.DiscardNew,
+	}
+	if cfg.LimitMarkerTTL != 0 {
+		// Per-key TTLs (Nats-TTL) without the markers of expired keys: the server allows
+		// subject delete markers only with rollups.
+		sc.AllowMsgTTL = true
+	}
+	return sc
+}
+
+// kvBuckets are the KV buckets agentlog provisions, each written by some role that is not the
+// operator.
+var kvBuckets = []string{wire.SessionsBucket, wire.ProjectionsBucket, wire.WritersBucket, wire.LifecycleBucket, ProjectorMembersBucket}
+
+// checkNoRollups refuses a bucket's stream that allows rollup headers (see kvStreamConfig), as
+// ErrIncompatible saying to run agentlog provision, which turns them off.
+func checkNoRollups(bucket string, c natsjs.StreamConfig) error {
+	if c.AllowRollup {
+		return fmt.Errorf("%w (run agentlog provision: it turns them off)", incompatible("KV bucket "+bucket, "allow_rollup_hdrs (a put with Nats-Rollup: all on any key would purge every key)", true, false))
+	}
+	return nil
+}
+
+// denyRollups turns rollup headers off (AllowRollup false, a stream update) on every existing
+// agentlog KV bucket that allows them: deployments provisioned before kvStreamConfig.
+func denyRollups(ctx context.Context, js natsjs.JetStream) error {
+	for _, b := range kvBuckets {
+		st, err := js.Stream(ctx, "KV_"+b)
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("look up the stream of KV bucket %s: %w", b, err)
+		}
+		c := st.CachedInfo().Config
+		if !c.AllowRollup {
+			continue
+		}
+		c.AllowRollup = false
+		c.SubjectDeleteMarkerTTL = 0 // the server turns rollups back on for it
+		if _, err := js.UpdateStream(ctx, c); err != nil {
+			return fmt.Errorf("turn rollup headers off on KV bucket %s (a put with Nats-Rollup: all purges every key): %w", b, err)
+		}
+	}
+	return nil
+}
+
+// checkKVStream checks the config of the stream behind KV bucket bucket: no rollups
+// (checkNoRollups), then check.
 func checkKVStream(ctx context.Context, js natsjs.JetStream, bucket string, check func(natsjs.StreamConfig) error) error {
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return fmt.Errorf("look up the stream of KV bucket %s: %w", bucket, err)
+	}
+	if err := checkNoRollups(bucket, s.CachedInfo().Config); err != nil {
+		return err
 	}
 	return check(s.CachedInfo().Config)
 }

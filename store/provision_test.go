@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/natsdev"
 	"github.com/agentlog/agentlog/wire"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -210,5 +212,76 @@ func TestProvisionChecksConfig(t *testing.T) {
 	}
 	if s.maxMsgSize != 256<<10 {
 		t.Errorf("MaxMsgSize %d, want the server max payload %d", s.maxMsgSize, 256<<10)
+	}
+}
+
+// A put with Nats-Rollup: all on one key purges every key of a bucket that allows rollups: every
+// agentlog bucket refuses them, and Provision turns them off on one made before (with nats.go's
+// CreateKeyValue, which allows them), after which Open accepts it.
+func TestKVBucketsRefuseRollups(t *testing.T) {
+	js := testJetStream(t, natsdev.ServerOptions{})
+	ctx := testCtx(t)
+	// A deployment of an older version: buckets as nats.go makes them.
+	for _, cfg := range []natsjs.KeyValueConfig{
+		{Bucket: wire.SessionsBucket, History: 1, Storage: natsjs.FileStorage},
+		{Bucket: wire.WritersBucket, History: 1, Storage: natsjs.FileStorage, LimitMarkerTTL: time.Minute},
+	} {
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Provision(ctx, js, Config{}); err != nil {
+		t.Fatalf("Provision over buckets that allow rollups: %v", err)
+	}
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatalf("Open after Provision: %v", err)
+	}
+	for _, b := range kvBuckets {
+		st, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.CachedInfo().Config; c.AllowRollup {
+			t.Errorf("KV bucket %s allows rollups", b)
+		}
+		kv, err := js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "victim", []byte("kept")); err != nil {
+			t.Fatalf("put into %s: %v", b, err)
+		}
+		m := nats.NewMsg("$KV." + b + ".attacker")
+		m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupAll)
+		if _, err := js.PublishMsg(ctx, m); err == nil || !strings.Contains(err.Error(), "rollup") {
+			t.Errorf("KV bucket %s: a Nats-Rollup: all put: %v, want refused", b, err)
+		}
+		if e, err := kv.Get(ctx, "victim"); err != nil || string(e.Value()) != "kept" {
+			t.Errorf("KV bucket %s after the rollup: %v", b, err)
+		}
+	}
+	// Leases still expire by their per-key TTL, and the expired key is taken again.
+	ss, err := s.Session("lease-after-rollups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.AcquireLease(ctx, Lease{Writer: "w1"}, MinLeaseTTL, false); err != nil {
+		t.Fatal(err)
+	}
+	checkfor.Check(t, 10*time.Second, 100*time.Millisecond, func() error {
+		_, err := ss.AcquireLease(ctx, Lease{Writer: "w2"}, MinLeaseTTL, false)
+		return err
+	})
+
+	// Open refuses a bucket that allows them, saying to run provision.
+	st, _ := js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
+	c := st.CachedInfo().Config
+	c.AllowRollup = true
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, js); !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "allow_rollup_hdrs") || !strings.Contains(err.Error(), "agentlog provision") {
+		t.Errorf("Open over a bucket that allows rollups: %v", err)
 	}
 }

@@ -327,8 +327,9 @@ func (ss *Session) CheckCurrent(ctx context.Context, inc string) error {
 }
 
 // DeleteProjections removes every agentlog_projections key of the session (<unit>.<token>), one
-// KV purge each (a publish on the key's own subject, which leaves a purge marker: no stream purge,
-// whose filter would be the caller's to choose), and returns the keys it found. A projector calls
+// KV delete each (a publish on the key's own subject, which leaves a delete marker that replaces
+// the value: no stream purge, whose filter would be the caller's to choose, and no KV purge, whose
+// rollup header the bucket refuses), and returns the keys it found. A projector calls
 // it for a session it finds removed (no metadata, no records), so that no state of it is kept.
 func (ss *Session) DeleteProjections(ctx context.Context) ([]string, error) {
 	if ss.s.projections == nil {
@@ -339,8 +340,8 @@ func (ss *Session) DeleteProjections(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("session %q: list its projections: %w", ss.id, err)
 	}
 	for _, k := range keys {
-		if err := ss.s.projections.Purge(ctx, k); err != nil {
-			return nil, fmt.Errorf("session %q: purge its projection key %s: %w", ss.id, k, err)
+		if err := ss.s.projections.Delete(ctx, k); err != nil {
+			return nil, fmt.Errorf("session %q: delete its projection key %s: %w", ss.id, k, err)
 		}
 	}
 	return keys, nil

@@ -18,8 +18,8 @@ import (
 // a Lease (JSON), each value with a per-message TTL (Nats-TTL) so that a lease ends when its writer
 // stops renewing it.
 
-// writersMarkerTTL is how long agentlog_writers keeps the marker of an expired lease (its
-// LimitMarkerTTL, which also enables per-key TTLs).
+// writersMarkerTTL is agentlog_writers' LimitMarkerTTL in its KeyValueConfig: kvStreamConfig makes
+// it allow per-key TTLs, and keep no marker of an expired lease (markers need rollups).
 const writersMarkerTTL = time.Minute
 
 // MinLeaseTTL is the shortest lease TTL the server accepts (per-message TTLs are whole seconds).

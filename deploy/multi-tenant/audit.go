@@ -65,7 +65,7 @@ var Accept = []Accepted{
 		"the forker's credential can write any value over any session's metadata, or a delete marker, as an agent's can"},
 	{Forker, "agentlog.children.>", "", "the forker writes the child's lineage link", "the forker's credential can add a lineage link, as an agent's can"},
 	{Projector, "$KV.agentlog_projections.>", "", "the projector owns the projection states: it writes every session's, and `agentlog rebuild` writes them again from the log",
-		"the projector's credential can overwrite or purge any session's projection state (`agentlog rebuild` restores them from the log)"},
+		"the projector's credential can overwrite or delete any session's projection state (`agentlog rebuild` restores them from the log)"},
 	{Projector, "$KV.agentlog_projector_members.>", "", "the projector owns its members bucket: instances write their own leases, and a forged one only moves partitions",
 		"the projector's credential can forge or drop a projector instance's lease (partitions move; no data changes)"},
 	{Projector, "$JS.API.CONSUMER.*", "", "the projector pulls from, reads and unpins its own partition consumers (agentlog-projector-<p>, created by agentlog provision); it creates and deletes none",
@@ -84,10 +84,18 @@ const replyInjectionReason = "NATS does not check a request's reply subject agai
 // replyInjectionRemains is its entry of SECURITY.md's "what remains" list.
 const replyInjectionRemains = "**Reply-subject injection.** Any role of the tenant's account that may make an answered request (an agent's query or direct get, a service's request, any JetStream publish) can set the request's reply subject to a session's subject (`agentlog.session.<p>.<token>`) or to a session's metadata key (`$KV.agentlog_sessions.<token>`): NATS checks a request's subject against the publish rights, never its reply subject, and the server's answer is stored there. The session then holds a record that is not agentlog's (its reads fail `record-header`) or metadata that does not decode. The audit measures it for every role (`reply-injection` rows). The viewer is out of it: its user lives in an account of its own (`<T>_VIEW`, no JetStream) that imports what it reads, so its replies are subjects of that account, where no stream captures them (the audit's viewer rows are harmless, and the test fails on one that lands). For the other roles no server or account option closes it; the fix is in agentlog: readers that skip a foreign record (one without agentlog's record headers) and metadata that is written once."
 
-// accepted returns the reason f is accepted, or "". The reply-subject injection is accepted for
+// rollupAttempt is the attempt, on each direct publish right into a stream, of a publish with
+// Nats-Rollup: all on a subject of the role's own: where the stream allows rollups it purges every
+// other subject (one publish wipes a KV bucket). It is never accepted.
+const rollupAttempt = "publish with Nats-Rollup: all on a subject of its own (purges every other subject of the stream)"
+
+// accepted returns the reason f is accepted, or "". A rollup attempt never is. The reply-subject injection is accepted for
 // the roles of the tenant's account, not for a role with an account of its own (the viewer): its
 // replies live in its account, where no stream captures them, so one that lands fails the audit.
 func accepted(f Finding) string {
+	if f.Attempt == rollupAttempt {
+		return ""
+	}
 	if strings.HasPrefix(f.Attempt, "reply-injection") {
 		if p, err := RolePermissions(f.Role, 1); err == nil && p.OwnAccount {
 			return ""
@@ -342,6 +350,11 @@ func attempts(role Role, partitions int) ([]attempt, error) {
 				note = " (" + st + " holds no session's data: the projector's instance leases)"
 			}
 			out = append(out, attempt{right: s, name: "publish on another session's subject", subject: vs, header: h, body: jsonBody(map[string]any{"audit": "forged"}), note: note})
+			// A publish on a subject of the role's own (not the victim's) with Nats-Rollup: all
+			// purges every other subject of a stream that allows rollups: never accepted.
+			if own := vs + "rollup"; subjectMatches(s, own) {
+				out = append(out, attempt{right: s, name: rollupAttempt, subject: own, header: nats.Header{"Nats-Rollup": []string{"all"}}, body: jsonBody(map[string]any{"audit": "rollup"}), note: note})
+			}
 			inject(s, "jetstream-publish", "$JS.API.STREAM.INFO."+st, nil, nil)
 		}
 	}

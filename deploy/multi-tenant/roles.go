@@ -214,7 +214,7 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 	case Projector:
 		return Permissions{
 			Publish: concat([]Entry{
-				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap; a KV purge of each key of a session removed while it folded it (no stream purge: its filter is in the payload)"),
+				e("$KV."+wire.ProjectionsBucket+".>", "checkpoints: the projection states, with a revision compare-and-swap; a KV delete of each key of a session removed while it folded it (no stream purge: its filter is in the payload; no KV purge: the bucket refuses rollup headers)"),
 				e("$KV."+projector.MembersBucket+".>", "its instance lease in agentlog_projector_members"),
 				e("$JS.ACK."+wire.StreamName+".>", "acks of its partition consumers"),
 				api("STREAM.INFO."+membersKV, "opens the members bucket (`agentlog provision` creates it: the projector creates no stream)"),

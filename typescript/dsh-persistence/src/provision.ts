@@ -5,9 +5,8 @@
 import type { NatsConnection } from '@nats-io/transport-node'
 import {
   DiscardPolicy, RetentionPolicy, StorageType, StoreCompression,
-  type JetStreamClient, type JetStreamManager, type StreamConfig,
+  type JetStreamManager, type StreamConfig,
 } from '@nats-io/jetstream'
-import { Kvm, type KvOptions } from '@nats-io/kv'
 import type { NamesConfig, ProvisionConfig } from './config.js'
 import { isStreamNotFound } from './errors.js'
 import { DEFAULT_PARTITIONS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, SESSIONS_BUCKET, STORE_FORMAT } from './wire.js'
@@ -17,7 +16,7 @@ import { DEFAULT_PARTITIONS, META_FORMAT, META_PARTITIONS, PROJECTIONS_BUCKET, S
  * The writer leases bucket is created only when `leases`. A create that loses a race with another
  * provisioner passes when the stream exists afterwards.
  */
-export async function provision(nc: NatsConnection, js: JetStreamClient, jsm: JetStreamManager, n: Required<NamesConfig>, p: ProvisionConfig, leases: boolean): Promise<void> {
+export async function provision(nc: NatsConnection, jsm: JetStreamManager, n: Required<NamesConfig>, p: ProvisionConfig, leases: boolean): Promise<void> {
   const replicas = p.replicas ?? 1
   const maxPayload = nc.info?.max_payload ?? 1 << 20
   const exists = async (name: string) => jsm.streams.info(name).then(() => true, (err: unknown) => {
@@ -44,17 +43,28 @@ export async function provision(nc: NatsConnection, js: JetStreamClient, jsm: Je
     }
     await jsm.streams.add(cfg).catch(async (err: unknown) => { if (!await exists(n.stream)) throw err })
   }
-  const kvm = new Kvm(js)
-  if (leases && !await exists(`KV_${n.writersBucket}`)) {
-    const opts: Partial<KvOptions> = { history: 1, replicas, storage: StorageType.File, markerTTL: 60_000 }
-    await kvm.create(n.writersBucket, opts).catch(async (err: unknown) => {
-      if (!await exists(`KV_${n.writersBucket}`)) throw err
-    })
-  }
-  for (const bucket of [n.sessionsBucket, ...n.sessionsBucket === SESSIONS_BUCKET ? [PROJECTIONS_BUCKET] : []]) {
+  // KV buckets as @nats-io/kv makes them, except that they refuse rollup headers (store/provision.go
+  // kvStreamConfig): a put with `Nats-Rollup: all` on one key would purge every key. The leases'
+  // per-key TTLs are allowed without the markers of expired keys (the server keeps those only with
+  // rollups allowed).
+  const kvStream = (bucket: string, ttls: boolean): Partial<StreamConfig> & { name: string } => ({
+    name: `KV_${bucket}`,
+    subjects: [`$KV.${bucket}.>`],
+    retention: RetentionPolicy.Limits,
+    max_msgs_per_subject: 1, max_msgs: -1, max_bytes: -1, max_msg_size: -1, max_consumers: -1, max_age: 0,
+    storage: StorageType.File, num_replicas: replicas,
+    allow_rollup_hdrs: false, deny_delete: true, deny_purge: false,
+    duplicate_window: 120_000_000_000, allow_direct: true, discard: DiscardPolicy.New,
+    ...ttls ? { allow_msg_ttl: true } : {},
+  })
+  const buckets: Array<[string, boolean]> = [
+    ...leases ? [[n.writersBucket, true] as [string, boolean]] : [],
+    [n.sessionsBucket, false],
+    ...n.sessionsBucket === SESSIONS_BUCKET ? [[PROJECTIONS_BUCKET, false] as [string, boolean]] : [],
+  ]
+  for (const [bucket, ttls] of buckets) {
     if (!await exists(`KV_${bucket}`)) {
-      const opts: Partial<KvOptions> = { history: 1, replicas, storage: StorageType.File }
-      await kvm.create(bucket, opts).catch(async (err: unknown) => {
+      await jsm.streams.add(kvStream(bucket, ttls)).catch(async (err: unknown) => {
         if (!await exists(`KV_${bucket}`)) throw err
       })
     }

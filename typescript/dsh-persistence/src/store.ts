@@ -111,7 +111,7 @@ export class Store {
       const jsm = await jetstreamManager(nc, { timeout, domain })
       const n = settings.names
       if (config.provision) {
-        await provision(nc, js, jsm, n, typeof config.provision === 'object' ? config.provision : {}, settings.leaseTtlMs > 0)
+        await provision(nc, jsm, n, typeof config.provision === 'object' ? config.provision : {}, settings.leaseTtlMs > 0)
       }
       let si
       try {
