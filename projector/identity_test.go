@@ -1,11 +1,15 @@
 package projector
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentlog/agentlog/client"
+	"github.com/agentlog/agentlog/internal/checkfor"
 	"github.com/agentlog/agentlog/internal/storetest"
 	"github.com/agentlog/agentlog/session"
 	"github.com/agentlog/agentlog/wire"
@@ -157,13 +161,23 @@ func TestRestoredLogIsNoLoss(t *testing.T) {
 	tok, _ := wire.Token("r1")
 	kv := storetest.ProjectionsKV(e.store)
 	before := map[string][]byte{}
-	for _, d := range Builtins() {
-		ent, err := kv.Get(ctx(t), wire.ProjectionKey(d.Definition().Key, tok))
-		if err != nil {
-			t.Fatal(err)
+	// Every unit's state as of seq 2: the messages state is stored first, the others may follow.
+	checkfor.Check(t, 30*time.Second, 10*time.Millisecond, func() error {
+		for _, d := range Builtins() {
+			ent, err := kv.Get(ctx(t), wire.ProjectionKey(d.Definition().Key, tok))
+			if err != nil {
+				return fmt.Errorf("unit %s: %w", d.Definition().Key, err)
+			}
+			var p struct {
+				AsOfSeq int64 `json:"asOfSeq"`
+			}
+			if err := json.Unmarshal(ent.Value(), &p); err != nil || p.AsOfSeq != 2 {
+				return fmt.Errorf("unit %s: as of seq %d (%v), want 2", d.Definition().Key, p.AsOfSeq, err)
+			}
+			before[ent.Key()] = ent.Value()
 		}
-		before[ent.Key()] = ent.Value()
-	}
+		return nil
+	})
 	ss := storetest.Session(e.store, "r1")
 	if _, err := ss.Archive(ctx(t)); err != nil {
 		t.Fatal(err)

@@ -311,11 +311,8 @@ func readLogFile(path, idOverride string) (session.Header, []session.Event, erro
 // returns the header (with the session id; a log without header gets a fresh one), the number of
 // events and the largest one.
 func validateLog(r io.Reader, name, idOverride string) (validatedLog, error) {
-	nameInErrors := idOverride
-	if nameInErrors == "" {
-		nameInErrors = "session"
-	}
-	jr := session.NewJSONLReader(r, nameInErrors)
+	// Without --session and without a header, errors name the file and line, not a session.
+	jr := session.NewJSONLReader(r, idOverride)
 	var h session.Header
 	if hp := jr.Header(); hp != nil {
 		h = *hp
@@ -341,6 +338,10 @@ func validateLog(r io.Reader, name, idOverride string) (validatedLog, error) {
 			if idOverride != "" && errors.As(err, &se) {
 				err = se.ForSession(idOverride)
 			}
+			if idOverride == "" && jr.Header() == nil && errors.As(err, &se) && se.Line == 1 && se.Rule == session.RuleEnvelope {
+				// Most often a header without its type: say what a header is.
+				return validatedLog{}, fmt.Errorf("%s: %w (a header line is {\"type\":\"session\",\"id\":...}; a log without one needs --session ID)", name, err)
+			}
 			return validatedLog{}, fmt.Errorf("%s: %w", name, err)
 		}
 		n++
@@ -352,11 +353,7 @@ func validateLog(r io.Reader, name, idOverride string) (validatedLog, error) {
 		}
 	}
 	if n == 0 {
-		id := h.ID
-		if id == "" {
-			id = nameInErrors
-		}
-		return validatedLog{}, fmt.Errorf("%s: nothing written: %w", name, session.NewError(id, -1, 0, session.RuleEmptyLog,
+		return validatedLog{}, fmt.Errorf("%s: nothing written: %w", name, session.NewError(h.ID, -1, 0, session.RuleEmptyLog,
 			"the log holds no events, and import creates a session from its events (a session without events is created through the API, publisher.Create)"))
 	}
 	if h.ID == "" {

@@ -658,7 +658,8 @@ func TestImportDirectory(t *testing.T) {
 
 // TestImportPlaceholderIDAndCwd: a header id that is a template placeholder is refused and needs
 // --session; a cwd dsh cannot restore is warned about, --cwd sets it (absolute), and a fork of a
-// session with such a cwd leaves it out of the child's header, saying so.
+// session with such a cwd leaves it out of the child's header, saying so; a header without its
+// type is refused naming the file and line.
 func TestImportPlaceholderIDAndCwd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -697,6 +698,16 @@ func TestImportPlaceholderIDAndCwd(t *testing.T) {
 	mustCLI(ctx, t, s.URL(), "fork", "abs", "--child", "abs-kid")
 	if h, _ := c.Header(ctx, "abs-kid"); h.Cwd != "/srv/work" {
 		t.Fatalf("fork of an absolute cwd: child cwd %q", h.Cwd)
+	}
+	// A header without "type":"session" is read as an event: the refusal names the file and
+	// line (no made-up session), and says what a header is.
+	untyped := filepath.Join(t.TempDir(), "untyped.jsonl")
+	if err := os.WriteFile(untyped, []byte(`{"id":"untyped","version":3,"cwd":"/tmp"}`+"\n"+`{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runCLI(ctx, s.URL(), "import", untyped)
+	if code != 1 || !strings.Contains(errOut, untyped+`: line 1: event type must be a string, got nothing [rule envelope] (a header line is {"type":"session","id":...}; a log without one needs --session ID)`) || strings.Contains(errOut, `session "session"`) {
+		t.Fatalf("import of a header without its type: exit %d, stderr %q", code, errOut)
 	}
 }
 
