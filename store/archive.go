@@ -101,7 +101,9 @@ func (ss *Session) Locate(ctx context.Context) (Location, error) {
 		}
 	case loc.HotFirstSeq == 0:
 		loc.ArchiveStale = &head
-	case loc.HotFirstSeq > 0 && head.Events != loc.HotFirstSeq:
+	case loc.HotFirstSeq > 0 && head.Events < loc.HotFirstSeq:
+		// (An archive holding more than the cold prefix is one committed since, which holds the
+		// hot records too and has not purged them yet: the log is unchanged.)
 		return loc, wire.RecordError(id, loc.HotFirstSeq, 0, session.RuleRecordContinue, "the hot records start at seq %d but the archive %s holds seqs 0..%d", loc.HotFirstSeq, head.ArchiveID, head.Events-1)
 	default:
 		loc.Archive = &head
@@ -406,7 +408,7 @@ func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResu
 	switch {
 	case first == 0:
 		stale = head0
-	case head0 == nil || head0.Events != first:
+	case head0 == nil || head0.Events < first:
 		return res, wire.RecordError(id, first, msgs[0].Sequence, session.RuleRecordContinue, "the hot records start at seq %d and no archive holds seqs 0..%d", first, first-1)
 	default:
 		prefix = head0
@@ -432,6 +434,10 @@ func (ss *Session) Archive(ctx context.Context, opts ...ArchiveOpt) (ArchiveResu
 		_, evs, err := prev.Events()
 		if err != nil {
 			return res, fmt.Errorf("archive session %q: its cold prefix: %w", id, err)
+		}
+		// An archive that stopped between its head and its commit holds the hot records too.
+		if int64(len(evs)) > first {
+			evs = evs[:first]
 		}
 		if err := jw.Write(evs...); err != nil {
 			return res, err
@@ -741,9 +747,10 @@ func (ss *Session) Restore(ctx context.Context, opts ...ArchiveOpt) (RestoreResu
 	return res, nil
 }
 
-// readArchivedRecords hands fn the archive's events from seq from on, in chunks, as records at
-// stream seq 0 (they are in no stream), and returns the seq after the last.
-func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, from int64, fn func(Record) error) (int64, error) {
+// readArchivedRecords hands fn the archive's events with seqs from..to-1 (to < 0: to its end), in
+// chunks, as records at stream seq 0 (they are in no stream), and returns the seq after the last
+// it handed. The whole archive is checked against its head either way.
+func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, from, to int64, fn func(Record) error) (int64, error) {
 	a, err := s.readArchiveAt(ctx, head)
 	if err != nil {
 		return 0, err
@@ -779,7 +786,7 @@ func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, 
 			return 0, fmt.Errorf("session %q: archive %s: %w", head.ID, head.ArchiveID, err)
 		}
 		next = ev.Seq + 1
-		if ev.Seq < from {
+		if ev.Seq < from || (to >= 0 && ev.Seq >= to) {
 			continue
 		}
 		if batch = append(batch, ev); len(batch) == chunk {
@@ -790,6 +797,9 @@ func (s *Store) readArchivedRecords(ctx context.Context, head wire.ArchiveHead, 
 	}
 	if next != head.Events {
 		return 0, fmt.Errorf("session %q: archive %s: %w: it holds %d events, its head says %d", head.ID, head.ArchiveID, ErrArchiveCorrupt, next, head.Events)
+	}
+	if to >= 0 && to < next {
+		next = to
 	}
 	return next, flush()
 }

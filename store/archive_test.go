@@ -170,6 +170,63 @@ func TestArchiveColdPrefix(t *testing.T) {
 	}
 }
 
+// TestArchiveNewerThanColdPrefix: a read that finds hot records after a cold prefix, while a newer
+// archive (which holds those records too) has been committed and has not purged them yet, reads the
+// newer archive up to the hot records and goes on with them; once they are purged, it reads the
+// whole newer archive (an Open racing an Archive of a session a writer had raced before). An
+// Archive in that state finishes it.
+func TestArchiveNewerThanColdPrefix(t *testing.T) {
+	s := testStore(t, Config{})
+	ctx := testCtx(t)
+	id := "newer"
+	tok, _ := wire.Token(id)
+	if err := s.CreateSession(ctx, session.Header{ID: id, CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sessionOf(s, id).Append(ctx, 0, evs(0, 4, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, payload := testArchive(t, s, id, 4)
+	if err := s.writeArchive(ctx, &head, 0, payload, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionOf(s, id).Append(ctx, r.StreamSeq, evs(4, 7, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionOf(s, id).PurgeThrough(ctx, r.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	want := readText(t, s, id)
+	if n := strings.Count(want, "\n"); n != 7 {
+		t.Fatalf("Read joined %d events:\n%s", n, want)
+	}
+	// The newer archive of all 7 events is committed; the hot records 4..6 are still there.
+	m, err := s.leaderGetFrom(ctx, wire.ArchiveStream, map[string]any{"last_by_subj": wire.ArchiveSubject(tok)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head2, payload2 := testArchive(t, s, id, 7)
+	head2.ArchiveID = "U" + tok
+	if err := s.writeArchive(ctx, &head2, m.Sequence, payload2, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readText(t, s, id); got != want {
+		t.Fatalf("Read with a newer archive and the hot records:\n%s\nwant\n%s", got, want)
+	}
+	loc, err := sessionOf(s, id).Locate(ctx)
+	if err != nil || loc.State != StateActive || loc.HotFirstSeq != 4 || loc.NextSeq() != 7 {
+		t.Fatalf("Locate = %+v, %v", loc, err)
+	}
+	// An archive run again finishes it (as after one that stopped between its head and its purge).
+	if res, err := sessionOf(s, id).Archive(ctx); err != nil || !res.Archived || res.Events != 7 {
+		t.Fatalf("ArchiveSession = %+v, %v", res, err)
+	}
+	if got := readText(t, s, id); got != want {
+		t.Fatalf("Read once the hot records are purged:\n%s\nwant\n%s", got, want)
+	}
+}
+
 // testArchive builds the archive of session id's first n events as ArchiveSession would.
 func testArchive(t *testing.T, s *Store, id string, n int64) (wire.ArchiveHead, []byte) {
 	t.Helper()

@@ -483,7 +483,7 @@ func (r *recordReader) cold(ctx context.Context, from int64) error {
 	if head.Events < from {
 		return fmt.Errorf("read session %q: %w: its archive holds seqs 0..%d, the read is at seq %d", ss.id, ErrLogChanged, head.Events-1, from)
 	}
-	next, err := s.readArchivedRecords(ctx, head, from, r.fn)
+	next, err := s.readArchivedRecords(ctx, head, from, -1, r.fn)
 	if err == nil {
 		r.next = next
 	}
@@ -491,17 +491,20 @@ func (r *recordReader) cold(ctx context.Context, from int64) error {
 }
 
 // coldPrefix hands fn the events 0..first-1 of the session, which its archive holds (the hot
-// records start at seq first).
+// records start at seq first). The archive may be newer than the hot records' cold prefix (an
+// archive made since, which holds the hot records too, before it purges them): it is read up to
+// seq first, and the read goes on with the hot records (or, once they are purged, with the rest of
+// that archive).
 func (r *recordReader) coldPrefix(ctx context.Context, first int64) error {
 	ss, s := r.ss, r.ss.s
 	head, found, err := s.archiveHead(ctx, ss.tok)
 	if err != nil {
 		return fmt.Errorf("read session %q: %w", ss.id, err)
 	}
-	if !found || head.Events != first {
+	if !found || head.Events < first {
 		return wire.RecordError(ss.id, first, 0, session.RuleRecordContinue, "the hot records start at seq %d but no archive holds seqs 0..%d", first, first-1)
 	}
-	next, err := s.readArchivedRecords(ctx, head, 0, r.fn)
+	next, err := s.readArchivedRecords(ctx, head, 0, first, r.fn)
 	if err == nil {
 		r.next = next
 	}

@@ -174,7 +174,8 @@ export async function locate(s: Store, id: string, tok: string, hasHot: boolean)
     }
     return { hotFirst }
   }
-  if (hotFirst > 0 && head.events !== hotFirst) {
+  // A head with more events than the cold prefix: an archive committed since, before its purge (it holds the hot records too).
+  if (hotFirst > 0 && head.events < hotFirst) {
     throw new AgentlogWireError(id, hotFirst, 'record-continue', `the hot records start at seq ${hotFirst} but the archive ${head.archiveId} holds seqs 0..${head.events - 1}`)
   }
   return { archive: head, hotFirst }

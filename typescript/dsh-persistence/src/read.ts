@@ -99,7 +99,8 @@ async function readAll(s: Store, id: string, tok: string, upTo: number, signal?:
       const evs = await resolveBlobs(s, id, tok, dec, m.seq)
       if (records === 0 && info.firstSeq > 0) {
         // The log's first events are in its archive (PROTOCOL.md §13, case 3).
-        for (const e of (await coldPrefix(s, id, tok)).events) events.push(e)
+        // (A newer archive holds the hot records too: only its events before them are taken.)
+        for (const e of (await coldPrefix(s, id, tok)).events.slice(0, info.firstSeq)) events.push(e)
       }
       if (info.firstSeq !== events.length) {
         throw new AgentlogWireError(id, info.firstSeq, 'record-continue',

@@ -16,7 +16,8 @@ import { recordedSessions, readJsonl } from './jsonl.ts'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
+import { zstdCompressSync } from 'node:zlib'
 
 let ctx: Context
 let fiber: Fiber
@@ -291,6 +292,23 @@ describe('archive shapes', () => {
     // And it appends after, guarded on the hot tail (no restore: the log is whole).
     const more: WireEvent = { type: 'turn/start', seq: a.events.length + 1, time: 1785000001000, data: { turn: 78 } }
     await backend.appendBatch(stored!.meta, [more as SessionEvent], true)
+    expect((await goEvents(a.id)).events).toEqual([...a.events, next, more])
+    // A newer archive of the whole log is committed, its purge of the hot records not yet done (an
+    // archive running now): the log reads the same, in both readers.
+    const jsm = await jetstreamManager(nc)
+    const old = await jsm.streams.getMessage(ARCHIVE_STREAM, { last_by_subj: archiveSubject(token(a.id)) })
+    const jsonl = Buffer.from(await agentlog('events', '--packed', '--', a.id))
+    const payload = zstdCompressSync(Buffer.concat([jsonl, Buffer.from('{}')]))
+    const nh = natsHeaders()
+    for (const k of old!.header.keys()) if (!k.startsWith('Nats-')) nh.set(k, old!.header.get(k))
+    nh.set('Agentlog-Archive-Id', 'NewerArchive' + randomBytes(4).toString('hex'))
+    nh.set('Agentlog-Events', String(a.events.length + 2))
+    nh.set('Agentlog-JSONL-Size', String(jsonl.length))
+    nh.set('Agentlog-JSONL-SHA256', createHash('sha256').update(jsonl).digest('hex'))
+    nh.set('Agentlog-Archive-Parts', '1')
+    nh.set('Agentlog-Payload', `${payload.length} 2`)
+    await js.publish(archiveSubject(token(a.id)), payload, { headers: nh })
+    expect((await backend.loadStored(SessionId(a.id)))!.events).toEqual([...a.events, next, more])
     expect((await goEvents(a.id)).events).toEqual([...a.events, next, more])
   })
 
