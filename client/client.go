@@ -368,6 +368,10 @@ func (c *Client) Fork(ctx context.Context, req ForkRequest, opts ...Option) (For
 	if len(req.Then) > 0 {
 		subject = ForkThenSubject
 	}
+	if max := c.nc.MaxPayload(); max > 0 && int64(len(data)) > max {
+		return ForkResult{}, &Error{Service: ForkService, Code: CodeBadRequest, Session: req.Source, Err: nats.ErrMaxPayload,
+			Description: tooLargeFork(req, len(data), max)}
+	}
 	body, err := c.request(ctx, ForkService, subject, req.Source, data)
 	if err != nil {
 		var ce *Error
@@ -381,4 +385,31 @@ func (c *Client) Fork(ctx context.Context, req ForkRequest, opts ...Option) (For
 		return ForkResult{}, err
 	}
 	return res, nil
+}
+
+// tooLargeFork says why a fork request of n bytes is refused before it is sent: the server carries
+// at most max bytes in one message, and its then-events, the largest named, are what made it big.
+func tooLargeFork(req ForkRequest, n int, max int64) string {
+	msg := fmt.Sprintf("fork of session %q refused, nothing was created: the request is %d bytes, above the %d bytes one message may carry (the server's max_payload)", req.Source, n, max)
+	if len(req.Then) == 0 {
+		return msg
+	}
+	total, big := 0, 0
+	for i, ev := range req.Then {
+		total += len(ev)
+		if len(ev) > len(req.Then[big]) {
+			big = i
+		}
+	}
+	var seq struct {
+		Seq *int64 `json:"seq"`
+	}
+	at := ""
+	if json.Unmarshal(req.Then[big], &seq) == nil && seq.Seq != nil {
+		at = fmt.Sprintf(" (seq %d)", *seq.Seq)
+	} else if req.Boundary != nil {
+		at = fmt.Sprintf(" (seq %d)", *req.Boundary+2+int64(big)) // after the seed 0..boundary and the end-seed
+	}
+	return msg + fmt.Sprintf("; its %d then-events are %d bytes, the largest, then-event %d of %d%s, %d bytes [rule %s]: fork without it and append it after (`agentlog append`, or publisher.Append: they offload large events)",
+		len(req.Then), total, big+1, len(req.Then), at, len(req.Then[big]), session.RuleEventTooLarge)
 }

@@ -219,7 +219,9 @@ write as the seed: the child appears with them or not at all (edit-then-fork, e.
 message). An event without "seq" gets the next one (the first is seed length + 1), one with a seq must
 carry exactly that one; "time" defaults to now. The events are checked against the child's log as it
 will be (the log's rules, as append checks them): a refused one names its seq and rule, and no child is
-created.`,
+created. The then-events travel in the fork request, one NATS message: together they must fit the
+server's max_payload (1 MiB by default); a larger event is refused naming it, and goes in with
+agentlog append after the fork (which offloads large events).`,
 		Args: idArgs("one source session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("child") && blankID(child) {

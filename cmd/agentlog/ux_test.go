@@ -607,6 +607,19 @@ func TestForkThen(t *testing.T) {
 			t.Fatalf("%s: the refused child exists", name)
 		}
 	}
+	// A then-event larger than one message: refused before it is sent, naming it, its seq, its size
+	// and the server's limit.
+	big := `{"type":"user/message","data":{"id":"big","role":"user","content":[{"type":"text","text":"` + strings.Repeat("x", 9<<20) + `"}],"source":{"kind":"user"}},"surfaceOp":"append"}`
+	if err := os.WriteFile(then, []byte("{\"type\":\"turn/start\",\"data\":{\"turn\":2}}\n"+big+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(ctx, s.URL(), "fork", "src", "--at", "19", "--child", "refused-big", "--then", then); code != 1 ||
+		!strings.Contains(errOut, "the largest, then-event 2 of 2 (seq 22), ") || !strings.Contains(errOut, "max_payload") || !strings.Contains(errOut, "[rule event-too-large]") {
+		t.Fatalf("--then with a 9 MiB event: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := runCLI(ctx, s.URL(), "status", "refused-big"); code != 1 {
+		t.Fatal("the refused child exists")
+	}
 	// A forker that predates then-events does not serve agentlog.fork.then: nothing is created.
 	bare, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Projectors: 0, Forkers: 0, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

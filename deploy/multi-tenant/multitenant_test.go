@@ -739,6 +739,13 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	}
 	d.refused(t, `NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish`, "", "A_VIEWER_ARGS", "import", f)
 	d.refused(t, `NATS refused a request of this command: nats: permissions violation: Permissions Violation for Publish to "agentlog.fork"`, "", "A_VIEWER_ARGS", "fork", "s1", "--child", "v-fork")
+	// Without its --js-domain the viewer is refused at once, told to pass it.
+	noDomain := regexp.MustCompile(`--js-domain \S+`).ReplaceAllString(d.env["A_VIEWER_ARGS"], "")
+	if noDomain == d.env["A_VIEWER_ARGS"] {
+		t.Fatalf("A_VIEWER_ARGS has no --js-domain: %s", noDomain)
+	}
+	d.env["A_VIEWER_NODOMAIN_ARGS"] = noDomain
+	d.refused(t, `Permissions Violation for Publish to "\$JS\.API\.STREAM\.INFO\.AGENTLOG".*pass --js-domain \(the multi-tenant viewer's is <tenant>view`, "", "A_VIEWER_NODOMAIN_ARGS", "status", "s1")
 	// rm says it needs the operator role, with the violation as detail, and changes nothing.
 	rmRefused := `rm s1: rm needs the operator role: \$JS\.API\.STREAM\.PURGE\.AGENTLOG is denied \(.*\); nothing was changed\. .*Permissions Violation for Publish to "\$JS\.API\.STREAM\.PURGE\.AGENTLOG"`
 	// The viewer's account imports A's API under its domain: the purge it would send is there.
