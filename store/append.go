@@ -722,6 +722,11 @@ func (s *Store) publishRetrying(ctx context.Context, id, subject string, expecte
 	if err == nil || !commitOutcomeUnknown(err) || msgID == "" {
 		return res, err
 	}
+	if c := context.Cause(ctx); c != nil && errors.Is(c, nats.ErrPermissionViolation) {
+		// The server refused the publish (the caller's context was cancelled with the
+		// violation): nothing was stored, and a retry would be refused the same way.
+		return AppendResult{}, fmt.Errorf("session %q: the write was refused, nothing was stored: %w", id, c)
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5 && wctx.Err() == nil; attempt++ {
@@ -757,6 +762,9 @@ const batchCommitWait = 12 * time.Second
 // awaitCommit looks, through the stream leader, for the record with msgID at the tail of the
 // session until batchCommitWait after sent: found means the batch was committed (a lost ack).
 func (s *Store) awaitCommit(ctx context.Context, id, subject, msgID string, sent time.Time, cause error) (AppendResult, error) {
+	if c := context.Cause(ctx); c != nil && errors.Is(c, nats.ErrPermissionViolation) {
+		return AppendResult{}, fmt.Errorf("append to session %q: the batch was refused, nothing was stored: %w", id, c) // as publishRetrying
+	}
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sent.Add(batchCommitWait))
 	defer cancel()
 	for {

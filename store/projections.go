@@ -58,9 +58,9 @@ func (ss *Session) ProjectionStates(ctx context.Context) ([]ProjectionState, err
 }
 
 // SubscribeProjection calls fn (on the connection's goroutine: keep it short) each time a state of
-// projection unit of the session is published (a core subscription on its KV subject: a wake-up
-// only, to be followed by a get of the stored value, ProjectionEntry; a put the bucket refuses
-// wakes it too). unit "*" is every unit. Unsubscribe the subscription when done.
+// projection unit of the session is stored (a core subscription on its republished subject,
+// wire.ProjectionWakePrefix.<unit>.<token>, or on a bucket provisioned before that republish on its
+// KV subject: a wake-up only, to be followed by a get of the stored value, ProjectionEntry). unit "*" is every unit. Unsubscribe the subscription when done.
 func (ss *Session) SubscribeProjection(unit string, fn func(unit string)) (*nats.Subscription, error) {
 	if unit != "*" {
 		if err := ss.checkProjections(unit); err != nil {
@@ -82,12 +82,16 @@ func (s *Store) SubscribeUnit(unit string, fn func(token string)) (*nats.Subscri
 }
 
 // subscribeProjections subscribes to the KV subjects of keys <unit>.<token> of agentlog_projections
-// (either may be "*") and calls fn with each published key's unit and token.
+// (either may be "*"), republished (projectionWakes) or, on a bucket without that, on their own
+// subjects, and calls fn with each stored key's unit and token.
 func (s *Store) subscribeProjections(unit, tok string, fn func(unit, tok string)) (*nats.Subscription, error) {
 	if s.js == nil || s.projections == nil {
 		return nil, errors.New("the store has no agentlog_projections bucket (use Provision or Open to get a Store)")
 	}
 	prefix := wire.KVSubject(wire.ProjectionsBucket, "")
+	if s.projectionWakes {
+		prefix = wire.ProjectionWakePrefix + "."
+	}
 	subject := prefix + unit + "." + tok
 	sub, err := s.js.Conn().Subscribe(subject, func(m *nats.Msg) {
 		u, t, ok := strings.Cut(strings.TrimPrefix(m.Subject, prefix), ".")

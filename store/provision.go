@@ -80,6 +80,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if err := denyRollups(ctx, js); err != nil {
 		return nil, err
 	}
+	if err := addProjectionWakes(ctx, js); err != nil {
+		return nil, err
+	}
 
 	sessions, err := ensureBucket(ctx, js, wire.SessionsBucket, w, "agentlog session metadata (header per session token)")
 	if err != nil {
@@ -92,7 +95,7 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (*Store, er
 	if _, err := ensureStream(ctx, js, wire.ErrorsStream, w.errorsStreamConfig(), checkErrorsStream); err != nil {
 		return nil, err
 	}
-	st, err := newStore(ctx, js, stream, found, sessions, projections)
+	st, err := newStore(ctx, js, stream, found, sessions, projections, true)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +127,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 		return nil, err
 	}
 	kvs := make([]natsjs.KeyValue, 2)
+	wakes := false
 	for i, bucket := range []string{wire.SessionsBucket, wire.ProjectionsBucket} {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
@@ -132,8 +136,12 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 			}
 			return nil, fmt.Errorf("look up KV bucket %s: %w", bucket, err)
 		}
-		if err := checkKVStream(ctx, js, bucket, w.bucketCheck(bucket)); err != nil {
+		c, err := checkKVStream(ctx, js, bucket, w.bucketCheck(bucket))
+		if err != nil {
 			return nil, err
+		}
+		if bucket == wire.ProjectionsBucket {
+			wakes = hasProjectionWakes(c)
 		}
 		kvs[i] = kv
 	}
@@ -144,7 +152,7 @@ func Open(ctx context.Context, js natsjs.JetStream) (*Store, error) {
 	if err := checkErrorsStream(es.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	return newStore(ctx, js, stream, found, kvs[0], kvs[1])
+	return newStore(ctx, js, stream, found, kvs[0], kvs[1], wakes)
 }
 
 // openStream looks up an existing stream: a missing one is a wrapped ErrNotProvisioned.
@@ -162,7 +170,7 @@ func openStream(ctx context.Context, js natsjs.JetStream, name string) (natsjs.S
 // newStore completes a Store on the checked AGENTLOG stream and KV buckets: it creates the lease
 // bucket agentlog_writers and the blob stream AGENTLOG_BLOBS where missing (deployments
 // provisioned before they existed get them here), with the stream's replicas.
-func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, found foundStream, sessions, projections natsjs.KeyValue) (*Store, error) {
+func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, found foundStream, sessions, projections natsjs.KeyValue, projectionWakes bool) (*Store, error) {
 	replicas := stream.CachedInfo().Config.Replicas
 	writers, err := ensureWritersBucket(ctx, js, replicas)
 	if err != nil {
@@ -188,18 +196,19 @@ func newStore(ctx context.Context, js natsjs.JetStream, stream natsjs.Stream, fo
 		archive, children, lifecycle = lookupLifecycle(ctx, js)
 	}
 	return &Store{
-		mux:         &directMux{},
-		archive:     archive,
-		children:    children,
-		lifecycle:   lifecycle,
-		js:          js,
-		stream:      stream,
-		sessions:    sessions,
-		projections: projections,
-		writers:     writers,
-		blobStream:  blobStream,
-		partitions:  found.partitions,
-		maxMsgSize:  found.maxMsgSize,
+		projectionWakes: projectionWakes,
+		mux:             &directMux{},
+		archive:         archive,
+		children:        children,
+		lifecycle:       lifecycle,
+		js:              js,
+		stream:          stream,
+		sessions:        sessions,
+		projections:     projections,
+		writers:         writers,
+		blobStream:      blobStream,
+		partitions:      found.partitions,
+		maxMsgSize:      found.maxMsgSize,
 	}, nil
 }
 
@@ -424,13 +433,52 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, name string, create 
 
 // ensureBucket returns the KV bucket, creating it when missing; an existing one is checked.
 func ensureBucket(ctx context.Context, js natsjs.JetStream, bucket string, w want, desc string) (natsjs.KeyValue, error) {
-	return ensureKV(ctx, js, natsjs.KeyValueConfig{
+	cfg := natsjs.KeyValueConfig{
 		Bucket:      bucket,
 		Description: desc,
 		History:     1,
 		Storage:     natsjs.FileStorage,
 		Replicas:    w.replicas,
-	}, w.bucketCheck(bucket))
+	}
+	if bucket == wire.ProjectionsBucket {
+		cfg.RePublish = projectionWakes()
+	}
+	return ensureKV(ctx, js, cfg, w.bucketCheck(bucket))
+}
+
+// projectionWakes is the republish of agentlog_projections: the headers of each state stored, on
+// wire.ProjectionWakePrefix.<unit>.<token>.
+func projectionWakes() *natsjs.RePublish {
+	return &natsjs.RePublish{Source: wire.KVSubject(wire.ProjectionsBucket, ">"), Destination: wire.ProjectionWakePrefix + ".>", HeadersOnly: true}
+}
+
+// hasProjectionWakes reports whether c (the stream of agentlog_projections) republishes as
+// projectionWakes says.
+func hasProjectionWakes(c natsjs.StreamConfig) bool {
+	r, want := c.RePublish, projectionWakes()
+	return r != nil && r.Source == want.Source && r.Destination == want.Destination && r.HeadersOnly
+}
+
+// addProjectionWakes adds the republish (projectionWakes) to an existing agentlog_projections that
+// has none: deployments provisioned before it. (A Store opened on one without it subscribes to the
+// bucket's own subjects, which a projector in an account of its own does not reach.)
+func addProjectionWakes(ctx context.Context, js natsjs.JetStream) error {
+	st, err := js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up the stream of KV bucket %s: %w", wire.ProjectionsBucket, err)
+	}
+	c := st.CachedInfo().Config
+	if hasProjectionWakes(c) {
+		return nil
+	}
+	c.RePublish = projectionWakes()
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		return fmt.Errorf("republish the states of KV bucket %s on %s.> (wake-ups): %w", wire.ProjectionsBucket, wire.ProjectionWakePrefix, err)
+	}
+	return nil
 }
 
 // ensureKV returns the KV bucket cfg.Bucket, creating it when missing (kvStreamConfig: no rollup
@@ -448,7 +496,7 @@ func ensureKV(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfi
 	if err != nil {
 		return nil, fmt.Errorf("look up KV bucket %s: %w", cfg.Bucket, err)
 	}
-	if err := checkKVStream(ctx, js, cfg.Bucket, check); err != nil {
+	if _, err := checkKVStream(ctx, js, cfg.Bucket, check); err != nil {
 		return nil, err
 	}
 	return kv, nil
@@ -483,6 +531,7 @@ func kvStreamConfig(cfg natsjs.KeyValueConfig) natsjs.StreamConfig {
 		AllowDirect:       true,
 		Discard:           natsjs.DiscardNew,
 	}
+	sc.RePublish = cfg.RePublish
 	if cfg.LimitMarkerTTL != 0 {
 		// Per-key TTLs (Nats-TTL) without the markers of expired keys: the server allows
 		// subject delete markers only with rollups.
@@ -530,15 +579,16 @@ func denyRollups(ctx context.Context, js natsjs.JetStream) error {
 
 // checkKVStream checks the config of the stream behind KV bucket bucket: no rollups
 // (checkNoRollups), then check.
-func checkKVStream(ctx context.Context, js natsjs.JetStream, bucket string, check func(natsjs.StreamConfig) error) error {
+func checkKVStream(ctx context.Context, js natsjs.JetStream, bucket string, check func(natsjs.StreamConfig) error) (natsjs.StreamConfig, error) {
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return fmt.Errorf("look up the stream of KV bucket %s: %w", bucket, err)
+		return natsjs.StreamConfig{}, fmt.Errorf("look up the stream of KV bucket %s: %w", bucket, err)
 	}
-	if err := checkNoRollups(bucket, s.CachedInfo().Config); err != nil {
-		return err
+	c := s.CachedInfo().Config
+	if err := checkNoRollups(bucket, c); err != nil {
+		return c, err
 	}
-	return check(s.CachedInfo().Config)
+	return c, check(c)
 }
 
 // bucketCheck validates the stream behind agentlog_sessions or agentlog_projections.

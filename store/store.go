@@ -14,10 +14,12 @@ type Store struct {
 	stream      natsjs.Stream
 	sessions    natsjs.KeyValue // agentlog_sessions: session metadata
 	projections natsjs.KeyValue // agentlog_projections: projection states
-	writers     natsjs.KeyValue // agentlog_writers: writer leases
-	blobStream  natsjs.Stream   // AGENTLOG_BLOBS: offloaded events (nil: events over a record are refused)
-	partitions  int
-	maxMsgSize  int32 // bytes; the stream's max message size (or the server's max payload)
+	// projectionWakes: agentlog_projections republishes its states (wire.ProjectionWakePrefix).
+	projectionWakes bool
+	writers         natsjs.KeyValue // agentlog_writers: writer leases
+	blobStream      natsjs.Stream   // AGENTLOG_BLOBS: offloaded events (nil: events over a record are refused)
+	partitions      int
+	maxMsgSize      int32 // bytes; the stream's max message size (or the server's max payload)
 	// maxEventBytes caps one event's encoded line, bytes (0: DefaultMaxEventBytes).
 	maxEventBytes int64
 

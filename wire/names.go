@@ -17,6 +17,11 @@ const (
 	BlobsBucket       = "agentlog_blobs"   // Object Store bucket of offloaded events (docs/PROTOCOL.md §4.1)
 	ErrorsStream      = "AGENTLOG_ERRORS"
 	ErrorsPrefix      = "agentlog.errors" // agentlog.errors.<token>
+	// ProjectionWakePrefix is where agentlog_projections republishes each state it stores, headers
+	// only: agentlog.wake.projections.<unit>.<token> (docs/PROTOCOL.md §8). A wake-up for waiters
+	// in any account: a put that reaches the bucket through a service import (a projector in an
+	// account of its own) is not delivered to other accounts on its own subject.
+	ProjectionWakePrefix = "agentlog.wake.projections"
 )
 
 // KVSubject is the subject of key in KV bucket bucket: "$KV.<bucket>.<key>" (the layout of

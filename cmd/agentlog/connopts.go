@@ -351,10 +351,11 @@ func (g *globals) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 	if errors.Is(err, nats.ErrPermissionViolation) && g.refuse != nil {
 		if g.refused == nil {
 			why := "the credentials' permissions do not allow it; the roles: deploy/SECURITY.md"
-			if g.conn.jsDomain == "" && strings.Contains(err.Error(), `"$JS.API.`) {
-				// A role in an account of its own (the multi-tenant viewer) imports the JetStream
-				// API under a domain prefix only.
-				why += "; a role with an account of its own reaches JetStream through a domain: pass --js-domain (the multi-tenant viewer's is <tenant>view, set by the contexts up.sh writes)"
+			if g.conn.jsDomain == "" && strings.Contains(err.Error(), `"$JS.API.STREAM.INFO.`) {
+				// Every role may read the streams' info (store.Open), except in an account of its
+				// own (the multi-tenant viewer and projector), which imports the JetStream API under
+				// a domain prefix only.
+				why += "; a role with an account of its own reaches JetStream through a domain: pass --js-domain (the multi-tenant viewer's is <tenant>view, the projector's <tenant>proj; the contexts up.sh writes set it)"
 			}
 			g.refused = fmt.Errorf("NATS refused a request of this command: %w (%s)", err, why)
 			g.refuse(g.refused)

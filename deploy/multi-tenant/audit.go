@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -74,24 +75,28 @@ var Accept = []Accepted{
 }
 
 // replyInjectionReason accepts the reply-subject injection (the server's answer to a request
-// published into the session subject the request names as its reply) for every role of the
-// tenant's account that may make an answered request. NATS checks a request's subject, never its
-// reply subject, against the requester's publish rights, and no server option changes that. The
-// viewer lives in an account of its own (Permissions.OwnAccount): its replies land there.
+// published into the session subject the request names as its reply) for the roles of the
+// tenant's account that may make an answered request: the agent and the forker, which may write
+// any session's subject and metadata directly anyway, and the operator, which owns the account.
+// NATS checks a request's subject, never its reply subject, against the requester's publish
+// rights, and no server option changes that. The viewer and the projector live in accounts of
+// their own (Permissions.OwnAccount): their replies land there, and one that lands in the tenant's
+// account fails the audit.
 const replyInjectionReason = "NATS does not check a request's reply subject against the requester's publish rights: the server's answer lands in the stream that captures the reply subject. " +
-	"Fix (not built): readers skip foreign records (a record without agentlog's headers: Agentlog-First-Seq, Agentlog-Count), metadata written once (a KV create; a delete marker only from rm)"
+	"This role may write any session's subject and metadata directly (agent, forker) or owns the account (operator): the injection gives it no right it lacks"
 
 // replyInjectionRemains is its entry of SECURITY.md's "what remains" list.
-const replyInjectionRemains = "**Reply-subject injection.** Any role of the tenant's account that may make an answered request (an agent's query or direct get, a service's request, any JetStream publish) can set the request's reply subject to a session's subject (`agentlog.session.<p>.<token>`) or to a session's metadata key (`$KV.agentlog_sessions.<token>`): NATS checks a request's subject against the publish rights, never its reply subject, and the server's answer is stored there. The session then holds a record that is not agentlog's (its reads fail `record-header`) or metadata that does not decode. The audit measures it for every role (`reply-injection` rows). The viewer is out of it: its user lives in an account of its own (`<T>_VIEW`, no JetStream) that imports what it reads, so its replies are subjects of that account, where no stream captures them (the audit's viewer rows are harmless, and the test fails on one that lands). For the other roles no server or account option closes it; the fix is in agentlog: readers that skip a foreign record (one without agentlog's record headers) and metadata that is written once."
+const replyInjectionRemains = "**Reply-subject injection, by the roles that write sessions.** A role of the tenant's account that may make an answered request (an agent's query or direct get, the forker's, any JetStream publish) can set the request's reply subject to a session's subject (`agentlog.session.<p>.<token>`) or to a session's metadata key (`$KV.agentlog_sessions.<token>`): NATS checks a request's subject against the publish rights, never its reply subject, and the server's answer is stored there (its reads then fail `record-header`, or its metadata does not decode). The audit measures it for every role (`reply-injection` rows). It gives the agent and the forker nothing they lack: both may publish on every session's subject and metadata key of their tenant (listed above). The viewer and the projector are out of it: each lives in an account of its own (`<T>_VIEW`, `<T>_PROJ`; no JetStream) that imports exactly what the role uses, so their replies are subjects of that account, where no stream captures them; the audit's rows for both are harmless, and the test fails on one that lands. So no read-only or projection credential can break a session's log or metadata."
 
 // rollupAttempt is the attempt, on each direct publish right into a stream, of a publish with
 // Nats-Rollup: all on a subject of the role's own: where the stream allows rollups it purges every
 // other subject (one publish wipes a KV bucket). It is never accepted.
 const rollupAttempt = "publish with Nats-Rollup: all on a subject of its own (purges every other subject of the stream)"
 
-// accepted returns the reason f is accepted, or "". A rollup attempt never is. The reply-subject injection is accepted for
-// the roles of the tenant's account, not for a role with an account of its own (the viewer): its
-// replies live in its account, where no stream captures them, so one that lands fails the audit.
+// accepted returns the reason f is accepted, or "". A rollup attempt never is. The reply-subject
+// injection is accepted for the roles of the tenant's account, not for a role with an account of
+// its own (the viewer, the projector): its replies live in its account, where no stream captures
+// them, so one that lands fails the audit.
 func accepted(f Finding) string {
 	if f.Attempt == rollupAttempt {
 		return ""
@@ -766,13 +771,18 @@ func RoleTable(role Role) (string, error) {
 	}
 	if p.OwnAccount {
 		// Its account imports these from the tenant's; its user is allowed the same (a second
-		// fence), the $JS.API subjects under its domain: $JS.<T>view.API.<rest>.
+		// fence), the $JS.API subjects and KV puts under its domain: $JS.<domain>.API.<rest>.
 		rows("service import (publish)", p.Publish)
 		rows("deny publish", p.DenyPublish)
 		for _, x := range p.Subscribe {
 			kind := "stream import (subscribe)"
-			if x.Subject == inbox.Subject {
+			switch {
+			case x.Subject == inbox.Subject:
 				kind = "subscribe (its own account's inboxes)"
+			case slices.Contains(p.Serves, x.Subject):
+				kind = "service export (serves)"
+			case x.Subject == srvDiscovery.Subject:
+				kind = "subscribe (its own account only)"
 			}
 			rows(kind, []Entry{x})
 		}

@@ -21,8 +21,9 @@ func audit(t *testing.T, d *deployment, tenant string) {
 		Dial: func(r multitenant.Role) (*nats.Conn, error) {
 			return d.dial(d.Identity(tenant, r), "audit-"+string(r))
 		},
-		Domains: map[multitenant.Role]string{multitenant.Viewer: d.Identity(tenant, multitenant.Viewer).Domain},
-		Op:      op, Partitions: d.Partitions, Wait: 2 * time.Second,
+		Domains: map[multitenant.Role]string{multitenant.Viewer: d.Identity(tenant, multitenant.Viewer).Domain,
+			multitenant.Projector: d.Identity(tenant, multitenant.Projector).Domain},
+		Op: op, Partitions: d.Partitions, Wait: 2 * time.Second,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

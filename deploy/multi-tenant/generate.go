@@ -10,11 +10,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,7 +51,7 @@ type Identity struct {
 	PassFile string `json:"passwordFile,omitempty"`
 	CertFile string `json:"certFile"`
 	KeyFile  string `json:"keyFile"`
-	// Account is the NATS account of the user: the tenant's, or ViewerAccount for a role with an
+	// Account is the NATS account of the user: the tenant's, or RoleAccount for a role with an
 	// account of its own (Permissions.OwnAccount), whose clients use the JetStream domain Domain.
 	Account string `json:"account"`
 	Domain  string `json:"jsDomain,omitempty"`
@@ -89,8 +91,9 @@ var tenantName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,31}$`)
 // identity's certificates (tls/), each tenant's identities (tenants/<t>/: nkey seeds, a password
 // file, certificates, and <role>.env with the AGENTLOG_NATS_* variables), the system account's
 // user, and nats.conf: one account per tenant with JetStream limits and the role permissions of
-// RolePermissions, and per tenant a viewer account (ViewerAccount) that imports the viewer's
-// entries from it, TLS with client verification. Secrets are written mode 0600.
+// RolePermissions, and per tenant a viewer account and a projector account (RoleAccount) that
+// import those roles' entries from it (and export what the projector serves), TLS with client
+// verification. Secrets are written mode 0600.
 func Generate(o Options) (*Deployment, error) {
 	if o.Dir == "" || len(o.Tenants) == 0 {
 		return nil, errors.New("multitenant: Dir and Tenants are required")
@@ -185,7 +188,7 @@ func newIdentity(ca *CA, dir, tenant string, role Role, password bool) (*Identit
 	}
 	id := &Identity{Tenant: tenant, Role: role, Name: name, Account: tenant}
 	if p, err := RolePermissions(role, 1); err == nil && p.OwnAccount {
-		id.Account, id.Domain = ViewerAccount(tenant), ViewerDomain(tenant)
+		id.Account, id.Domain = RoleAccount(tenant, role), RoleDomain(tenant, role)
 	}
 	var err error
 	if id.CertFile, id.KeyFile, err = ca.Issue(idDir, string(role), false, ""); err != nil {
@@ -298,18 +301,44 @@ func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 			}
 		}
 		b.WriteString("    users: [\n" + users.String() + "    ]\n")
-		var exports, others strings.Builder
+		// The request subjects that a role in an account of its own serves: the account that
+		// answers each, and every account of the tenant imports it from there.
+		servedBy := map[string]string{}
+		for _, r := range own {
+			perms, _ := RolePermissions(r, o.Partitions)
+			for _, subj := range perms.Serves {
+				servedBy[subj] = d.Identity(t, r).Account
+			}
+		}
+		var exports, others, tenantImports strings.Builder
+		for _, subj := range slices.Sorted(maps.Keys(servedBy)) {
+			fmt.Fprintf(&tenantImports, "      { service: { account: %s, subject: %s } }\n", strconv.Quote(servedBy[subj]), strconv.Quote(subj))
+		}
 		for _, r := range own {
 			perms, _ := RolePermissions(r, o.Partitions)
 			id := d.Identity(t, r)
 			acc := strconv.Quote(id.Account)
-			var imports strings.Builder
+			var imports, ownExports strings.Builder
 			seen := map[string]bool{}
+			for _, subj := range perms.Serves {
+				seen[subj] = true
+				to := []string{strconv.Quote(t)}
+				for _, r2 := range own {
+					if r2 != r {
+						to = append(to, strconv.Quote(d.Identity(t, r2).Account))
+					}
+				}
+				fmt.Fprintf(&ownExports, "      { service: %s, accounts: [%s] }\n", strconv.Quote(subj), strings.Join(to, ", "))
+			}
 			for _, x := range perms.Publish {
 				if seen[x.Subject] {
 					continue
 				}
 				seen[x.Subject] = true
+				if from, ok := servedBy[x.Subject]; ok { // served by another role's own account
+					fmt.Fprintf(&imports, "      { service: { account: %s, subject: %s } }\n", strconv.Quote(from), strconv.Quote(x.Subject))
+					continue
+				}
 				resp := ""
 				if StreamResponses(x.Subject) {
 					resp = ", response_type: stream"
@@ -319,7 +348,9 @@ func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 					strconv.Quote(perms.InAccount(x.Subject, id.Domain)))
 			}
 			for _, x := range perms.Subscribe {
-				if x.Subject == inbox.Subject || seen[x.Subject] {
+				// Its inbox, and the micro discovery requests ($SRV.>: answered in its own
+				// account only; a stream import would bring requests whose replies cannot go back).
+				if x.Subject == inbox.Subject || x.Subject == srvDiscovery.Subject || seen[x.Subject] {
 					continue
 				}
 				seen[x.Subject] = true
@@ -335,10 +366,17 @@ func (d *Deployment) conf(o Options, srvCert, srvKey string) (string, error) {
 				return "", err
 			}
 			fmt.Fprintf(&others, "  # %s: the %s of tenant %s, in an account of its own (no JetStream): it reaches %s only through these imports\n", id.Account, r, t, t)
-			fmt.Fprintf(&others, "  %s {\n    users: [\n%s    ]\n    imports: [\n%s    ]\n  }\n", id.Account, u.String(), imports.String())
+			fmt.Fprintf(&others, "  %s {\n    users: [\n%s    ]\n    imports: [\n%s    ]\n", id.Account, u.String(), imports.String())
+			if ownExports.Len() > 0 {
+				fmt.Fprintf(&others, "    exports: [\n%s    ]\n", ownExports.String())
+			}
+			others.WriteString("  }\n")
 		}
 		if exports.Len() > 0 {
 			b.WriteString("    exports: [\n" + exports.String() + "    ]\n")
+		}
+		if tenantImports.Len() > 0 {
+			b.WriteString("    imports: [\n" + tenantImports.String() + "    ]\n")
 		}
 		b.WriteString("  }\n" + others.String())
 	}

@@ -384,7 +384,8 @@ func TestMultiTenant(t *testing.T) {
 		// The web inspector, as A's viewer: the list, a session page, and their live streams (a
 		// follow of the session and the sessions list's wake-ups).
 		inspectAsViewer(t, d, a)
-		viewerAccount(t, d, a)
+		ownAccount(t, d, a, multitenant.Viewer)
+		ownAccount(t, d, a, multitenant.Projector)
 
 		// The services did all of that with only their permissions, and so did every client.
 		if v := d.violations(t); len(v) > 0 {
@@ -443,12 +444,14 @@ func inspectAsViewer(t *testing.T, d *deployment, tenant string) {
 	}
 }
 
-// viewerAccount: tenant's viewer is in an account of its own, without JetStream (nothing there can
-// store a reply), whose imports all come from tenant (besides the system account's own).
-func viewerAccount(t *testing.T, d *deployment, tenant string) {
-	id := d.Identity(tenant, multitenant.Viewer)
+// ownAccount: tenant's role (the viewer, the projector) is in an account of its own, without
+// JetStream (nothing there can store a reply), whose imports all come from tenant or, for a
+// subject another such role serves (the query service), from that role's account: one per entry of
+// its permissions but its inbox and the micro discovery subjects.
+func ownAccount(t *testing.T, d *deployment, tenant string, role multitenant.Role) {
+	id := d.Identity(tenant, role)
 	if id.Account == tenant || id.Domain == "" {
-		t.Fatalf("the viewer of %s is in account %q, domain %q: want an account of its own", tenant, id.Account, id.Domain)
+		t.Fatalf("the %s of %s is in account %q, domain %q: want an account of its own", role, tenant, id.Account, id.Domain)
 	}
 	resp, err := http.Get(d.HTTPURL + "/accountz?acc=" + id.Account)
 	if err != nil {
@@ -468,28 +471,35 @@ func viewerAccount(t *testing.T, d *deployment, tenant string) {
 		t.Fatalf("accountz of %s: %v %+v", id.Account, err, az)
 	}
 	if az.Detail.JetStream {
-		t.Fatalf("the viewer's account %s has JetStream", id.Account)
+		t.Fatalf("the %s's account %s has JetStream", role, id.Account)
+	}
+	servedBy := map[string]string{}
+	for _, r := range multitenant.Roles {
+		if p, _ := multitenant.RolePermissions(r, d.Partitions); p.OwnAccount && r != role {
+			for _, subj := range p.Serves {
+				servedBy[subj] = d.Identity(tenant, r).Account
+			}
+		}
 	}
 	n := 0
 	for _, im := range az.Detail.Imports {
-		switch im.Account {
-		case tenant:
+		switch {
+		case im.Account == tenant, im.Account == servedBy[im.Subject]:
 			n++
-		case "SYS", "$G":
+		case im.Account == "SYS", im.Account == "$G":
 		default:
-			t.Fatalf("the viewer's account %s imports %s from %s", id.Account, im.Subject, im.Account)
+			t.Fatalf("the %s's account %s imports %s from %s", role, id.Account, im.Subject, im.Account)
 		}
 	}
-	// One import per entry of its permissions but its own inbox.
-	p, _ := multitenant.RolePermissions(multitenant.Viewer, d.Partitions)
+	p, _ := multitenant.RolePermissions(role, d.Partitions)
 	want := map[string]bool{}
 	for _, e := range append(p.Publish, p.Subscribe...) {
-		if e.Subject != "_INBOX.>" {
+		if e.Subject != "_INBOX.>" && e.Subject != "$SRV.>" && !slices.Contains(p.Serves, e.Subject) {
 			want[e.Subject] = true
 		}
 	}
 	if n != len(want) {
-		t.Fatalf("the viewer's account %s imports %d subjects from %s, want %d: %+v", id.Account, n, tenant, len(want), az.Detail.Imports)
+		t.Fatalf("the %s's account %s imports %d subjects, want %d: %+v", role, id.Account, n, len(want), az.Detail.Imports)
 	}
 }
 
@@ -746,6 +756,11 @@ func withinTenant(t *testing.T, d *deployment, a, b string) {
 	}
 	d.env["A_VIEWER_NODOMAIN_ARGS"] = noDomain
 	d.refused(t, `Permissions Violation for Publish to "\$JS\.API\.STREAM\.INFO\.AGENTLOG".*pass --js-domain \(the multi-tenant viewer's is <tenant>view`, "", "A_VIEWER_NODOMAIN_ARGS", "status", "s1")
+	// A restore (a write) by the viewer is refused as soon as the server says so, not retried as a
+	// write whose outcome is unknown.
+	d.importLog(t, "A_AGENT_ARGS", smallLog("v-arch", "x"))
+	d.ok(t, "", "A_OPERATOR_ARGS", "archive", "v-arch")
+	d.refused(t, `the write was refused, nothing was stored: .*Permissions Violation for Publish to "agentlog\.session\.`, "", "A_VIEWER_ARGS", "restore", "v-arch")
 	// rm says it needs the operator role, with the violation as detail, and changes nothing.
 	rmRefused := `rm s1: rm needs the operator role: \$JS\.API\.STREAM\.PURGE\.AGENTLOG is denied \(.*\); nothing was changed\. .*Permissions Violation for Publish to "\$JS\.API\.STREAM\.PURGE\.AGENTLOG"`
 	// The viewer's account imports A's API under its domain: the purge it would send is there.
@@ -924,7 +939,13 @@ func tlsChecks(t *testing.T, d *deployment, a string) {
 			if c.Name == "agentlog-forker" {
 				role = multitenant.Forker
 			}
-			if want := d.Identity(c.Acc, role); want == nil || want.Public != c.User {
+			var want *multitenant.Identity // the role's identity in the connection's account
+			for _, id := range d.Identities {
+				if id.Account == c.Acc && id.Role == role {
+					want = id
+				}
+			}
+			if want == nil || want.Public != c.User {
 				t.Errorf("service connection %q in account %s as %s: not that tenant's %s", c.Name, c.Acc, c.User, role)
 			}
 		}

@@ -41,20 +41,56 @@ type Permissions struct {
 	// The user's permissions there are the same entries (the $JS.API ones under the prefix): a
 	// second fence.
 	OwnAccount bool
+	// Serves are the request subjects a role with an account of its own answers (a subset of
+	// Subscribe): its account exports them to the tenant's account and to the other roles' own
+	// accounts, which import them, so that a requester's reply is the server's response subject.
+	Serves []string
 }
 
-// ViewerAccount is the name of tenant's viewer account (tenant names have no '_').
-func ViewerAccount(tenant string) string { return tenant + "_VIEW" }
+// RoleAccount is the name of the account of role in tenant: the tenant's own (its name), or for a
+// role with an account of its own (Permissions.OwnAccount) <tenant>_VIEW or <tenant>_PROJ (tenant
+// names have no '_').
+func RoleAccount(tenant string, role Role) string {
+	switch role {
+	case Viewer:
+		return tenant + "_VIEW"
+	case Projector:
+		return tenant + "_PROJ"
+	}
+	return tenant
+}
 
-// ViewerDomain is the JetStream domain (API prefix $JS.<domain>.API.) under which tenant's viewer
-// account imports the tenant's JetStream API.
-func ViewerDomain(tenant string) string { return tenant + "view" }
+// RoleDomain is the JetStream domain (API prefix $JS.<domain>.API.) under which the account of a
+// role with an account of its own imports the tenant's JetStream API: <tenant>view, <tenant>proj.
+func RoleDomain(tenant string, role Role) string {
+	switch role {
+	case Viewer:
+		return tenant + "view"
+	case Projector:
+		return tenant + "proj"
+	}
+	return ""
+}
 
-// InAccount is subject as a user of the role's account publishes it: a $JS.API subject under
-// domain's prefix when the role has an account of its own (OwnAccount), else subject.
+// ViewerAccount is the name of tenant's viewer account.
+func ViewerAccount(tenant string) string { return RoleAccount(tenant, Viewer) }
+
+// ViewerDomain is the JetStream domain of tenant's viewer account.
+func ViewerDomain(tenant string) string { return RoleDomain(tenant, Viewer) }
+
+// InAccount is subject as a user of the role's account publishes it: when the role has an account
+// of its own (OwnAccount), a $JS.API subject under domain's prefix, and a KV put ($KV.<bucket>.>)
+// there too (nats.go's KV puts through a JetStream context with a domain go to
+// $JS.<domain>.API.$KV.<bucket>.<key>); else subject.
 func (p Permissions) InAccount(subject, domain string) string {
-	if rest, ok := strings.CutPrefix(subject, "$JS.API."); ok && p.OwnAccount {
+	if !p.OwnAccount {
+		return subject
+	}
+	if rest, ok := strings.CutPrefix(subject, "$JS.API."); ok {
 		return "$JS." + domain + ".API." + rest
+	}
+	if strings.HasPrefix(subject, "$KV.") {
+		return "$JS." + domain + ".API." + subject
 	}
 	return subject
 }
@@ -63,6 +99,9 @@ func (p Permissions) InAccount(subject, domain string) string {
 // messages (response_type stream): a batched direct get ($JS.API.DIRECT.GET.<stream>, the filter
 // in the payload) answers with each message and an end-of-batch status.
 func StreamResponses(subject string) bool {
+	if strings.HasPrefix(subject, "$JS.API.CONSUMER.MSG.NEXT.") {
+		return true // a pull request: its batch of messages, heartbeats and status
+	}
 	rest, ok := strings.CutPrefix(subject, "$JS.API.DIRECT.GET.")
 	return ok && !strings.Contains(rest, ".")
 }
@@ -108,7 +147,7 @@ var (
 	liveRecords = e(wire.SubjectPrefix+".>", "wake-ups of follow reads (events --follow, the inspector's live view): the records as they are published, read only")
 	// Projection waits (messages --watch) are woken by a core subscription on the key's subject,
 	// then read with a get.
-	projectionWake = e("$KV."+wire.ProjectionsBucket+".messages.*", "wake-ups of messages --watch: a messages state as a projector writes it, read only")
+	projectionWake = e(wire.ProjectionWakePrefix+".messages.*", "wake-ups of messages --watch: a messages state as a projector stores it (agentlog_projections republishes its headers), read only")
 	projectionGet  = api("DIRECT.GET."+projectionsKV+".>", "a session's projection state (messages --watch reads it when woken): KV get")
 	inbox          = e("_INBOX.>", "replies to its requests, and the deliveries of its consumers")
 	srvDiscovery   = e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls)")
@@ -227,9 +266,13 @@ func RolePermissions(role Role, partitions int) (Permissions, error) {
 				api("DIRECT.GET."+projectionsKV+".>", "reads projection states"),
 				api("DIRECT.GET."+projectionsKV, "lists a removed session's projection keys (multi_last), before it purges them"),
 			}, blobRead, archiveRead, openEntries()),
-			Subscribe: []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q)"), srvDiscovery,
-				e("$KV."+wire.ProjectionsBucket+".messages.*", "wake-ups of the query service's minSeq waits: the messages states as projectors write them, read only")},
+			Subscribe: []Entry{inbox, e("agentlog.query.>", "serves the query service (queue group q), exported from its account to the tenant's and the viewer's"), e("$SRV.>", "the micro protocol's PING, INFO and STATS requests (nats micro ls), in its own account only: the tenant's account does not import them"),
+				e(wire.ProjectionWakePrefix+".messages.*", "wake-ups of the query service's minSeq waits: the messages states as projectors store them (agentlog_projections republishes their headers), read only")},
 			AllowResponses: true,
+			// In an account of its own: a reply subject it sets on a request (a KV put, a direct
+			// get) lives there, so no answer lands in a session's subject or the metadata bucket.
+			OwnAccount: true,
+			Serves:     []string{"agentlog.query.>"},
 		}, nil
 	case Forker:
 		return Permissions{
