@@ -134,12 +134,7 @@ resume's closers). A live writer of the session is refused (its lease is held). 
 			}
 			if err != nil {
 				w.Abort()
-				durable := w.DurableSeq()
-				what := "none of the file's events is durable"
-				if durable >= first {
-					what = fmt.Sprintf("the file's events up to seq %d are durable (%d of %d), the rest are not written", durable, durable-first+1, n)
-				}
-				return fmt.Errorf("append to session %q failed after %d of %d events were admitted: %w; %s", id, written, n, err, what)
+				return fmt.Errorf("append to session %q failed after %d of %d events were admitted: %w; %s", id, written, n, err, durableText(w.DurableSeq(), first, n))
 			}
 			res := appendResult{Session: id, Events: n, FirstSeq: first, LastSeq: first + n - 1, Resumed: len(resume)}
 			for _, ev := range resume {
@@ -328,4 +323,13 @@ func plural(n int64, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// durableText says which of the file's n events (seqs first..first+n-1) are durable when every
+// event with seq below durable is stored (publisher.Writer.DurableSeq).
+func durableText(durable, first, n int64) string {
+	if durable <= first {
+		return "none of the file's events is durable"
+	}
+	return fmt.Sprintf("the file's events up to seq %d are durable (%d of %d), the rest are not written", durable-1, durable-first, n)
 }

@@ -208,7 +208,11 @@ func clientExit(err error) error {
 		if ae.More {
 			more = "\n  ..."
 		}
-		return &exitError{code: 1, err: fmt.Errorf("session id prefix %q is ambiguous; candidates:\n  %s%s", ae.Prefix, strings.Join(ae.Candidates, "\n  "), more)}
+		quoted := make([]string, len(ae.Candidates)) // quoted, as sessions lists them: an id may hold a newline
+		for i, c := range ae.Candidates {
+			quoted[i] = quoteID(c)
+		}
+		return &exitError{code: 1, err: fmt.Errorf("session id prefix %q is ambiguous; candidates:\n  %s%s", ae.Prefix, strings.Join(quoted, "\n  "), more)}
 	}
 	return err
 }

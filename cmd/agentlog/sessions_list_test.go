@@ -119,7 +119,7 @@ func TestSessionsStatusCLI(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"status", "job"}, 1, "job-1\n  job-2"},
+		{[]string{"status", "job"}, 1, "\"job-1\"\n  \"job-2\""},
 		{[]string{"status", " "}, 2, "blank"},
 		{[]string{"status", "nobody"}, 1, `"nobody" not found`},
 		{[]string{"events", "job"}, 1, "ambiguous"},

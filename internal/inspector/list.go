@@ -2,6 +2,8 @@ package inspector
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,21 +59,25 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if lp.Prefix != "" && q.Get("sort") == "" {
 		sq.Sort, lp.Sort = client.SortID, client.SortID // an id prefix reads best in id order
 	}
+	// A query value that does not parse is a bad request (400), naming the parameter.
 	var perr error
 	if lp.Active != "" {
-		var d time.Duration
-		if d, perr = time.ParseDuration(lp.Active); perr == nil {
+		if d, err := time.ParseDuration(lp.Active); err != nil || d <= 0 {
+			perr = fmt.Errorf("active=%q: want a positive duration such as 30m, 1h or 24h", lp.Active)
+		} else {
 			sq.ActiveSince = time.Now().Add(-d)
 		}
 	}
 	for _, f := range []struct {
-		v   string
-		dst *time.Time
-	}{{lp.CreatedAfter, &sq.CreatedAfter}, {lp.CreatedBefore, &sq.CreatedBefore}} {
+		name, v string
+		dst     *time.Time
+	}{{"created_after", lp.CreatedAfter, &sq.CreatedAfter}, {"created_before", lp.CreatedBefore, &sq.CreatedBefore}} {
 		if f.v != "" && perr == nil {
-			var t time.Time
-			if t, perr = time.Parse("2006-01-02", f.v); perr != nil {
-				t, perr = time.Parse(time.RFC3339, f.v)
+			t, err := time.Parse("2006-01-02", f.v)
+			if err != nil {
+				if t, err = time.Parse(time.RFC3339, f.v); err != nil {
+					perr = fmt.Errorf("%s=%q: want a date (2026-12-04) or an RFC 3339 time (2026-12-04T10:00:00Z)", f.name, f.v)
+				}
 			}
 			*f.dst = t
 		}
@@ -95,8 +101,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 			return nil
 		})
 	}
+	status := http.StatusOK
 	if err != nil {
 		lp.Error = "The sessions cannot be listed: " + err.Error()
+		var ce *client.Error
+		if perr != nil || (errors.As(err, &ce) && ce.Code == client.CodeBadRequest) {
+			status = http.StatusBadRequest
+		}
 	}
 	lp.Next = next
 	lp.Rows = make([]listRow, len(infos))
@@ -108,7 +119,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 			lp.Rows[i].TitleBytes = si.TitleBytes
 		}
 	}
-	s.render(w, http.StatusOK, "list.html", lp)
+	s.render(w, status, "list.html", lp)
 }
 
 // handleListLive streams the sessions that appear (Server-Sent Events "session": {id, html}),

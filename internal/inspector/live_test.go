@@ -96,3 +96,35 @@ func readUpdate(t *testing.T, r io.Reader) int64 {
 	t.Fatalf("the live stream ended without an update: %v", sc.Err())
 	return -1
 }
+
+// TestListBadQuery: a list query value that does not parse is answered 400 naming the parameter
+// (it was a 200 page with a raw Go parse error); a good one is 200.
+func TestListBadQuery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, base := startUIStack(t, ctx, devstack.UIOptions{})
+	for q, want := range map[string]string{
+		"sort=bogus":             "sort",
+		"active=xyz":             `active=&#34;xyz&#34;: want a positive duration`,
+		"active=-1h":             `active=&#34;-1h&#34;: want a positive duration`,
+		"created_after=notadate": `created_after=&#34;notadate&#34;: want a date`,
+		"":                       "",
+		"active=1h":              "",
+	} {
+		resp, err := http.Get(base + "/?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want == "" {
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("?%s: %s, want 200", q, resp.Status)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), want) {
+			t.Errorf("?%s: %s, want 400 with %q: %.2000s", q, resp.Status, want, body)
+		}
+	}
+}
