@@ -285,3 +285,68 @@ func TestKVBucketsRefuseRollups(t *testing.T) {
 		t.Errorf("Open over a bucket that allows rollups: %v", err)
 	}
 }
+
+// TestProjectionWakes: agentlog_projections republishes each state's headers on
+// agentlog.wake.projections.<unit>.<token>, where SubscribeUnit wakes; on a bucket provisioned
+// before that (no republish), Open subscribes to the KV subjects and still wakes, and Provision
+// adds the republish.
+func TestProjectionWakes(t *testing.T) {
+	js := testJetStream(t, natsdev.ServerOptions{})
+	ctx := testCtx(t)
+	// A deployment of an older version: agentlog_projections without the republish.
+	if _, err := js.CreateStream(ctx, kvStreamConfig(natsjs.KeyValueConfig{Bucket: wire.ProjectionsBucket, History: 1, Storage: natsjs.FileStorage})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Provision(ctx, js, Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+wire.ProjectionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasProjectionWakes(st.CachedInfo().Config) {
+		t.Fatalf("Provision left agentlog_projections without the republish: %+v", st.CachedInfo().Config.RePublish)
+	}
+	wakes := func(s *Store, want string) {
+		t.Helper()
+		got := make(chan string, 4)
+		sub, err := s.SubscribeUnit("messages", func(tok string) { got <- tok })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if want != "" && !strings.HasPrefix(sub.Subject, want) {
+			t.Errorf("SubscribeUnit subscribed to %s, want %s...", sub.Subject, want)
+		}
+		if err := js.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.projections.Put(ctx, "messages.tokwake", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case tok := <-got:
+			if tok != "tokwake" {
+				t.Errorf("woken for %q, want tokwake", tok)
+			}
+		case <-ctx.Done():
+			t.Fatal("no wake-up for a stored state")
+		}
+	}
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes(s, wire.ProjectionWakePrefix+".")
+	// The republish taken off again (a bucket of an older version): Open falls back to the KV subjects.
+	c := st.CachedInfo().Config
+	c.RePublish = nil
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	old, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes(old, "$KV."+wire.ProjectionsBucket+".")
+}
