@@ -84,12 +84,12 @@ func (s *Store) ensureProjector(ctx context.Context, replicas int) error {
 
 // CheckProjector checks that partition p's consumer exists with the settings Provision gives it,
 // and returns it (a CONSUMER.INFO request). Missing or different: a wrapped
-// ErrProjectorNotProvisioned saying to run `agentlog provision`.
+// ErrProjectorNotProvisioned saying to run `agentlog provision` (missing: natsjs.ErrConsumerNotFound too).
 func (s *Store) CheckProjector(ctx context.Context, p int) (natsjs.Consumer, error) {
 	name := ProjectorConsumer(p)
 	cons, err := s.js.Consumer(ctx, wire.StreamName, name)
 	if errors.Is(err, natsjs.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("%w: consumer %s of stream %s does not exist", ErrProjectorNotProvisioned, name, wire.StreamName)
+		return nil, fmt.Errorf("%w: consumer %s of stream %s does not exist (%w)", ErrProjectorNotProvisioned, name, wire.StreamName, natsjs.ErrConsumerNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up the projector's consumer %s on stream %s: %w", name, wire.StreamName, err)
@@ -105,11 +105,11 @@ func (s *Store) CheckProjector(ctx context.Context, p int) (natsjs.Consumer, err
 }
 
 // ProjectorMembers opens the members bucket (a STREAM.INFO request). Missing: a wrapped
-// ErrProjectorNotProvisioned saying to run `agentlog provision`.
+// ErrProjectorNotProvisioned saying to run `agentlog provision`, and natsjs.ErrBucketNotFound.
 func (s *Store) ProjectorMembers(ctx context.Context) (natsjs.KeyValue, error) {
 	kv, err := s.js.KeyValue(ctx, ProjectorMembersBucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: KV bucket %s does not exist", ErrProjectorNotProvisioned, ProjectorMembersBucket)
+		return nil, fmt.Errorf("%w: KV bucket %s does not exist (%w)", ErrProjectorNotProvisioned, ProjectorMembersBucket, natsjs.ErrBucketNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open KV bucket %s: %w", ProjectorMembersBucket, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,9 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -234,6 +237,9 @@ waited for.`,
 			}
 			defer ob.Close()
 			defer nc.Close()
+			if err := waitProjectorProvisioned(cmd.Context(), store, logger); err != nil {
+				return err
+			}
 			p, err := projector.New(store, nc, projector.Options{Name: name, Logger: logger,
 				CacheSessions: cacheSessions, FlushInterval: flush, QueryCacheBytes: queryCache,
 				LifecycleInterval: lifecycleInterval})
@@ -308,4 +314,38 @@ func (g *globals) startService(ctx context.Context, metricsAddr, name string) (*
 		return nil, nil, nil, nil, err
 	}
 	return logger, ob, nc, store, nil
+}
+
+// waitProjectorProvisioned waits, as connectWait does for the stream and buckets, until the
+// projector's partition consumers and members bucket exist (a provision in progress creates them
+// after the stream): it says so once on logger and retries with backoff (250 ms to 5 s) until ctx
+// ends. One that exists with other settings is returned at once.
+func waitProjectorProvisioned(ctx context.Context, st *store.Store, logger *slog.Logger) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	waiting := false
+	for {
+		err := func() error {
+			if _, err := st.ProjectorMembers(ctx); err != nil {
+				return err
+			}
+			for part := 0; part < st.Partitions(); part++ {
+				if _, err := st.CheckProjector(ctx, part); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		if err == nil || !(errors.Is(err, natsjs.ErrConsumerNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)) || ctx.Err() != nil {
+			return err
+		}
+		if !waiting {
+			waiting = true
+			logger.Warn("agentlog: waiting for the projector's consumers and members bucket (run agentlog provision); retrying until they exist", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up waiting for the projector's provisioning: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(b.NextBackOff()):
+		}
+	}
 }
