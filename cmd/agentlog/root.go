@@ -215,29 +215,44 @@ func (g *globals) noJetStream() string {
 }
 
 // connectWait is connect for the long-running services: while NATS cannot be reached, or agentlog
-// is not provisioned there, it says so once on logger and retries with backoff (250 ms to 5 s)
-// until it succeeds or ctx ends. An incompatible stream or bucket is returned at once.
+// is not provisioned there, it says so once on logger and retries with backoff (retryWhile) until
+// it succeeds or ctx ends. An incompatible stream or bucket is returned at once.
 func (g *globals) connectWait(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, *store.Store, error) {
+	var nc *nats.Conn
+	var st *store.Store
+	waited, err := retryWhile(ctx, logger, "NATS at "+g.natsURL,
+		"agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is",
+		func() (err error) { nc, st, err = g.connect(ctx, name); return err },
+		func(err error) bool { return !errors.Is(err, store.ErrIncompatible) && !connectionFailedForGood(err) },
+		"url", g.natsURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if waited {
+		logger.Info("agentlog: NATS reached and agentlog provisioned there; starting", "url", g.natsURL)
+	}
+	return nc, st, nil
+}
+
+// retryWhile runs try until it succeeds, fails with an error retry refuses, or ctx ends, waiting
+// with backoff (250 ms to 5 s) in between; the first failure it retries is logged once on logger
+// as msg, with attrs and the error. It reports whether it waited; the error of a ctx that ended
+// names what it waited for.
+func retryWhile(ctx context.Context, logger *slog.Logger, what, msg string, try func() error, retry func(error) bool, attrs ...any) (bool, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	waiting := false
+	waited := false
 	for {
-		nc, st, err := g.connect(ctx, name)
-		if err == nil {
-			if waiting {
-				logger.Info("agentlog: NATS reached and agentlog provisioned there; starting", "url", g.natsURL)
-			}
-			return nc, st, nil
+		err := try()
+		if err == nil || !retry(err) || ctx.Err() != nil {
+			return waited, err
 		}
-		if errors.Is(err, store.ErrIncompatible) || connectionFailedForGood(err) || ctx.Err() != nil {
-			return nil, nil, err
-		}
-		if !waiting {
-			waiting = true
-			logger.Warn("agentlog: waiting for NATS (not reachable, or agentlog not provisioned yet); retrying until it is", "url", g.natsURL, "err", withHint(err))
+		if !waited {
+			waited = true
+			logger.Warn(msg, append(attrs, "err", withHint(err))...)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("gave up waiting for NATS at %s: %w (last error: %v)", g.natsURL, ctx.Err(), err)
+			return waited, fmt.Errorf("gave up waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
 		case <-time.After(b.NextBackOff()):
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/agentlog/agentlog/projector"
 	"github.com/agentlog/agentlog/store"
 	"github.com/agentlog/agentlog/wire"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -316,15 +315,13 @@ func (g *globals) startService(ctx context.Context, metricsAddr, name string) (*
 	return logger, ob, nc, store, nil
 }
 
-// waitProjectorProvisioned waits, as connectWait does for the stream and buckets, until the
-// projector's partition consumers and members bucket exist (a provision in progress creates them
-// after the stream): it says so once on logger and retries with backoff (250 ms to 5 s) until ctx
-// ends. One that exists with other settings is returned at once.
+// waitProjectorProvisioned waits, as connectWait does for the stream and buckets (retryWhile),
+// until the projector's partition consumers and members bucket exist (a provision in progress
+// creates them after the stream). One that exists with other settings is returned at once.
 func waitProjectorProvisioned(ctx context.Context, st *store.Store, logger *slog.Logger) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	waiting := false
-	for {
-		err := func() error {
+	_, err := retryWhile(ctx, logger, "the projector's provisioning",
+		"agentlog: waiting for the projector's consumers and members bucket (run agentlog provision); retrying until they exist",
+		func() error {
 			if _, err := st.ProjectorMembers(ctx); err != nil {
 				return err
 			}
@@ -334,18 +331,9 @@ func waitProjectorProvisioned(ctx context.Context, st *store.Store, logger *slog
 				}
 			}
 			return nil
-		}()
-		if err == nil || !(errors.Is(err, natsjs.ErrConsumerNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)) || ctx.Err() != nil {
-			return err
-		}
-		if !waiting {
-			waiting = true
-			logger.Warn("agentlog: waiting for the projector's consumers and members bucket (run agentlog provision); retrying until they exist", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gave up waiting for the projector's provisioning: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(b.NextBackOff()):
-		}
-	}
+		},
+		func(err error) bool {
+			return errors.Is(err, natsjs.ErrConsumerNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)
+		})
+	return err
 }

@@ -47,27 +47,25 @@ type Permissions struct {
 	Serves []string
 }
 
+// ownAccounts are the roles with an account of their own (Permissions.OwnAccount): the suffixes
+// of their account's name (tenant names have no '_') and of their JetStream domain.
+var ownAccounts = map[Role]struct{ account, domain string }{
+	Viewer:    {"_VIEW", "view"},
+	Projector: {"_PROJ", "proj"},
+}
+
 // RoleAccount is the name of the account of role in tenant: the tenant's own (its name), or for a
-// role with an account of its own (Permissions.OwnAccount) <tenant>_VIEW or <tenant>_PROJ (tenant
-// names have no '_').
+// role with an account of its own <tenant>_VIEW or <tenant>_PROJ.
 func RoleAccount(tenant string, role Role) string {
-	switch role {
-	case Viewer:
-		return tenant + "_VIEW"
-	case Projector:
-		return tenant + "_PROJ"
-	}
-	return tenant
+	return tenant + ownAccounts[role].account
 }
 
 // RoleDomain is the JetStream domain (API prefix $JS.<domain>.API.) under which the account of a
-// role with an account of its own imports the tenant's JetStream API: <tenant>view, <tenant>proj.
+// role with an account of its own imports the tenant's JetStream API: <tenant>view, <tenant>proj
+// ("" for the other roles).
 func RoleDomain(tenant string, role Role) string {
-	switch role {
-	case Viewer:
-		return tenant + "view"
-	case Projector:
-		return tenant + "proj"
+	if o, ok := ownAccounts[role]; ok {
+		return tenant + o.domain
 	}
 	return ""
 }
